@@ -1,0 +1,140 @@
+"""Kafka framing: every message is ``INT32 size`` then ``size`` bytes.
+
+``FrameDecoder`` is sans-I/O (h11 style): feed it bytes with ``receive_data`` (or receive straight
+into ``get_buffer()`` and call ``advance``), then call ``next_frame`` until it returns ``NEED_DATA``.
+The size is checked *before* any frame bytes are buffered, so a peer cannot make us allocate more
+than ``max_frame_size``. Large frames are assembled in a buffer of their exact size, which is handed
+out without another copy; the broker patches offsets in it in place.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+from protocol.errors import FrameTooLargeError
+
+
+class _NeedData:
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+
+NEED_DATA: Final = _NeedData()
+
+DEFAULT_MAX_FRAME_SIZE = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes
+_SIZE = struct.Struct(">i")
+_RECEIVE_CHUNK = 256 * 1024
+# Frames at least this large get a buffer of their own (no copy out of the shared buffer).
+_DEDICATED_FRAME_MIN = 64 * 1024
+
+
+class FrameDecoder:
+    def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE) -> None:
+        self.max_frame_size = max_frame_size
+        self._buf = bytearray(_RECEIVE_CHUNK)
+        self._start = 0  # first unconsumed byte
+        self._end = 0  # one past the last received byte
+        self._frame: bytearray | None = None  # a large frame being filled in place
+        self._frame_filled = 0
+
+    # -- input ---------------------------------------------------------------------------------
+
+    def get_buffer(self) -> memoryview:
+        """A writable view to receive the next bytes into; call ``advance(n)`` after.
+
+        Release the view (``with`` or ``del``) before asking for the next one: the shared buffer
+        may have to grow, which a live export forbids.
+        """
+        if self._filling_frame():
+            return memoryview(self._frame)[self._frame_filled :]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    def advance(self, n: int) -> None:
+        if self._filling_frame():
+            self._frame_filled += n
+        else:
+            self._end += n
+
+    def receive_data(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            with self.get_buffer() as target:
+                n = min(len(target), len(view))
+                target[:n] = view[:n]
+            self.advance(n)
+            view = view[n:]
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as frames."""
+        pending = self._frame_filled if self._frame is not None else 0
+        return self._end - self._start + pending
+
+    # -- output --------------------------------------------------------------------------------
+
+    def next_frame(self) -> bytearray | _NeedData:
+        """The next complete frame body (without its size prefix), or ``NEED_DATA``.
+
+        Raises ``FrameTooLargeError`` (a ``CorruptFrameError``) for a negative size or one over
+        ``max_frame_size``; the connection must then be closed.
+        """
+        if self._frame is not None:
+            if self._filling_frame():
+                return NEED_DATA
+            frame, self._frame = self._frame, None
+            return frame
+        available = self._end - self._start
+        if available < 4:
+            return NEED_DATA
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0 or size > self.max_frame_size:
+            raise FrameTooLargeError(f"frame size {size} outside [0, {self.max_frame_size}]")
+        if available >= 4 + size:
+            begin = self._start + 4
+            self._start = begin + size
+            frame = self._buf[begin : self._start]
+            if self._start == self._end:
+                self._start = self._end = 0
+            return frame
+        if size >= _DEDICATED_FRAME_MIN or 4 + size > len(self._buf):
+            self._start_dedicated_frame()
+        return NEED_DATA
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _filling_frame(self) -> bool:
+        return self._frame is not None and self._frame_filled < len(self._frame)
+
+    def _start_dedicated_frame(self) -> bool:
+        """Move a partially received frame into a buffer of its exact size. False if not possible."""
+        if self._frame is not None:  # the previous large frame has not been taken yet
+            return False
+        available = self._end - self._start
+        if available < 4:
+            return False
+        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        if size < 0 or size > self.max_frame_size:
+            raise FrameTooLargeError(f"frame size {size} outside [0, {self.max_frame_size}]")
+        have = available - 4
+        if have >= size:
+            return False
+        frame = bytearray(size)
+        frame[:have] = self._buf[self._start + 4 : self._end]
+        self._frame, self._frame_filled = frame, have
+        self._start = self._end = 0
+        return True
+
+    def _compact(self) -> None:
+        if self._start:
+            remaining = self._end - self._start
+            self._buf[:remaining] = self._buf[self._start : self._end]
+            self._start, self._end = 0, remaining
+        if self._end == len(self._buf) and not self._start_dedicated_frame():
+            self._buf.extend(bytes(_RECEIVE_CHUNK))
+
+
+def encode_frame(body: bytes) -> bytes:
+    return _SIZE.pack(len(body)) + body

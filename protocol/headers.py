@@ -1,0 +1,88 @@
+"""Request and response headers.
+
+    Request header v1:  api_key INT16, api_version INT16, correlation_id INT32, client_id NULLABLE_STRING
+    Request header v2:  v1 + TAGGED_FIELDS                      (flexible versions)
+    Response header v0: correlation_id INT32
+    Response header v1: v0 + TAGGED_FIELDS                      (flexible versions; never ApiVersions)
+
+The version of the header follows from (api_key, api_version): see ``protocol.api_keys``.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import NamedTuple
+
+from protocol.api_keys import request_header_version, response_header_version
+from protocol.errors import CorruptFrameError
+from protocol.primitives import read_tagged_fields
+
+_FIXED = struct.Struct(">hhi")
+_CORRELATION = struct.Struct(">i")
+
+
+class RequestHeader(NamedTuple):
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
+    """Parse the header at the start of a request frame: ``(header, body_offset)``.
+
+    Unknown api keys are returned as they are (the caller decides to close the connection).
+    """
+    if len(frame) < _FIXED.size + 2:
+        raise CorruptFrameError("request shorter than its header")
+    api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
+    # client_id is short and almost always present: parse it without a stream object.
+    (n,) = struct.unpack_from(">h", frame, _FIXED.size)
+    pos = _FIXED.size + 2
+    if n == -1:
+        client_id = None
+    elif n < 0 or pos + n > len(frame):
+        raise CorruptFrameError(f"bad client_id length {n}")
+    else:
+        try:
+            client_id = bytes(frame[pos : pos + n]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptFrameError("client_id is not UTF-8") from exc
+        pos += n
+    if api_key >= 0 and request_header_version(api_key, api_version) >= 2:
+        stream = io.BytesIO(frame)
+        stream.seek(pos)
+        read_tagged_fields(stream)
+        pos = stream.tell()
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def encode_request_header(header: RequestHeader) -> bytes:
+    client_id = None if header.client_id is None else header.client_id.encode("utf-8")
+    parts = [_FIXED.pack(header.api_key, header.api_version, header.correlation_id)]
+    parts.append(b"\xff\xff" if client_id is None else struct.pack(">h", len(client_id)) + client_id)
+    if request_header_version(header.api_key, header.api_version) >= 2:
+        parts.append(b"\x00")
+    return b"".join(parts)
+
+
+def encode_response_header(api_key: int, api_version: int, correlation_id: int) -> bytes:
+    head = _CORRELATION.pack(correlation_id)
+    if response_header_version(api_key, api_version) >= 1:
+        head += b"\x00"
+    return head
+
+
+def parse_response_header_untrusted(frame, api_key: int, api_version: int) -> tuple[int, int]:
+    """``(correlation_id, body_offset)`` of a response to (api_key, api_version)."""
+    if len(frame) < 4:
+        raise CorruptFrameError("response shorter than its header")
+    (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
+    pos = 4
+    if response_header_version(api_key, api_version) >= 1:
+        stream = io.BytesIO(frame)
+        stream.seek(pos)
+        read_tagged_fields(stream)
+        pos = stream.tell()
+    return correlation_id, pos

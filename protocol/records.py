@@ -1,0 +1,860 @@
+"""RecordBatch v2 (magic 2): batch header, record codec, CRC-32C, control records.
+
+Pure: no I/O, no clock. Functions that read bytes from the network end in ``_untrusted`` and raise
+only ``CorruptFrameError`` on bad bytes; encoders raise ``ValueError`` on bad arguments.
+
+Layout (``PROTOCOL.md`` section 4; big-endian; offsets from the start of the batch)::
+
+    RecordBatch =>
+      baseOffset           int64   @0   offset of the first record; producers send 0, the broker
+                                        patches the assigned offset in place. NOT under the CRC
+      length               int32   @8   bytes after this field (batch size = length + 12)
+      partitionLeaderEpoch int32   @12  the broker may overwrite it. NOT under the CRC
+      magic                int8    @16  2
+      crc                  uint32  @17  CRC-32C (Castagnoli) of bytes [21, 12 + length): everything
+                                        from attributes to the end of the batch
+      attributes           int16   @21  bits 0-2 codec (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd),
+                                        bit 3 timestampType (1 = LogAppendTime),
+                                        bit 4 transactional, bit 5 control; the rest 0
+      lastOffsetDelta      int32   @23  offsetDelta of the last record (records - 1 when written)
+      baseTimestamp        int64   @27  timestamp of the first record
+      maxTimestamp         int64   @35  largest record timestamp (the append time if bit 3 is set)
+      producerId           int64   @43  -1 = none
+      producerEpoch        int16   @51  -1 = none
+      baseSequence         int32   @53  -1 = none; the last sequence is baseSequence +
+                                        lastOffsetDelta, wrapping past INT32_MAX to 0
+      recordsCount         int32   @57  number of records that follow
+      records              bytes   @61  recordsCount Records back to back; when the codec is not 0,
+                                        one compressed blob holding them (the CRC covers the blob)
+
+    Record =>                           varint/varlong: zig-zag, then LEB128 (7 bits per byte)
+      length               varint       bytes after this field
+      attributes           int8         unused, 0
+      timestampDelta       varlong      timestamp - baseTimestamp
+      offsetDelta          varint       offset - baseOffset
+      keyLength            varint       -1 = null key
+      key                  bytes
+      valueLength          varint       -1 = null value
+      value                bytes
+      headersCount         varint
+      Header =>                         headersCount times
+        headerKeyLength    varint       never null
+        headerKey          UTF-8
+        headerValueLength  varint       -1 = null value
+        headerValue        bytes
+
+    Control record (attributes transactional + control, one record at offsetDelta 0) =>
+      key   = version int16 (0), type int16 (0 ABORT, 1 COMMIT)
+      value = version int16 (0), coordinatorEpoch int32
+
+The broker never parses records (header + CRC only); producers and consumers use the record codec,
+so ``encode_batch`` and ``decode_records_untrusted`` are written for speed: one buffer, varints
+inlined with lookup tables for the common short forms, no per-record helper layers.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import struct
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any, NamedTuple
+
+import crc32c as _crc32c
+
+from protocol.errors import CorruptFrameError
+
+HEADER_SIZE = 61  # full batch header incl. baseOffset and length
+LOG_OVERHEAD = 12  # baseOffset(8) + length(4)
+# The smallest legal ``length``: the header fields after the length field, no records.
+_MIN_LENGTH = HEADER_SIZE - LOG_OVERHEAD
+
+# attribute bits
+COMPRESSION_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+TRANSACTIONAL_BIT = 0x10
+CONTROL_BIT = 0x20
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+INT32_MAX = 0x7FFF_FFFF
+
+_CRC_OFFSET = 17
+_ATTRIBUTES_OFFSET = 21  # the CRC covers [21, end)
+_PARTITION_LEADER_EPOCH_OFFSET = 12
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+_CONTROL_KEY = struct.Struct(">hh")  # version, type
+_CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator_epoch
+
+# A record needs at least 6 bytes after its length varint (attributes, timestampDelta, offsetDelta,
+# keyLength, valueLength, headersCount), 7 with the length itself. Bounds records_count up front so
+# a forged count cannot make us loop or allocate beyond the bytes actually present.
+_MIN_RECORD_BODY = 6
+_MIN_RECORD_SIZE = 7
+
+# Decompressed record sections larger than this are refused: a few bytes of forged gzip/zstd must
+# not be able to claim gigabytes of memory. Real batches are bounded by the producers' batch.size
+# (1 MB by default) times the compression ratio, far below this.
+_MAX_UNCOMPRESSED_SIZE = 256 * 1024 * 1024
+
+
+class Compression(enum.IntEnum):
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+
+class ControlType(enum.IntEnum):
+    ABORT = 0
+    COMMIT = 1
+
+
+class BatchHeader(NamedTuple):
+    """The 61-byte header of a magic-2 batch, as on the wire."""
+
+    base_offset: int
+    length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
+
+    @property
+    def size(self) -> int:
+        """Bytes the whole batch occupies, header included."""
+        return self.length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def last_sequence(self) -> int:
+        """Sequence number of the last record; sequences wrap from INT32_MAX to 0 (Kafka's rule)."""
+        if self.base_sequence == NO_SEQUENCE:
+            return NO_SEQUENCE
+        seq = self.base_sequence + self.last_offset_delta
+        return seq - (INT32_MAX + 1) if seq > INT32_MAX else seq
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & COMPRESSION_MASK)
+
+    @property
+    def timestamp_type(self) -> int:
+        """0 = CreateTime, 1 = LogAppendTime."""
+        return 1 if self.attributes & TIMESTAMP_TYPE_BIT else 0
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_BIT)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_BIT)
+
+
+class Record(NamedTuple):
+    """One record as decoded: offset and timestamp are absolute."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    attributes: int = 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch header
+
+_tuple_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ frame
+
+
+def parse_header_untrusted(buf: Any, pos: int = 0) -> BatchHeader:
+    """Parse and sanity-check the batch header at ``buf[pos:]`` (bytes, bytearray or memoryview).
+
+    Checks that 61 bytes are present, magic is 2, ``length`` covers at least the header, the codec
+    is known, and recordsCount / lastOffsetDelta are not negative. It does not check that the
+    whole batch is present (``iter_batches_untrusted`` does) nor the CRC (``batch_crc_ok``).
+    Raises ``CorruptFrameError``.
+    """
+    if pos < 0:
+        raise ValueError(f"negative position {pos}")
+    if len(buf) - pos < HEADER_SIZE:
+        raise CorruptFrameError(
+            f"record batch header needs {HEADER_SIZE} bytes, {max(len(buf) - pos, 0)} present"
+        )
+    header = _tuple_new(BatchHeader, _HEADER.unpack_from(buf, pos))
+    if header.magic != 2:
+        raise CorruptFrameError(f"unsupported record batch magic {header.magic} (only 2)")
+    if header.length < _MIN_LENGTH:
+        raise CorruptFrameError(f"record batch length {header.length} < {_MIN_LENGTH}")
+    if header.attributes & COMPRESSION_MASK > Compression.ZSTD:
+        raise CorruptFrameError(f"unknown compression codec {header.attributes & COMPRESSION_MASK}")
+    if header.records_count < 0:
+        raise CorruptFrameError(f"negative records count {header.records_count}")
+    if header.last_offset_delta < 0:
+        raise CorruptFrameError(f"negative last offset delta {header.last_offset_delta}")
+    return header
+
+
+def iter_batches_untrusted(
+    buf: Any, pos: int = 0, end: int | None = None
+) -> Iterator[tuple[int, BatchHeader]]:
+    """Yield ``(position, header)`` for each batch in ``buf[pos:end]``, which must hold whole batches.
+
+    Raises ``CorruptFrameError`` on a bad header or a batch that runs past ``end`` (also for
+    trailing bytes too short to be a header).
+    """
+    end = len(buf) if end is None else min(end, len(buf))
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            raise CorruptFrameError(f"{end - pos} trailing bytes are not a record batch")
+        header = parse_header_untrusted(buf, pos)
+        size = header.length + LOG_OVERHEAD
+        if pos + size > end:
+            raise CorruptFrameError(
+                f"record batch at {pos} is truncated: {size} bytes declared, {end - pos} present"
+            )
+        yield pos, header
+        pos += size
+
+
+def batch_crc_ok(buf: Any, pos: int, header: BatchHeader) -> bool:
+    """True if the CRC-32C of bytes [pos+21, pos+size) matches the header (no copy made)."""
+    end = pos + header.length + LOG_OVERHEAD
+    if end > len(buf):
+        return False
+    return _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end]) == header.crc
+
+
+def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
+    """Write baseOffset of the batch at ``pos`` in place. The CRC stays valid (not covered)."""
+    _INT64.pack_into(buf, pos, base_offset)
+
+
+def patch_partition_leader_epoch(buf: Any, pos: int, epoch: int) -> None:
+    """Write partitionLeaderEpoch of the batch at ``pos`` in place. Not covered by the CRC."""
+    _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints: zig-zag + LEB128, 64-bit (a varint is a varlong whose value fits in 32 bits)
+
+_INT64_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag + LEB128 encoding of a signed 64-bit integer (1 to 10 bytes)."""
+    if not _INT64_MIN <= value <= _INT64_MAX:
+        raise ValueError(f"varint value {value} outside int64")
+    u = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def decode_varint(buf: Any, pos: int) -> tuple[int, int]:
+    """Decode the zig-zag varint at ``buf[pos]``; return ``(value, position after it)``.
+
+    Raises ``CorruptFrameError`` if it runs past the buffer, is longer than 10 bytes or exceeds
+    64 bits.
+    """
+    result = 0
+    shift = 0
+    try:
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 63:
+                raise CorruptFrameError("varint longer than 10 bytes")
+    except IndexError:
+        raise CorruptFrameError("varint runs past the end of the data") from None
+    if result >> 64:
+        raise CorruptFrameError("varint exceeds 64 bits")
+    return (result >> 1) ^ -(result & 1), pos
+
+
+# Lookup tables for the hot loops. _ZIGZAG1[b] decodes a one-byte varint (b < 0x80);
+# _SMALL_VARINT[n] is the encoding of n for 0 <= n < 8192 (one or two bytes): offset deltas,
+# lengths and timestamp deltas of ordinary records all land there.
+_ZIGZAG1 = tuple((b >> 1) ^ -(b & 1) for b in range(0x80))
+_SMALL_VARINT = tuple(encode_varint(n) for n in range(8192))
+_N_SMALL = len(_SMALL_VARINT)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compression codecs. gzip comes with Python; snappy, lz4 and zstd need optional packages,
+# imported on first use (so a missing one costs nothing unless a batch asks for it).
+
+_CODEC_PACKAGES = {
+    Compression.SNAPPY: ("snappy", "python-snappy"),
+    Compression.LZ4: ("lz4.frame", "lz4"),
+    Compression.ZSTD: ("zstandard", "zstandard"),
+}
+
+# xerial snappy framing, which Kafka's Java producer writes: magic, version 1, compatible 1,
+# then (int32 compressed length, snappy block) per block of up to 32 KiB of input.
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
+_XERIAL_BLOCK = 32 * 1024
+
+
+def _codec_module(codec: Compression) -> Any | None:
+    module_name, _ = _CODEC_PACKAGES[codec]
+    try:
+        return importlib.import_module(module_name)
+    except ImportError:
+        return None
+
+
+def _compress(codec: Compression, data: bytes | bytearray) -> bytes:
+    if codec == Compression.GZIP:
+        # zlib with a gzip wrapper (wbits 31): same bytes as gzip.compress but mtime 0, so the
+        # output is deterministic.
+        return zlib.compress(data, -1, 31)
+    module = _codec_module(codec)
+    if module is None:
+        raise ValueError(
+            f"compression {codec.name.lower()} needs package {_CODEC_PACKAGES[codec][1]}"
+        )
+    if codec == Compression.SNAPPY:
+        parts = [_XERIAL_HEADER]
+        view = memoryview(data)
+        for start in range(0, len(data), _XERIAL_BLOCK):
+            block = module.compress(bytes(view[start : start + _XERIAL_BLOCK]))
+            parts.append(_INT32.pack(len(block)))
+            parts.append(block)
+        return b"".join(parts)
+    if codec == Compression.LZ4:
+        # Independent blocks: Kafka's LZ4 reader does not support linked blocks.
+        return module.compress(bytes(data), block_linked=False)
+    return module.ZstdCompressor().compress(bytes(data))
+
+
+def _too_large() -> CorruptFrameError:
+    return CorruptFrameError(f"compressed records expand beyond {_MAX_UNCOMPRESSED_SIZE} bytes")
+
+
+def _gunzip(data: memoryview) -> bytes:
+    # Concatenated gzip members are legal (Java's GZIPInputStream reads them); zlib-wrapped
+    # deflate is accepted too (wbits 47 = detect gzip or zlib).
+    out = bytearray()
+    rest: Any = data
+    while True:
+        dec = zlib.decompressobj(47)
+        out += dec.decompress(rest, _MAX_UNCOMPRESSED_SIZE + 1 - len(out))
+        if len(out) > _MAX_UNCOMPRESSED_SIZE:
+            raise _too_large()
+        if not dec.eof:
+            raise CorruptFrameError("gzip data is truncated")
+        rest = dec.unused_data
+        if not rest:
+            return bytes(out)
+
+
+def _unsnappy_raw(module: Any, block: bytes) -> bytes:
+    # The raw format starts with the uncompressed length (unsigned LEB128): check it before the
+    # library allocates that much.
+    length = shift = 0
+    for i in range(min(5, len(block))):
+        length |= (block[i] & 0x7F) << shift
+        if block[i] < 0x80:
+            break
+        shift += 7
+    if length > _MAX_UNCOMPRESSED_SIZE:
+        raise _too_large()
+    return module.decompress(block)
+
+
+def _unsnappy(module: Any, data: memoryview) -> bytes:
+    raw = bytes(data)
+    if not raw.startswith(_XERIAL_MAGIC):
+        return _unsnappy_raw(module, raw)  # librdkafka may send unframed snappy
+    out = bytearray()
+    pos = len(_XERIAL_HEADER)
+    if len(raw) < pos:
+        raise CorruptFrameError("truncated xerial snappy header")
+    while pos < len(raw):
+        if len(raw) - pos < 4:
+            raise CorruptFrameError("truncated xerial snappy block length")
+        (n,) = _INT32.unpack_from(raw, pos)
+        pos += 4
+        if n < 0 or pos + n > len(raw):
+            raise CorruptFrameError("xerial snappy block runs past the batch")
+        out += _unsnappy_raw(module, raw[pos : pos + n])
+        pos += n
+        if len(out) > _MAX_UNCOMPRESSED_SIZE:
+            raise _too_large()
+    return bytes(out)
+
+
+def _decompress(codec: Compression, data: memoryview) -> bytes:
+    if codec == Compression.GZIP:
+        module = None
+    else:
+        module = _codec_module(codec)
+        if module is None:
+            raise CorruptFrameError(
+                f"record batch compressed with {codec.name.lower()}, which needs package "
+                f"{_CODEC_PACKAGES[codec][1]}"
+            )
+    try:
+        if codec == Compression.GZIP:
+            out = _gunzip(data)
+        elif codec == Compression.SNAPPY:
+            out = _unsnappy(module, data)
+        elif codec == Compression.LZ4:
+            dec = module.LZ4FrameDecompressor()
+            out = dec.decompress(bytes(data), _MAX_UNCOMPRESSED_SIZE + 1)
+            if not dec.eof and len(out) <= _MAX_UNCOMPRESSED_SIZE:
+                raise CorruptFrameError("lz4 frame is truncated")
+        else:
+            # A stream reader copes with frames that do not state their content size (librdkafka
+            # writes such frames) and lets us bound the output.
+            with module.ZstdDecompressor().stream_reader(
+                bytes(data), read_across_frames=True
+            ) as reader:
+                out = reader.read(_MAX_UNCOMPRESSED_SIZE + 1)
+    except CorruptFrameError:
+        raise
+    except Exception as exc:  # each codec library has its own error types
+        raise CorruptFrameError(f"cannot decompress {codec.name.lower()} records: {exc}") from exc
+    if len(out) > _MAX_UNCOMPRESSED_SIZE:
+        raise _too_large()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Encoding
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    parts = [encode_varint(len(headers))]
+    for h_key, h_value in headers:
+        kb = h_key.encode()
+        parts.append(encode_varint(len(kb)))
+        parts.append(kb)
+        if h_value is None:
+            parts.append(b"\x01")
+        else:
+            parts.append(encode_varint(len(h_value)))
+            parts.append(h_value)
+    return b"".join(parts)
+
+
+def _build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    attributes: int,
+    base_offset: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+) -> bytes:
+    if not records:
+        raise ValueError("a record batch needs at least one record")
+    codec = Compression(attributes & COMPRESSION_MASK)
+    base_ts = records[0][3]
+    max_ts = base_ts
+    small = _SMALL_VARINT
+    n_small = _N_SMALL
+    enc = encode_varint
+    join = b"".join
+    # Uncompressed records go straight after a placeholder header; compressed ones are built
+    # alone, then compressed.
+    out = bytearray(HEADER_SIZE) if codec == Compression.NONE else bytearray()
+    offset_delta = 0
+    for key, value, headers, ts in records:
+        if ts > max_ts:
+            max_ts = ts
+        d = ts - base_ts
+        ts_b = small[d] if 0 <= d < n_small else enc(d)
+        off_b = small[offset_delta] if offset_delta < n_small else enc(offset_delta)
+        if key is None:
+            key_len_b = b"\x01"
+            key = b""
+        else:
+            n = len(key)
+            key_len_b = small[n] if n < n_small else enc(n)
+        if value is None:
+            value_len_b = b"\x01"
+            value = b""
+        else:
+            n = len(value)
+            value_len_b = small[n] if n < n_small else enc(n)
+        body = join(
+            (
+                b"\x00",  # record attributes
+                ts_b,
+                off_b,
+                key_len_b,
+                key,
+                value_len_b,
+                value,
+                _encode_headers(headers) if headers else b"\x00",
+            )
+        )
+        n = len(body)
+        out += small[n] if n < n_small else enc(n)
+        out += body
+        offset_delta += 1
+
+    if codec != Compression.NONE:
+        compressed = _compress(codec, out)
+        out = bytearray(HEADER_SIZE)
+        out += compressed
+    try:
+        _HEADER.pack_into(
+            out,
+            0,
+            base_offset,
+            len(out) - LOG_OVERHEAD,
+            partition_leader_epoch,
+            2,
+            0,  # crc, set below
+            attributes,
+            offset_delta - 1,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            offset_delta,
+        )
+    except struct.error as exc:
+        raise ValueError(f"record batch field out of range: {exc}") from exc
+    _UINT32.pack_into(out, _CRC_OFFSET, _crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def encode_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    *,
+    base_offset: int = 0,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    compression: Compression = Compression.NONE,
+    partition_leader_epoch: int = -1,
+    timestamp_type: int = 0,
+) -> bytes:
+    """Build a complete, CRC-correct magic-2 batch from ``(key, value, headers, timestamp_ms)``.
+
+    Offset deltas are 0..n-1, baseTimestamp is the first record's timestamp and maxTimestamp the
+    largest. Raises ``ValueError`` for no records, a field out of range, a transactional batch
+    without a producer id, or a codec whose optional package (python-snappy, lz4, zstandard) is
+    not installed.
+    """
+    codec = Compression(compression)
+    if timestamp_type not in (0, 1):
+        raise ValueError(
+            f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}"
+        )
+    attributes = int(codec)
+    if timestamp_type:
+        attributes |= TIMESTAMP_TYPE_BIT
+    if transactional:
+        if producer_id < 0:
+            raise ValueError("a transactional batch needs a producer id")
+        attributes |= TRANSACTIONAL_BIT
+    return _build_batch(
+        records,
+        attributes,
+        base_offset,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        partition_leader_epoch,
+    )
+
+
+def encode_control_batch(
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> bytes:
+    """Build a transaction marker batch (COMMIT or ABORT) for ``producer_id``/``producer_epoch``."""
+    key = _CONTROL_KEY.pack(0, ControlType.COMMIT if commit else ControlType.ABORT)
+    try:
+        value = _CONTROL_VALUE.pack(0, coordinator_epoch)
+    except struct.error as exc:
+        raise ValueError(f"coordinator_epoch out of range: {exc}") from exc
+    return _build_batch(
+        [(key, value, (), timestamp_ms)],
+        TRANSACTIONAL_BIT | CONTROL_BIT,
+        base_offset,
+        producer_id,
+        producer_epoch,
+        NO_SEQUENCE,
+        partition_leader_epoch,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Decoding
+
+
+def decode_records_untrusted(
+    buf: Any, pos: int = 0, header: BatchHeader | None = None
+) -> list[Record]:
+    """Decode every record of the batch at ``buf[pos:]`` (decompressing if needed).
+
+    ``header`` may be passed when already parsed. Offsets and timestamps are absolute; with
+    LogAppendTime every record takes the batch's maxTimestamp, as in Kafka. The CRC is not checked
+    here (``batch_crc_ok``). Raises only ``CorruptFrameError``: truncated batch, malformed or
+    overlong varint, negative length other than -1, a record whose declared length disagrees with
+    its fields, fewer or more records than recordsCount, undecodable header key, bad compressed
+    data or a codec whose package is missing.
+    """
+    if header is None:
+        header = parse_header_untrusted(buf, pos)
+    end = pos + header.length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptFrameError(
+            f"record batch at {pos} is truncated: {header.length + LOG_OVERHEAD} bytes declared, "
+            f"{len(buf) - pos} present"
+        )
+    section = memoryview(buf)[pos + HEADER_SIZE : end]
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        if codec > Compression.ZSTD:
+            raise CorruptFrameError(f"unknown compression codec {codec}")
+        data = _decompress(Compression(codec), section)
+    else:
+        data = bytes(section)
+    log_append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_BIT else None
+    return _decode_records(
+        data, header.records_count, header.base_offset, header.base_timestamp, log_append_time
+    )
+
+
+def _decode_records(
+    data: bytes, count: int, base_offset: int, base_ts: int, log_append_time: int | None
+) -> list[Record]:
+    n = len(data)
+    if count < 0 or count > n // _MIN_RECORD_SIZE:
+        raise CorruptFrameError(f"records count {count} does not fit in {n} bytes of records")
+    zz = _ZIGZAG1
+    dv = decode_varint
+    new = tuple.__new__
+    record_cls = Record
+    records: list[Record] = []
+    append = records.append
+    p = 0
+    # Each varint is inlined with one- and two-byte fast paths; longer ones go to decode_varint.
+    # Slices never raise, so a length that overruns shows up in the per-record end check, and a
+    # read past the data raises IndexError, turned into CorruptFrameError below.
+    try:
+        for _ in range(count):
+            b = data[p]
+            if b < 0x80:
+                length = zz[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    length = (u >> 1) ^ -(u & 1)
+                    p += 2
+                else:
+                    length, p = dv(data, p)
+            rec_end = p + length
+            if length < _MIN_RECORD_BODY or rec_end > n:
+                raise CorruptFrameError(f"bad record length {length}")
+            attributes = data[p]
+            b = data[p + 1]
+            if b < 0x80:
+                ts_delta = zz[b]
+                p += 2
+            else:
+                c = data[p + 2]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    ts_delta = (u >> 1) ^ -(u & 1)
+                    p += 3
+                else:
+                    ts_delta, p = dv(data, p + 1)
+            b = data[p]
+            if b < 0x80:
+                offset_delta = zz[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    offset_delta = (u >> 1) ^ -(u & 1)
+                    p += 2
+                else:
+                    offset_delta, p = dv(data, p)
+            b = data[p]
+            if b < 0x80:
+                k = zz[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    k = (u >> 1) ^ -(u & 1)
+                    p += 2
+                else:
+                    k, p = dv(data, p)
+            if k >= 0:
+                key = data[p : p + k]
+                p += k
+            elif k == -1:
+                key = None
+            else:
+                raise CorruptFrameError(f"bad key length {k}")
+            b = data[p]
+            if b < 0x80:
+                k = zz[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    k = (u >> 1) ^ -(u & 1)
+                    p += 2
+                else:
+                    k, p = dv(data, p)
+            if k >= 0:
+                value = data[p : p + k]
+                p += k
+            elif k == -1:
+                value = None
+            else:
+                raise CorruptFrameError(f"bad value length {k}")
+            if data[p] == 0:
+                headers: tuple[tuple[str, bytes | None], ...] = ()
+                p += 1
+            else:
+                headers, p = _decode_headers(data, p, rec_end)
+            if p != rec_end:
+                raise CorruptFrameError(
+                    f"record declares {length} bytes but its fields take {length + p - rec_end}"
+                )
+            append(
+                new(
+                    record_cls,
+                    (
+                        base_offset + offset_delta,
+                        base_ts + ts_delta if log_append_time is None else log_append_time,
+                        key,
+                        value,
+                        headers,
+                        attributes - 256 if attributes > 127 else attributes,  # int8
+                    ),
+                )
+            )
+    except IndexError:
+        raise CorruptFrameError("record runs past the end of the batch") from None
+    if p != n:
+        raise CorruptFrameError(f"{n - p} bytes left after {count} records")
+    return records
+
+
+def _decode_headers(
+    data: bytes, p: int, rec_end: int
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    count, p = decode_varint(data, p)
+    # Each header takes at least 2 bytes (two length varints).
+    if count < 0 or count > (rec_end - p) // 2:
+        raise CorruptFrameError(f"bad header count {count}")
+    headers = []
+    for _ in range(count):
+        k, p = decode_varint(data, p)
+        if k < 0:
+            raise CorruptFrameError(f"bad header key length {k}")
+        try:
+            h_key = data[p : p + k].decode()
+        except UnicodeDecodeError:
+            raise CorruptFrameError("header key is not UTF-8") from None
+        p += k
+        k, p = decode_varint(data, p)
+        if k >= 0:
+            h_value: bytes | None = data[p : p + k]
+            p += k
+        elif k == -1:
+            h_value = None
+        else:
+            raise CorruptFrameError(f"bad header value length {k}")
+        if p > rec_end:
+            raise CorruptFrameError("header runs past the end of its record")
+        headers.append((h_key, h_value))
+    return tuple(headers), p
+
+
+def decode_batches_untrusted(buf: Any) -> Iterator[tuple[BatchHeader, list[Record]]]:
+    """Decode the batches of a Fetch ``records`` blob, checking each batch's CRC.
+
+    A partial batch at the end is ignored: Kafka may cut the last batch at the fetch size limit.
+    Raises ``CorruptFrameError`` on a bad header, CRC mismatch or bad records.
+    """
+    pos = 0
+    n = len(buf)
+    while n - pos >= LOG_OVERHEAD:
+        (length,) = _INT32.unpack_from(buf, pos + 8)
+        if length < _MIN_LENGTH:
+            raise CorruptFrameError(f"record batch length {length} < {_MIN_LENGTH}")
+        size = length + LOG_OVERHEAD
+        if pos + size > n:
+            return  # trailing partial batch
+        header = parse_header_untrusted(buf, pos)
+        if not batch_crc_ok(buf, pos, header):
+            raise CorruptFrameError(f"CRC mismatch in record batch at offset {header.base_offset}")
+        yield header, decode_records_untrusted(buf, pos, header)
+        pos += size
+
+
+def parse_control_record(record: Record) -> tuple[ControlType, int]:
+    """``(ABORT or COMMIT, coordinator_epoch)`` of a control record; ``CorruptFrameError`` if bad.
+
+    Later key/value versions may append fields, so only versions below 0 are refused and extra
+    bytes are ignored (Kafka does the same).
+    """
+    key, value = record.key, record.value
+    if key is None or len(key) < _CONTROL_KEY.size:
+        raise CorruptFrameError("control record key shorter than 4 bytes")
+    version, control_type = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptFrameError(f"bad control record key version {version}")
+    if control_type not in (ControlType.ABORT, ControlType.COMMIT):
+        raise CorruptFrameError(f"unknown control record type {control_type}")
+    if value is None or len(value) < _CONTROL_VALUE.size:
+        raise CorruptFrameError("transaction marker value shorter than 6 bytes")
+    version, coordinator_epoch = _CONTROL_VALUE.unpack_from(value)
+    if version < 0:
+        raise CorruptFrameError(f"bad transaction marker version {version}")
+    return ControlType(control_type), coordinator_epoch
