@@ -1,7 +1,7 @@
-"""API keys, the versions we advertise and the one version of each we implement (the pin).
+"""API keys, and which versions of them are flexible (that decides the header versions).
 
-See ../shared/PROTOCOL.md section 2: both clients send the highest version both sides list, so only
-the pin arrives; the low advertised minimum keeps old librdkafka from switching features off.
+The versions we advertise and the one version of each we implement (the pin) are the tables
+``ADVERTISED`` and ``IMPLEMENTED`` in ``protocol.messages.api_versions`` (PROTOCOL.md section 2).
 """
 
 from __future__ import annotations

@@ -44,12 +44,14 @@ class FrameDecoder:
         """A writable view to receive the next bytes into; call ``advance(n)`` after.
 
         Release the view (``with`` or ``del``) before asking for the next one: the shared buffer
-        may have to grow, which a live export forbids.
+        may have to grow, which a live export forbids. Raises ``FrameTooLargeError`` when the
+        buffer is full of a frame over the limit (only if ``next_frame`` was not called since).
         """
+        if not self._filling_frame() and self._end == len(self._buf):
+            # May move a partial large frame into a buffer of its own: check again below.
+            self._compact()
         if self._filling_frame():
             return memoryview(self._frame)[self._frame_filled :]
-        if self._end == len(self._buf):
-            self._compact()
         return memoryview(self._buf)[self._end :]
 
     def advance(self, n: int) -> None:
@@ -70,7 +72,8 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         """Bytes received but not yet returned as frames."""
-        pending = self._frame_filled if self._frame is not None else 0
+        # A frame moved to its own buffer still counts its 4-byte size prefix.
+        pending = 4 + self._frame_filled if self._frame is not None else 0
         return self._end - self._start + pending
 
     # -- output --------------------------------------------------------------------------------

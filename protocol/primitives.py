@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import struct
 
-from construct import Construct, Flag, Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, ListContainer
+from construct import Construct, Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, ListContainer
 
 from protocol.errors import CorruptFrameError
 
@@ -33,7 +33,6 @@ Int16 = Int16sb
 Int32 = Int32sb
 UInt32 = Int32ub
 Int64 = Int64sb
-Bool = Flag
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -55,6 +54,15 @@ def _read_i16(io) -> int:
 
 def _read_i32(io) -> int:
     return _I32.unpack(_read_exact(io, 4))[0]
+
+
+def read_bool(io) -> bool:
+    # Not construct's Flag: its compiled parser reads a missing byte as True.
+    return _read_exact(io, 1) != b"\x00"
+
+
+def write_bool(io, obj) -> None:
+    io.write(b"\x01" if obj else b"\x00")
 
 
 def read_string(io, nullable: bool) -> str | None:
@@ -215,6 +223,7 @@ class _Leaf(Construct):
         return f"(_kp.{self._writer}(io, obj{self._argsrc}), obj)[1]"
 
 
+Bool = _Leaf("read_bool", "write_bool")
 String = _Leaf("read_string", "write_string", nullable=False)
 NullableString = _Leaf("read_string", "write_string", nullable=True)
 Bytes = _Leaf("read_bytes", "write_bytes", nullable=False)
@@ -222,6 +231,8 @@ NullableBytes = _Leaf("read_bytes", "write_bytes", nullable=True)
 CompactString = _Leaf("read_compact_string", "write_compact_string", nullable=False)
 CompactNullableString = _Leaf("read_compact_string", "write_compact_string", nullable=True)
 TaggedFields = _Leaf("read_tagged_fields", "write_tagged_fields")
+# Building may leave tagged fields out (None is written as "no tagged fields", 0x00).
+TaggedFields.flagbuildnone = True
 
 
 class _Array(Construct):

@@ -1,0 +1,40 @@
+# Two commands do all set-up on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: run test test-fast lint bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(TEST_STAMP): pyproject.toml | $(PY)
+	$(PIP) install --quiet -e '.[test]'
+	touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 9092 --data-dir ./data
+
+test: $(TEST_STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest
+
+test-fast: $(TEST_STAMP)
+	$(PY) -m pytest -m "not slow"
+
+lint: $(TEST_STAMP)
+	$(PY) -m ruff check .
+
+bench: $(TEST_STAMP)
+	$(PY) bench/produce.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -1,0 +1,93 @@
+"""The ``minibroker`` command line."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import click
+import trio
+
+from broker.config import ConfigError, build_config, read_properties
+
+LOG_LEVELS = ["debug", "info", "warning", "error"]
+
+
+@click.group()
+@click.version_option(package_name="minibroker")
+def main() -> None:
+    """minibroker: a Kafka-compatible broker with idempotence and transactions."""
+
+
+@main.command()
+@click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, help="TCP port (0 = any free port).  [default: 9092]")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where the log lives.  [default: ./data]")
+@click.option("--advertised-host", default=None, help="Host name clients are told to connect to.")
+@click.option("--advertised-port", type=click.IntRange(1, 65535), default=None, help="Port clients are told to connect to.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, help="A server.properties-style file (Kafka keys).")
+@click.option("--flush", type=click.Choice(["always", "never"]), default=None, help="always: acks=all waits for fsync; never: page cache only.  [default: always]")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info", show_default=True)
+def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush, log_level) -> None:
+    """Run the broker until SIGINT or SIGTERM."""
+    logging.basicConfig(
+        level=log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        properties = read_properties(config_file) if config_file else {}
+        config = build_config(
+            properties,
+            host=host,
+            port=port,
+            data_dir=data_dir,
+            advertised_host=advertised_host,
+            advertised_port=advertised_port,
+            flush=flush,
+        )
+        _check_data_dir(config.data_dir)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+
+    from broker.server import run_until_signal  # imports trio handlers; keep --help fast
+
+    def listening(broker, port: int) -> None:
+        recovered = broker.logs.recovered
+        truncated = sum(r.truncated_bytes for r in recovered)
+        unclean = sum(not r.clean for r in recovered)
+        click.echo(
+            f"minibroker: data dir {config.data_dir.resolve()} "
+            f"({len(broker.logs.topics())} topics, {len(recovered)} partitions recovered"
+            f"{f', {unclean} after an unclean shutdown, {truncated} bytes truncated' if unclean else ''}); "
+            f"flush={config.log.flush}",
+            err=True,
+        )
+        adv_host, adv_port = broker.config.advertised
+        click.echo(
+            f"minibroker: listening on {config.host}:{port} (advertised {adv_host}:{adv_port})",
+            err=True,
+        )
+
+    try:
+        trio.run(run_until_signal, config, listening)
+    except OSError as exc:
+        click.echo(f"minibroker: error: {exc.strerror or exc} ({config.host}:{config.port})", err=True)
+        sys.exit(1)
+
+
+def _check_data_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"data dir {path}: {exc.strerror}") from None
+    if not path.is_dir():
+        raise ConfigError(f"data dir {path} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"data dir {path} is not writable")
+
+
+if __name__ == "__main__":
+    main()

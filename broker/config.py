@@ -1,0 +1,157 @@
+"""Broker configuration: Kafka's property names, read from a ``server.properties``-style file.
+
+Every setting has Kafka's key (``num.partitions``, ``log.segment.bytes``, ...) so that a Kafka user
+recognises it; the CLI flags override the file. Bad keys or values raise ``ConfigError`` with a
+message naming the key, which the CLI prints as one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker.log.manager import LogConfig
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class ConfigError(ValueError):
+    """A configuration key or value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None  # what clients are told to connect to; default: host
+    advertised_port: int | None = None
+    data_dir: Path = Path("data")
+    node_id: int = 0
+    num_partitions: int = 1
+    auto_create_topics: bool = True
+    socket_request_max_bytes: int = 100 * 1024 * 1024
+    log: LogConfig = field(default_factory=LogConfig)
+    log_retention_check_interval_ms: int = 300_000
+    producer_id_expiration_ms: int = DAY_MS
+    # Transactions (issue 3) and groups use these; they are read here so one file configures all.
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * DAY_MS
+    transaction_state_log_num_partitions: int = 50
+    transaction_abort_timed_out_interval_ms: int = 10_000
+    offsets_topic_num_partitions: int = 50
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_initial_rebalance_delay_ms: int = 3_000
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host = self.advertised_host or self.host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        return host, self.advertised_port or self.port
+
+
+def _bool(value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _flush(value: str) -> str:
+    if value not in ("always", "never"):
+        raise ValueError(f"expected 'always' or 'never', got {value!r}")
+    return value
+
+
+# Kafka property -> (BrokerConfig field or "log.<LogConfig field>", parser, minimum for ints)
+_PROPERTIES: dict[str, tuple[str, object, int | None]] = {
+    "listeners.host": ("host", str, None),
+    "port": ("port", int, 0),
+    "advertised.host": ("advertised_host", str, None),
+    "advertised.port": ("advertised_port", int, 1),
+    "log.dirs": ("data_dir", Path, None),
+    "log.dir": ("data_dir", Path, None),
+    "node.id": ("node_id", int, 0),
+    "broker.id": ("node_id", int, 0),
+    "num.partitions": ("num_partitions", int, 1),
+    "auto.create.topics.enable": ("auto_create_topics", _bool, None),
+    "socket.request.max.bytes": ("socket_request_max_bytes", int, 1024),
+    "log.segment.bytes": ("log.segment_bytes", int, 14),
+    "log.roll.ms": ("log.segment_ms", int, 1),
+    "log.retention.bytes": ("log.retention_bytes", int, -1),
+    "log.retention.ms": ("log.retention_ms", int, -1),
+    "log.index.interval.bytes": ("log.index_interval_bytes", int, 0),
+    "message.max.bytes": ("log.max_message_bytes", int, 0),
+    "log.preallocate": ("log.preallocate", _bool, None),
+    "log.flush": ("log.flush", _flush, None),
+    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int, 1),
+    "producer.id.expiration.ms": ("producer_id_expiration_ms", int, 1),
+    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int, 1),
+    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int, 1),
+    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", int, 1),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "transaction_abort_timed_out_interval_ms",
+        int,
+        1,
+    ),
+    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int, 1),
+    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 0),
+    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 0),
+    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),
+}
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Parse a ``key=value`` file (``#`` comments, blank lines ignored)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    props: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
+    """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
+    top: dict[str, object] = {}
+    log: dict[str, object] = {}
+    for key, raw in properties.items():
+        if key not in _PROPERTIES:
+            hint = difflib.get_close_matches(key, _PROPERTIES, n=1)
+            suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"unknown config key {key!r}{suffix}")
+        name, parse, minimum = _PROPERTIES[key]
+        try:
+            value = parse(raw)  # type: ignore[operator]
+        except ValueError as exc:
+            raise ConfigError(f"invalid value for {key}: {exc}") from None
+        if minimum is not None and isinstance(value, int) and value < minimum:
+            raise ConfigError(f"invalid value for {key}: {value} is below the minimum {minimum}")
+        if name.startswith("log."):
+            log[name[4:]] = value
+        else:
+            top[name] = value
+    for name, value in overrides.items():
+        if value is None:
+            continue
+        if name == "flush":
+            log["flush"] = value
+        else:
+            top[name] = value
+    try:
+        return BrokerConfig(**top, log=dataclasses.replace(LogConfig(), **log))  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None

@@ -1,0 +1,115 @@
+"""ApiVersions, Metadata, CreateTopics, DeleteTopics: what a client needs before it produces."""
+
+from __future__ import annotations
+
+from broker.core import INTERNAL_TOPICS, Broker, now_ms
+from broker.dispatcher import handles
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.api_versions import ADVERTISED
+
+
+@handles(ApiKey.API_VERSIONS, 0)
+def api_versions(broker: Broker, header, request) -> dict:
+    return {
+        "error_code": ErrorCode.NONE,
+        "api_keys": [
+            {"api_key": key, "min_version": r.min, "max_version": r.max}
+            for key, r in sorted(ADVERTISED.items())
+        ],
+    }
+
+
+@handles(ApiKey.METADATA, 4)
+def metadata(broker: Broker, header, request) -> dict:
+    node = broker.config.node_id
+    host, port = broker.config.advertised
+    if request.topics is None:
+        names = sorted(broker.logs.topics())
+        allow_create = False
+    else:
+        names = [t.name for t in request.topics]
+        allow_create = request.allow_auto_topic_creation
+    topics = []
+    for name in names:
+        try:
+            count = broker.ensure_topic(name, allow_create)
+        except KafkaError as exc:
+            topics.append(
+                {"error_code": exc.code, "name": name, "is_internal": False, "partitions": []}
+            )
+            continue
+        partitions = [
+            {
+                "error_code": ErrorCode.NONE,
+                "partition_index": index,
+                "leader_id": node,
+                "replica_nodes": [node],
+                "isr_nodes": [node],
+            }
+            for index in range(count)
+        ]
+        topics.append(
+            {
+                "error_code": ErrorCode.NONE,
+                "name": name,
+                "is_internal": name in INTERNAL_TOPICS,
+                "partitions": partitions,
+            }
+        )
+    return {
+        "throttle_time_ms": 0,
+        "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
+        "cluster_id": broker.cluster_id,
+        "controller_id": node,
+        "topics": topics,
+    }
+
+
+def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    if topic.replication_factor not in (-1, 1):
+        return ErrorCode.INVALID_REPLICATION_FACTOR, "this broker has one node: replication factor must be 1"
+    if topic.assignments:
+        return ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
+    count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    overrides = {c.name: c.value for c in topic.configs}
+    if topic.name in INTERNAL_TOPICS:
+        return ErrorCode.INVALID_REQUEST, f"{topic.name} is an internal topic"
+    try:
+        if validate_only:
+            broker.logs.validate_topic(topic.name, count, overrides)
+        else:
+            broker.logs.create_topic(topic.name, count, overrides, now_ms())
+    except KafkaError as exc:
+        return exc.code, exc.message or None
+    return ErrorCode.NONE, None
+
+
+@handles(ApiKey.CREATE_TOPICS, 2)
+def create_topics(broker: Broker, header, request) -> dict:
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        if topic.name in seen:
+            code, message = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"
+        else:
+            code, message = _create_one(broker, topic, request.validate_only)
+        seen.add(topic.name)
+        results.append({"name": topic.name, "error_code": code, "error_message": message})
+    return {"throttle_time_ms": 0, "topics": results}
+
+
+@handles(ApiKey.DELETE_TOPICS, 1)
+def delete_topics(broker: Broker, header, request) -> dict:
+    responses = []
+    for name in request.topic_names:
+        code = ErrorCode.NONE
+        if name in INTERNAL_TOPICS:
+            code = ErrorCode.INVALID_REQUEST  # Kafka: TOPIC_AUTHORIZATION_FAILED-like refusal
+        else:
+            try:
+                broker.logs.delete_topic(name)
+            except KafkaError as exc:
+                code = exc.code
+        responses.append({"name": name, "error_code": code})
+    return {"throttle_time_ms": 0, "responses": responses}

@@ -1,0 +1,104 @@
+"""Fetch v4 (bounded long poll, read_committed bound) and ListOffsets v2."""
+
+from __future__ import annotations
+
+import trio
+
+from broker.core import Broker
+from broker.dispatcher import Pending, handles
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.fetch import encode_fetch_response_v4_parts
+
+READ_COMMITTED = 1
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+# Cap on a client's max_wait_ms, so that a bogus value cannot park a connection for days.
+MAX_WAIT_CAP_MS = 60_000
+
+
+def _read_partitions(broker: Broker, request) -> tuple[list, int]:
+    """One pass over the requested partitions: ``(response topics, bytes of records)``."""
+    committed = request.isolation_level == READ_COMMITTED
+    remaining = request.max_bytes if request.max_bytes > 0 else 1 << 31
+    total = 0
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            hw = lso = -1
+            records: bytes | memoryview = b""
+            aborted = None
+            error = ErrorCode.NONE
+            try:
+                partition = broker.partition(topic.topic, part.partition)
+                hw, lso = partition.high_watermark, partition.last_stable_offset
+                bound = lso if committed else hw
+                if remaining > 0:
+                    limit = min(part.partition_max_bytes, remaining)
+                    records = partition.read(part.fetch_offset, limit, bound)
+                if committed:
+                    aborted = []  # no transactional data is ever aborted before EndTxn exists
+            except KafkaError as exc:
+                error = exc.code
+            remaining -= len(records)
+            total += len(records)
+            partitions.append((part.partition, error, hw, lso, aborted, records))
+        topics.append((topic.topic, partitions))
+    return topics, total
+
+
+@handles(ApiKey.FETCH, 4)
+def fetch(broker: Broker, header, request):
+    topics, total = _read_partitions(broker, request)
+    max_wait_ms = min(request.max_wait_ms, MAX_WAIT_CAP_MS)
+    if total >= request.min_bytes or max_wait_ms <= 0 or _has_error(topics):
+        return encode_fetch_response_v4_parts(0, topics)
+
+    async def long_poll():
+        nonlocal topics, total
+        with trio.move_on_after(max_wait_ms / 1000):
+            while total < request.min_bytes:
+                await broker.data_arrived.event().wait()
+                topics, total = _read_partitions(broker, request)
+        if total < request.min_bytes:
+            topics, total = _read_partitions(broker, request)
+        return encode_fetch_response_v4_parts(0, topics)
+
+    return Pending(long_poll)
+
+
+def _has_error(topics) -> bool:
+    return any(p[1] != ErrorCode.NONE for _, parts in topics for p in parts)
+
+
+@handles(ApiKey.LIST_OFFSETS, 2)
+def list_offsets(broker: Broker, header, request) -> dict:
+    committed = request.isolation_level == READ_COMMITTED
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            error, timestamp, offset = ErrorCode.NONE, -1, -1
+            try:
+                partition = broker.partition(topic.name, part.partition_index)
+                if part.timestamp == LATEST_TIMESTAMP:
+                    offset = partition.last_stable_offset if committed else partition.high_watermark
+                elif part.timestamp == EARLIEST_TIMESTAMP:
+                    offset = partition.log_start_offset
+                else:
+                    found = partition.offset_for_timestamp(part.timestamp)
+                    if found is not None:
+                        timestamp, offset = found
+            except KafkaError as exc:
+                error = exc.code
+            partitions.append(
+                {
+                    "partition_index": part.partition_index,
+                    "error_code": error,
+                    "timestamp": timestamp,
+                    "offset": offset,
+                }
+            )
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}

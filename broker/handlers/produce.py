@@ -1,0 +1,62 @@
+"""Produce v3: validate and append each partition's batches, answer after fsync for acks=all.
+
+The request is decoded without copying the records: each partition's records are a writable view
+into the request frame, whose baseOffset fields the log patches in place before writing them.
+"""
+
+from __future__ import annotations
+
+from broker.core import Broker, now_ms
+from broker.dispatcher import NO_RESPONSE, Pending, handles
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.produce import decode_produce_request_v3_untrusted
+
+VALID_ACKS = (-1, 0, 1)
+
+
+@handles(ApiKey.PRODUCE, 3, raw=True)
+def produce(broker: Broker, header, frame: bytearray, offset: int):
+    request = decode_produce_request_v3_untrusted(frame, offset)
+    now = now_ms()
+    flushes = []
+    responses = []
+    for topic in request.topics:
+        partition_responses = []
+        for part in topic.partitions:
+            error, base_offset = ErrorCode.NONE, -1
+            try:
+                if request.acks not in VALID_ACKS:
+                    raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
+                if part.records is None or len(part.records) == 0:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
+                partition = broker.partition(topic.name, part.index)
+                result, flushed = broker.append_untrusted(
+                    partition, part.records, request.transactional_id, now
+                )
+                base_offset = result.base_offset
+                if flushed is not None:
+                    flushes.append(flushed)
+            except KafkaError as exc:
+                error = exc.code
+            partition_responses.append(
+                {
+                    "index": part.index,
+                    "error_code": error,
+                    "base_offset": base_offset,
+                    "log_append_time_ms": -1,
+                }
+            )
+        responses.append({"name": topic.name, "partition_responses": partition_responses})
+    if request.acks == 0:
+        return NO_RESPONSE
+    response = {"responses": responses, "throttle_time_ms": 0}
+    if request.acks == -1 and flushes:
+
+        async def after_fsync():
+            for event in flushes:
+                await event.wait()
+            return response
+
+        return Pending(after_fsync)
+    return response

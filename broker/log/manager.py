@@ -1,0 +1,313 @@
+"""All partitions of a data directory: topics, their configuration, startup and clean shutdown.
+
+Layout of ``data_dir``::
+
+    topics.json              {"version": 1, "topics": {name: {"partitions": N,
+                              "config": {kafka_key: value, ...}}}}: the topics and their config
+                             overrides; replaced atomically (temp, fsync, rename, dir fsync)
+    .clean_shutdown          written last by close(): {"version": 1, "partitions":
+                              {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
+                             deleted (and the deletion fsync'd) once the next start has loaded
+    <topic>-<partition>/     one directory per partition (partition.py)
+
+``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
+the partition directories first and then adds the topic; delete_topic removes the topic first and
+then the directories. A crash in between leaves directories no topic owns, removed at the next
+start, so a topic is never half there. Overrides are stored as given and applied to the broker's
+defaults at each start (a topic without an override follows the broker default, as in Kafka).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.log.partition import Partition
+from broker.log.recovery import CleanState, RecoveryReport
+from broker.log.segment import atomic_write, fsync_dir
+from protocol.errors import ErrorCode, KafkaError
+
+TOPICS_FILE = "topics.json"
+CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+# A bound on one CreateTopics: each partition is a directory and a few open files.
+MAX_PARTITIONS = 10_000
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+_PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".tmp")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-topic log settings; Kafka's names in the comments."""
+
+    segment_bytes: int = 1 << 30  # log.segment.bytes / segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000  # log.roll.ms / segment.ms
+    retention_bytes: int = -1  # log.retention.bytes / retention.bytes (-1 unlimited)
+    retention_ms: int = 7 * 24 * 3600 * 1000  # log.retention.ms / retention.ms (-1 unlimited)
+    index_interval_bytes: int = 4096  # log.index.interval.bytes / index.interval.bytes
+    max_message_bytes: int = 1048588  # message.max.bytes / max.message.bytes (one batch)
+    preallocate: bool = True  # log.preallocate / preallocate
+    flush: str = "always"  # "always": HW moves after fdatasync; "never": HW = LEO at once
+
+
+# Topic-level keys accepted in CreateTopics: Kafka key -> (LogConfig field, minimum value).
+_INT_OVERRIDES: dict[str, tuple[str, int]] = {
+    "segment.bytes": ("segment_bytes", 14),  # Kafka's minimum
+    "segment.ms": ("segment_ms", 1),
+    "retention.bytes": ("retention_bytes", -1),
+    "retention.ms": ("retention_ms", -1),
+    "max.message.bytes": ("max_message_bytes", 0),
+    "index.interval.bytes": ("index_interval_bytes", 0),
+}
+_INT_MAX = (1 << 31) - 1
+_LONG_MAX = (1 << 63) - 1
+_INT_FIELDS = {"segment_bytes", "max_message_bytes", "index_interval_bytes"}  # int32 in Kafka
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'",
+        )
+
+
+def apply_overrides(base: LogConfig, overrides: dict[str, str] | None) -> LogConfig:
+    """``base`` with Kafka topic-config overrides applied; INVALID_CONFIG for unknown keys or bad
+    values."""
+    if not overrides:
+        return base
+    changes: dict[str, object] = {}
+    for key, raw in overrides.items():
+        if key in _INT_OVERRIDES:
+            field, minimum = _INT_OVERRIDES[key]
+            try:
+                value = int(str(raw).strip())
+            except (TypeError, ValueError):
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG, f"{key}={raw!r} is not an integer"
+                ) from None
+            maximum = _INT_MAX if field in _INT_FIELDS else _LONG_MAX
+            if raw is None or not minimum <= value <= maximum:
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [{minimum}, {maximum}]"
+                )
+            changes[field] = value
+        elif key == "preallocate":
+            text = str(raw).strip().lower()
+            if text not in ("true", "false"):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={raw!r} is not true/false")
+            changes["preallocate"] = text == "true"
+        else:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}")
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _partition_dir_name(topic: str, index: int) -> str:
+    return f"{topic}-{index}"
+
+
+class LogManager:
+    """Owns every partition under ``data_dir``."""
+
+    def __init__(self, data_dir: Path, default_config: LogConfig, now_ms: int) -> None:
+        """Load (recovering after a crash) every partition. Creates ``data_dir`` itself but not
+        its parent. ``self.recovered`` lists what each partition load found."""
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config
+        self.data_dir.mkdir(exist_ok=True)
+        self._topics: dict[str, dict] = self._read_topics()
+        self._configs: dict[str, LogConfig] = {}
+        self._partitions: dict[str, list[Partition]] = {}
+        self.recovered: list[RecoveryReport] = []
+        self._closed = False
+
+        clean = self._read_clean_marker()
+        for name, meta in self._topics.items():
+            config = apply_overrides(default_config, meta.get("config"))
+            self._configs[name] = config
+            parts = []
+            for i in range(meta["partitions"]):
+                dir_name = _partition_dir_name(name, i)
+                p = Partition(name, i, self.data_dir / dir_name, config, now_ms,
+                              clean.get(dir_name))
+                parts.append(p)
+                self.recovered.append(p.recovery)
+            self._partitions[name] = parts
+        self._remove_orphans()
+        # From here on a crash must be detected: the marker goes before anything is written.
+        marker = self.data_dir / CLEAN_SHUTDOWN_FILE
+        if marker.exists():
+            marker.unlink()
+        fsync_dir(self.data_dir)
+
+    # -- persistence of the topic list -------------------------------------------------------
+
+    def _read_topics(self) -> dict[str, dict]:
+        path = self.data_dir / TOPICS_FILE
+        try:
+            doc = json.loads(path.read_bytes())
+        except FileNotFoundError:
+            # A fresh directory. Partition directories without topics.json mean something
+            # removed it: refuse rather than delete them as orphans.
+            if any(self._looks_like_partition(p) for p in self.data_dir.iterdir()):
+                raise RuntimeError(
+                    f"{path} is missing but {self.data_dir} holds partition directories"
+                ) from None
+            self._write_topics({})
+            return {}
+        if not isinstance(doc, dict) or doc.get("version") != 1:
+            raise RuntimeError(f"{path}: unknown format")
+        return dict(doc["topics"])
+
+    def _write_topics(self, topics: dict[str, dict]) -> None:
+        body = json.dumps({"version": 1, "topics": topics}, indent=1, sort_keys=True).encode()
+        atomic_write(self.data_dir / TOPICS_FILE, body)
+
+    def _read_clean_marker(self) -> dict[str, CleanState]:
+        path = self.data_dir / CLEAN_SHUTDOWN_FILE
+        try:
+            doc = json.loads(path.read_bytes())
+            return {
+                name: CleanState(int(leo), int(base), int(size))
+                for name, (leo, base, size) in doc["partitions"].items()
+            }
+        except FileNotFoundError:
+            return {}
+        except (ValueError, KeyError, TypeError):
+            return {}  # unreadable marker: recover everything
+
+    @staticmethod
+    def _looks_like_partition(path: Path) -> bool:
+        if not path.is_dir() or not _PARTITION_DIR.fullmatch(path.name):
+            return False
+        return all(child.name.endswith(_OUR_SUFFIXES) for child in path.iterdir())
+
+    def _remove_orphans(self) -> None:
+        """Partition directories no topic owns: an interrupted create or delete."""
+        owned = {
+            _partition_dir_name(name, i)
+            for name, meta in self._topics.items()
+            for i in range(meta["partitions"])
+        }
+        removed = False
+        for path in self.data_dir.iterdir():
+            if path.name not in owned and self._looks_like_partition(path):
+                shutil.rmtree(path, ignore_errors=True)
+                removed = True
+        for path in self.data_dir.glob("*.tmp"):
+            path.unlink(missing_ok=True)
+        if removed:
+            fsync_dir(self.data_dir)
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Topic name -> partition count."""
+        return {name: len(parts) for name, parts in self._partitions.items()}
+
+    def topic_config(self, topic: str) -> LogConfig:
+        try:
+            return self._configs[topic]
+        except KeyError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}") from None
+
+    def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        overrides: dict[str, str] | None = None,
+        now_ms: int = 0,
+    ) -> None:
+        """Create a topic durably. Raises KafkaError TOPIC_ALREADY_EXISTS,
+        INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS or INVALID_CONFIG."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
+            )
+        config = apply_overrides(self.default_config, overrides)
+        stored_overrides = {k: str(v) for k, v in (overrides or {}).items()}
+        parts: list[Partition] = []
+        try:
+            for i in range(num_partitions):
+                directory = self.data_dir / _partition_dir_name(name, i)
+                if directory.exists():
+                    # Left by an interrupted create/delete of a topic of that name: not ours.
+                    shutil.rmtree(directory)
+                p = Partition(name, i, directory, config, now_ms)
+                p.flush()  # fsyncs the new directory's entries
+                parts.append(p)
+            fsync_dir(self.data_dir)
+            topics = dict(self._topics)
+            topics[name] = {"partitions": num_partitions, "config": stored_overrides}
+            self._write_topics(topics)  # the commit point
+        except BaseException:
+            for p in parts:
+                p.delete()
+            raise
+        self._topics = topics
+        self._configs[name] = config
+        self._partitions[name] = parts
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its files. UNKNOWN_TOPIC_OR_PARTITION if there is none."""
+        if name not in self._topics:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
+        topics = dict(self._topics)
+        del topics[name]
+        self._write_topics(topics)  # the commit point
+        self._topics = topics
+        del self._configs[name]
+        for p in self._partitions.pop(name):
+            p.delete()
+        fsync_dir(self.data_dir)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partition(self, topic: str, index: int) -> Partition:
+        parts = self._partitions.get(topic)
+        if parts is None or not 0 <= index < len(parts):
+            raise KafkaError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic partition {topic}-{index}"
+            )
+        return parts[index]
+
+    def all_partitions(self) -> Iterable[Partition]:
+        for parts in self._partitions.values():
+            yield from parts
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Apply every topic's retention; returns the number of segments deleted."""
+        return sum(p.enforce_retention(now_ms) for p in list(self.all_partitions()))
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> None:
+        for p in self.all_partitions():
+            p.expire_producers(now_ms, expiration_ms)
+
+    def close(self) -> None:
+        """Flush and close every partition (snapshots, trimmed files), then write the
+        clean-shutdown marker so that the next start skips the scan."""
+        if self._closed:
+            return
+        states: dict[str, list[int]] = {}
+        for p in list(self.all_partitions()):
+            p.close()
+            s = p.clean_state
+            states[_partition_dir_name(p.topic, p.index)] = [
+                s.log_end_offset, s.active_base_offset, s.active_size,
+            ]
+        atomic_write(
+            self.data_dir / CLEAN_SHUTDOWN_FILE,
+            json.dumps({"version": 1, "partitions": states}).encode(),
+        )
+        self._closed = True

@@ -1,0 +1,389 @@
+"""One partition's log: append (validation, idempotence, offsets), read, durability, retention.
+
+Directory ``data_dir/<topic>-<partition>/``: segments (``segment.py``), their indexes
+(``index.py``) and producer-state snapshots (``producer_state.py``). Loading and crash recovery are
+in ``recovery.py``.
+
+Offsets: ``log_start_offset`` (first offset kept; the base of the first segment, moved forward by
+retention), ``log_end_offset`` (LEO, the next offset to assign), ``high_watermark`` (HW, the next
+offset among durable data: with ``flush="always"`` only ``flush()`` moves it, after fdatasync; with
+``flush="never"`` it follows the LEO at once, Kafka's page-cache behaviour).
+
+Durability: an append is one ``pwrite`` of the request's bytes into the active segment (page
+cache). ``flush()`` fdatasyncs what was written since the last flush (and the directory if a
+segment was created), so whatever was below the HW it returns survives kill -9 and power loss.
+The server group-commits: many appends, then one ``flush()``, then the answers.
+
+Segment roll (before an append that would overflow ``segment_bytes``, or once the active segment is
+``segment_ms`` old): trim the old segment's preallocated tail, write its index, fdatasync both
+(with ``flush="always"``; with ``"never"`` the next ``flush()`` does it), write a producer-state
+snapshot at the new base offset (the recovery point) and create the new segment.
+"""
+
+from __future__ import annotations
+
+import shutil
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from broker.log.recovery import CleanState, RecoveryReport, load_log
+from broker.log.segment import CorruptLogError, Segment, fsync_dir
+from broker.producer_state import (
+    ProducerStateManager,
+    list_snapshots,
+    snapshot_path,
+)
+from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
+from protocol.records import (
+    CONTROL_BIT,
+    LOG_OVERHEAD,
+    BatchHeader,
+    batch_crc_ok,
+    parse_header_untrusted,
+    patch_base_offset,
+)
+
+if TYPE_CHECKING:
+    from broker.log.manager import LogConfig
+
+# Producer-state snapshots kept per partition: the newest is the recovery point, the one before is
+# the fallback if the newest turns out to lie beyond the recovered log.
+SNAPSHOTS_RETAINED = 2
+_MAGIC_POS = 16
+
+
+@dataclass
+class AppendResult:
+    base_offset: int  # first offset of the append (the ORIGINAL one for a duplicate)
+    last_offset: int
+    duplicate: bool  # True: idempotent retry of batches already in the log; nothing appended
+    log_append_time: int = -1  # CreateTime only: -1, as Kafka answers
+
+
+class Partition:
+    """The log of one topic partition. Not thread-safe: the trio loop calls it."""
+
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        directory: Path,
+        config: LogConfig,
+        now_ms: int,
+        clean: CleanState | None = None,
+    ) -> None:
+        """Open (creating if needed) and load or recover the partition in ``directory``.
+
+        ``clean`` is this partition's entry in the clean-shutdown marker, if any. The outcome is in
+        ``self.recovery``.
+        """
+        self.topic = topic
+        self.index = index
+        self.dir = directory
+        self.config = config
+        created = not directory.exists()
+        directory.mkdir(exist_ok=True)
+        loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
+        self.segments: list[Segment] = loaded.segments
+        self._bases: list[int] = [s.base_offset for s in self.segments]
+        self.producers: ProducerStateManager = loaded.producers
+        self.log_start_offset = self.segments[0].base_offset
+        self.log_end_offset = self.segments[-1].next_offset
+        self.high_watermark = self.log_end_offset
+        self._dirty = False  # bytes written since the last fdatasync
+        self._dir_dirty = created  # directory entries not yet fsync'd
+        self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
+        self._closed = False
+        self.recovery = RecoveryReport(
+            topic, index, self.log_start_offset, self.log_end_offset,
+            loaded.truncated_bytes, loaded.clean,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Partition({self.topic}-{self.index}, start={self.log_start_offset}, "
+            f"hw={self.high_watermark}, leo={self.log_end_offset})"
+        )
+
+    @property
+    def last_stable_offset(self) -> int:
+        # Transactions will lower this to the first offset of the oldest open transaction.
+        return self.high_watermark
+
+    @property
+    def dirty(self) -> bool:
+        return self._dirty or self._dir_dirty or bool(self._unsynced)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- append ------------------------------------------------------------------------------
+
+    def append_untrusted(self, buf: bytearray | memoryview, now_ms: int) -> AppendResult:
+        """Validate and append the batches of a Produce request, patching base offsets in place.
+
+        All or nothing: every batch is checked (header, size, CRC, not a control batch, producer
+        id/epoch/sequence) before anything is written. A retry of batches already in the log
+        returns their original offsets with ``duplicate=True`` and writes nothing.
+        Raises ``KafkaError``: CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT, MESSAGE_TOO_LARGE,
+        INVALID_RECORD, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
+        KAFKA_STORAGE_ERROR.
+        """
+        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        if mv.readonly:
+            mv = memoryview(bytearray(mv))  # offsets are patched in place
+        elif mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        n = mv.nbytes
+        if n == 0:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches")
+        max_size = self.config.max_message_bytes
+        batches: list[tuple[int, BatchHeader]] = []
+        pos = 0
+        while pos < n:
+            if n - pos > _MAGIC_POS and mv[pos + _MAGIC_POS] != 2:
+                magic = mv[pos + _MAGIC_POS]
+                raise KafkaError(
+                    ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+                    if magic in (0, 1)
+                    else ErrorCode.CORRUPT_MESSAGE,
+                    f"record batch magic {magic}, only 2 is supported",
+                )
+            try:
+                header = parse_header_untrusted(mv, pos)
+            except CorruptFrameError as exc:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+            size = header.length + LOG_OVERHEAD
+            if pos + size > n:
+                raise KafkaError(
+                    ErrorCode.CORRUPT_MESSAGE,
+                    f"record batch at {pos} is truncated: {size} bytes declared, {n - pos} present",
+                )
+            if size > max_size:
+                raise KafkaError(
+                    ErrorCode.MESSAGE_TOO_LARGE,
+                    f"record batch of {size} bytes exceeds max.message.bytes {max_size}",
+                )
+            if header.attributes & CONTROL_BIT:
+                raise KafkaError(ErrorCode.INVALID_RECORD, "clients may not write control batches")
+            if header.records_count != header.last_offset_delta + 1:
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    f"records count {header.records_count} does not match last offset delta "
+                    f"{header.last_offset_delta}",
+                )
+            if not batch_crc_ok(mv, pos, header):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in record batch at {pos}")
+            batches.append((pos, header))
+            pos += size
+
+        producers = self.producers
+        if len(batches) == 1:
+            header = batches[0][1]
+            dup = producers.check(header, now_ms) if header.producer_id >= 0 else None
+        else:
+            dup = producers.check_all([h for _, h in batches], now_ms)
+        if dup is not None:
+            return AppendResult(dup.base_offset, dup.last_offset, True)
+        base_offset = self.log_end_offset
+        last_offset = self._write(mv, batches, now_ms)
+        return AppendResult(base_offset, last_offset, False)
+
+    def append_control_batch(self, batch: bytes | bytearray, now_ms: int) -> int:
+        """Append one broker-made batch (a transaction marker, a coordinator record); no
+        idempotence checks, but the producer state sees it. Returns its base offset."""
+        buf = bytearray(batch)
+        try:
+            header = parse_header_untrusted(buf, 0)
+        except CorruptFrameError as exc:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+        if header.length + LOG_OVERHEAD != len(buf):
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "expected exactly one whole batch")
+        base_offset = self.log_end_offset
+        self._write(memoryview(buf), [(0, header)], now_ms)
+        return base_offset
+
+    def _write(self, mv: memoryview, batches: list[tuple[int, BatchHeader]], now_ms: int) -> int:
+        """Assign offsets, patch them in, write ``mv`` with one pwrite, index, update producers.
+        Returns the last offset written."""
+        config = self.config
+        n = mv.nbytes
+        seg = self.segments[-1]
+        if seg.size and (
+            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.segment_ms
+        ):
+            seg = self._roll()
+        if config.preallocate:
+            seg.reserve(n, config.segment_bytes)
+        offset = self.log_end_offset
+        for pos, header in batches:
+            patch_base_offset(mv, pos, offset)
+            offset += header.last_offset_delta + 1
+        position = seg.size
+        try:
+            seg.write(mv)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        if seg.roll_base_ms < 0:
+            seg.roll_base_ms = now_ms
+        interval = config.index_interval_bytes
+        producers = self.producers
+        offset = self.log_end_offset
+        for pos, header in batches:
+            seg.add_batch(position + pos, offset, header.length + LOG_OVERHEAD,
+                          header.max_timestamp, interval)
+            if header.producer_id >= 0:
+                producers.update(header, offset, now_ms)
+            offset += header.last_offset_delta + 1
+        seg.next_offset = offset
+        self.log_end_offset = offset
+        self._dirty = True
+        if config.flush == "never":
+            self.high_watermark = offset
+        return offset - 1
+
+    def _roll(self) -> Segment:
+        old = self.segments[-1]
+        old.trim()
+        old.save_index(fsync=self.config.flush == "always")
+        if self.config.flush == "always":
+            old.sync()
+        else:
+            self._unsynced.append(old)
+        self._dirty = False
+        base = self.log_end_offset
+        self._write_snapshot(base)
+        seg = Segment.create(self.dir, base)
+        self.segments.append(seg)
+        self._bases.append(base)
+        self._dir_dirty = True
+        return seg
+
+    def _write_snapshot(self, offset: int) -> None:
+        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset)
+        for old in list_snapshots(self.dir)[:-SNAPSHOTS_RETAINED]:
+            snapshot_path(self.dir, old).unlink(missing_ok=True)
+
+    # -- durability --------------------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fdatasync what was written since the last flush; then HW = LEO. Returns the HW."""
+        if self._unsynced:
+            for seg in self._unsynced:
+                seg.sync()
+            self._unsynced.clear()
+        if self._dirty:
+            self.segments[-1].sync()
+            self._dirty = False
+        if self._dir_dirty:
+            fsync_dir(self.dir)
+            self._dir_dirty = False
+        self.high_watermark = self.log_end_offset
+        return self.high_watermark
+
+    # -- read --------------------------------------------------------------------------------
+
+    def read(self, fetch_offset: int, max_bytes: int, max_offset: int) -> bytes:
+        """Whole batches from the one holding ``fetch_offset``, only those with base offset below
+        ``max_offset`` (HW or LSO), at least one, then as many as fit in ``max_bytes``; never
+        crosses a segment boundary. ``b""`` if none. Raises OFFSET_OUT_OF_RANGE outside
+        ``[log_start_offset, log_end_offset]``."""
+        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"offset {fetch_offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
+            )
+        if fetch_offset >= max_offset or fetch_offset >= self.log_end_offset:
+            return b""
+        seg = self.segments[bisect_right(self._bases, fetch_offset) - 1]
+        try:
+            return seg.read(fetch_offset, max_bytes, max_offset)
+        except CorruptLogError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """Base offset of the first batch whose maxTimestamp >= ``timestamp``; None if none."""
+        for seg in self.segments:
+            try:
+                found = seg.find_timestamp(timestamp)
+            except CorruptLogError as exc:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            if found is not None:
+                return found
+        return None
+
+    # -- retention and expiry ----------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> int:
+        """Delete whole old segments by ``retention_ms`` (largest timestamp in the segment older
+        than that) and ``retention_bytes`` (total size above it). Only data below the HW goes;
+        the active segment is rolled first when it has expired itself. Returns segments deleted."""
+        config = self.config
+        deleted = 0
+        if config.retention_ms >= 0:
+            while True:
+                seg = self.segments[0]
+                if (
+                    seg.size == 0
+                    or seg.max_timestamp < 0  # no timestamps (NO_TIMESTAMP): never by time
+                    or now_ms - seg.max_timestamp <= config.retention_ms
+                    or seg.next_offset > self.high_watermark
+                ):
+                    break
+                if len(self.segments) == 1:
+                    self._roll()
+                self._delete_oldest()
+                deleted += 1
+        if config.retention_bytes >= 0:
+            total = self.size_bytes
+            while len(self.segments) > 1:
+                seg = self.segments[0]
+                if total - seg.size < config.retention_bytes or seg.next_offset > self.high_watermark:
+                    break
+                total -= seg.size
+                self._delete_oldest()
+                deleted += 1
+        return deleted
+
+    def _delete_oldest(self) -> None:
+        seg = self.segments.pop(0)
+        self._bases.pop(0)
+        if seg in self._unsynced:
+            self._unsynced.remove(seg)
+        seg.delete()
+        self.log_start_offset = self.segments[0].base_offset
+
+    def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        return self.producers.expire(now_ms, expiration_ms)
+
+    # -- shutdown ----------------------------------------------------------------------------
+
+    @property
+    def clean_state(self) -> CleanState:
+        active = self.segments[-1]
+        return CleanState(self.log_end_offset, active.base_offset, active.size)
+
+    def close(self) -> None:
+        """Trim, fdatasync, save the active index and a producer-state snapshot at the LEO, close
+        the files. After this the partition can be loaded without a scan (given the marker)."""
+        if self._closed:
+            return
+        active = self.segments[-1]
+        active.trim()
+        self._dirty = True  # the new file length must be durable too
+        self.flush()
+        active.save_index(fsync=True)
+        self._write_snapshot(self.log_end_offset)
+        for seg in self.segments:
+            seg.close()
+        self._closed = True
+
+    def delete(self) -> None:
+        """Close the files without saving anything and remove the directory."""
+        for seg in self.segments:
+            seg.close()
+        self._closed = True
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,323 @@
+"""Loading a partition directory at start: the clean path and crash recovery.
+
+Clean path (the LogManager found a clean-shutdown marker whose entry for this partition matches):
+every segment's ``.index`` is trusted, only the batch headers after each segment's last index entry
+are walked (a few reads) to find the segment's end, and the producer state comes from the snapshot
+written at the log end offset on close. No CRC is computed.
+
+Crash path (no marker, or anything above does not line up):
+
+1. Pick the newest producer-state snapshot; its offset is the recovery point. Segments wholly
+   before the segment holding it were fsync'd with their index when they were rolled: they are
+   opened as on the clean path (index + tail walk; falling back to a scan if that fails).
+2. From the segment holding the recovery point on, every batch is read back and checked: a
+   readable magic-2 header, the whole batch present, ``baseOffset`` equal to the previous batch's
+   last offset + 1, and the CRC-32C. Each good batch goes into a fresh index and, at or after the
+   recovery point, is replayed into the producer state loaded from the snapshot.
+3. The first bad batch ends the log (Kafka does the same): the segment is truncated there and every
+   later segment deleted. Zeros after the data (preallocation, or pages never written before a
+   kill -9) are not reported as truncated; anything else cut is (``truncated_bytes``).
+4. If the log now ends before the snapshot's offset (data lost beneath it, e.g. power loss), that
+   snapshot is deleted and the procedure restarts from the next older one (or from the log start
+   with an empty state when none is left).
+5. Scanned segments are fdatasync'd and their rebuilt indexes written, so what recovery exposes
+   (the high watermark starts at the log end) is durable.
+"""
+
+from __future__ import annotations
+
+import os
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from broker.log.index import OffsetIndex
+from broker.log.segment import CorruptLogError, Segment, fsync_dir
+from broker.producer_state import ProducerStateManager, list_snapshots, snapshot_path
+from protocol.errors import CorruptFrameError
+from protocol.records import HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, parse_header_untrusted
+
+_SCAN_CHUNK = 4 << 20
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """What loading one partition found (the server prints these at start)."""
+
+    topic: str
+    partition: int
+    log_start_offset: int
+    log_end_offset: int
+    # Bytes of torn or corrupt data cut from the log, up to the last non-zero one: zeros after the
+    # data are taken for preallocation (or pages never written before a kill -9).
+    truncated_bytes: int
+    clean: bool  # True: the clean-shutdown path (no scan)
+
+
+@dataclass(frozen=True)
+class CleanState:
+    """A partition's entry in the clean-shutdown marker."""
+
+    log_end_offset: int
+    active_base_offset: int
+    active_size: int
+
+
+class LoadedLog(NamedTuple):
+    segments: list[Segment]
+    producers: ProducerStateManager
+    truncated_bytes: int
+    clean: bool
+
+
+def list_segments(directory: Path) -> list[int]:
+    bases = []
+    for p in directory.glob("*.log"):
+        if p.stem.isdigit():
+            bases.append(int(p.stem))
+    return sorted(bases)
+
+
+def _remove_leftovers(directory: Path) -> None:
+    """Temporary files of interrupted atomic writes, and indexes whose segment is gone."""
+    for p in directory.glob("*.tmp"):
+        p.unlink(missing_ok=True)
+    for p in directory.glob("*.index"):
+        if not p.with_suffix(".log").exists():
+            p.unlink(missing_ok=True)
+
+
+def open_trusted(segment: Segment) -> None:
+    """Load the segment's index and walk the headers after its last entry to find the end.
+
+    Raises ``CorruptLogError`` if the index is missing or inconsistent or the batches after it do
+    not end exactly at the end of the file (zeros of preallocation or a torn tail included).
+    """
+    file_size = segment.allocated
+    index = OffsetIndex.load(segment.index_path, segment.base_offset, file_size)
+    if index is None:
+        raise CorruptLogError(f"{segment.index_path}: missing or inconsistent")
+    segment.index = index
+    segment.size = file_size
+    if not len(index):
+        segment.next_offset = segment.base_offset
+        segment.max_timestamp = -1
+        segment.bytes_since_index = 0
+        return
+    start = index.positions[-1]
+    expected = index.offsets[-1]
+    max_ts = index.max_timestamps[-1]
+    for _, base, _, last_delta, batch_max_ts in segment.walk(start, file_size):
+        if base != expected:
+            raise CorruptLogError(f"{segment.log_path}: offset {base} where {expected} was expected")
+        expected = base + last_delta + 1
+        if batch_max_ts > max_ts:
+            max_ts = batch_max_ts
+    segment.next_offset = expected
+    segment.max_timestamp = max_ts
+    segment.bytes_since_index = file_size - start
+
+
+def _nonzero_extent(fd: int, start: int, end: int) -> int:
+    """Bytes from ``start`` to the last non-zero byte before ``end`` (0 if all zeros)."""
+    last = start
+    pos = start
+    while pos < end:
+        chunk = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
+        if not chunk:
+            break
+        stripped = len(chunk.rstrip(b"\0"))
+        if stripped:
+            last = pos + stripped
+        pos += len(chunk)
+    return last - start
+
+
+def scan_segment(
+    segment: Segment,
+    index_interval: int,
+    producers: ProducerStateManager,
+    replay_from: int,
+    now_ms: int,
+) -> tuple[int, bool]:
+    """CRC-check the segment from its start, rebuild its index, replay batches at or after
+    ``replay_from`` into ``producers``, and truncate the file after the last good batch.
+
+    Returns ``(truncated_bytes, intact)``: non-zero bytes cut, and whether the file held only
+    good batches (if not, the log ends in this segment).
+    """
+    fd = segment.fd
+    file_size = os.fstat(fd).st_size
+    segment.index = OffsetIndex()
+    segment.size = 0
+    segment.max_timestamp = -1
+    segment.bytes_since_index = 0
+    expected = segment.base_offset
+    pos = 0
+    buf = b""
+    buf_start = 0
+    while pos < file_size:
+        rel = pos - buf_start
+        if len(buf) - rel < HEADER_SIZE:
+            buf = os.pread(fd, min(_SCAN_CHUNK, file_size - pos), pos)
+            buf_start = pos
+            rel = 0
+            if len(buf) < HEADER_SIZE:
+                break
+        try:
+            header = parse_header_untrusted(buf, rel)
+        except CorruptFrameError:
+            break
+        size = header.length + LOG_OVERHEAD
+        if rel + size > len(buf):
+            if pos + size > file_size:
+                break
+            buf = os.pread(fd, max(_SCAN_CHUNK, size), pos)
+            buf_start = pos
+            rel = 0
+            if len(buf) < size:
+                break
+        if header.base_offset != expected or not batch_crc_ok(buf, rel, header):
+            break
+        segment.add_batch(pos, expected, size, header.max_timestamp, index_interval)
+        if expected >= replay_from:
+            producers.replay(header, now_ms)
+        expected += header.last_offset_delta + 1
+        pos += size
+    segment.size = pos
+    segment.next_offset = expected
+    truncated = _nonzero_extent(fd, pos, file_size)
+    if file_size != pos:
+        os.ftruncate(fd, pos)
+    segment.allocated = pos
+    return truncated, pos == file_size
+
+
+def _segment_bytes(directory: Path, base: int) -> int:
+    """Non-zero bytes of a segment file about to be deleted (for the truncation report)."""
+    path = directory / f"{base:020d}.log"
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return 0
+    try:
+        return _nonzero_extent(fd, 0, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _delete_segment_files(directory: Path, base: int) -> None:
+    (directory / f"{base:020d}.log").unlink(missing_ok=True)
+    (directory / f"{base:020d}.index").unlink(missing_ok=True)
+
+
+def _load_clean(directory: Path, bases: list[int], clean: CleanState) -> LoadedLog | None:
+    if not bases or bases[-1] != clean.active_base_offset:
+        return None
+    snap = ProducerStateManager.read_snapshot(snapshot_path(directory, clean.log_end_offset))
+    if snap is None or snap[0] != clean.log_end_offset:
+        return None
+    segments: list[Segment] = []
+    try:
+        for base in bases:
+            seg = Segment.open_existing(directory, base)
+            segments.append(seg)
+            open_trusted(seg)
+            if len(segments) > 1 and segments[-2].next_offset != base:
+                raise CorruptLogError(f"{seg.log_path}: does not continue the previous segment")
+        active = segments[-1]
+        if active.size != clean.active_size or active.next_offset != clean.log_end_offset:
+            raise CorruptLogError(f"{active.log_path}: does not match the clean-shutdown marker")
+    except CorruptLogError:
+        for seg in segments:
+            seg.close()
+        return None
+    return LoadedLog(segments, snap[1], 0, True)
+
+
+def load_log(
+    directory: Path, index_interval: int, now_ms: int, clean: CleanState | None
+) -> LoadedLog:
+    """Open every segment of a partition directory, recovering after a crash (module docstring).
+
+    Creates an empty segment at offset 0 if the directory has none.
+    """
+    _remove_leftovers(directory)
+    bases = list_segments(directory)
+    if not bases:
+        for offset in list_snapshots(directory):
+            snapshot_path(directory, offset).unlink(missing_ok=True)
+        seg = Segment.create(directory, 0)
+        fsync_dir(directory)
+        return LoadedLog([seg], ProducerStateManager(), 0, True)
+    if clean is not None:
+        loaded = _load_clean(directory, bases, clean)
+        if loaded is not None:
+            _finish(loaded.segments, now_ms)
+            return loaded
+
+    snapshots = list_snapshots(directory)
+    truncated = 0
+    while True:
+        recovery_point = -1
+        producers = ProducerStateManager()
+        if snapshots:
+            snap = ProducerStateManager.read_snapshot(snapshot_path(directory, snapshots[-1]))
+            if snap is None or snap[0] != snapshots[-1]:
+                snapshot_path(directory, snapshots.pop()).unlink(missing_ok=True)
+                continue
+            recovery_point, producers = snap
+        bases = list_segments(directory)
+        first_scanned = max(bisect_right(bases, recovery_point) - 1, 0)
+        segments: list[Segment] = []
+        scanned: list[Segment] = []
+        for i, base in enumerate(bases):
+            if segments and segments[-1].next_offset != base:
+                # A gap or overlap: the log cannot continue here.
+                for later in bases[i:]:
+                    truncated += _segment_bytes(directory, later)
+                    _delete_segment_files(directory, later)
+                break
+            seg = Segment.open_existing(directory, base)
+            segments.append(seg)
+            if i < first_scanned:
+                try:
+                    open_trusted(seg)
+                    continue
+                except CorruptLogError:
+                    first_scanned = i
+            cut, intact = scan_segment(seg, index_interval, producers, recovery_point, now_ms)
+            truncated += cut
+            scanned.append(seg)
+            if not intact:
+                for later in bases[i + 1 :]:
+                    truncated += _segment_bytes(directory, later)
+                    _delete_segment_files(directory, later)
+                break
+        log_end_offset = segments[-1].next_offset
+        if recovery_point > log_end_offset:
+            # The snapshot describes data that is no longer there: use an older one.
+            for seg in segments:
+                seg.close()
+            snapshot_path(directory, snapshots.pop()).unlink(missing_ok=True)
+            continue
+        break
+
+    for offset in snapshots:
+        if offset > log_end_offset:
+            snapshot_path(directory, offset).unlink(missing_ok=True)
+    for seg in scanned:
+        seg.sync()
+        seg.save_index(fsync=True)
+    fsync_dir(directory)
+    _finish(segments, now_ms)
+    return LoadedLog(segments, producers, truncated, False)
+
+
+def _finish(segments: list[Segment], now_ms: int) -> None:
+    # The segment.ms clock of a loaded, non-empty active segment restarts at load time (the
+    # creation time is not stored).
+    active = segments[-1]
+    if active.size:
+        active.roll_base_ms = now_ms

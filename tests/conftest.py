@@ -1,0 +1,38 @@
+"""Shared fixtures: the real broker, in-process (trio) or as a subprocess, on a loopback port."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+
+from broker.config import build_config
+from tests.broker_process import BrokerProcess
+
+
+@pytest.fixture
+def broker_proc(tmp_path):
+    """A broker subprocess with a fresh data dir; stopped by its own handle at the end."""
+    proc = BrokerProcess(tmp_path / "data")
+    proc.start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+async def broker_port(tmp_path, nursery):
+    """An in-process broker on an ephemeral loopback port; returns the port."""
+    from broker.server import serve
+
+    config = build_config({}, port=0, data_dir=tmp_path / "data")
+    port = await nursery.start(serve, config)
+    yield port
+
+
+@pytest.fixture
+def trio_open_tcp():
+    async def connect(port: int) -> trio.SocketStream:
+        return await trio.open_tcp_stream("127.0.0.1", port)
+
+    return connect
