@@ -10,7 +10,10 @@ from broker.core import Broker, now_ms
 from broker.dispatcher import NO_RESPONSE, Pending, handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.produce import decode_produce_request_v3_untrusted
+from protocol.messages.produce import (
+    decode_produce_request_v3_untrusted,
+    encode_produce_response_v3,
+)
 
 VALID_ACKS = (-1, 0, 1)
 
@@ -39,18 +42,11 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     flushes.append(flushed)
             except KafkaError as exc:
                 error = exc.code
-            partition_responses.append(
-                {
-                    "index": part.index,
-                    "error_code": error,
-                    "base_offset": base_offset,
-                    "log_append_time_ms": -1,
-                }
-            )
-        responses.append({"name": topic.name, "partition_responses": partition_responses})
+            partition_responses.append((part.index, error, base_offset, -1))
+        responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
-    response = {"responses": responses, "throttle_time_ms": 0}
+    response = encode_produce_response_v3(responses)
     if request.acks == -1 and flushes:
 
         async def after_fsync():

@@ -1,0 +1,180 @@
+"""Request headers v1/v2 and response headers v0/v1: golden bytes, kafka-python, bad input."""
+
+from __future__ import annotations
+
+import importlib
+import struct
+import warnings
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol.api_keys import (
+    FIRST_FLEXIBLE_VERSION,
+    ApiKey,
+    is_flexible,
+    request_header_version,
+    response_header_version,
+)
+from protocol.errors import CorruptFrameError
+from protocol.headers import (
+    RequestHeader,
+    encode_request_header,
+    encode_response_header,
+    parse_request_header_untrusted,
+    parse_response_header_untrusted,
+)
+
+with warnings.catch_warnings():  # kafka-python's import trips a DeprecationWarning
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.api_message import ApiMessage
+    from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
+    from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+
+V1 = RequestHeader(ApiKey.PRODUCE, 3, 7, "rdkafka")
+V1_BYTES = struct.pack(">hhih", 0, 3, 7, 7) + b"rdkafka"
+V2 = RequestHeader(ApiKey.INIT_PRODUCER_ID, 3, 0x01020304, "client-é")
+V2_BYTES = struct.pack(">hhih", 22, 3, 0x01020304, 9) + "client-é".encode() + b"\x00"
+
+
+def test_request_header_v1_golden() -> None:
+    assert request_header_version(ApiKey.PRODUCE, 3) == 1
+    assert encode_request_header(V1) == V1_BYTES
+    assert parse_request_header_untrusted(V1_BYTES + b"body") == (V1, len(V1_BYTES))
+
+
+def test_request_header_v1_null_client_id() -> None:
+    header = RequestHeader(ApiKey.METADATA, 4, -5, None)
+    data = struct.pack(">hhih", 3, 4, -5, -1)
+    assert encode_request_header(header) == data
+    assert parse_request_header_untrusted(data) == (header, 10)
+
+
+def test_request_header_v2_golden() -> None:
+    assert request_header_version(ApiKey.INIT_PRODUCER_ID, 3) == 2
+    assert encode_request_header(V2) == V2_BYTES
+    assert parse_request_header_untrusted(V2_BYTES + b"body") == (V2, len(V2_BYTES))
+
+
+def test_request_header_v2_skips_tagged_fields() -> None:
+    # client_id stays a non-compact INT16 string in v2; then one tagged field (tag 3, 2 bytes).
+    data = struct.pack(">hhih", 18, 3, 1, 3) + b"abc" + b"\x01\x03\x02hi"
+    header, offset = parse_request_header_untrusted(data + b"BODY")
+    assert header == RequestHeader(ApiKey.API_VERSIONS, 3, 1, "abc")
+    assert offset == len(data)
+
+
+def test_unknown_api_key_is_returned_for_the_caller_to_reject() -> None:
+    for key in (99, -1):
+        data = struct.pack(">hhih", key, 0, 1, 0)
+        assert parse_request_header_untrusted(data) == (RequestHeader(key, 0, 1, ""), 10)
+
+
+def test_response_header_v0_and_v1_golden() -> None:
+    assert encode_response_header(ApiKey.PRODUCE, 3, 7) == b"\x00\x00\x00\x07"
+    assert encode_response_header(ApiKey.INIT_PRODUCER_ID, 3, 7) == b"\x00\x00\x00\x07\x00"
+    assert encode_response_header(ApiKey.INIT_PRODUCER_ID, 0, 7) == b"\x00\x00\x00\x07"
+    # ApiVersions responses always use header v0, even to a flexible (v3) request
+    assert encode_response_header(ApiKey.API_VERSIONS, 3, 7) == b"\x00\x00\x00\x07"
+    assert parse_response_header_untrusted(b"\x00\x00\x00\x07body", ApiKey.PRODUCE, 3) == (7, 4)
+    assert parse_response_header_untrusted(
+        b"\x00\x00\x00\x07\x00body", ApiKey.INIT_PRODUCER_ID, 3
+    ) == (7, 5)
+    assert parse_response_header_untrusted(
+        b"\xff\xff\xff\xff\x01\x00\x01Xbody", ApiKey.INIT_PRODUCER_ID, 3
+    ) == (-1, 8)
+
+
+def test_header_versions() -> None:
+    assert response_header_version(ApiKey.API_VERSIONS, 3) == 0
+    assert request_header_version(ApiKey.API_VERSIONS, 3) == 2
+    assert request_header_version(ApiKey.API_VERSIONS, 0) == 1
+    assert response_header_version(ApiKey.INIT_PRODUCER_ID, 3) == 1
+    assert not is_flexible(ApiKey.INIT_PRODUCER_ID, 1)
+    assert not is_flexible(99, 100)
+
+
+def test_first_flexible_versions_match_kafka_schemas() -> None:
+    """kafka-python's classes carry Kafka's ``flexibleVersions``: an independent source."""
+    theirs = {}
+    for package in ("producer", "consumer", "metadata", "admin"):
+        module = importlib.import_module(f"kafka.protocol.{package}")
+        for obj in vars(module).values():
+            if isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage:
+                if obj.is_request() and obj.API_KEY in FIRST_FLEXIBLE_VERSION:
+                    theirs[obj.API_KEY] = next(v for v in range(100) if obj.flexible_version_q(v))
+    assert theirs == {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items()}
+
+
+def test_same_bytes_as_kafka_python() -> None:
+    cases = [
+        (ProduceRequest[3], ApiKey.PRODUCE, 3, "rdkafka"),
+        (MetadataRequest[4], ApiKey.METADATA, 4, "kafka-python"),
+        (InitProducerIdRequest[3], ApiKey.INIT_PRODUCER_ID, 3, "c"),
+        (ApiVersionsRequest[3], ApiKey.API_VERSIONS, 3, "x" * 300),
+    ]
+    for cls, key, version, client_id in cases:
+        request = cls()
+        request.with_header(correlation_id=123456, client_id=client_id)
+        theirs = request.encode_header(flexible=cls.flexible_version_q(version))
+        ours = encode_request_header(RequestHeader(key, version, 123456, client_id))
+        assert ours == theirs
+        assert parse_request_header_untrusted(theirs) == (
+            RequestHeader(key, version, 123456, client_id),
+            len(theirs),
+        )
+
+
+@pytest.mark.parametrize("good", [V1_BYTES, V2_BYTES])
+def test_every_truncated_request_header_is_corrupt(good: bytes) -> None:
+    for cut in range(len(good)):
+        with pytest.raises(CorruptFrameError):
+            parse_request_header_untrusted(good[:cut])
+
+
+def test_every_truncated_response_header_is_corrupt() -> None:
+    for data, key, version in (
+        (b"\x00\x00\x00\x07", ApiKey.PRODUCE, 3),
+        (b"\x00\x00\x00\x07\x00", ApiKey.INIT_PRODUCER_ID, 3),
+        (b"\x00\x00\x00\x07\x01\x00\x01X", ApiKey.INIT_PRODUCER_ID, 3),
+    ):
+        for cut in range(len(data)):
+            with pytest.raises(CorruptFrameError):
+                parse_response_header_untrusted(data[:cut], key, version)
+
+
+def test_garbage_request_headers_are_corrupt() -> None:
+    for data in (
+        struct.pack(">hhih", 0, 3, 1, -2),  # client_id length -2
+        struct.pack(">hhih", 0, 3, 1, 5) + b"abc",  # client_id past the end
+        struct.pack(">hhih", 0, 3, 1, 2) + b"\xc3\x28",  # client_id not UTF-8
+        struct.pack(">hhih", 22, 3, 1, -1) + b"\x01\x00\x05ab",  # tagged field past the end
+        struct.pack(">hhih", 22, 3, 1, -1) + b"\xff" * 6,  # varint over 5 bytes
+    ):
+        with pytest.raises(CorruptFrameError):
+            parse_request_header_untrusted(data)
+
+
+@settings(max_examples=300)
+@given(data=st.binary(max_size=40))
+def test_random_request_headers_raise_only_corrupt_frame(data: bytes) -> None:
+    try:
+        header, offset = parse_request_header_untrusted(data)
+    except CorruptFrameError:
+        return
+    assert 10 <= offset <= len(data)
+    assert (
+        encode_request_header(header) == data[:offset]
+        or request_header_version(header.api_key, header.api_version) == 2
+    )  # tagged fields are skipped, so a v2 header may not re-encode to the same bytes
+
+
+@settings(max_examples=200)
+@given(data=st.binary(max_size=12), key=st.sampled_from(list(ApiKey)), version=st.integers(0, 5))
+def test_random_response_headers_raise_only_corrupt_frame(data: bytes, key, version: int) -> None:
+    try:
+        correlation_id, offset = parse_response_header_untrusted(data, key, version)
+    except CorruptFrameError:
+        return
+    assert 4 <= offset <= len(data)
