@@ -51,8 +51,16 @@ class LogConfig:
     retention_ms: int = 7 * 24 * 3600 * 1000  # log.retention.ms / retention.ms (-1 unlimited)
     index_interval_bytes: int = 4096  # log.index.interval.bytes / index.interval.bytes
     max_message_bytes: int = 1048588  # message.max.bytes / max.message.bytes (one batch)
-    preallocate: bool = True  # log.preallocate / preallocate
+    # log.preallocate / preallocate: zero-fill the active segment ahead of the data so fdatasync
+    # needs no metadata update; applies only with flush="always" (segment.py has the numbers).
+    preallocate: bool = True
     flush: str = "always"  # "always": HW moves after fdatasync; "never": HW = LEO at once
+
+    def __post_init__(self) -> None:
+        if self.flush not in ("always", "never"):
+            raise ValueError(f"flush must be 'always' or 'never', not {self.flush!r}")
+        if self.segment_bytes < 14 or self.segment_ms < 1 or self.index_interval_bytes < 0:
+            raise ValueError(f"invalid log config {self}")
 
 
 # Topic-level keys accepted in CreateTopics: Kafka key -> (LogConfig field, minimum value).
@@ -94,7 +102,7 @@ def apply_overrides(base: LogConfig, overrides: dict[str, str] | None) -> LogCon
                     ErrorCode.INVALID_CONFIG, f"{key}={raw!r} is not an integer"
                 ) from None
             maximum = _INT_MAX if field in _INT_FIELDS else _LONG_MAX
-            if raw is None or not minimum <= value <= maximum:
+            if not minimum <= value <= maximum:
                 raise KafkaError(
                     ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [{minimum}, {maximum}]"
                 )

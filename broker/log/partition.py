@@ -15,9 +15,10 @@ segment was created), so whatever was below the HW it returns survives kill -9 a
 The server group-commits: many appends, then one ``flush()``, then the answers.
 
 Segment roll (before an append that would overflow ``segment_bytes``, or once the active segment is
-``segment_ms`` old): trim the old segment's preallocated tail, write its index, fdatasync both
-(with ``flush="always"``; with ``"never"`` the next ``flush()`` does it), write a producer-state
-snapshot at the new base offset (the recovery point) and create the new segment.
+``segment_ms`` old): trim the old segment's preallocated tail, write and fsync its index, fdatasync
+its data (with ``flush="always"``; with ``"never"`` the next ``flush()`` or ``close()`` does it),
+write a producer-state snapshot at the new base offset (the recovery point) and create the new
+segment.
 """
 
 from __future__ import annotations
@@ -216,7 +217,8 @@ class Partition:
             seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.segment_ms
         ):
             seg = self._roll()
-        if config.preallocate:
+        if config.preallocate and config.flush == "always":
+            # Only fdatasync profits from preallocated blocks (see segment.PREALLOCATE_METHOD).
             seg.reserve(n, config.segment_bytes)
         offset = self.log_end_offset
         for pos, header in batches:
@@ -248,7 +250,7 @@ class Partition:
     def _roll(self) -> Segment:
         old = self.segments[-1]
         old.trim()
-        old.save_index(fsync=self.config.flush == "always")
+        old.save_index(fsync=True)  # small; later starts trust it without a scan
         if self.config.flush == "always":
             old.sync()
         else:
@@ -304,8 +306,10 @@ class Partition:
         except CorruptLogError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
-    def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """Base offset of the first batch whose maxTimestamp >= ``timestamp``; None if none."""
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets by time, at batch granularity: ``(timestamp, offset)`` = the maxTimestamp
+        and base offset of the first batch whose maxTimestamp >= ``timestamp``; None if none.
+        The offset may lie above the high watermark: the caller bounds it if it must."""
         for seg in self.segments:
             try:
                 found = seg.find_timestamp(timestamp)

@@ -7,9 +7,10 @@ batch)::
                                  patched by the broker, nothing else changed (CRC still valid)
     00000000000000000000.index   sparse offset -> position index (format in index.py)
 
-Only the active (last) segment is written to. With ``preallocate`` its file is grown ahead of the
-data in chunks (1 MiB doubling up to 64 MiB, never past ``segment_bytes`` unless one append is
-larger), so the file is usually longer than the data: ``size`` is the data, ``allocated`` the file.
+Only the active (last) segment is written to. With ``preallocate`` (and ``flush="always"``) its file
+is grown ahead of the data in chunks (the file doubles, from 1 MiB, by at most 16 MiB at a time,
+never past ``segment_bytes`` unless one append is larger), so the file is usually longer than the
+data: ``size`` is the data, ``allocated`` the file.
 A roll and a clean close truncate the file to ``size``; after a crash recovery finds the real end by
 scanning (the tail is zeros, or a torn batch) and truncates there.
 
@@ -34,15 +35,18 @@ _MIN_BATCH_SIZE = 61
 _WALK_CHUNK = 16 * 1024
 
 _PREALLOCATE_MIN_STEP = 1 << 20
-_PREALLOCATE_MAX_STEP = 64 << 20
+_PREALLOCATE_MAX_STEP = 16 << 20  # bounds the stall of one zero-fill (~15-50 ms here)
 _ZEROS = bytes(1 << 20)
 
 # How preallocation reserves space. "zeros" writes zero pages ahead of the data: the blocks are then
 # allocated *and initialised*, so overwriting them and fdatasync-ing needs no file-system metadata
 # update (no journal commit). posix_fallocate leaves "unwritten" extents whose conversion on first
-# write costs a journal commit at every fdatasync: on this VM's ext4 that made fdatasync slower than
-# plain appending (measured: 256 KB write+fdatasync append 285 us, fallocate 340 us, zeros 150-200
-# us; 4 KB: append 190 us, fallocate 200-280 us, zeros 90-100 us).
+# write costs a journal commit at every fdatasync: on this VM's ext4 that made fdatasync *slower*
+# than plain appending. Measured through Partition (append + flush per call, medians of 3):
+#   4 KB batches:   no prealloc 254-342 us, zeros 140-172 us, fallocate ~290 us
+#   300 KB batches: no prealloc 490-960 us, zeros 470-700 us, fallocate ~690 us
+# Without fdatasync (flush="never") zero-filling only doubles page-cache writes, so the partition
+# preallocates only in flush="always" mode.
 PREALLOCATE_METHOD = "zeros"
 
 
@@ -264,13 +268,14 @@ class Segment:
             raise CorruptLogError(f"{self.log_path}: short read at {pos}")
         return data
 
-    def find_timestamp(self, timestamp: int) -> int | None:
-        """Base offset of the first batch with maxTimestamp >= ``timestamp``, or None."""
+    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(maxTimestamp, base offset)`` of the first batch with maxTimestamp >= ``timestamp``,
+        or None."""
         if self.max_timestamp < timestamp or not len(self.index):
             return None
         k = self.index.first_reaching(timestamp)
         start = self.index.positions[k - 1] if k > 0 else 0
         for _, base, _, _, max_ts in self.walk(start, self.size):
             if max_ts >= timestamp:
-                return base
+                return max_ts, base
         return None

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 
 import broker.log.recovery as recovery
@@ -230,7 +232,7 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
         p.append_untrusted(batch(1, value_size=100, ts=ts, tag=i), NOW)
     assert len(p.segments) > 2
     for target in range(0, 3200, 50):
-        want = next((i for i, ts in enumerate(stamps) if ts >= target), None)
+        want = next(((ts, i) for i, ts in enumerate(stamps) if ts >= target), None)
         assert p.offset_for_timestamp(target) == want, target
 
 
@@ -269,6 +271,11 @@ def test_bad_batches_are_rejected_and_nothing_is_written(mgr: LogManager) -> Non
     control = encode_control_batch(producer_id=1, producer_epoch=0, commit=True,
                                    coordinator_epoch=0, timestamp_ms=NOW)
     _assert_rejected(p, control, ErrorCode.INVALID_RECORD)
+    # recordsCount that disagrees with lastOffsetDelta (CRC made valid again).
+    miscounted = bytearray(good)
+    struct.pack_into(">i", miscounted, 57, 5)
+    struct.pack_into(">I", miscounted, 17, crc32c.crc32c(bytes(miscounted[21:])))
+    _assert_rejected(p, miscounted, ErrorCode.INVALID_RECORD)
     # All or nothing: a good batch followed by a corrupt one writes neither.
     _assert_rejected(p, batch() + flipped, ErrorCode.CORRUPT_MESSAGE)
     assert p.log_end_offset == 1
@@ -436,6 +443,23 @@ def test_clean_close_skips_the_scan(tmp_path: Path, mgr: LogManager,
     # Without a new clean close the next start scans again.
     m3 = reopen(tmp_path, m2, clean=False)
     assert not m3.recovered[0].clean and m3.recovered[0].log_end_offset == 16
+
+
+def test_clean_close_trims_preallocation(tmp_path: Path) -> None:
+    m = make(tmp_path, preallocate=True)
+    m.create_topic("t", 1)
+    p = m.partition("t", 0)
+    written = _fill(p, 3)
+    path = _active_log(p)
+    assert path.stat().st_size > sum(map(len, written))
+    m2 = reopen(tmp_path, m, clean=True, preallocate=True)
+    assert path.stat().st_size == sum(map(len, written))
+    assert m2.recovered[0].clean
+    p2 = m2.partition("t", 0)
+    assert p2.append_untrusted(batch(), NOW).base_offset == 6
+    p2.flush()
+    data = b"".join(written)
+    assert p2.read(0, 1 << 20, 7)[: len(data)] == data
 
 
 def test_clean_marker_that_does_not_match_falls_back_to_recovery(tmp_path: Path,
@@ -700,3 +724,31 @@ def test_expire_producers(mgr: LogManager) -> None:
     p.append_untrusted(batch(pid=2, epoch=0, seq=0), NOW + 500)
     mgr.expire_producers(NOW + 1000, 1000)
     assert p.producers.get(1) is None and p.producers.get(2) is not None
+
+
+def test_flush_never_mode_rolls_close_and_recover(tmp_path: Path) -> None:
+    m = make(tmp_path, flush="never", segment_bytes=900)
+    m.create_topic("t", 1)
+    p = m.partition("t", 0)
+    written = []
+    for i in range(15):
+        b = batch(2, value_size=60, pid=3, epoch=0, seq=2 * i, tag=i)
+        p.append_untrusted(b, NOW)
+        written.append(bytes(b))
+    assert len(p.segments) > 2 and p.dirty
+    assert p.flush() == 30 and not p.dirty  # syncs the rolled segments too
+    for clean in (True, False):
+        m = reopen(tmp_path, m, clean=clean, flush="never", segment_bytes=900)
+        assert m.recovered[0].clean is clean
+        p = m.partition("t", 0)
+        assert p.read(0, 1 << 20, 30) + b"".join(
+            p.read(s.base_offset, 1 << 20, 30) for s in p.segments[1:]
+        ) == b"".join(written)
+        assert p.append_untrusted(bytearray(written[-1]), NOW).duplicate
+
+
+def test_log_config_validation() -> None:
+    with pytest.raises(ValueError):
+        LogConfig(flush="sometimes")
+    with pytest.raises(ValueError):
+        LogConfig(segment_bytes=0)
