@@ -47,9 +47,10 @@ class FlushScheduler:
     """Group commit: appends mark partitions dirty; one task fsyncs them all, then wakes waiters.
 
     ``mark(partition)`` returns the event set once a flush covering that append has finished, so
-    concurrent acks=all requests share one fdatasync per partition. The fsync runs inline on the
-    trio thread: with the page cache already holding the data this is short, and measured faster
-    than handing it to a worker thread (DESIGN.md section 9).
+    concurrent acks=all requests share one fdatasync per partition. The fdatasyncs of a round run
+    in a worker thread: meanwhile the event loop keeps reading and appending the requests that
+    arrive, and the next round covers all of them (measured: inline fsyncs of ~0.8 ms each left
+    one request per round with librdkafka's 5 in-flight requests).
     """
 
     def __init__(self, data_arrived: DataArrived) -> None:
@@ -57,6 +58,10 @@ class FlushScheduler:
         self._round = trio.Event()
         self._wakeup = trio.Event()
         self._data_arrived = data_arrived
+        # Counters for the log at shutdown: how well do fsyncs group?
+        self.rounds = 0
+        self.partition_syncs = 0
+        self.seconds = 0.0
 
     def mark(self, partition: Partition) -> trio.Event:
         self._dirty[id(partition)] = partition
@@ -69,16 +74,41 @@ class FlushScheduler:
             self._wakeup = trio.Event()
             # Let every request that is already runnable append first: one fsync then covers them.
             await trio.lowlevel.cancel_shielded_checkpoint()
-            self.flush_now()
+            dirty, done = self._take_round()
+            tickets = [(p, p.begin_flush()) for p in dirty]
+            started = time.perf_counter()
+            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes anyway).
+            await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
+            self._finish_round(tickets, done, started)
 
     def flush_now(self) -> None:
+        """Flush every dirty partition inline (shutdown, or callers that cannot wait)."""
+        dirty, done = self._take_round()
+        started = time.perf_counter()
+        tickets = [(p, p.begin_flush()) for p in dirty]
+        _sync_all([t for _, t in tickets if t is not None])
+        self._finish_round(tickets, done, started)
+
+    def _take_round(self) -> tuple[list[Partition], trio.Event]:
         dirty, self._dirty = self._dirty, {}
         done, self._round = self._round, trio.Event()
-        for partition in dirty.values():
-            partition.flush()
+        return list(dirty.values()), done
+
+    def _finish_round(self, tickets, done: trio.Event, started: float) -> None:
+        for partition, ticket in tickets:
+            if ticket is not None:
+                partition.complete_flush(ticket)
+        self.seconds += time.perf_counter() - started
+        self.rounds += 1
+        self.partition_syncs += len(tickets)
         done.set()
-        if dirty:
+        if tickets:
             self._data_arrived.notify()
+
+
+def _sync_all(tickets) -> None:
+    for ticket in tickets:
+        ticket.sync()
 
 
 class Broker:
@@ -131,6 +161,13 @@ class Broker:
 
     def close(self) -> None:
         self.flusher.flush_now()
+        f = self.flusher
+        log.info(
+            "flush stats: %d rounds, %d partition syncs, %.3f s in fsync",
+            f.rounds,
+            f.partition_syncs,
+            f.seconds,
+        )
         self.logs.close()
 
 

@@ -82,13 +82,14 @@ def list_offsets(broker: Broker, header, request) -> dict:
             error, timestamp, offset = ErrorCode.NONE, -1, -1
             try:
                 partition = broker.partition(topic.name, part.partition_index)
+                visible = partition.last_stable_offset if committed else partition.high_watermark
                 if part.timestamp == LATEST_TIMESTAMP:
-                    offset = partition.last_stable_offset if committed else partition.high_watermark
+                    offset = visible
                 elif part.timestamp == EARLIEST_TIMESTAMP:
                     offset = partition.log_start_offset
                 else:
                     found = partition.offset_for_timestamp(part.timestamp)
-                    if found is not None:
+                    if found is not None and found[1] < visible:
                         timestamp, offset = found
             except KafkaError as exc:
                 error = exc.code

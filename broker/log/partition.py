@@ -23,6 +23,7 @@ segment.
 
 from __future__ import annotations
 
+import os
 import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -61,6 +62,27 @@ class AppendResult:
     last_offset: int
     duplicate: bool  # True: idempotent retry of batches already in the log; nothing appended
     log_append_time: int = -1  # CreateTime only: -1, as Kafka answers
+
+
+@dataclass
+class FlushTicket:
+    """What one fdatasync round of a partition covers (see ``Partition.begin_flush``)."""
+
+    fds: list[int]
+    directory: Path | None
+    log_end_offset: int
+
+    def sync(self) -> None:
+        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds."""
+        try:
+            for fd in self.fds:
+                os.fdatasync(fd)
+            if self.directory is not None:
+                fsync_dir(self.directory)
+        finally:
+            for fd in self.fds:
+                os.close(fd)
+            self.fds = []
 
 
 class Partition:
@@ -273,18 +295,38 @@ class Partition:
 
     def flush(self) -> int:
         """fdatasync what was written since the last flush; then HW = LEO. Returns the HW."""
-        if self._unsynced:
-            for seg in self._unsynced:
-                seg.sync()
-            self._unsynced.clear()
-        if self._dirty:
-            self.segments[-1].sync()
-            self._dirty = False
-        if self._dir_dirty:
-            fsync_dir(self.dir)
-            self._dir_dirty = False
-        self.high_watermark = self.log_end_offset
+        ticket = self.begin_flush()
+        if ticket is not None:
+            ticket.sync()
+            self.complete_flush(ticket)
         return self.high_watermark
+
+    def begin_flush(self) -> FlushTicket | None:
+        """Split flush, first part (event-loop thread): take what the next fdatasync must cover.
+
+        ``ticket.sync()`` may then run in a worker thread while appends go on; the files are
+        duplicated descriptors, so a segment deleted or closed meanwhile is still synced safely.
+        ``complete_flush(ticket)`` (event-loop thread again) moves the high watermark. None: clean.
+        """
+        if not self.dirty:
+            self.high_watermark = self.log_end_offset
+            return None
+        segments = list(self._unsynced)
+        if self._dirty:
+            segments.append(self.segments[-1])
+        ticket = FlushTicket(
+            fds=[os.dup(seg.fd) for seg in segments],
+            directory=self.dir if self._dir_dirty else None,
+            log_end_offset=self.log_end_offset,
+        )
+        self._unsynced.clear()
+        self._dirty = False
+        self._dir_dirty = False
+        return ticket
+
+    def complete_flush(self, ticket: FlushTicket) -> None:
+        if ticket.log_end_offset > self.high_watermark:
+            self.high_watermark = ticket.log_end_offset
 
     # -- read --------------------------------------------------------------------------------
 
