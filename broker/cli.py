@@ -73,9 +73,24 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
 
     try:
         trio.run(run_until_signal, config, listening)
-    except OSError as exc:
-        click.echo(f"minibroker: error: {exc.strerror or exc} ({config.host}:{config.port})", err=True)
+    except (OSError, BaseExceptionGroup) as exc:
+        error = _first_os_error(exc)
+        if error is None:
+            raise
+        click.echo(f"minibroker: error: {error.strerror or error} ({config.host}:{config.port})", err=True)
         sys.exit(1)
+
+
+def _first_os_error(exc: BaseException) -> OSError | None:
+    """The OSError (bind failure, unusable disk) inside what trio raised, if any."""
+    if isinstance(exc, OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = _first_os_error(inner)
+            if found is not None:
+                return found
+    return None
 
 
 def _check_data_dir(path: Path) -> None:

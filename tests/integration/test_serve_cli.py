@@ -1,0 +1,89 @@
+"""`minibroker serve`: readable startup, and one-line errors (no traceback) for bad options."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+SERVE = [sys.executable, "-c", "from broker.cli import main; main()", "serve"]
+
+
+def run_serve(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*SERVE, *args], capture_output=True, text=True, timeout=30)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, needle: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert needle in result.stderr, result.stderr
+
+
+def test_unknown_config_key_names_it(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text("num.partitons=3\n")
+    result = run_serve("--config", str(config), "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(result, "unknown config key 'num.partitons' (did you mean 'num.partitions'?)")
+
+
+def test_bad_config_value(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text("num.partitions=zero\n")
+    result = run_serve("--config", str(config), "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(result, "invalid value for num.partitions")
+
+
+def test_missing_config_file(tmp_path):
+    result = run_serve("--config", str(tmp_path / "nope.properties"))
+    assert_one_line_error(result, "cannot read config file")
+
+
+def test_data_dir_is_a_file(tmp_path):
+    afile = tmp_path / "file"
+    afile.write_text("x")
+    result = run_serve("--data-dir", str(afile), "--port", "0")
+    assert_one_line_error(result, "data dir")
+
+
+def test_bad_port_option():
+    result = run_serve("--port", "99999")
+    assert_one_line_error(result, "--port")
+
+
+def test_port_in_use(tmp_path):
+    with BrokerProcess(tmp_path / "a") as first:
+        result = run_serve("--port", str(first.port), "--data-dir", str(tmp_path / "b"))
+    assert_one_line_error(result, "Address already in use")
+
+
+@pytest.mark.parametrize("flush", ["always", "never"])
+def test_startup_output_and_clean_restart(tmp_path, flush):
+    broker = BrokerProcess(tmp_path / "d", "--flush", flush)
+    broker.start()
+    assert broker.stop() == 0
+    broker.start()
+    broker.stop()
+    text = "".join(broker.output)
+    assert "listening on 127.0.0.1:" in text
+    assert f"flush={flush}" in text
+    assert "data dir" in text and "after an unclean shutdown" not in text
+
+
+def test_unclean_shutdown_is_reported(tmp_path):
+    broker = BrokerProcess(tmp_path / "d")
+    broker.start()
+    from protocol.api_keys import ApiKey
+    from tests.raw_client import RawConnection
+
+    with RawConnection(broker.port) as conn:
+        meta = conn.request(
+            ApiKey.METADATA, 4, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True}
+        )
+        assert meta.topics[0].error_code == 0
+    broker.kill9()
+    broker.start()
+    broker.stop()
+    assert "after an unclean shutdown" in "".join(broker.output)
