@@ -15,8 +15,10 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig
+from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
+from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
 from protocol.errors import ErrorCode, KafkaError
 
@@ -123,6 +125,11 @@ class Broker:
         self.producer_ids = ProducerIdManager(data_dir / "producer_ids")
         self.data_arrived = DataArrived()
         self.flusher = FlushScheduler(self.data_arrived)
+        # Groups and committed offsets; replays __consumer_offsets. Housekeeping: groups.tick(now).
+        self.groups = GroupService(self)
+        # Transaction coordinator; replays __transaction_state and completes prepared
+        # transactions (after the groups, which then see the markers it writes).
+        self.transactions = TransactionManager(self, now_ms() if now is None else now, now_ms)
 
     @property
     def durable(self) -> bool:

@@ -180,6 +180,9 @@ class ProducerStateManager:
 
     def __init__(self) -> None:
         self.producers: dict[int, ProducerStateEntry] = {}
+        # producer_id -> first offset of its open transaction: the LSO is asked for on every
+        # read_committed Fetch, so it must not walk every producer.
+        self._ongoing: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self.producers)
@@ -241,7 +244,9 @@ class ProducerStateManager:
         if pid < 0:
             return
         producers = self.producers
-        producers[pid] = _apply(producers.get(pid), header, first_offset, now_ms)
+        entry = producers[pid] = _apply(producers.get(pid), header, first_offset, now_ms)
+        if entry.current_txn_first_offset is not None and pid not in self._ongoing:
+            self._ongoing[pid] = entry.current_txn_first_offset
 
     def replay(self, header: BatchHeader, now_ms: int) -> None:
         """Rebuild state from a batch read back from the log at recovery (no checks): like
@@ -257,15 +262,17 @@ class ProducerStateManager:
             return None
         first = entry.current_txn_first_offset
         entry.current_txn_first_offset = None
+        self._ongoing.pop(producer_id, None)
         return first
 
     def open_transactions(self) -> dict[int, int]:
         """``producer_id -> first offset`` of every open transaction on the partition."""
-        return {
-            pid: e.current_txn_first_offset
-            for pid, e in self.producers.items()
-            if e.current_txn_first_offset is not None
-        }
+        return dict(self._ongoing)
+
+    def first_open_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (what bounds the LSO), or None."""
+        ongoing = self._ongoing
+        return min(ongoing.values()) if ongoing else None
 
     def expire(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``expiration_ms`` or more, except those with an open
@@ -320,6 +327,8 @@ class ProducerStateManager:
                     int(last_ts),
                     None if txn_first is None else int(txn_first),
                 )
+                if txn_first is not None:
+                    state._ongoing[int(pid)] = int(txn_first)
             return int(doc["offset"]), state
         except (ValueError, KeyError, TypeError):
             return None

@@ -79,7 +79,7 @@ async def _accept_loop(listener, broker: Broker, nursery: trio.Nursery) -> None:
 
 
 async def _housekeeping(broker: Broker) -> None:
-    """Periodic work: retention, producer-state expiry."""
+    """Periodic work: retention, producer-state expiry, dropping empty groups."""
     interval = broker.config.log_retention_check_interval_ms / 1000
     while True:
         await trio.sleep(interval)
@@ -88,6 +88,7 @@ async def _housekeeping(broker: Broker) -> None:
         if deleted:
             log.info("retention deleted %d segments", deleted)
         broker.logs.expire_producers(now, broker.config.producer_id_expiration_ms)
+        broker.groups.tick(now)
 
 
 async def _transaction_housekeeping(broker: Broker) -> None:
@@ -110,7 +111,9 @@ async def _serve_connection(sock: _Socket, broker: Broker) -> None:
             await connection.read_requests()
             await connection.drain()
             nursery.cancel_scope.cancel()
-    except (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+    except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
+        # except*: the reader's error (a peer's RST: ConnectionResetError) leaves the nursery
+        # inside an ExceptionGroup; a plain except missed it and the broker died.
         pass
     finally:
         sock.close()

@@ -33,6 +33,8 @@ class ApiKey(enum.IntEnum):
     END_TXN = 26
     WRITE_TXN_MARKERS = 27
     TXN_OFFSET_COMMIT = 28
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 class VersionRange(NamedTuple):
@@ -65,6 +67,8 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
     ApiKey.END_TXN: 3,
     ApiKey.WRITE_TXN_MARKERS: 1,
     ApiKey.TXN_OFFSET_COMMIT: 3,
+    ApiKey.DESCRIBE_TRANSACTIONS: 0,  # flexible from v0 (an admin API added after KIP-482)
+    ApiKey.LIST_TRANSACTIONS: 0,
 }
 
 

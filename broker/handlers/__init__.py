@@ -1,3 +1,3 @@
 """Request handlers, one module per API family; importing this package registers them all."""
 
-from broker.handlers import admin, fetch, produce, producer_id  # noqa: F401
+from broker.handlers import admin, fetch, groups, produce, producer_id, txn  # noqa: F401

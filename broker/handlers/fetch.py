@@ -38,7 +38,9 @@ def _read_partitions(broker: Broker, request) -> tuple[list, int]:
                     limit = min(part.partition_max_bytes, remaining)
                     records = partition.read(part.fetch_offset, limit, bound)
                 if committed:
-                    aborted = []  # no transactional data is ever aborted before EndTxn exists
+                    # Aborted transactions overlapping what is returned; none without records.
+                    aborted = (partition.aborted_transactions(part.fetch_offset, bound)
+                               if records else [])
             except KafkaError as exc:
                 error = exc.code
             remaining -= len(records)

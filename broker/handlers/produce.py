@@ -22,6 +22,7 @@ VALID_ACKS = (-1, 0, 1)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
     request = decode_produce_request_v3_untrusted(frame, offset)
     now = now_ms()
+    transactions = broker.transactions
     flushes = []
     responses = []
     for topic in request.topics:
@@ -34,6 +35,9 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                 if part.records is None or len(part.records) == 0:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
                 partition = broker.partition(topic.name, part.index)
+                if transactions.needs_verification(part.records, request.transactional_id):
+                    # KIP-890 part 1: only partitions of the producer's ongoing transaction.
+                    transactions.verify_produce(partition, part.records, request.transactional_id)
                 result, flushed = broker.append_untrusted(
                     partition, part.records, request.transactional_id, now
                 )

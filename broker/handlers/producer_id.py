@@ -1,27 +1,55 @@
-"""InitProducerId for idempotent producers (no transactional.id): a fresh producer id, epoch 0.
+"""InitProducerId v0 and v3.
 
-Producer ids come from a counter reserved on disk in blocks, so an id is never handed out twice,
-even across a kill -9. Requests with a transactional.id belong to the transaction coordinator.
+Without a transactional.id (idempotent producers): a fresh producer id, epoch 0, from a counter
+reserved on disk in blocks, so an id is never handed out twice, even across a kill -9.
+
+With a transactional.id: the transaction coordinator (``broker/txn/``) allocates and persists the
+id's producer id on first use, and bumps the epoch (fencing older instances, aborting an ongoing
+transaction first) on later calls; v3's producer_id/producer_epoch let a producer bump its own
+epoch after an abortable error (KIP-360). The answer waits until the change is durable.
 """
 
 from __future__ import annotations
 
-from broker.core import Broker
-from broker.dispatcher import handles
+from broker.core import Broker, now_ms
+from broker.dispatcher import Pending, handles
+from broker.txn.manager import InitResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
 
-@handles(ApiKey.INIT_PRODUCER_ID, 0, 3)
-def init_producer_id(broker: Broker, header, request) -> dict:
-    if request.transactional_id is None:
-        producer_id, epoch, error = broker.producer_ids.next_id(), 0, ErrorCode.NONE
-    else:
-        producer_id, epoch, error = -1, -1, ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+def _response(result: InitResult) -> dict:
     return {
         "throttle_time_ms": 0,
-        "error_code": error,
-        "producer_id": producer_id,
-        "producer_epoch": epoch,
+        "error_code": result.error_code,
+        "producer_id": result.producer_id,
+        "producer_epoch": result.producer_epoch,
         "tagged_fields": {},  # v3 only; ignored by the v0 schema
     }
+
+
+@handles(ApiKey.INIT_PRODUCER_ID, 0, 3)
+def init_producer_id(broker: Broker, header, request):
+    if request.transactional_id is None:
+        return _response(InitResult(ErrorCode.NONE, broker.producer_ids.next_id(), 0))
+    expected = None
+    if header.api_version >= 3:
+        producer_id, producer_epoch = request.producer_id, request.producer_epoch
+        if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
+            # Kafka: either both or neither of producer_id and producer_epoch must be set.
+            return _response(InitResult(ErrorCode.INVALID_REQUEST))
+        if producer_id != NO_PRODUCER_ID:
+            expected = (producer_id, producer_epoch)
+    result = broker.transactions.init_producer_id(
+        request.transactional_id, request.transaction_timeout_ms, expected, now_ms()
+    )
+    if isinstance(result, InitResult):
+        return _response(result)
+
+    async def wait() -> dict:
+        return _response(await result())
+
+    return Pending(wait)

@@ -38,7 +38,7 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
-_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".tmp")
+_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".txnindex", ".tmp")
 
 
 @dataclass(frozen=True)

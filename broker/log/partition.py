@@ -1,13 +1,15 @@
 """One partition's log: append (validation, idempotence, offsets), read, durability, retention.
 
 Directory ``data_dir/<topic>-<partition>/``: segments (``segment.py``), their indexes
-(``index.py``) and producer-state snapshots (``producer_state.py``). Loading and crash recovery are
-in ``recovery.py``.
+(``index.py``), producer-state snapshots (``producer_state.py``) and the aborted-transaction index
+(``txn_index.py``). Loading and crash recovery are in ``recovery.py``.
 
 Offsets: ``log_start_offset`` (first offset kept; the base of the first segment, moved forward by
 retention), ``log_end_offset`` (LEO, the next offset to assign), ``high_watermark`` (HW, the next
 offset among durable data: with ``flush="always"`` only ``flush()`` moves it, after fdatasync; with
-``flush="never"`` it follows the LEO at once, Kafka's page-cache behaviour).
+``flush="never"`` it follows the LEO at once, Kafka's page-cache behaviour), ``last_stable_offset``
+(LSO, what read_committed consumers may read: the HW, lowered to the first offset of the oldest
+transaction not yet decided; see "Transactions" below).
 
 Durability: an append is one ``pwrite`` of the request's bytes into the active segment (page
 cache). ``flush()`` fdatasyncs what was written since the last flush (and the directory if a
@@ -19,6 +21,16 @@ Segment roll (before an append that would overflow ``segment_bytes``, or once th
 its data (with ``flush="always"``; with ``"never"`` the next ``flush()`` or ``close()`` does it),
 write a producer-state snapshot at the new base offset (the recovery point) and create the new
 segment.
+
+Transactions (the partition side; the coordinator is ``broker/txn/``): a transactional batch opens a
+transaction of its producer here (``ProducerStateManager`` remembers its first offset) unless one
+is open. ``append_marker`` writes the COMMIT/ABORT control batch the coordinator decided, ends the
+producer's open transaction and, for an ABORT, adds ``(producer_id, first_offset, marker_offset)``
+to the aborted-transaction index. As in Kafka, a transaction stays *undecided* for the LSO until
+its marker is below the HW (durable), so a read_committed consumer never sees data whose outcome a
+crash could still change: ``LSO = min(HW, first offsets of open transactions, first offsets of
+ended transactions whose marker is not yet below the HW)``. After a restart the open transactions
+come back from the producer-state snapshot and the replay of the log after it.
 """
 
 from __future__ import annotations
@@ -32,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from broker.log.recovery import CleanState, RecoveryReport, load_log
 from broker.log.segment import CorruptLogError, Segment, fsync_dir
+from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.producer_state import (
     ProducerStateManager,
     list_snapshots,
@@ -43,6 +56,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     batch_crc_ok,
+    encode_control_batch,
     parse_header_untrusted,
     patch_base_offset,
 )
@@ -119,6 +133,9 @@ class Partition:
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
+        self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
+        # (first_offset, marker_offset) of transactions ended by a marker not yet below the HW.
+        self._unstable: list[tuple[int, int]] = []
         self.recovery = RecoveryReport(
             topic, index, self.log_start_offset, self.log_end_offset,
             loaded.truncated_bytes, loaded.clean,
@@ -132,8 +149,23 @@ class Partition:
 
     @property
     def last_stable_offset(self) -> int:
-        # Transactions will lower this to the first offset of the oldest open transaction.
-        return self.high_watermark
+        hw = self.high_watermark
+        lso = hw
+        first = self.producers.first_open_offset()
+        if first is not None and first < lso:
+            lso = first
+        if self._unstable:
+            for first_offset, _ in self._prune_unstable():
+                if first_offset < lso:
+                    lso = first_offset
+        return lso
+
+    def _prune_unstable(self) -> list[tuple[int, int]]:
+        """Forget ended transactions whose marker is durable now (below the HW)."""
+        unstable, hw = self._unstable, self.high_watermark
+        while unstable and unstable[0][1] < hw:
+            del unstable[0]
+        return unstable
 
     @property
     def dirty(self) -> bool:
@@ -229,6 +261,53 @@ class Partition:
         self._write(memoryview(buf), [(0, header)], now_ms)
         return base_offset
 
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        coordinator_epoch: int,
+        now_ms: int,
+    ) -> int:
+        """Append a COMMIT or ABORT marker for the producer's transaction; returns its offset.
+
+        Ends the producer's open transaction here (if any: a repeated marker, e.g. rewritten by
+        recovery, ends nothing) and indexes an aborted one. Not durable until ``flush()``; the
+        transaction counts as undecided for the LSO until then. Raises INVALID_PRODUCER_EPOCH for
+        an epoch older than the producer's current one here, KAFKA_STORAGE_ERROR if the write
+        fails.
+        """
+        entry = self.producers.get(producer_id)
+        if entry is not None and producer_epoch < entry.producer_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_EPOCH,
+                f"marker epoch {producer_epoch} is older than producer {producer_id}'s epoch "
+                f"{entry.producer_epoch} in {self.topic}-{self.index}",
+            )
+        batch = encode_control_batch(
+            producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
+            coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms,
+        )
+        offset = self.append_control_batch(batch, now_ms)
+        first = self.producers.complete_txn(producer_id)
+        if first is not None:
+            if offset >= self.high_watermark:
+                # Bounded: pruned here too, not only when someone asks for the LSO.
+                self._prune_unstable().append((first, offset))
+            if not commit:
+                undecided = self.producers.first_open_offset()
+                entry_lso = offset + 1 if undecided is None else undecided
+                try:
+                    self.txn_index.append(AbortedTxn(producer_id, first, offset, entry_lso))
+                except OSError as exc:
+                    raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        return offset
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
+        """``(producer_id, first_offset)`` of the aborted transactions overlapping
+        ``[fetch_offset, upper_bound)``: the list a read_committed Fetch returns."""
+        return self.txn_index.collect(fetch_offset, upper_bound)
+
     def _write(self, mv: memoryview, batches: list[tuple[int, BatchHeader]], now_ms: int) -> int:
         """Assign offsets, patch them in, write ``mv`` with one pwrite, index, update producers.
         Returns the last offset written."""
@@ -278,6 +357,7 @@ class Partition:
         else:
             self._unsynced.append(old)
         self._dirty = False
+        self.txn_index.sync()  # entries of aborts whose markers are in the old segment
         base = self.log_end_offset
         self._write_snapshot(base)
         seg = Segment.create(self.dir, base)
@@ -314,8 +394,10 @@ class Partition:
         segments = list(self._unsynced)
         if self._dirty:
             segments.append(self.segments[-1])
+        # The aborted-transaction index first: a durable ABORT marker must have a durable entry.
+        index_fd = self.txn_index.take_sync_fd()
         ticket = FlushTicket(
-            fds=[os.dup(seg.fd) for seg in segments],
+            fds=([] if index_fd is None else [index_fd]) + [os.dup(seg.fd) for seg in segments],
             directory=self.dir if self._dir_dirty else None,
             log_end_offset=self.log_end_offset,
         )
@@ -392,6 +474,8 @@ class Partition:
                 total -= seg.size
                 self._delete_oldest()
                 deleted += 1
+        if deleted:
+            self.txn_index.drop_before(self.log_start_offset)
         return deleted
 
     def _delete_oldest(self) -> None:
@@ -423,12 +507,14 @@ class Partition:
         self.flush()
         active.save_index(fsync=True)
         self._write_snapshot(self.log_end_offset)
+        self.txn_index.close()
         for seg in self.segments:
             seg.close()
         self._closed = True
 
     def delete(self) -> None:
         """Close the files without saving anything and remove the directory."""
+        self.txn_index.close(sync=False)
         for seg in self.segments:
             seg.close()
         self._closed = True

@@ -10,11 +10,13 @@ Produce request and Fetch response also have hand-written fast paths for the bro
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)
     admin,
     api_versions,
+    describe_transactions,
     fetch,
     find_coordinator,
     groups,
     init_producer_id,
     list_offsets,
+    list_transactions,
     metadata,
     offsets,
     produce,

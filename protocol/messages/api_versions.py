@@ -9,7 +9,8 @@ Also the tables the handshake needs (PROTOCOL.md sections 2 and 3):
   version both sides list, so only the pin arrives; the low minimum keeps librdkafka <= 2.11 from
   switching features off. WriteTxnMarkers is broker-internal and not advertised.
 - ``IMPLEMENTED``: the (api_key, version) pairs that have a schema, i.e. the pins, plus
-  InitProducerId v0 beside v3 and the unadvertised WriteTxnMarkers v0.
+  InitProducerId v0 beside v3 and the unadvertised WriteTxnMarkers v0. DescribeTransactions and
+  ListTransactions (admin, flexible from v0) are advertised at exactly v0.
 - ``API_VERSIONS_FALLBACK_BODY``: the answer to ApiVersions v1+ (librdkafka opens with v3,
   kafka-python with v4, both flexible): a v0 body ``error_code=35 (UNSUPPORTED_VERSION),
   [{18, 0, 0}]`` that the client parses with the v0 schema before retrying with v0. It goes out
@@ -60,6 +61,9 @@ ADVERTISED: dict[ApiKey, VersionRange] = {
     ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 0),
     ApiKey.END_TXN: VersionRange(0, 0),
     ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 0),
+    # Admin (KIP-664), flexible from v0: the `minibroker transactions` CLI uses them.
+    ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 0),
 }
 
 IMPLEMENTED: frozenset[tuple[ApiKey, int]] = frozenset(

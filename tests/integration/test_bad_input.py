@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 
 import pytest
 
@@ -240,3 +241,16 @@ def test_create_topic_errors(broker):
         body["topics"][0]["configs"] = [{"name": "no.such.config", "value": "1"}]
         cfg = conn.request(ApiKey.CREATE_TOPICS, 2, body)
         assert cfg.topics[0].error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_connection_reset_by_peer(broker):
+    """An RST (SO_LINGER 0) while the broker reads or replies costs only that connection."""
+    import socket
+
+    for payload in (struct.pack(">i", 100) + b"\x00\x03", b""):
+        with RawConnection(broker.port) as conn:
+            conn.send_request(ApiKey.API_VERSIONS, 0, b"")
+            conn.send_raw(payload)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    time.sleep(0.3)  # let the broker meet the resets before we look
+    assert_still_serving(broker)

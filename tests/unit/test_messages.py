@@ -150,6 +150,9 @@ def test_advertised_table_is_protocol_md_section_2() -> None:
         ApiKey.ADD_OFFSETS_TO_TXN: 0,
         ApiKey.END_TXN: 0,
         ApiKey.TXN_OFFSET_COMMIT: 0,
+        # Admin APIs beyond PROTOCOL.md section 2, for `minibroker transactions` (issue 3).
+        ApiKey.DESCRIBE_TRANSACTIONS: 0,
+        ApiKey.LIST_TRANSACTIONS: 0,
     }
     assert ADVERTISED == {key: VersionRange(0, pin) for key, pin in expected.items()}
     assert ApiKey.WRITE_TXN_MARKERS not in ADVERTISED
@@ -572,13 +575,17 @@ OLD_CASES = [c for c in CASES if c in OLD]
 
 
 def test_old_classes_cover_all_but_two_apis() -> None:
-    # The old classes stop at InitProducerId v1 and have no WriteTxnMarkers; the JSON-generated
-    # classes referee those.
+    # The old classes stop at InitProducerId v1 and have no WriteTxnMarkers nor the KIP-664 admin
+    # APIs; the JSON-generated classes referee those.
     assert set(CASES) - set(OLD_CASES) == {
         (ApiKey.INIT_PRODUCER_ID, 3, "request"),
         (ApiKey.INIT_PRODUCER_ID, 3, "response"),
         (ApiKey.WRITE_TXN_MARKERS, 0, "request"),
         (ApiKey.WRITE_TXN_MARKERS, 0, "response"),
+        (ApiKey.DESCRIBE_TRANSACTIONS, 0, "request"),
+        (ApiKey.DESCRIBE_TRANSACTIONS, 0, "response"),
+        (ApiKey.LIST_TRANSACTIONS, 0, "request"),
+        (ApiKey.LIST_TRANSACTIONS, 0, "response"),
     }
 
 

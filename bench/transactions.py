@@ -1,0 +1,339 @@
+"""Transactions on minibroker (durable): throughput overhead, commit latency, transactions/s.
+
+    .venv/bin/python bench/transactions.py            # about a minute
+    .venv/bin/python bench/transactions.py --quick    # smoke run
+
+One broker process (``--flush always``: acks=all answers after fdatasync, every transaction-log
+record and marker durable before its answer), confluent-kafka producers, 1 KiB values:
+
+  (a) throughput: the same producer settings (acks=all, idempotent, linger.ms=5, 3 partitions)
+      non-transactional, and transactional committing every 100 ms; runs alternate, ``--seconds``
+      each, ``--repeat`` pairs; medians and the overhead (1 - txn/plain), plus the broker's CPU
+      seconds per MB in both modes;
+  (b) commit latency of one-record transactions: begin, produce one record, flush (so that
+      AddPartitionsToTxn and the Produce are done), then time ``commit_transaction()`` alone (the
+      EndTxn round trip: PrepareCommit, marker, CompleteCommit, each fsync'd); p50/p99, and the
+      whole transaction (begin to commit returned) beside it;
+  (c) back-to-back one-record transactions per second from one producer with linger.ms=0, and
+      the same sequence (AddPartitionsToTxn, Produce acks=all, EndTxn) sent by a minimal blocking
+      client (``broker/blocking_client.py``), which shows how much of a transaction is the broker's.
+
+Prints a markdown table with the issue's targets and writes bench/results/transactions-<ts>.json.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402  (bench/ is not a package)
+
+PARTITIONS = 3
+VALUE_SIZE = 1024
+COMMIT_INTERVAL_S = 0.100
+# Both modes: a local queue of at most ~16 MB, so that a commit drains at most ~0.1 s of records
+# and the transactional producer really commits about every 100 ms (with librdkafka's default
+# 1 GB queue the producer runs far ahead and each commit first drains seconds of backlog).
+QUEUE_KBYTES = 16 * 1024
+TOPIC = "txn-bench"
+
+
+def log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+@dataclass
+class ThroughputRun:
+    mode: str  # "plain" or "transactional"
+    records: int
+    elapsed_s: float
+    records_per_s: float
+    mb_per_s: float
+    transactions: int
+    broker_cpu_s: float
+    broker_cpu_s_per_mb: float
+    commit_p50_ms: float | None  # commit_transaction() during the run: drain + EndTxn
+
+
+def _producer(bootstrap: str, transactional_id: str | None, **extra):
+    from confluent_kafka import Producer
+
+    config = {
+        "bootstrap.servers": bootstrap,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "delivery.report.only.error": True,
+        "queue.buffering.max.kbytes": QUEUE_KBYTES,
+        **extra,
+    }
+    if transactional_id is not None:
+        config["transactional.id"] = transactional_id
+    producer = Producer(config)
+    if transactional_id is not None:
+        producer.init_transactions(30)
+    return producer
+
+
+def _warm_up(producer, transactional: bool, value: bytes) -> None:
+    for _ in range(3):
+        if transactional:
+            producer.begin_transaction()
+        for i in range(300):
+            producer.produce(TOPIC, value, partition=i % PARTITIONS)
+        if transactional:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)
+
+
+def throughput_run(broker: common.RunningBroker, mode: str, seconds: float, run: int) -> ThroughputRun:
+    transactional = mode == "transactional"
+    value = os.urandom(VALUE_SIZE)
+    producer = _producer(broker.bootstrap, f"bench-tp-{run}" if transactional else None)
+    _warm_up(producer, transactional, value)
+    produce, poll = producer.produce, producer.poll
+    records = transactions = 0
+    commits: list[float] = []
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    end = started + seconds
+    if transactional:
+        producer.begin_transaction()
+    next_commit = started + COMMIT_INTERVAL_S
+    while True:
+        now = time.perf_counter()
+        if transactional and now >= next_commit:
+            producer.commit_transaction(30)
+            transactions += 1
+            commits.append((time.perf_counter() - now) * 1000)
+            now = time.perf_counter()
+            if now >= end:
+                break
+            producer.begin_transaction()
+            next_commit = now + COMMIT_INTERVAL_S
+        elif not transactional and now >= end:
+            break
+        for _ in range(100):
+            try:
+                produce(TOPIC, value)
+                records += 1
+            except BufferError:
+                poll(0.001)
+                break
+    if producer.flush(60):
+        raise RuntimeError("records not delivered")
+    elapsed = time.perf_counter() - started
+    cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before
+    mb = records * VALUE_SIZE / common.MB
+    return ThroughputRun(mode, records, elapsed, records / elapsed, mb / elapsed, transactions,
+                         cpu, cpu / mb, statistics.median(commits) if commits else None)
+
+
+@dataclass
+class LatencyResult:
+    transactions: int
+    commit_p50_ms: float
+    commit_p99_ms: float
+    commit_max_ms: float
+    transaction_p50_ms: float
+    transaction_p99_ms: float
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def commit_latency(broker: common.RunningBroker, transactions: int) -> LatencyResult:
+    producer = _producer(broker.bootstrap, "bench-latency", **{"linger.ms": 0})
+    value = os.urandom(VALUE_SIZE)
+    _warm_up(producer, True, value)
+    commits, whole = [], []
+    for i in range(transactions):
+        started = time.perf_counter()
+        producer.begin_transaction()
+        producer.produce(TOPIC, value, partition=i % PARTITIONS)
+        producer.flush(30)
+        before_commit = time.perf_counter()
+        producer.commit_transaction(30)
+        done = time.perf_counter()
+        commits.append((done - before_commit) * 1000)
+        whole.append((done - started) * 1000)
+    return LatencyResult(transactions, _percentile(commits, 0.5), _percentile(commits, 0.99),
+                         max(commits), _percentile(whole, 0.5), _percentile(whole, 0.99))
+
+
+@dataclass
+class RateResult:
+    transactions: int
+    elapsed_s: float
+    transactions_per_s: float
+    broker_cpu_ms_per_transaction: float
+
+
+def back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
+    producer = _producer(broker.bootstrap, "bench-rate", **{"linger.ms": 0})
+    value = os.urandom(VALUE_SIZE)
+    _warm_up(producer, True, value)
+    count = 0
+    cpu_before = broker.cpu_seconds()
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        producer.begin_transaction()
+        producer.produce(TOPIC, value, partition=count % PARTITIONS)
+        producer.commit_transaction(30)
+        count += 1
+    elapsed = time.perf_counter() - started
+    cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before
+    return RateResult(count, elapsed, count / elapsed, cpu / count * 1000)
+
+
+def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
+    """The same transactions from a minimal blocking protocol client (no librdkafka)."""
+    from broker.blocking_client import BlockingClient
+    from protocol.api_keys import ApiKey
+    from protocol.records import encode_batch
+
+    tid = "bench-raw"
+    value = os.urandom(VALUE_SIZE)
+    with BlockingClient(broker.bootstrap) as client:
+        init = client.request(ApiKey.INIT_PRODUCER_ID, 0,
+                              {"transactional_id": tid, "transaction_timeout_ms": 60_000})
+        pid, epoch = init.producer_id, init.producer_epoch
+        sequences = [0] * PARTITIONS
+
+        def one(p: int) -> None:
+            added = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
+                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                "topics": [{"name": TOPIC, "partitions": [p]}]})
+            batch = encode_batch([(None, value, (), 0)], producer_id=pid, producer_epoch=epoch,
+                                 base_sequence=sequences[p], transactional=True)
+            sequences[p] += 1
+            produced = client.request(ApiKey.PRODUCE, 3, {
+                "transactional_id": tid, "acks": -1, "timeout_ms": 30_000,
+                "topic_data": [{"name": TOPIC, "partition_data": [{"index": p, "records": batch}]}]})
+            ended = client.request(ApiKey.END_TXN, 0, {
+                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                "committed": True})
+            codes = (added.results[0].results[0].error_code,
+                     produced.responses[0].partition_responses[0].error_code, ended.error_code)
+            if any(codes):
+                raise RuntimeError(f"raw transaction failed: {codes}")
+
+        for i in range(50):
+            one(i % PARTITIONS)
+        count = 0
+        cpu_before = broker.cpu_seconds()
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            one(count % PARTITIONS)
+            count += 1
+        elapsed = time.perf_counter() - started
+    cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before
+    return RateResult(count, elapsed, count / elapsed, cpu / count * 1000)
+
+
+def _fmt(value: float, digits: int = 1) -> str:
+    return f"{value:,.{digits}f}"
+
+
+def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: LatencyResult,
+           rate: RateResult, raw: RateResult) -> str:
+    plain_rate = statistics.median(r.records_per_s for r in plain)
+    txn_rate = statistics.median(r.records_per_s for r in txn)
+    overhead = (1 - txn_rate / plain_rate) * 100
+    plain_cpu = statistics.median(r.broker_cpu_s_per_mb for r in plain)
+    txn_cpu = statistics.median(r.broker_cpu_s_per_mb for r in txn)
+    mb = VALUE_SIZE * 1.0 / common.MB
+    commit_p50 = statistics.median(r.commit_p50_ms or 0 for r in txn)
+    commits_per_s = statistics.median(r.transactions / r.elapsed_s for r in txn)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    rows = [
+        ["throughput, non-transactional (1 KiB, acks=all, linger.ms=5)",
+         f"{_fmt(plain_rate, 0)} rec/s ({_fmt(plain_rate * mb)} MB/s)", "", ""],
+        ["throughput, transactional, commit every 100 ms",
+         f"{_fmt(txn_rate, 0)} rec/s ({_fmt(txn_rate * mb)} MB/s)", "", ""],
+        ["transactional overhead (1 - txn/plain)", f"{overhead:.1f}%", "<= 3% (aim 2%)",
+         verdict(overhead <= 3)],
+        ["broker CPU ms per MB, plain / transactional",
+         f"{plain_cpu * 1000:.2f} / {txn_cpu * 1000:.2f}", "", ""],
+        ["commit_transaction() during the transactional runs: p50, commits/s",
+         f"{commit_p50:.1f} ms, {commits_per_s:.1f}/s", "", ""],
+        ["commit latency p50 (one-record transactions)", f"{latency.commit_p50_ms:.2f} ms",
+         "<= 2 ms", verdict(latency.commit_p50_ms <= 2)],
+        ["commit latency p99", f"{latency.commit_p99_ms:.2f} ms", "<= 10 ms",
+         verdict(latency.commit_p99_ms <= 10)],
+        ["whole one-record transaction p50 / p99 (begin .. commit)",
+         f"{latency.transaction_p50_ms:.2f} / {latency.transaction_p99_ms:.2f} ms", "", ""],
+        ["back-to-back one-record transactions (linger.ms=0)",
+         f"{_fmt(rate.transactions_per_s, 0)} txn/s", ">= 500 txn/s",
+         verdict(rate.transactions_per_s >= 500)],
+        ["broker CPU per one-record transaction", f"{rate.broker_cpu_ms_per_transaction:.2f} ms",
+         "", ""],
+        ["back-to-back, minimal blocking protocol client (no librdkafka)",
+         f"{_fmt(raw.transactions_per_s, 0)} txn/s", "", ""],
+    ]
+    table = common.markdown_table(["figure", "measured", "target", ""], rows)
+    runs = ", ".join(f"{r.mode[:3]} {_fmt(r.records_per_s, 0)}" for pair in zip(plain, txn,
+                                                                                  strict=True)
+                     for r in pair)
+    return (f"{table}\n\nthroughput runs (rec/s, in order): {runs}; "
+            f"{latency.transactions} latency samples; {rate.transactions} back-to-back "
+            f"transactions in {rate.elapsed_s:.1f} s")
+
+
+@click.command()
+@click.option("--seconds", type=float, default=None, help="Length of each throughput run.")
+@click.option("--repeat", type=int, default=None, help="Plain/transactional run pairs.")
+@click.option("--latency-samples", type=int, default=None)
+@click.option("--quick", is_flag=True, help="Short runs (a smoke test of the benchmark).")
+@click.option("--keep-data", is_flag=True, help="Keep the broker's data dir under bench/.cache/.")
+def main(seconds, repeat, latency_samples, quick, keep_data) -> None:
+    """Transaction overhead, commit latency and transactions/s against a durable minibroker."""
+    seconds = seconds or (2.0 if quick else 5.0)
+    repeat = repeat or (1 if quick else 3)
+    latency_samples = latency_samples or (200 if quick else 2000)
+    reason = common.minibroker_unavailable_reason()
+    if reason:
+        raise click.ClickException(f"minibroker does not start: {reason}")
+    with common.work_directory("transactions", keep=keep_data) as work_dir, \
+            common.RunningBroker(common.minibroker_spec(flush_never=False), work_dir) as broker:
+        common.create_topic(broker.bootstrap, TOPIC, PARTITIONS)
+        plain, txn = [], []
+        for run in range(repeat):
+            log(f"throughput run {run + 1}/{repeat}: plain, then transactional ({seconds:.0f} s each)")
+            plain.append(throughput_run(broker, "plain", seconds, run))
+            txn.append(throughput_run(broker, "transactional", seconds, run))
+        log(f"commit latency: {latency_samples} one-record transactions")
+        latency = commit_latency(broker, latency_samples)
+        log(f"back-to-back one-record transactions for {seconds:.0f} s")
+        rate = back_to_back(broker, seconds)
+        log(f"back-to-back one-record transactions, raw protocol client, for {seconds:.0f} s")
+        raw = raw_back_to_back(broker, seconds)
+    click.echo(report(plain, txn, latency, rate, raw))
+    payload = {
+        "settings": {"seconds": seconds, "repeat": repeat, "value_size": VALUE_SIZE,
+                     "partitions": PARTITIONS, "commit_interval_s": COMMIT_INTERVAL_S},
+        "plain": [asdict(r) for r in plain],
+        "transactional": [asdict(r) for r in txn],
+        "latency": asdict(latency),
+        "back_to_back": asdict(rate),
+        "back_to_back_raw_client": asdict(raw),
+    }
+    log(f"results written to {common.write_results_json('transactions', payload)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,633 @@
+"""The group coordinator: classic consumer-group membership, generations and rebalances. Pure.
+
+Rules / theory of operation (Kafka's ``GroupCoordinator.scala`` of the 2.x line, which the pinned
+JoinGroup v2 / SyncGroup v0 / Heartbeat v0 / LeaveGroup v0 belong to; states in ``state.py``):
+
+- Nothing here does I/O or reads a clock. Every entry point takes ``now_ms`` and first runs the
+  group's due timers (expired sessions, the end of a rebalance), so time moves forward only through
+  the arguments; ``tick(now_ms)`` runs every group's timers and ``next_deadline()`` says when the
+  next one is due.
+- Requests that must wait (JoinGroup until the rebalance completes, SyncGroup until the leader's
+  assignment) get ``Waiting(waiter)``; their answers come later as *completions*
+  ``(waiter, JoinResult | SyncResult)`` returned by whichever call (or tick) produced them. The
+  trio shell owns the waiting; every waiter is answered eventually (the rebalance completes, the
+  member is removed, or a newer request from the same member supersedes it).
+- JoinGroup: a member with an empty member id gets ``"<client_id>-<uuid>"`` and is added in the same
+  round (v2 predates MEMBER_ID_REQUIRED). The first member of a group leads; when the leader goes,
+  the next member in join order leads. A join moves the group to PreparingRebalance, except a
+  follower rejoining a Stable or CompletingRebalance group with unchanged metadata, which gets the
+  current generation at once.
+- A rebalance completes when every member has rejoined (or at the rebalance timeout, the largest
+  rebalance_timeout_ms of the members, dropping those that did not rejoin). The first rebalance of
+  an Empty group waits ``initial_rebalance_delay_ms`` instead, extended by the same delay while new
+  members keep arriving (at most up to the rebalance timeout). Completion bumps the generation,
+  picks the protocol every member supports that most members prefer, and answers every waiting
+  JoinGroup; only the leader's answer lists the members with their metadata.
+- SyncGroup in CompletingRebalance waits; the leader's SyncGroup stores the assignments (missing
+  members get empty ones), moves the group to Stable and answers all waiting SyncGroups.
+- Heartbeat: NONE when Stable; REBALANCE_IN_PROGRESS during a rebalance; UNKNOWN_MEMBER_ID for
+  unknown members; ILLEGAL_GENERATION for a stale generation. Heartbeats, commits and syncs renew
+  the member's session; a member waiting in JoinGroup or SyncGroup cannot expire (the rebalance
+  timeout bounds the first, the leader's session the second).
+- LeaveGroup and session expiry remove the member and start a rebalance (Stable,
+  CompletingRebalance) or let a running one complete without it.
+- Offsets (``offsets.py``) belong to the group too: OffsetCommit is checked here
+  (``validate_offset_commit``); an Empty group without offsets is dropped (-> Dead) by
+  ``remove_empty_groups``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from broker.group.offsets import OffsetStore
+from broker.group.state import GroupState, check_transition
+from protocol.errors import ErrorCode
+
+NO_GENERATION = -1
+NO_MEMBER_ID = ""
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
+    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
+    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    error: ErrorCode
+    generation_id: int = NO_GENERATION
+    protocol_name: str = ""
+    leader: str = ""
+    member_id: str = NO_MEMBER_ID
+    members: tuple[tuple[str, bytes], ...] = ()  # only in the leader's answer
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    error: ErrorCode
+    assignment: bytes = b""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """The answer will come as a completion for ``waiter``."""
+
+    waiter: int
+
+
+Completion = tuple[int, JoinResult | SyncResult]
+
+
+@dataclass
+class Outcome:
+    """What a coordinator call returns: its own reply (or ``Waiting``) and answers to earlier
+    waiting requests that this call produced."""
+
+    reply: JoinResult | SyncResult | Waiting | ErrorCode
+    completions: list[Completion] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class MemberSummary:
+    member_id: str
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupSummary:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[MemberSummary, ...]
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    join_waiter: int | None = None
+    sync_waiter: int | None = None
+
+    @property
+    def protocol_names(self) -> frozenset[str]:
+        return frozenset(name for name, _ in self.protocols)
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+    def session_deadline(self) -> int | None:
+        """When the session expires; None while a JoinGroup or SyncGroup of it is waiting."""
+        if self.join_waiter is not None or self.sync_waiter is not None:
+            return None
+        return self.last_heartbeat_ms + self.session_timeout_ms
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation_id: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader_id: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)  # join order
+    # PreparingRebalance timer: when the join phase ends (or is re-examined, initial delay)
+    rebalance_deadline_ms: int | None = None
+    initial_delay: bool = False  # the running rebalance is an initial delayed join
+    initial_remaining_ms: int = 0
+    new_member_added: bool = False
+
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    def all_joined(self) -> bool:
+        return all(m.join_waiter is not None for m in self.members.values())
+
+
+def _random_member_id(client_id: str) -> str:
+    return f"{client_id}-{uuid.uuid4()}"
+
+
+class GroupCoordinator:
+    """All groups of this broker (the coordinator of every group) and their committed offsets."""
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        new_member_id: Callable[[str], str] = _random_member_id,
+    ) -> None:
+        self.config = config
+        self.groups: dict[str, Group] = {}
+        self.offsets = OffsetStore()
+        self._new_member_id = new_member_id
+        self._next_waiter = 0
+
+    # -- state changes -----------------------------------------------------------------------
+
+    @staticmethod
+    def _transition(group: Group, target: GroupState) -> None:
+        group.state = check_transition(group.group_id, group.state, target)
+
+    def _waiter(self) -> int:
+        self._next_waiter += 1
+        return self._next_waiter
+
+    def ensure_group(self, group_id: str) -> Group:
+        """The group, created Empty if unknown (offset commits, offsets loaded at start)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = Group(group_id)
+        return group
+
+    def _prepare_rebalance(self, group: Group, now_ms: int, out: list[Completion]) -> None:
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            # Members waiting for the old generation's assignment must rejoin instead.
+            for member in group.members.values():
+                member.assignment = b""
+                if member.sync_waiter is not None:
+                    out.append((member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+                    member.sync_waiter = None
+                    member.last_heartbeat_ms = now_ms
+        timeout = group.rebalance_timeout_ms
+        if group.state is GroupState.EMPTY:
+            delay = self.config.initial_rebalance_delay_ms
+            group.initial_delay = True
+            group.initial_remaining_ms = max(timeout - delay, 0)
+            group.new_member_added = False
+            group.rebalance_deadline_ms = now_ms + delay
+        else:
+            group.initial_delay = False
+            group.rebalance_deadline_ms = now_ms + timeout
+        self._transition(group, GroupState.PREPARING_REBALANCE)
+        self._maybe_complete_join(group, now_ms, out)
+
+    def _maybe_prepare_rebalance(self, group: Group, now_ms: int, out: list[Completion]) -> None:
+        if group.state in (GroupState.EMPTY, GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now_ms, out)
+
+    def _maybe_complete_join(self, group: Group, now_ms: int, out: list[Completion]) -> None:
+        # The initial delayed join only ends on its timer (Kafka's InitialDelayedJoin).
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and not group.initial_delay
+            and group.all_joined()
+        ):
+            self._complete_join(group, now_ms, out)
+
+    def _complete_join(self, group: Group, now_ms: int, out: list[Completion]) -> None:
+        for member in [m for m in group.members.values() if m.join_waiter is None]:
+            self._drop_member(group, member, out)
+        group.rebalance_deadline_ms = None
+        group.initial_delay = False
+        group.new_member_added = False
+        group.generation_id += 1
+        if not group.members:
+            group.protocol = None
+            self._transition(group, GroupState.EMPTY)
+            return
+        group.protocol = self._select_protocol(group)
+        self._transition(group, GroupState.COMPLETING_REBALANCE)
+        for member in group.members.values():
+            out.append((member.join_waiter, self._join_result(group, member)))  # type: ignore[arg-type]
+            member.join_waiter = None
+            member.last_heartbeat_ms = now_ms
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        members: tuple[tuple[str, bytes], ...] = ()
+        if member.member_id == group.leader_id:
+            protocol = group.protocol or ""
+            members = tuple((m.member_id, m.metadata_for(protocol)) for m in group.members.values())
+        return JoinResult(
+            ErrorCode.NONE,
+            generation_id=group.generation_id,
+            protocol_name=group.protocol or "",
+            leader=group.leader_id or "",
+            member_id=member.member_id,
+            members=members,
+        )
+
+    @staticmethod
+    def _select_protocol(group: Group) -> str:
+        """The protocol all members support that most members list first among those."""
+        members = list(group.members.values())
+        candidates = frozenset.intersection(*(m.protocol_names for m in members))
+        votes = Counter(
+            next(name for name, _ in m.protocols if name in candidates)
+            for m in members
+            if m.protocol_names & candidates
+        )
+        if not votes:  # unreachable while joins are checked with _supports_protocols
+            return members[0].protocols[0][0]
+        best = max(votes.values())
+        leader = group.members.get(group.leader_id or "", members[0])
+        for name, _ in leader.protocols:
+            if votes.get(name) == best:
+                return name
+        return next(name for name, count in votes.items() if count == best)
+
+    def _drop_member(self, group: Group, member: Member, out: list[Completion]) -> None:
+        """Remove ``member``, answering its waiting requests; no rebalance decision here."""
+        if member.join_waiter is not None:
+            out.append((member.join_waiter, JoinResult(ErrorCode.UNKNOWN_MEMBER_ID)))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            out.append((member.sync_waiter, SyncResult(ErrorCode.UNKNOWN_MEMBER_ID)))
+            member.sync_waiter = None
+        del group.members[member.member_id]
+        if group.leader_id == member.member_id:
+            group.leader_id = next(iter(group.members), None)
+
+    def _remove_member(
+        self, group: Group, member: Member, now_ms: int, out: list[Completion]
+    ) -> None:
+        """A member left or expired: drop it and rebalance (or let a rebalance finish)."""
+        self._drop_member(group, member, out)
+        if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now_ms, out)
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now_ms, out)
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _advance(self, group: Group, now_ms: int, out: list[Completion]) -> None:
+        """Run the group's timers that are due at ``now_ms``."""
+        for member in list(group.members.values()):
+            deadline = member.session_deadline()
+            if deadline is not None and now_ms >= deadline and member.member_id in group.members:
+                self._remove_member(group, member, now_ms, out)
+        deadline = group.rebalance_deadline_ms
+        if (
+            group.state is GroupState.PREPARING_REBALANCE
+            and deadline is not None
+            and now_ms >= deadline
+        ):
+            if group.initial_delay and group.new_member_added and group.initial_remaining_ms > 0:
+                # New members arrived during the delay: wait once more for stragglers.
+                delay = min(self.config.initial_rebalance_delay_ms, group.initial_remaining_ms)
+                group.initial_remaining_ms -= delay
+                group.new_member_added = False
+                group.rebalance_deadline_ms = now_ms + delay
+            else:
+                self._complete_join(group, now_ms, out)
+
+    def tick(self, now_ms: int) -> list[Completion]:
+        """Run every group's due timers; returns the answers this produced."""
+        out: list[Completion] = []
+        for group in list(self.groups.values()):
+            self._advance(group, now_ms, out)
+        return out
+
+    def next_deadline(self) -> int | None:
+        """The earliest time a timer is due (ms), or None if nothing is pending."""
+        best: int | None = None
+        for group in self.groups.values():
+            if group.state is GroupState.PREPARING_REBALANCE and group.rebalance_deadline_ms is not None:
+                best = group.rebalance_deadline_ms if best is None else min(best, group.rebalance_deadline_ms)
+            for member in group.members.values():
+                deadline = member.session_deadline()
+                if deadline is not None and (best is None or deadline < best):
+                    best = deadline
+        return best
+
+    def remove_empty_groups(self) -> list[str]:
+        """Drop Empty groups that hold no offsets (committed or pending): -> Dead, forgotten."""
+        dead = [
+            g for g in self.groups.values()
+            if g.state is GroupState.EMPTY and not g.members
+            and not self.offsets.has_group(g.group_id)
+        ]
+        for group in dead:
+            self._transition(group, GroupState.DEAD)
+            del self.groups[group.group_id]
+        return [g.group_id for g in dead]
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def _known(self, group_id: str, now_ms: int, out: list[Completion]) -> Group | None:
+        group = self.groups.get(group_id)
+        if group is not None:
+            self._advance(group, now_ms, out)
+        return group
+
+    def _supports_protocols(
+        self, group: Group, protocol_type: str, names: frozenset[str], member_id: str
+    ) -> bool:
+        if not protocol_type or not names:
+            return False
+        others = [m for mid, m in group.members.items() if mid != member_id]
+        if not others:
+            return True
+        if group.protocol_type != protocol_type:
+            return False
+        return any(all(name in m.protocol_names for m in others) for name in names)
+
+    @staticmethod
+    def _settle(waiter: int, out: list[Completion]) -> JoinResult | SyncResult | Waiting:
+        """The caller's own reply: taken out of ``out`` if this very call produced it."""
+        for i, (w, result) in enumerate(out):
+            if w == waiter:
+                del out[i]
+                return result
+        return Waiting(waiter)
+
+    def join_group(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        now_ms: int,
+    ) -> Outcome:
+        """JoinGroup v2: ``Outcome(JoinResult | Waiting, completions)``."""
+        out: list[Completion] = []
+        if not group_id:
+            return Outcome(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
+        cfg = self.config
+        if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
+            return Outcome(JoinResult(ErrorCode.INVALID_SESSION_TIMEOUT, member_id=member_id))
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            if member_id != NO_MEMBER_ID:
+                return Outcome(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id), out)
+            group = self.ensure_group(group_id)
+        if group.state is GroupState.DEAD:
+            return Outcome(JoinResult(ErrorCode.COORDINATOR_NOT_AVAILABLE, member_id=member_id), out)
+        protocols = tuple((name, bytes(metadata)) for name, metadata in protocols)
+        names = frozenset(name for name, _ in protocols)
+        if not self._supports_protocols(group, protocol_type, names, member_id):
+            return Outcome(
+                JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id), out
+            )
+        waiter = self._waiter()
+        if not any(mid != member_id for mid in group.members):
+            group.protocol_type = protocol_type  # the only member decides
+        if member_id == NO_MEMBER_ID:
+            member = Member(
+                self._new_member_id(client_id), client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type, protocols, now_ms, join_waiter=waiter,
+            )
+            if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
+                group.new_member_added = True
+            group.members[member.member_id] = member
+            if group.leader_id is None:
+                group.leader_id = member.member_id
+            self._maybe_prepare_rebalance(group, now_ms, out)
+        else:
+            member = group.members.get(member_id)  # type: ignore[assignment]
+            if member is None:
+                return Outcome(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id), out)
+            unchanged = member.protocols == protocols
+            state = group.state
+            if (state is GroupState.COMPLETING_REBALANCE and unchanged) or (
+                state is GroupState.STABLE and unchanged and member_id != group.leader_id
+            ):
+                # It lost the answer for the current generation (or is a follower with nothing
+                # new to say): hand the current generation back without a rebalance.
+                member.last_heartbeat_ms = now_ms
+                result = self._join_result(group, member)
+                if state is GroupState.STABLE:
+                    result = JoinResult(
+                        result.error, result.generation_id, result.protocol_name, result.leader,
+                        result.member_id, (),
+                    )
+                return Outcome(result, out)
+            if state is GroupState.EMPTY:  # members imply not Empty; kept for safety
+                return Outcome(JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id), out)
+            if member.join_waiter is not None:
+                # A retried JoinGroup replaces the older one, which must still get an answer.
+                out.append((member.join_waiter, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS,
+                                                           member_id=member_id)))
+            member.protocols = protocols
+            member.protocol_type = protocol_type
+            member.session_timeout_ms = session_timeout_ms
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+            member.join_waiter = waiter
+            self._maybe_prepare_rebalance(group, now_ms, out)
+        self._maybe_complete_join(group, now_ms, out)
+        return Outcome(self._settle(waiter, out), out)
+
+    def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: Mapping[str, bytes],
+        now_ms: int,
+    ) -> Outcome:
+        """SyncGroup v0: ``Outcome(SyncResult | Waiting, completions)``."""
+        out: list[Completion] = []
+        if not group_id:
+            return Outcome(SyncResult(ErrorCode.INVALID_GROUP_ID))
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
+        if group.state is GroupState.DEAD:
+            return Outcome(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE), out)
+        member = group.members.get(member_id)
+        if member is None:
+            return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
+        if generation_id != group.generation_id:
+            return Outcome(SyncResult(ErrorCode.ILLEGAL_GENERATION), out)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return Outcome(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS), out)
+        if group.state is GroupState.STABLE:
+            member.last_heartbeat_ms = now_ms
+            return Outcome(SyncResult(ErrorCode.NONE, member.assignment), out)
+        if group.state is not GroupState.COMPLETING_REBALANCE:
+            return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
+        if member.sync_waiter is not None:
+            out.append((member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+        waiter = member.sync_waiter = self._waiter()
+        if member_id == group.leader_id:
+            for m in group.members.values():
+                m.assignment = bytes(assignments.get(m.member_id, b""))
+            self._transition(group, GroupState.STABLE)
+            for m in group.members.values():
+                if m.sync_waiter is not None:
+                    out.append((m.sync_waiter, SyncResult(ErrorCode.NONE, m.assignment)))
+                    m.sync_waiter = None
+                    m.last_heartbeat_ms = now_ms
+        return Outcome(self._settle(waiter, out), out)
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> Outcome:
+        """Heartbeat v0: ``Outcome(ErrorCode, completions)``."""
+        out: list[Completion] = []
+        if not group_id:
+            return Outcome(ErrorCode.INVALID_GROUP_ID)
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        if group.state is GroupState.DEAD:
+            return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
+        member = group.members.get(member_id)
+        if member is None:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        if generation_id != group.generation_id:
+            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
+        if group.state is GroupState.EMPTY:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        member.last_heartbeat_ms = now_ms
+        if group.state is GroupState.STABLE:
+            return Outcome(ErrorCode.NONE, out)
+        return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, out)
+
+    def leave_group(self, group_id: str, member_id: str, now_ms: int) -> Outcome:
+        """LeaveGroup v0: ``Outcome(ErrorCode, completions)``."""
+        out: list[Completion] = []
+        if not group_id:
+            return Outcome(ErrorCode.INVALID_GROUP_ID)
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        if group.state is GroupState.DEAD:
+            return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
+        member = group.members.get(member_id)
+        if member is None:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        self._remove_member(group, member, now_ms, out)
+        return Outcome(ErrorCode.NONE, out)
+
+    def validate_offset_commit(
+        self, group_id: str, generation_id: int, member_id: str, now_ms: int
+    ) -> Outcome:
+        """May this OffsetCommit store offsets? ``Outcome(ErrorCode, completions)``.
+
+        Generation -1 commits ("standalone", manual assignment) are allowed for a group without
+        members, which is created if unknown; members of a group must give their member id and
+        the current generation. Commits are accepted while a rebalance is being prepared (members
+        commit before they rejoin) but not while the new generation waits for its assignment.
+        """
+        out: list[Completion] = []
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            if generation_id < 0:
+                self.ensure_group(group_id)
+                return Outcome(ErrorCode.NONE, out)
+            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
+        if group.state is GroupState.DEAD:
+            return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
+        if generation_id < 0 and group.state is GroupState.EMPTY:
+            return Outcome(ErrorCode.NONE, out)
+        member = group.members.get(member_id)
+        if member is None:
+            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
+        if generation_id != group.generation_id:
+            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, out)
+        member.last_heartbeat_ms = now_ms
+        return Outcome(ErrorCode.NONE, out)
+
+    def validate_txn_offset_commit(self, group_id: str) -> ErrorCode:
+        """TxnOffsetCommit v0 carries no member or generation: only the group must be usable.
+        Creates the group if unknown (as Kafka does)."""
+        if not group_id:
+            return ErrorCode.INVALID_GROUP_ID
+        group = self.ensure_group(group_id)
+        if group.state is GroupState.DEAD:
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        return ErrorCode.NONE
+
+    def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT or ABORT marker for ``producer_id`` was written to ``__consumer_offsets``
+        partition ``offsets_partition``: its pending transactional offsets there become committed
+        offsets (COMMIT) or are dropped (ABORT)."""
+        for group_id in self.offsets.complete_txn(offsets_partition, producer_id, commit):
+            if commit:
+                self.ensure_group(group_id)
+
+    # -- admin -------------------------------------------------------------------------------
+
+    def describe_group(self, group_id: str, now_ms: int) -> tuple[GroupSummary, list[Completion]]:
+        """DescribeGroups: member metadata and assignments only for a Stable group (as Kafka);
+        an unknown group is reported Dead."""
+        out: list[Completion] = []
+        group = self._known(group_id, now_ms, out)
+        if group is None:
+            return GroupSummary(group_id, GroupState.DEAD.value, "", "", ()), out
+        stable = group.state is GroupState.STABLE
+        protocol = (group.protocol or "") if stable else ""
+        members = tuple(
+            MemberSummary(
+                m.member_id, m.client_id, m.client_host,
+                m.metadata_for(protocol) if stable else b"",
+                m.assignment if stable else b"",
+            )
+            for m in group.members.values()
+        )
+        return (
+            GroupSummary(group_id, group.state.value, group.protocol_type or "", protocol, members),
+            out,
+        )
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """``(group_id, protocol_type)`` of every group this coordinator knows."""
+        return [(g.group_id, g.protocol_type or "") for g in self.groups.values()]
+
+    def group_ids(self) -> Iterable[str]:
+        return self.groups.keys()

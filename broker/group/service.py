@@ -1,0 +1,430 @@
+"""The trio shell around the group coordinator: waiting replies, the offsets log, replay at start.
+
+``GroupCoordinator`` (pure) decides; this class does what needs the outside world:
+
+- Waiting: a JoinGroup or SyncGroup that must wait gets a ``Deferred``; the handler returns it as
+  ``Pending``. The coordinator's completions set the matching slot. While it waits, a reply also
+  drives the coordinator's clock: it sleeps until the coordinator's next deadline (at most
+  ``MAX_TIMER_SLEEP_S``) and then runs the due timers, so a rebalance completes on time without a
+  background task. ``tick(now_ms)`` (housekeeping) runs every timer and forgets empty groups.
+- Offsets: OffsetCommit and TxnOffsetCommit append one batch to the group's partition of
+  ``__consumer_offsets`` (created on first use) through ``Broker.append_untrusted``, so the normal
+  validation, producer-state checks and group-commit fsync apply, and answer once it is durable.
+  A TxnOffsetCommit batch also passes the transaction check of transactional Produce (the
+  partition must be in the producer's ongoing transaction).
+- Replay: the constructor reads every ``__consumer_offsets`` partition back into the offset store
+  (before the broker accepts connections, so there is no loading state).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from broker.group.coordinator import (
+    Completion,
+    GroupConfig,
+    GroupCoordinator,
+    GroupSummary,
+    JoinResult,
+    Outcome,
+    SyncResult,
+    Waiting,
+)
+from broker.group.offsets import (
+    MAX_METADATA_BYTES,
+    OFFSETS_TOPIC,
+    OffsetAndMetadata,
+    build_offset_batch,
+)
+from broker.hashing import partition_for
+from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
+from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_untrusted
+
+if TYPE_CHECKING:
+    from broker.core import Broker
+    from broker.log.partition import Partition
+
+log = logging.getLogger("minibroker.group")
+
+# Kafka's offsets.topic.segment.bytes. No retention: without compaction, deleting old segments
+# would lose committed offsets at the next replay.
+OFFSETS_TOPIC_CONFIG = {
+    "segment.bytes": str(100 * 1024 * 1024),
+    "retention.ms": "-1",
+    "retention.bytes": "-1",
+}
+# A waiting reply re-examines the coordinator's timers at least this often.
+MAX_TIMER_SLEEP_S = 1.0
+_REPLAY_CHUNK = 1 << 20
+
+# Append errors as OffsetCommit reports them (Kafka's GroupMetadataManager mapping).
+_APPEND_ERRORS = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
+    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+    ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class _Slot:
+    __slots__ = ("event", "result")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.result: Any = None
+
+
+class Deferred:
+    """A reply that is not ready yet; ``await wait()`` returns it."""
+
+    def __init__(self, wait: Callable[[], Any]) -> None:
+        self.wait = wait
+
+
+class GroupService:
+    """Everything about groups that the handlers and the broker call."""
+
+    def __init__(self, broker: Broker, clock: Callable[[], int] = wall_clock_ms) -> None:
+        self._broker = broker
+        self._clock = clock
+        config = broker.config
+        self.coordinator = GroupCoordinator(
+            GroupConfig(
+                min_session_timeout_ms=config.group_min_session_timeout_ms,
+                max_session_timeout_ms=config.group_max_session_timeout_ms,
+                initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            )
+        )
+        self._slots: dict[int, _Slot] = {}
+        self.replayed_batches = self._replay()
+
+    # -- the internal topic ------------------------------------------------------------------
+
+    def offsets_partition_count(self) -> int:
+        """Partitions of ``__consumer_offsets``: the topic's if it exists, else the config's."""
+        count = self._broker.logs.topics().get(OFFSETS_TOPIC)
+        return count if count else self._broker.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition that holds ``group_id``'s offsets (the one
+        AddOffsetsToTxn adds to a transaction)."""
+        return partition_for(group_id, self.offsets_partition_count())
+
+    def offsets_partition(self, group_id: str, now_ms: int) -> Partition:
+        """The group's ``__consumer_offsets`` partition, creating the topic on first use."""
+        logs = self._broker.logs
+        if OFFSETS_TOPIC not in logs.topics():
+            logs.create_topic(
+                OFFSETS_TOPIC, self._broker.config.offsets_topic_num_partitions,
+                OFFSETS_TOPIC_CONFIG, now_ms,
+            )
+            log.info("created %s with %d partitions", OFFSETS_TOPIC,
+                     self._broker.config.offsets_topic_num_partitions)
+        return logs.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+
+    def _high_watermark(self, group_id: str) -> int:
+        logs = self._broker.logs
+        if OFFSETS_TOPIC not in logs.topics():
+            return 0
+        return logs.partition(OFFSETS_TOPIC, self.partition_for(group_id)).high_watermark
+
+    def _replay(self) -> int:
+        logs = self._broker.logs
+        count = logs.topics().get(OFFSETS_TOPIC, 0)
+        batches = 0
+        for index in range(count):
+            batches += self._replay_partition(logs.partition(OFFSETS_TOPIC, index))
+        store = self.coordinator.offsets
+        for group_id in store.group_ids():
+            self.coordinator.ensure_group(group_id)
+        if batches:
+            log.info("loaded offsets of %d groups from %d batches of %s",
+                     len(store.group_ids()), batches, OFFSETS_TOPIC)
+        return batches
+
+    def _replay_partition(self, partition: Partition) -> int:
+        store = self.coordinator.offsets
+        offset, end = partition.log_start_offset, partition.high_watermark
+        batches = 0
+        while offset < end:
+            data = partition.read(offset, _REPLAY_CHUNK, end)
+            if not data:
+                break
+            for pos, header in iter_batches_untrusted(data):
+                try:
+                    store.replay_batch(
+                        partition.index, header, decode_records_untrusted(data, pos, header), end
+                    )
+                except CorruptFrameError as exc:
+                    # Recovery already checked every CRC, so this is a record we cannot read:
+                    # skip it rather than refuse to start.
+                    log.error("%s-%d: skipping undecodable batch at offset %d: %s",
+                              OFFSETS_TOPIC, partition.index, header.base_offset, exc)
+                batches += 1
+                offset = header.base_offset + header.last_offset_delta + 1
+        return batches
+
+    # -- waiting -----------------------------------------------------------------------------
+
+    def _resolve(self, completions: list[Completion]) -> None:
+        for waiter, result in completions:
+            slot = self._slots.pop(waiter, None)
+            if slot is not None:
+                slot.result = result
+                slot.event.set()
+
+    def _reply(self, outcome: Outcome) -> Any:
+        self._resolve(outcome.completions)
+        reply = outcome.reply
+        if not isinstance(reply, Waiting):
+            return reply
+        slot = self._slots[reply.waiter] = _Slot()
+
+        async def wait() -> Any:
+            while slot.result is None:
+                timeout = MAX_TIMER_SLEEP_S
+                deadline = self.coordinator.next_deadline()
+                if deadline is not None:
+                    # +1 ms: never wake before the deadline's millisecond has passed.
+                    timeout = min(timeout, max(deadline - self._clock() + 1, 0) / 1000)
+                with trio.move_on_after(timeout):
+                    await slot.event.wait()
+                if slot.result is None:
+                    self.run_timers(self._clock())
+            return slot.result
+
+        return Deferred(wait)
+
+    def run_timers(self, now_ms: int) -> None:
+        """Expire sessions and end rebalances that are due at ``now_ms``."""
+        self._resolve(self.coordinator.tick(now_ms))
+
+    def tick(self, now_ms: int) -> None:
+        """Housekeeping: run every due timer, forget Empty groups that hold no offsets."""
+        self.run_timers(now_ms)
+        self.coordinator.remove_empty_groups()
+
+    # -- membership --------------------------------------------------------------------------
+
+    def join_group(
+        self, client_id: str, client_host: str, request: Any, now_ms: int
+    ) -> JoinResult | Deferred:
+        outcome = self.coordinator.join_group(
+            request.group_id, request.member_id, client_id, client_host,
+            request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols], now_ms,
+        )
+        return self._reply(outcome)
+
+    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred:
+        assignments = {a.member_id: a.assignment for a in request.assignments}
+        outcome = self.coordinator.sync_group(
+            request.group_id, request.generation_id, request.member_id, assignments, now_ms
+        )
+        return self._reply(outcome)
+
+    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> ErrorCode:
+        return self._reply(self.coordinator.heartbeat(group_id, generation_id, member_id, now_ms))
+
+    def leave_group(self, group_id: str, member_id: str, now_ms: int) -> ErrorCode:
+        return self._reply(self.coordinator.leave_group(group_id, member_id, now_ms))
+
+    def describe_group(self, group_id: str, now_ms: int) -> GroupSummary:
+        summary, completions = self.coordinator.describe_group(group_id, now_ms)
+        self._resolve(completions)
+        return summary
+
+    def list_groups(self, now_ms: int) -> list[tuple[str, str]]:
+        self.run_timers(now_ms)
+        return self.coordinator.list_groups()
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def _check_partition(self, topic: str, partition: int, metadata: str | None) -> ErrorCode:
+        count = self._broker.logs.topics().get(topic)
+        if count is None or not 0 <= partition < count:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
+            return ErrorCode.OFFSET_METADATA_TOO_LARGE
+        return ErrorCode.NONE
+
+    def _store(
+        self,
+        group_id: str,
+        topics: Any,
+        error: ErrorCode,
+        now_ms: int,
+        txn: Any = None,
+    ) -> tuple[list[dict], trio.Event | None]:
+        """Validate and append the offsets of an (Txn)OffsetCommit request's ``topics``:
+        ``(response topics, event set once the batch is durable)``."""
+        codes: list[list[ErrorCode]] = []
+        accepted: list[tuple[str, int, OffsetAndMetadata]] = []
+        slots: list[tuple[int, int]] = []
+        for t, topic in enumerate(topics):
+            row = []
+            for p, part in enumerate(topic.partitions):
+                code = error
+                if code is ErrorCode.NONE:
+                    code = self._check_partition(
+                        topic.name, part.partition_index, part.committed_metadata
+                    )
+                if code is ErrorCode.NONE:
+                    value = OffsetAndMetadata(
+                        part.committed_offset, part.committed_metadata or "", now_ms
+                    )
+                    accepted.append((topic.name, part.partition_index, value))
+                    slots.append((t, p))
+                row.append(code)
+            codes.append(row)
+        flushed = None
+        if accepted:
+            try:
+                flushed = self._append(group_id, accepted, now_ms, txn)
+            except KafkaError as exc:
+                failed = _APPEND_ERRORS.get(exc.code, exc.code)
+                for t, p in slots:
+                    codes[t][p] = failed
+        response_topics = [
+            {
+                "name": topic.name,
+                "partitions": [
+                    {"partition_index": part.partition_index, "error_code": codes[t][p]}
+                    for p, part in enumerate(topic.partitions)
+                ],
+            }
+            for t, topic in enumerate(topics)
+        ]
+        return response_topics, flushed
+
+    def _append(
+        self,
+        group_id: str,
+        offsets: list[tuple[str, int, OffsetAndMetadata]],
+        now_ms: int,
+        txn: Any,
+    ) -> trio.Event | None:
+        partition = self.offsets_partition(group_id, now_ms)
+        store = self.coordinator.offsets
+        if txn is None:
+            batch = build_offset_batch(group_id, offsets, now_ms)
+            result, flushed = self._broker.append_untrusted(partition, batch, None, now_ms)
+            hw = partition.high_watermark
+            for i, (topic, index, value) in enumerate(offsets):
+                store.put(group_id, (topic, index), result.base_offset + i, value, hw)
+            return flushed
+        batch = build_offset_batch(
+            group_id, offsets, now_ms,
+            producer_id=txn.producer_id,
+            producer_epoch=txn.producer_epoch,
+            base_sequence=_next_sequence(partition, txn.producer_id, txn.producer_epoch),
+            transactional=True,
+        )
+        # The Produce path's KIP-890 check: the producer's ongoing transaction must hold this
+        # partition (AddOffsetsToTxn added it), else INVALID_TXN_STATE.
+        self._broker.transactions.verify_produce(partition, batch, txn.transactional_id)
+        result, flushed = self._broker.append_untrusted(
+            partition, batch, txn.transactional_id, now_ms
+        )
+        for i, (topic, index, value) in enumerate(offsets):
+            store.add_pending(
+                partition.index, txn.producer_id, group_id, (topic, index),
+                result.base_offset + i, value,
+            )
+        return flushed
+
+    def commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
+        """OffsetCommit v2: the response, or a Deferred one that waits for the fsync."""
+        outcome = self.coordinator.validate_offset_commit(
+            request.group_id, request.generation_id, request.member_id, now_ms
+        )
+        error = self._reply(outcome)
+        topics, flushed = self._store(request.group_id, request.topics, error, now_ms)
+        return _after(flushed, {"topics": topics})
+
+    def txn_commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
+        """TxnOffsetCommit v0: append the offsets as a transactional batch of the producer; they
+        stay pending until ``on_txn_marker``."""
+        error = self.coordinator.validate_txn_offset_commit(request.group_id)
+        topics, flushed = self._store(request.group_id, request.topics, error, now_ms, request)
+        return _after(flushed, {"throttle_time_ms": 0, "topics": topics})
+
+    def fetch_offsets(self, group_id: str, topics: Any, now_ms: int) -> dict:
+        """OffsetFetch v2 (``topics`` None = every committed partition of the group). Pending
+        transactional offsets are not shown: v2 predates UNSTABLE_OFFSET_COMMIT, so the last
+        committed offset is the answer."""
+        store = self.coordinator.offsets
+        hw = self._high_watermark(group_id)
+        if topics is None:
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
+            for (topic, index), value in sorted(store.committed(group_id, hw).items()):
+                by_topic.setdefault(topic, []).append((index, value))
+            requested = [(topic, parts) for topic, parts in by_topic.items()]
+        else:
+            requested = [
+                (t.name, [(i, store.get(group_id, (t.name, i), hw)) for i in t.partition_indexes])
+                for t in topics
+            ]
+        return {
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": index,
+                            "committed_offset": value.offset if value is not None else -1,
+                            "metadata": value.metadata if value is not None else "",
+                            "error_code": ErrorCode.NONE,
+                        }
+                        for index, value in parts
+                    ],
+                }
+                for topic, parts in requested
+            ],
+            "error_code": ErrorCode.NONE,
+        }
+
+    def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
+        """Call after writing a COMMIT/ABORT marker for ``producer_id`` to ``__consumer_offsets``
+        partition ``offsets_partition``: materialises or drops its pending offsets there."""
+        self.coordinator.on_txn_marker(offsets_partition, producer_id, commit)
+
+
+def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) -> int:
+    """The base sequence the partition's producer state expects next from this producer.
+
+    Kafka appends offset commits without sequence checks (they come from the coordinator, not the
+    client). Here they go through the normal append path, so they carry the sequence the producer
+    state would accept: the producer's sequences on its ``__consumer_offsets`` partition are then
+    simply a count of its offset records, separate from its data partitions. The epoch check still
+    applies: a fenced (older) epoch gets INVALID_PRODUCER_EPOCH.
+    """
+    entry = partition.producers.get(producer_id)
+    if entry is None or entry.producer_epoch != producer_epoch or not entry.batches:
+        return 0
+    last = entry.last_seq
+    return 0 if last == INT32_MAX else last + 1
+
+
+def _after(flushed: trio.Event | None, response: dict) -> dict | Deferred:
+    if flushed is None:
+        return response
+
+    async def wait() -> dict:
+        await flushed.wait()
+        return response
+
+    return Deferred(wait)

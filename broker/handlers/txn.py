@@ -1,0 +1,185 @@
+"""Transactions: FindCoordinator v1, AddPartitionsToTxn v0, AddOffsetsToTxn v0, EndTxn v0,
+WriteTxnMarkers v0, DescribeTransactions v0, ListTransactions v0. (InitProducerId is in
+``producer_id.py``.)
+
+Decode -> ``broker.transactions`` (``broker/txn/manager.py``) -> response. Requests that change
+the transaction log answer once the change is durable (``Pending``).
+"""
+
+from __future__ import annotations
+
+from broker.core import Broker, now_ms
+from broker.dispatcher import Pending, handles
+from broker.txn.markers import write_markers_durably
+from broker.txn.state import TxnState
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
+
+COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
+
+
+@handles(ApiKey.FIND_COORDINATOR, 1)
+def find_coordinator(broker: Broker, header, request) -> dict:
+    """This broker coordinates every group and transactional id: the same node, host and port as
+    Metadata (PROTOCOL.md section 7.2)."""
+    host, port = broker.config.advertised
+    if request.key_type not in COORDINATOR_KEY_TYPES:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
+                "error_message": f"unknown key type {request.key_type}",
+                "node_id": -1, "host": "", "port": -1}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "node_id": broker.config.node_id, "host": host, "port": port}
+
+
+def _later(result, encode):
+    """``result`` is a value or a coroutine function: the reply now, or a Pending one."""
+    if callable(result):
+
+        async def wait():
+            return encode(await result())
+
+        return Pending(wait)
+    return encode(result)
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0)
+def add_partitions_to_txn(broker: Broker, header, request):
+    requested = [(t.name, p) for t in request.topics for p in t.partitions]
+    unknown = set()
+    for topic, index in requested:
+        try:
+            broker.partition(topic, index)
+        except KafkaError:
+            unknown.add((topic, index))
+
+    def encode(code_for) -> dict:
+        return {
+            "throttle_time_ms": 0,
+            "results": [
+                {
+                    "name": t.name,
+                    "results": [
+                        {"partition_index": p, "error_code": code_for((t.name, p))}
+                        for p in t.partitions
+                    ],
+                }
+                for t in request.topics
+            ],
+        }
+
+    if unknown:
+        # As Kafka: nothing is added; the others are reported as not attempted.
+        return encode(lambda tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                      else ErrorCode.OPERATION_NOT_ATTEMPTED)
+    result = broker.transactions.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch, requested, now_ms()
+    )
+    return _later(result, lambda code: encode(lambda tp: code))
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, 0)
+def add_offsets_to_txn(broker: Broker, header, request):
+    if not request.group_id:
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
+    transactions = broker.transactions
+    result = transactions.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        [transactions.offsets_partition(request.group_id)], now_ms(),
+    )
+    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+
+
+@handles(ApiKey.END_TXN, 0)
+def end_txn(broker: Broker, header, request):
+    result = broker.transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.committed, now_ms(),
+    )
+    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+
+
+@handles(ApiKey.WRITE_TXN_MARKERS, 0)
+def write_txn_markers(broker: Broker, header, request):
+    """The broker-internal marker API: the same path the coordinator uses for its own markers.
+    Answers once every marker written is durable."""
+
+    async def write_all() -> dict:
+        markers = []
+        for marker in request.markers:
+            partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
+            errors = await write_markers_durably(
+                broker, marker.producer_id, marker.producer_epoch, marker.transaction_result,
+                marker.coordinator_epoch, partitions, now_ms(),
+            )
+            markers.append({
+                "producer_id": marker.producer_id,
+                "topics": [
+                    {
+                        "name": t.name,
+                        "partitions": [
+                            {"partition_index": p, "error_code": errors[(t.name, p)]}
+                            for p in t.partition_indexes
+                        ],
+                    }
+                    for t in marker.topics
+                ],
+            })
+        return {"markers": markers}
+
+    return Pending(write_all)
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+def describe_transactions(broker: Broker, header, request) -> dict:
+    coordinator = broker.transactions.coordinator
+    states = []
+    for transactional_id in request.transactional_ids:
+        md = coordinator.get(transactional_id) if transactional_id else None
+        if md is None:
+            states.append({
+                "error_code": ErrorCode.INVALID_REQUEST if not transactional_id
+                else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
+                "transactional_id": transactional_id, "transaction_state": "",
+                "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
+                "producer_id": -1, "producer_epoch": -1, "topics": [], "tagged_fields": {},
+            })
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(md.partitions):
+            by_topic.setdefault(topic, []).append(index)
+        states.append({
+            "error_code": ErrorCode.NONE,
+            "transactional_id": transactional_id,
+            "transaction_state": md.state.display_name,
+            "transaction_timeout_ms": md.txn_timeout_ms,
+            "transaction_start_time_ms": md.txn_start_ms,
+            "producer_id": md.producer_id,
+            "producer_epoch": md.producer_epoch,
+            "topics": [{"topic": t, "partitions": ps, "tagged_fields": {}}
+                       for t, ps in by_topic.items()],
+            "tagged_fields": {},
+        })
+    return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, 0)
+def list_transactions(broker: Broker, header, request) -> dict:
+    wanted_states = set()
+    unknown = []
+    for name in request.state_filters:
+        state = TxnState.from_display_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            wanted_states.add(state)
+    wanted_pids = set(request.producer_id_filters)
+    listed = [
+        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
+         "transaction_state": md.state.display_name, "tagged_fields": {}}
+        for md in sorted(broker.transactions.coordinator.transactions(),
+                         key=lambda m: m.transactional_id)
+        if (not request.state_filters or md.state in wanted_states)
+        and (not wanted_pids or md.producer_id in wanted_pids)
+    ]
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "unknown_state_filters": unknown, "transaction_states": listed, "tagged_fields": {}}

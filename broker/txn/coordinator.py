@@ -1,0 +1,452 @@
+"""The transaction coordinator: pure state, no I/O, time as an argument.
+
+Theory of operation (seeds 000/001/003, Kafka's ``TransactionCoordinator`` and
+``TransactionMetadata``): one ``TxnMetadata`` per transactional id holds the producer id and
+epoch handed out by InitProducerId, the transaction timeout, the state (``state.py``) and the
+partitions of the current transaction. Every change goes through two phases:
+
+1. ``prepare_*`` validates a request against the metadata and returns an immutable
+   ``TxnTransition`` (the complete target metadata). The metadata remembers it as ``pending``; while
+   a transition is pending every other request for that id answers CONCURRENT_TRANSACTIONS.
+2. The caller persists the transition in ``__transaction_state`` (``txn_log.py``) and then calls
+   ``complete(transition)``, which applies it. If persisting fails it calls ``abandon``.
+
+So a crash between the two phases loses only the pending, never-acknowledged change; replaying the
+log (``load``) rebuilds exactly what was acknowledged. A prepare returning ``None`` means "nothing
+to change, answer NONE" (e.g. a retried EndTxn after the transaction completed).
+
+Errors are raised as ``KafkaError``. Stale epochs raise INVALID_PRODUCER_EPOCH (47): Kafka's
+PRODUCER_FENCED (90) only exists from InitProducerId v4 / EndTxn v2 / AddPartitionsToTxn v2 on,
+and the pinned versions (PROTOCOL.md section 6) get 47 instead, as Kafka sends them.
+
+Epochs: a normal commit or abort keeps the epoch. InitProducerId bumps it (fencing older
+instances); when it reaches 32766 (``EPOCH_EXHAUSTED``) the next InitProducerId rotates to a new
+producer id at epoch 0 (the coordinator always keeps one epoch in reserve to fence with). An
+Ongoing transaction that the coordinator must end itself (timeout, or InitProducerId from a new
+instance) is aborted with the epoch bumped first (``PrepareEpochFence``, then ``PrepareAbort`` with
+the new epoch), so that the old instance can no longer write or commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+
+from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
+from protocol.errors import ErrorCode, KafkaError
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+INT16_MAX = 32767
+# Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
+EPOCH_EXHAUSTED = INT16_MAX - 1
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class TxnConfig:
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class TxnTransition:
+    """The complete metadata of a transactional id after a transition (what the log stores)."""
+
+    transactional_id: str
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    txn_timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition]
+    txn_start_ms: int  # when the first partition joined the current transaction; -1 if none
+    txn_last_update_ms: int
+
+
+@dataclass(eq=False)
+class TxnMetadata:
+    """The coordinator's live view of one transactional id (mutated only by ``complete``)."""
+
+    transactional_id: str
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    txn_timeout_ms: int
+    state: TxnState
+    partitions: frozenset[TopicPartition]
+    txn_start_ms: int
+    txn_last_update_ms: int
+    pending: TxnTransition | None = field(default=None)
+
+    @classmethod
+    def from_transition(cls, t: TxnTransition) -> TxnMetadata:
+        return cls(t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
+                   t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions,
+                   t.txn_start_ms, t.txn_last_update_ms)
+
+    @property
+    def epoch_exhausted(self) -> bool:
+        return self.producer_epoch >= EPOCH_EXHAUSTED
+
+    def _target(self, state: TxnState, now_ms: int, **changes) -> TxnTransition:
+        values = dict(
+            transactional_id=self.transactional_id,
+            producer_id=self.producer_id,
+            # Kafka records the producer id the transition starts from as the "last" one.
+            last_producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            last_producer_epoch=self.last_producer_epoch,
+            txn_timeout_ms=self.txn_timeout_ms,
+            state=state,
+            partitions=self.partitions,
+            txn_start_ms=self.txn_start_ms,
+            txn_last_update_ms=now_ms,
+        )
+        values.update(changes)
+        return TxnTransition(**values)
+
+
+@dataclass(frozen=True)
+class AbortFirst:
+    """InitProducerId met an Ongoing transaction: the caller must run the fenced abort of it
+    (``prepare_fenced_abort`` ...) and then prepare the InitProducerId again."""
+
+    transactional_id: str
+
+
+def _fenced(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH, message)
+
+
+class TransactionCoordinator:
+    """All transactional ids of this broker (it leads every ``__transaction_state`` partition)."""
+
+    def __init__(self, config: TxnConfig, next_producer_id: Callable[[], int]) -> None:
+        self.config = config
+        self._next_producer_id = next_producer_id
+        self._txns: dict[str, TxnMetadata] = {}
+
+    # -- queries -----------------------------------------------------------------------------
+
+    def get(self, transactional_id: str) -> TxnMetadata | None:
+        return self._txns.get(transactional_id)
+
+    def transactions(self) -> Iterable[TxnMetadata]:
+        return list(self._txns.values())
+
+    def __len__(self) -> int:
+        return len(self._txns)
+
+    # -- the two phases ----------------------------------------------------------------------
+
+    def _prepare(self, md: TxnMetadata, target: TxnTransition) -> TxnTransition:
+        check_transition(md.transactional_id, md.state, target.state)
+        md.pending = target
+        return target
+
+    def complete(self, transition: TxnTransition) -> None:
+        """Apply a transition after it was persisted. A Dead transition forgets the id."""
+        md = self._txns.get(transition.transactional_id)
+        if md is None or md.pending is not transition:
+            raise RuntimeError(f"completing a transition that is not pending: {transition}")
+        md.pending = None
+        if transition.state is TxnState.DEAD:
+            del self._txns[transition.transactional_id]
+            return
+        md.producer_id = transition.producer_id
+        md.last_producer_id = transition.last_producer_id
+        md.producer_epoch = transition.producer_epoch
+        md.last_producer_epoch = transition.last_producer_epoch
+        md.txn_timeout_ms = transition.txn_timeout_ms
+        md.state = transition.state
+        md.partitions = transition.partitions
+        md.txn_start_ms = transition.txn_start_ms
+        md.txn_last_update_ms = transition.txn_last_update_ms
+
+    def abandon(self, transition: TxnTransition) -> None:
+        """Drop a pending transition that could not be persisted; the metadata is unchanged."""
+        md = self._txns.get(transition.transactional_id)
+        if md is not None and md.pending is transition:
+            md.pending = None
+
+    def load(self, transactional_id: str, transition: TxnTransition | None) -> None:
+        """Replay one record of the transaction log (``None``: a tombstone)."""
+        if transition is None:
+            self._txns.pop(transactional_id, None)
+        else:
+            self._txns[transactional_id] = TxnMetadata.from_transition(transition)
+
+    # -- InitProducerId ----------------------------------------------------------------------
+
+    def prepare_init_producer_id(
+        self,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        expected: tuple[int, int] | None,
+        now_ms: int,
+    ) -> TxnTransition | AbortFirst:
+        """InitProducerId with a transactional id (Kafka's ``handleInitProducerId``).
+
+        ``expected`` is the ``(producer_id, producer_epoch)`` an InitProducerId v3 carries
+        (KIP-360), or None. Returns the transition to persist (answer with its producer id and
+        epoch), or ``AbortFirst`` for an Ongoing transaction. Raises INVALID_REQUEST,
+        INVALID_TRANSACTION_TIMEOUT, CONCURRENT_TRANSACTIONS or INVALID_PRODUCER_EPOCH.
+        """
+        if not transactional_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+            raise KafkaError(
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT,
+                f"transaction timeout {transaction_timeout_ms} ms outside "
+                f"(0, {self.config.transaction_max_timeout_ms}] (transaction.max.timeout.ms)",
+            )
+        md = self._txns.get(transactional_id)
+        if md is None:
+            # As Kafka: the id exists from here on (epoch -1); the first persisted transition
+            # gives it epoch 0.
+            md = TxnMetadata(transactional_id, self._next_producer_id(), NO_PRODUCER_ID,
+                             NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, transaction_timeout_ms,
+                             TxnState.EMPTY, frozenset(), -1, now_ms)
+            self._txns[transactional_id] = md
+        if md.pending is not None:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "a transition is in progress")
+        if expected is not None and not _valid_expected_producer(md, expected):
+            raise _fenced(
+                f"producer {expected[0]} epoch {expected[1]} is not the current producer "
+                f"{md.producer_id} of {transactional_id!r}"
+            )
+        state = md.state
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the transaction is completing")
+        if state is TxnState.ONGOING:
+            return AbortFirst(transactional_id)
+        if state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            raise RuntimeError(f"{transactional_id!r} found in state {state.display_name}")
+
+        if md.epoch_exhausted and (expected is None or expected[1] == md.producer_epoch):
+            # Rotate to a new producer id; remember the old id/epoch so that a retry of this
+            # request (the answer lost) is recognised.
+            return self._prepare(md, md._target(
+                TxnState.EMPTY, now_ms,
+                producer_id=self._next_producer_id(),
+                producer_epoch=0,
+                last_producer_epoch=md.producer_epoch if expected is not None else NO_PRODUCER_EPOCH,
+                txn_timeout_ms=transaction_timeout_ms,
+                partitions=frozenset(),
+                txn_start_ms=-1,
+            ))
+        if expected is None:
+            epoch, last_epoch = md.producer_epoch + 1, NO_PRODUCER_EPOCH
+        elif md.producer_epoch == NO_PRODUCER_EPOCH or expected[1] == md.producer_epoch:
+            # The producer recovers after an abortable error and nobody else initialised since.
+            epoch, last_epoch = md.producer_epoch + 1, md.producer_epoch
+        elif expected[1] == md.last_producer_epoch:
+            # A retry of a bump whose answer was lost: answer the same epoch again.
+            epoch, last_epoch = md.producer_epoch, md.last_producer_epoch
+        else:
+            raise _fenced(
+                f"expected epoch {expected[1]} is neither the current epoch {md.producer_epoch} "
+                f"nor the previous one {md.last_producer_epoch} of {transactional_id!r}"
+            )
+        if epoch > EPOCH_EXHAUSTED:
+            raise _fenced(f"producer {md.producer_id} of {transactional_id!r} has no epochs left")
+        return self._prepare(md, md._target(
+            TxnState.EMPTY, now_ms,
+            producer_epoch=epoch,
+            last_producer_epoch=last_epoch,
+            txn_timeout_ms=transaction_timeout_ms,
+            partitions=frozenset(),
+            txn_start_ms=-1,
+        ))
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
+
+    def _checked(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
+        if not transactional_id:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "empty transactional id")
+        md = self._txns.get(transactional_id)
+        if md is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"no producer id for {transactional_id!r}")
+        if md.producer_id != producer_id:
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"{transactional_id!r} belongs to producer {md.producer_id}, not {producer_id}",
+            )
+        if md.producer_epoch != producer_epoch:
+            raise _fenced(
+                f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
+                f"{md.producer_epoch} of {transactional_id!r}"
+            )
+        if md.pending is not None:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "a transition is in progress")
+        return md
+
+    def prepare_add_partitions(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Iterable[TopicPartition],
+        now_ms: int,
+    ) -> TxnTransition | None:
+        """Add partitions to the transaction (starting it, and its timer, if there is none).
+        None: they are all in it already. Raises INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING,
+        INVALID_PRODUCER_EPOCH or CONCURRENT_TRANSACTIONS."""
+        md = self._checked(transactional_id, producer_id, producer_epoch)
+        added = frozenset(partitions)
+        if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "the previous transaction is completing")
+        if md.state is TxnState.ONGOING and added <= md.partitions:
+            return None
+        starting = md.state is not TxnState.ONGOING
+        return self._prepare(md, md._target(
+            TxnState.ONGOING, now_ms,
+            partitions=md.partitions | added,
+            txn_start_ms=now_ms if starting else md.txn_start_ms,
+        ))
+
+    # -- EndTxn ------------------------------------------------------------------------------
+
+    def prepare_end_txn(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        commit: bool,
+        now_ms: int,
+    ) -> TxnTransition | None:
+        """EndTxn: PrepareCommit / PrepareAbort from Ongoing. None: the transaction already
+        completed with this outcome (a retry). Raises INVALID_REQUEST,
+        INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (the same
+        outcome is being written) or INVALID_TXN_STATE (no transaction, or the other outcome)."""
+        md = self._checked(transactional_id, producer_id, producer_epoch)
+        state = md.state
+        wanted = "commit" if commit else "abort"
+        if state is TxnState.ONGOING:
+            target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            return self._prepare(md, md._target(target, now_ms))
+        same_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        same_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if state is same_complete:
+            return None
+        if state is same_prepare:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, f"the {wanted} is being written")
+        raise KafkaError(
+            ErrorCode.INVALID_TXN_STATE,
+            f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
+        )
+
+    def prepare_fenced_abort(self, transactional_id: str, now_ms: int) -> TxnTransition | None:
+        """The coordinator aborts an Ongoing transaction by itself: bump the epoch
+        (PrepareEpochFence) and go to PrepareAbort with it. None if there is nothing to abort
+        (not Ongoing, or a transition is pending)."""
+        md = self._txns.get(transactional_id)
+        if md is None or md.pending is not None or md.state is not TxnState.ONGOING:
+            return None
+        if md.producer_epoch >= INT16_MAX:
+            raise RuntimeError(f"cannot fence {transactional_id!r}: epoch {md.producer_epoch}")
+        check_transition(transactional_id, md.state, TxnState.PREPARE_EPOCH_FENCE)
+        fence = md._target(TxnState.PREPARE_EPOCH_FENCE, now_ms,
+                           producer_epoch=md.producer_epoch + 1,
+                           last_producer_epoch=NO_PRODUCER_EPOCH)
+        # The fence itself is never stored: the abort continues from it with the new epoch.
+        check_transition(transactional_id, fence.state, TxnState.PREPARE_ABORT)
+        md.pending = replace(fence, state=TxnState.PREPARE_ABORT)
+        return md.pending
+
+    def prepare_complete(self, transactional_id: str, now_ms: int) -> TxnTransition:
+        """CompleteCommit / CompleteAbort once every marker is durable."""
+        md = self._txns[transactional_id]
+        if md.pending is not None:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "a transition is in progress")
+        target = (TxnState.COMPLETE_COMMIT if md.state is TxnState.PREPARE_COMMIT
+                  else TxnState.COMPLETE_ABORT)
+        return self._prepare(md, md._target(target, now_ms, partitions=frozenset()))
+
+    def prepare_dead(self, transactional_id: str, now_ms: int) -> TxnTransition | None:
+        """Expire an idle id (tombstone). None if it is busy after all."""
+        md = self._txns.get(transactional_id)
+        if md is None or md.pending is not None or md.state not in EXPIRABLE_STATES:
+            return None
+        return self._prepare(md, md._target(TxnState.DEAD, md.txn_last_update_ms))
+
+    # -- the periodic task -------------------------------------------------------------------
+
+    def timed_out(self, now_ms: int) -> list[str]:
+        """Ongoing transactions older than their timeout (to abort with an epoch bump)."""
+        return [
+            md.transactional_id
+            for md in self._txns.values()
+            if md.state is TxnState.ONGOING
+            and md.pending is None
+            and md.txn_start_ms + md.txn_timeout_ms < now_ms
+        ]
+
+    def unfinished(self) -> list[str]:
+        """Transactions whose outcome is decided but not yet complete (markers to write)."""
+        return [
+            md.transactional_id
+            for md in self._txns.values()
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and md.pending is None
+        ]
+
+    def expired(self, now_ms: int) -> list[str]:
+        """Idle ids past ``transactional.id.expiration.ms`` with nothing in flight."""
+        limit = self.config.transactional_id_expiration_ms
+        return [
+            md.transactional_id
+            for md in self._txns.values()
+            if md.state in EXPIRABLE_STATES
+            and md.pending is None
+            and md.txn_last_update_ms + limit <= now_ms
+        ]
+
+    # -- the Produce path (KIP-890 part 1) ---------------------------------------------------
+
+    def verify_produce(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> None:
+        """A transactional batch may be written only to a partition of its producer's Ongoing
+        transaction. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
+        INVALID_PRODUCER_EPOCH (a fenced producer) or INVALID_TXN_STATE."""
+        md = self._txns.get(transactional_id)
+        if md is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"no producer id for {transactional_id!r}")
+        if md.producer_id != producer_id:
+            if producer_id == md.last_producer_id:
+                raise _fenced(f"producer {producer_id} of {transactional_id!r} was replaced")
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"{transactional_id!r} belongs to producer {md.producer_id}, not {producer_id}",
+            )
+        if producer_epoch < md.producer_epoch:
+            raise _fenced(
+                f"producer {producer_id} epoch {producer_epoch} is older than {md.producer_epoch}"
+            )
+        if producer_epoch > md.producer_epoch or md.state is not TxnState.ONGOING:
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{transactional_id!r} has no ongoing transaction for epoch {producer_epoch}",
+            )
+        if tp not in md.partitions:
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{tp[0]}-{tp[1]} was not added to the transaction of {transactional_id!r}",
+            )
+
+
+def _valid_expected_producer(md: TxnMetadata, expected: tuple[int, int]) -> bool:
+    """KIP-360: whether an InitProducerId naming ``expected`` may go on (else it is fenced)."""
+    producer_id, epoch = expected
+    return (
+        md.producer_epoch == NO_PRODUCER_EPOCH  # just created: a producer recovering from
+        # UNKNOWN_PRODUCER_ID may have the new id
+        or producer_id == md.producer_id  # the epoch is checked when bumping
+        or (producer_id == md.last_producer_id and epoch >= EPOCH_EXHAUSTED)  # retry of a rotation
+    )

@@ -1,0 +1,214 @@
+"""The transaction log: coordinator state in the internal topic ``__transaction_state``.
+
+The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
+is created: an existing topic keeps its count) and ``segment.bytes`` 100 MiB, as in Kafka; it is
+created on first use. A transactional id lives in partition ``partition_for(transactional_id, N)``
+(Java's ``String.hashCode``, ``broker/hashing.py``), so all records of one id are in one partition,
+in order. Kafka compacts this topic; we do not compact, so time retention is switched off for it
+(``retention.ms=-1``): deleting an old segment could drop the only record of an idle id.
+
+Every transition is one RecordBatch v2 (magic 2, no compression, producerId -1, one record whose
+timestamp is the transition time), appended with ``Partition.append_control_batch``. The caller
+makes it durable (fsync) before completing the transition. Record layout, big-endian::
+
+    key (version 0)
+      key_version          int16    0
+      transactional_id     string   int16 length + UTF-8
+    value (version 0); a null value is a tombstone: the id expired (state Dead)
+      value_version        int16    0
+      producer_id          int64
+      last_producer_id     int64    the producer id before this transition (KIP-360 retries)
+      producer_epoch       int16
+      last_producer_epoch  int16    -1, or the epoch before a client-requested bump
+      txn_timeout_ms       int32
+      state                int8     TxnState id: 0 Empty, 1 Ongoing, 2 PrepareCommit,
+                                    3 PrepareAbort, 4 CompleteCommit, 5 CompleteAbort
+                                    (6 Dead and 7 PrepareEpochFence are never stored)
+      topic_count          int32    the partitions of the transaction, grouped by topic:
+        topic              string
+        partition_count    int32
+        partition          int32    (partition_count times)
+      txn_start_ms         int64    -1 when no transaction is open
+      txn_last_update_ms   int64
+
+Replay at start reads every partition from its log start to its end and keeps the last record of
+each id (a tombstone removes it). The batches were CRC-checked by log recovery; a record that still
+does not decode stops the broker (``CorruptTxnLogError``) rather than silently lose a transaction.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+
+from broker.hashing import partition_for
+from broker.log.manager import LogManager
+from broker.log.partition import Partition
+from broker.txn.coordinator import TxnTransition
+from broker.txn.state import TxnState
+from protocol.errors import CorruptFrameError
+from protocol.records import decode_batches_untrusted, encode_batch
+
+TOPIC = "__transaction_state"
+# Kafka's transaction.state.log.segment.bytes default.
+SEGMENT_BYTES = 100 * 1024 * 1024
+TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
+KEY_VERSION = 0
+VALUE_VERSION = 0
+_READ_CHUNK = 4 << 20
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
+_TIMES = struct.Struct(">qq")
+_STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
+
+
+class CorruptTxnLogError(Exception):
+    """A record of ``__transaction_state`` that cannot be decoded."""
+
+
+def _string(s: str) -> bytes:
+    data = s.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return _I16.pack(KEY_VERSION) + _string(transactional_id)
+
+
+def encode_value(t: TxnTransition) -> bytes | None:
+    """The record value of a transition; None (a tombstone) for Dead."""
+    if t.state is TxnState.DEAD:
+        return None
+    if t.state not in _STORED_STATES:
+        raise ValueError(f"state {t.state.display_name} is never stored")
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(t.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    parts = [
+        _VALUE_HEAD.pack(VALUE_VERSION, t.producer_id, t.last_producer_id, t.producer_epoch,
+                         t.last_producer_epoch, t.txn_timeout_ms, int(t.state)),
+        _I32.pack(len(by_topic)),
+    ]
+    for topic, partitions in by_topic.items():
+        parts.append(_string(topic))
+        parts.append(_I32.pack(len(partitions)))
+        parts.append(struct.pack(f">{len(partitions)}i", *partitions))
+    parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
+    return b"".join(parts)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def unpack(self, fmt: struct.Struct) -> tuple:
+        try:
+            values = fmt.unpack_from(self.data, self.pos)
+        except struct.error as exc:
+            raise CorruptTxnLogError(f"record too short: {exc}") from None
+        self.pos += fmt.size
+        return values
+
+    def string(self) -> str:
+        (n,) = self.unpack(_I16)
+        if n < 0 or self.pos + n > len(self.data):
+            raise CorruptTxnLogError(f"bad string length {n}")
+        raw = self.data[self.pos : self.pos + n]
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptTxnLogError("string is not UTF-8") from exc
+
+
+def decode_key(key: bytes) -> str:
+    r = _Reader(key)
+    (version,) = r.unpack(_I16)
+    if version != KEY_VERSION:
+        raise CorruptTxnLogError(f"unknown key version {version}")
+    return r.string()
+
+
+def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
+    r = _Reader(value)
+    version, pid, last_pid, epoch, last_epoch, timeout, state_id = r.unpack(_VALUE_HEAD)
+    if version != VALUE_VERSION:
+        raise CorruptTxnLogError(f"unknown value version {version}")
+    try:
+        state = TxnState(state_id)
+    except ValueError:
+        raise CorruptTxnLogError(f"unknown state id {state_id}") from None
+    if state not in _STORED_STATES:
+        raise CorruptTxnLogError(f"state {state.display_name} is never stored")
+    (topics,) = r.unpack(_I32)
+    if topics < 0:
+        raise CorruptTxnLogError(f"bad topic count {topics}")
+    partitions: set[tuple[str, int]] = set()
+    for _ in range(topics):
+        topic = r.string()
+        (count,) = r.unpack(_I32)
+        if count < 0 or r.pos + 4 * count > len(value):
+            raise CorruptTxnLogError(f"bad partition count {count}")
+        partitions.update((topic, p) for p in r.unpack(struct.Struct(f">{count}i")))
+    start, last_update = r.unpack(_TIMES)
+    return TxnTransition(transactional_id, pid, last_pid, epoch, last_epoch, timeout, state,
+                         frozenset(partitions), start, last_update)
+
+
+def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:
+    return encode_batch([(encode_key(t.transactional_id), encode_value(t), (), now_ms)])
+
+
+class TxnLog:
+    """Appends transitions to, and replays, the partitions of ``__transaction_state``."""
+
+    def __init__(self, logs: LogManager, num_partitions: int) -> None:
+        self.logs = logs
+        existing = logs.topics().get(TOPIC)
+        self.num_partitions = existing if existing is not None else num_partitions
+
+    def partition_of(self, transactional_id: str) -> int:
+        return partition_for(transactional_id, self.num_partitions)
+
+    def _partition(self, index: int, now_ms: int) -> Partition:
+        if TOPIC not in self.logs.topics():
+            self.logs.create_topic(TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+        return self.logs.partition(TOPIC, index)
+
+    def append(self, transition: TxnTransition, now_ms: int) -> Partition:
+        """Write the transition (not yet durable); returns the partition to flush.
+        Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
+        partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
+        partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
+        return partition
+
+    def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
+        """Every record of every partition in log order: ``(transactional_id, transition or
+        None for a tombstone)``."""
+        if TOPIC not in self.logs.topics():
+            return
+        for index in range(self.num_partitions):
+            partition = self.logs.partition(TOPIC, index)
+            offset = partition.log_start_offset
+            end = partition.log_end_offset
+            while offset < end:
+                data = partition.read(offset, _READ_CHUNK, end)
+                if not data:
+                    break
+                start = offset
+                try:
+                    for header, records in decode_batches_untrusted(data):
+                        offset = header.last_offset + 1
+                        for record in records:
+                            if record.key is None:
+                                raise CorruptTxnLogError("record without a key")
+                            tid = decode_key(record.key)
+                            yield tid, (None if record.value is None
+                                        else decode_value(tid, record.value))
+                except CorruptFrameError as exc:
+                    raise CorruptTxnLogError(f"{TOPIC}-{index} at {offset}: {exc}") from exc
+                if offset == start:
+                    raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at {offset}")

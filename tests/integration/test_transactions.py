@@ -1,0 +1,611 @@
+"""Transactions end to end: confluent-kafka and kafka-python transactional producers and
+read_committed consumers against the real broker process, the raw WriteTxnMarkers path, fencing,
+timeouts of a producer killed mid-transaction, the seeds' consume-transform-produce loop, and a
+kill -9 of the broker between EndTxn's PrepareCommit and the markers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.txn_cli import transactions as transactions_cli
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
+from tests.broker_process import BrokerProcess
+from tests.raw_client import RawConnection
+
+kafka = pytest.importorskip("kafka")
+
+PARTITIONS = 3
+# Short timers so that the periodic task and the rebalances run within a test.
+BROKER_CONFIG = {
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "200",
+    "group.initial.rebalance.delay.ms": "0",
+    "offsets.topic.num.partitions": "5",
+}
+
+
+def start_broker(tmp_path: Path, **extra: str) -> BrokerProcess:
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items()))
+    return BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+
+
+@pytest.fixture
+def broker(tmp_path):
+    proc = start_broker(tmp_path)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+        print("".join(proc.output[-40:]))  # shown by pytest when the test failed
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])[
+        name
+    ].result(timeout=15)
+
+
+def txn_producer(bootstrap: str, transactional_id: str, **extra) -> Producer:
+    producer = Producer({
+        "bootstrap.servers": bootstrap,
+        "transactional.id": transactional_id,
+        "linger.ms": 5,
+        **extra,
+    })
+    producer.init_transactions(15)
+    return producer
+
+
+def consume_values(bootstrap: str, topic: str, isolation: str, expected: int | None = None,
+                   partitions: int = PARTITIONS) -> list[bytes]:
+    """Every value a confluent consumer gets from the start of each partition: until
+    ``expected`` values arrived (then a short wait for unexpected extras), or, without
+    ``expected``, until nothing more arrives for a while."""
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap,
+        "group.id": "referee",
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+    })
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    values: list[bytes] = []
+    last = time.monotonic()
+    deadline = last + 30
+    try:
+        while time.monotonic() < deadline:
+            messages = consumer.consume(1000, 0.2)
+            for msg in messages:
+                assert msg.error() is None, msg.error()
+                values.append(msg.value())
+            if messages:
+                last = time.monotonic()
+            quiet = time.monotonic() - last
+            if expected is not None and len(values) >= expected and quiet > 0.3:
+                break
+            if expected is None and quiet > (1.5 if values else 4.0):
+                break
+    finally:
+        consumer.close()
+    return values
+
+
+def consume_values_kafka_python(bootstrap: str, topic: str, isolation: str, expected: int,
+                                partitions: int = PARTITIONS) -> list[bytes]:
+    consumer = kafka.KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        isolation_level=isolation,
+    )
+    consumer.assign([kafka.TopicPartition(topic, p) for p in range(partitions)])
+    consumer.seek_to_beginning()
+    values: list[bytes] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            polled = consumer.poll(timeout_ms=300)
+            for messages in polled.values():
+                values.extend(m.value for m in messages)
+            if len(values) >= expected and not polled:
+                break  # everything expected, and one more empty poll for extras
+    finally:
+        consumer.close()
+    return values
+
+
+def list_offset(port: int, topic: str, partition: int, committed: bool) -> int:
+    """ListOffsets v2 LATEST: the LSO under read_committed, else the HW."""
+    with RawConnection(port) as conn:
+        response = conn.request(ApiKey.LIST_OFFSETS, 2, {
+            "replica_id": -1, "isolation_level": 1 if committed else 0,
+            "topics": [{"name": topic, "partitions": [
+                {"partition_index": partition, "timestamp": -1}]}],
+        })
+    part = response.topics[0].partitions[0]
+    assert part.error_code == ErrorCode.NONE
+    return part.offset
+
+
+def describe(port: int, transactional_id: str):
+    with RawConnection(port) as conn:
+        response = conn.request(ApiKey.DESCRIBE_TRANSACTIONS, 0, {
+            "transactional_ids": [transactional_id], "tagged_fields": {}})
+    return response.transaction_states[0]
+
+
+def wait_until(predicate, timeout: float = 15.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
+
+
+def values(prefix: str, n: int) -> list[bytes]:
+    return [b"%s-%d" % (prefix.encode(), i) for i in range(n)]
+
+
+# -- commit visible, abort not -------------------------------------------------------------------
+
+
+def test_confluent_commit_is_visible_and_abort_is_not(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "cv")
+    producer = txn_producer(bootstrap, "cv-tx")
+    for prefix, n, commit in (("c1", 120, True), ("a1", 80, False), ("c2", 50, True)):
+        producer.begin_transaction()
+        for v in values(prefix, n):
+            producer.produce("cv", key=v, value=v)
+        if commit:
+            producer.commit_transaction(15)
+        else:
+            producer.flush(15)  # the aborted records do reach the log
+            producer.abort_transaction(15)
+    committed = sorted(values("c1", 120) + values("c2", 50))
+    everything = sorted(committed + values("a1", 80))
+    assert sorted(consume_values(bootstrap, "cv", "read_committed", len(committed))) == committed
+    assert sorted(consume_values(bootstrap, "cv", "read_uncommitted", len(everything))) == everything
+    assert sorted(consume_values_kafka_python(bootstrap, "cv", "read_committed", len(committed))) \
+        == committed
+    assert sorted(consume_values_kafka_python(bootstrap, "cv", "read_uncommitted",
+                                              len(everything))) == everything
+    for p in range(PARTITIONS):  # nothing left open: LSO = HW
+        assert list_offset(broker.port, "cv", p, True) == list_offset(broker.port, "cv", p, False)
+    state = describe(broker.port, "cv-tx")
+    assert (state.error_code, state.transaction_state, state.producer_epoch) == \
+        (ErrorCode.NONE, "CompleteCommit", 0)
+
+
+def test_kafka_python_commit_is_visible_and_abort_is_not(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "kp")
+    producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kp-tx",
+                                   linger_ms=5)
+    try:
+        producer.init_transactions()
+        for prefix, n, commit in (("c1", 100, True), ("a1", 60, False), ("c2", 40, True)):
+            producer.begin_transaction()
+            for v in values(prefix, n):
+                producer.send("kp", key=v, value=v)
+            if commit:
+                producer.commit_transaction()
+            else:
+                producer.flush()
+                producer.abort_transaction()
+    finally:
+        producer.close()
+    committed = sorted(values("c1", 100) + values("c2", 40))
+    everything = sorted(committed + values("a1", 60))
+    assert sorted(consume_values(bootstrap, "kp", "read_committed", len(committed))) == committed
+    assert sorted(consume_values(bootstrap, "kp", "read_uncommitted", len(everything))) == everything
+    assert sorted(consume_values_kafka_python(bootstrap, "kp", "read_committed", len(committed))) \
+        == committed
+
+
+# -- an open transaction holds read_committed consumers ----------------------------------------
+
+
+def test_open_transaction_holds_read_committed_consumers_at_its_first_offset(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "hold", 1)
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for v in values("before", 5):
+        plain.produce("hold", value=v)
+    plain.flush(10)
+    producer = txn_producer(bootstrap, "hold-tx")
+    producer.begin_transaction()
+    for v in values("txn", 4):
+        producer.produce("hold", value=v)
+    producer.flush(10)
+    for v in values("after", 3):
+        plain.produce("hold", value=v)
+    plain.flush(10)
+
+    assert list_offset(broker.port, "hold", 0, committed=False) == 12
+    assert list_offset(broker.port, "hold", 0, committed=True) == 5  # the transaction's first offset
+    kp = kafka.KafkaConsumer(bootstrap_servers=bootstrap, isolation_level="read_committed")
+    try:
+        assert kp.end_offsets([kafka.TopicPartition("hold", 0)]) == \
+            {kafka.TopicPartition("hold", 0): 5}
+    finally:
+        kp.close()
+    assert consume_values(bootstrap, "hold", "read_committed", 5, partitions=1) == values("before", 5)
+
+    producer.commit_transaction(10)
+    assert list_offset(broker.port, "hold", 0, committed=True) == 13  # HW, the marker included
+    assert consume_values(bootstrap, "hold", "read_committed", 12, partitions=1) == \
+        values("before", 5) + values("txn", 4) + values("after", 3)
+
+
+# -- fencing ------------------------------------------------------------------------------------
+
+
+def test_second_producer_fences_the_first_and_the_zombie_never_becomes_visible(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "fence")
+    zombie = txn_producer(bootstrap, "fence-tx")
+    zombie.begin_transaction()
+    for v in values("zombie", 30):
+        zombie.produce("fence", key=v, value=v)
+    zombie.flush(10)
+
+    successor = txn_producer(bootstrap, "fence-tx")  # aborts the zombie's transaction, fences it
+    state = describe(broker.port, "fence-tx")
+    assert (state.transaction_state, state.producer_epoch) == ("Empty", 2)  # aborted at 1
+
+    # The zombie's next write is refused with INVALID_PRODUCER_EPOCH: librdkafka's fatal _FENCED.
+    with pytest.raises(KafkaException) as info:
+        zombie.produce("fence", value=b"zombie-late")
+        zombie.flush(5)
+        zombie.commit_transaction(10)
+    assert info.value.args[0].fatal() and "fenced" in str(info.value)
+
+    successor.begin_transaction()
+    for v in values("good", 20):
+        successor.produce("fence", key=v, value=v)
+    successor.commit_transaction(10)
+    seen = consume_values(bootstrap, "fence", "read_committed", 20)
+    assert sorted(seen) == sorted(values("good", 20))
+    # read_uncommitted shows the zombie's first records were written, then aborted
+    assert set(values("zombie", 30)) <= set(consume_values(bootstrap, "fence", "read_uncommitted", 50))
+
+
+def test_kafka_python_zombie_is_fenced(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "kfence", 2)
+    zombie = kafka.KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kf-tx", linger_ms=5)
+    successor = kafka.KafkaProducer(bootstrap_servers=bootstrap, transactional_id="kf-tx",
+                                    linger_ms=5)
+    try:
+        zombie.init_transactions()
+        zombie.begin_transaction()
+        for v in values("zombie", 10):
+            zombie.send("kfence", value=v)
+        zombie.flush()
+        successor.init_transactions()
+        with pytest.raises(kafka.errors.KafkaError, match="InvalidProducerEpoch"):
+            zombie.send("kfence", value=b"zombie-late")
+            zombie.flush()
+            zombie.commit_transaction()
+        successor.begin_transaction()
+        successor.send("kfence", value=b"good")
+        successor.commit_transaction()
+    finally:
+        zombie.close(timeout=1)
+        successor.close()
+    assert consume_values(bootstrap, "kfence", "read_committed", 1, partitions=2) == [b"good"]
+
+
+# -- a producer that dies mid-transaction ----------------------------------------------------------
+
+DYING_PRODUCER = textwrap.dedent("""
+    import sys, time
+    from confluent_kafka import Producer
+    producer = Producer({"bootstrap.servers": sys.argv[1], "transactional.id": "dying-tx",
+                         "transaction.timeout.ms": 1500, "linger.ms": 0})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    for i in range(10):
+        producer.produce("dying", value=b"dying-%d" % i, partition=0)
+    producer.flush(15)
+    print("ready", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_producer_killed_mid_transaction_is_aborted_after_its_timeout(broker):
+    bootstrap = broker.bootstrap
+    create_topic(bootstrap, "dying", 1)
+    child = subprocess.Popen([sys.executable, "-c", DYING_PRODUCER, bootstrap],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.kill()  # SIGKILL: no abort, no close
+        child.wait(10)
+        killed_at = time.monotonic()
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()
+    assert list_offset(broker.port, "dying", 0, committed=True) == 0  # held by the open txn
+    plain = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    for v in values("later", 5):
+        plain.produce("dying", value=v, partition=0)
+    plain.flush(10)
+
+    # The coordinator aborts it after 1.5 s (plus one 200 ms interval), bumping the epoch.
+    assert wait_until(lambda: list_offset(broker.port, "dying", 0, committed=True) ==
+                      list_offset(broker.port, "dying", 0, committed=False), timeout=10)
+    assert time.monotonic() - killed_at < 6
+    state = describe(broker.port, "dying-tx")
+    assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 1)
+    assert consume_values(bootstrap, "dying", "read_committed", 5, partitions=1) == values("later", 5)
+
+
+# -- the seeds' consume-transform-produce loop ---------------------------------------------------
+
+
+def advertises(port: int, api_key: ApiKey) -> bool:
+    with RawConnection(port) as conn:
+        response = conn.request(ApiKey.API_VERSIONS, 0, {})
+    return any(k.api_key == api_key for k in response.api_keys)
+
+
+@pytest.mark.slow
+def test_consume_transform_produce_copies_every_record_exactly_once(broker):
+    if not advertises(broker.port, ApiKey.JOIN_GROUP):
+        pytest.skip("the broker does not advertise JoinGroup: no consumer groups to subscribe with")
+    bootstrap = broker.bootstrap
+    total = 20_000
+    create_topic(bootstrap, "ctp-in")
+    create_topic(bootstrap, "ctp-out")
+    source = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                       "linger.ms": 5})
+    for i in range(total):
+        source.produce("ctp-in", key=b"%d" % i, value=b"in-%d" % i)
+        if i % 1000 == 0:
+            source.poll(0)
+    assert source.flush(30) == 0
+
+    consumer = Consumer({
+        "bootstrap.servers": bootstrap, "group.id": "ctp", "enable.auto.commit": False,
+        "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+    })
+    consumer.subscribe(["ctp-in"])
+    producer = txn_producer(bootstrap, "ctp-tx", **{"linger.ms": 5})
+    copied = aborted = transactions = 0
+    deadline = time.monotonic() + 120
+    try:
+        while copied < total and time.monotonic() < deadline:
+            batch = consumer.consume(500, 0.5)
+            batch = [m for m in batch if m.error() is None]
+            if not batch:
+                continue
+            producer.begin_transaction()
+            for msg in batch:
+                producer.produce("ctp-out", key=msg.key(), value=b"out-" + msg.value()[3:])
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 15)
+            transactions += 1
+            if transactions % 7 == 3:
+                # On purpose: abort, and rewind to the committed offsets to process it again.
+                producer.abort_transaction(15)
+                aborted += 1
+                for tp in consumer.committed(consumer.assignment(), 10):
+                    consumer.seek(TopicPartition(tp.topic, tp.partition,
+                                                 tp.offset if tp.offset >= 0 else 0))
+                continue
+            producer.commit_transaction(15)
+            copied += len(batch)
+    finally:
+        consumer.close()
+    assert copied == total and aborted > 0
+
+    out = consume_values(bootstrap, "ctp-out", "read_committed", total)
+    assert len(out) == total and sorted(out) == sorted(b"out-%d" % i for i in range(total))
+    # The committed offsets are the ends of the input partitions.
+    check = Consumer({"bootstrap.servers": bootstrap, "group.id": "ctp"})
+    try:
+        committed = check.committed([TopicPartition("ctp-in", p) for p in range(PARTITIONS)], 10)
+        ends = {p: check.get_watermark_offsets(TopicPartition("ctp-in", p), 10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        check.close()
+    assert {tp.partition: tp.offset for tp in committed} == ends
+    assert sum(ends.values()) == total
+
+
+# -- kill -9 between EndTxn and the markers ------------------------------------------------------
+
+
+@pytest.mark.parametrize("point", ["after_prepare_commit", "after_markers"])
+def test_kill9_between_end_txn_and_markers_then_restart(tmp_path, monkeypatch, point):
+    monkeypatch.setenv("MINIBROKER_TEST_CRASH_AT", point)
+    proc = start_broker(tmp_path)
+    monkeypatch.delenv("MINIBROKER_TEST_CRASH_AT")
+    producer = None
+    try:
+        bootstrap = proc.bootstrap
+        create_topic(bootstrap, "crash")
+        producer = txn_producer(bootstrap, "crash-tx")
+        producer.begin_transaction()
+        expected = values("v", 300)
+        for v in expected:
+            producer.produce("crash", key=v, value=v)
+        producer.flush(10)
+        outcome: list = []
+
+        def commit() -> None:
+            try:
+                producer.commit_transaction(30)
+                outcome.append("committed")
+            except KafkaException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=commit)
+        thread.start()
+        assert proc.proc.wait(15) == 137  # the fault hook: like SIGKILL, at that point of EndTxn
+        proc.kill9()
+        proc.restart()
+        thread.join(40)
+        assert outcome, "commit_transaction did not return"
+
+        # Recovery completed the commit: every record once, nothing open, state CompleteCommit.
+        assert any("completed commit of 'crash-tx'" in line for line in proc.output)
+        seen = consume_values(proc.bootstrap, "crash", "read_committed", len(expected))
+        assert sorted(seen) == sorted(expected)
+        for p in range(PARTITIONS):
+            assert list_offset(proc.port, "crash", p, True) == list_offset(proc.port, "crash", p, False)
+        assert describe(proc.port, "crash-tx").transaction_state == "CompleteCommit"
+        # The producer (or a new instance) goes on.
+        if outcome != ["committed"]:
+            producer = txn_producer(proc.bootstrap, "crash-tx")
+        producer.begin_transaction()
+        producer.produce("crash", value=b"next")
+        producer.commit_transaction(15)
+        again = consume_values(proc.bootstrap, "crash", "read_committed", len(expected) + 1)
+        assert sorted(again) == sorted(expected + [b"next"])
+    finally:
+        producer = None  # librdkafka handles are freed by the garbage collector
+        proc.stop()
+        print("".join(proc.output[-40:]))  # shown by pytest when the test failed
+
+
+# -- WriteTxnMarkers v0 over a raw socket ----------------------------------------------------------
+
+
+def _fetch(conn: RawConnection, topic: str, committed: bool, offset: int = 0):
+    response = conn.request(ApiKey.FETCH, 4, {
+        "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+        "isolation_level": 1 if committed else 0,
+        "topics": [{"topic": topic, "partitions": [
+            {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}],
+    })
+    return response.responses[0].partitions[0]
+
+
+def test_write_txn_markers_frame_writes_the_marker_and_moves_the_lso(broker):
+    create_topic(broker.bootstrap, "raw", 1)
+    with RawConnection(broker.port) as conn:
+        init = conn.request(ApiKey.INIT_PRODUCER_ID, 0,
+                            {"transactional_id": "raw-tx", "transaction_timeout_ms": 60_000})
+        assert init.error_code == ErrorCode.NONE
+        pid, epoch = init.producer_id, init.producer_epoch
+        added = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
+            "transactional_id": "raw-tx", "producer_id": pid, "producer_epoch": epoch,
+            "topics": [{"name": "raw", "partitions": [0]}]})
+        assert added.results[0].results[0].error_code == ErrorCode.NONE
+
+        def produce(seq: int, n: int) -> int:
+            batch = encode_batch([(None, b"r%d" % (seq + i), (), 0) for i in range(n)],
+                                 producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                                 transactional=True)
+            response = conn.request(ApiKey.PRODUCE, 3, {
+                "transactional_id": "raw-tx", "acks": -1, "timeout_ms": 5000,
+                "topic_data": [{"name": "raw", "partition_data": [{"index": 0, "records": batch}]}]})
+            part = response.responses[0].partition_responses[0]
+            assert part.error_code == ErrorCode.NONE
+            return part.base_offset
+
+        assert produce(0, 3) == 0
+        fetched = _fetch(conn, "raw", committed=True)
+        assert (fetched.high_watermark, fetched.last_stable_offset, fetched.records) == (3, 0, b"")
+
+        def write_marker(commit: bool) -> None:
+            response = conn.request(ApiKey.WRITE_TXN_MARKERS, 0, {"markers": [{
+                "producer_id": pid, "producer_epoch": epoch, "transaction_result": commit,
+                "topics": [{"name": "raw", "partition_indexes": [0]}], "coordinator_epoch": 0}]})
+            marker = response.markers[0]
+            assert marker.producer_id == pid
+            assert marker.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+        write_marker(commit=True)
+        fetched = _fetch(conn, "raw", committed=True)
+        assert (fetched.high_watermark, fetched.last_stable_offset) == (4, 4)
+        assert fetched.aborted_transactions == []
+        batches = list(decode_batches_untrusted(fetched.records))
+        assert [h.base_offset for h, _ in batches] == [0, 3]
+        assert batches[1][0].is_control and parse_control_record(batches[1][1][0])[0] == 1
+
+        # An aborted one: the data stays in the log, listed as aborted for read_committed.
+        assert produce(3, 2) == 4
+        write_marker(commit=False)
+        fetched = _fetch(conn, "raw", committed=True, offset=4)
+        assert (fetched.high_watermark, fetched.last_stable_offset) == (7, 7)
+        assert [(a.producer_id, a.first_offset) for a in fetched.aborted_transactions] == [(pid, 4)]
+        uncommitted = _fetch(conn, "raw", committed=False, offset=4)
+        assert uncommitted.aborted_transactions is None
+
+
+def test_transactional_produce_outside_the_transaction_is_refused(broker):
+    create_topic(broker.bootstrap, "kip890", 2)
+    with RawConnection(broker.port) as conn:
+        init = conn.request(ApiKey.INIT_PRODUCER_ID, 0,
+                            {"transactional_id": "k-tx", "transaction_timeout_ms": 60_000})
+        pid, epoch = init.producer_id, init.producer_epoch
+        conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
+            "transactional_id": "k-tx", "producer_id": pid, "producer_epoch": epoch,
+            "topics": [{"name": "kip890", "partitions": [0]}]})
+        batch = encode_batch([(None, b"x", (), 0)], producer_id=pid, producer_epoch=epoch,
+                             base_sequence=0, transactional=True)
+        response = conn.request(ApiKey.PRODUCE, 3, {
+            "transactional_id": "k-tx", "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": "kip890", "partition_data": [{"index": 1, "records": batch}]}]})
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.INVALID_TXN_STATE
+        # Nothing was written: no open transaction pins the partition.
+        assert list_offset(broker.port, "kip890", 1, committed=True) == 0
+        assert list_offset(broker.port, "kip890", 1, committed=False) == 0
+
+
+# -- the CLI -------------------------------------------------------------------------------------
+
+
+def test_transactions_cli_lists_and_describes(broker):
+    create_topic(broker.bootstrap, "cli", 2)
+    producer = txn_producer(broker.bootstrap, "cli-tx")
+    producer.begin_transaction()
+    producer.produce("cli", value=b"x", partition=1)
+    producer.flush(10)
+    runner = CliRunner()
+    result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", broker.bootstrap])
+    assert result.exit_code == 0, result.output
+    header, row = result.output.strip().splitlines()
+    assert header.split()[:3] == ["TRANSACTIONAL", "ID", "STATE"]
+    cells = row.split()
+    assert cells[:5] == ["cli-tx", "Ongoing", cells[2], "0", "cli-1"]
+    assert cells[-1] == "1m00s"  # librdkafka's default transaction.timeout.ms
+
+    result = runner.invoke(transactions_cli, ["list", "--state", "CompleteCommit",
+                                              "--bootstrap-server", broker.bootstrap])
+    assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 1
+    producer.commit_transaction(10)
+    result = runner.invoke(transactions_cli, ["describe", "cli-tx",
+                                              "--bootstrap-server", broker.bootstrap])
+    assert result.exit_code == 0
+    assert result.output.strip().splitlines()[1].split()[:6] == \
+        ["cli-tx", "CompleteCommit", cells[2], "0", "-", "-"]
+
+    result = runner.invoke(transactions_cli, ["describe", "nobody",
+                                              "--bootstrap-server", broker.bootstrap])
+    assert result.exit_code == 1
+    assert result.output.strip() == "Error: transactional id 'nobody' not found"
+    result = runner.invoke(transactions_cli, ["list", "--state", "Bogus",
+                                              "--bootstrap-server", broker.bootstrap])
+    assert result.exit_code == 1 and "unknown transaction state(s): Bogus" in result.output
+    result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", "127.0.0.1:1"])
+    assert result.exit_code == 1 and result.output.startswith("Error: cannot connect")
+    assert os.environ.get("MINIBROKER_TEST_CRASH_AT") is None

@@ -1,0 +1,171 @@
+"""The transaction log (``__transaction_state``): record format, replay, and two-phase transitions
+with a crash between prepare and complete."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from broker.hashing import partition_for
+from broker.log.manager import LogConfig, LogManager
+from broker.txn.coordinator import TransactionCoordinator, TxnConfig, TxnTransition
+from broker.txn.state import TxnState
+from broker.txn.txn_log import (
+    SEGMENT_BYTES,
+    TOPIC,
+    CorruptTxnLogError,
+    TxnLog,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
+NOW = 1_700_000_000_000
+PARTITIONS = 5
+
+
+def transition(state=TxnState.ONGOING, partitions=frozenset({("orders", 2), ("orders", 0)}),
+               tid="tx-1") -> TxnTransition:
+    return TxnTransition(tid, 4000, 3999, 7, 6, 60_000, state, frozenset(partitions), NOW, NOW + 5)
+
+
+def test_golden_record() -> None:
+    t = transition(partitions={("orders", 2), ("orders", 0), ("a", 1)})
+    assert encode_key("tx-1") == b"\x00\x00\x00\x04tx-1"
+    assert encode_value(t) == (
+        struct.pack(">hqqhhib", 0, 4000, 3999, 7, 6, 60_000, 1)
+        + struct.pack(">i", 2)
+        + b"\x00\x01a" + struct.pack(">ii", 1, 1)
+        + b"\x00\x06orders" + struct.pack(">iii", 2, 0, 2)
+        + struct.pack(">qq", NOW, NOW + 5)
+    )
+    assert encode_value(transition(state=TxnState.DEAD)) is None  # a tombstone
+
+
+_stored = st.sampled_from([s for s in TxnState
+                           if s not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)])
+
+
+@given(
+    tid=st.text(min_size=1, max_size=20),
+    state=_stored,
+    partitions=st.frozensets(st.tuples(st.text(max_size=8), st.integers(0, (1 << 31) - 1)),
+                             max_size=6),
+    pid=st.integers(-1, (1 << 63) - 1),
+    epoch=st.integers(-1, 32767),
+)
+def test_round_trip(tid, state, partitions, pid, epoch) -> None:
+    t = TxnTransition(tid, pid, pid, epoch, -1, 1, state, partitions, -1, NOW)
+    assert decode_key(encode_key(tid)) == tid
+    assert decode_value(tid, encode_value(t)) == t
+
+
+@pytest.mark.parametrize("bad", [
+    b"",
+    b"\x00\x01" + b"\x00" * 60,  # unknown version
+    struct.pack(">hqqhhib", 0, 1, 1, 0, 0, 1, 9) + b"\x00" * 20,  # unknown state
+    struct.pack(">hqqhhib", 0, 1, 1, 0, 0, 1, 6) + b"\x00" * 20,  # Dead is never stored
+    struct.pack(">hqqhhib", 0, 1, 1, 0, 0, 1, 1) + struct.pack(">i", 1),  # truncated
+    struct.pack(">hqqhhib", 0, 1, 1, 0, 0, 1, 1) + struct.pack(">i", -1) + b"\x00" * 16,
+])
+def test_bad_values_raise_one_error(bad: bytes) -> None:
+    with pytest.raises(CorruptTxnLogError):
+        decode_value("tx", bad)
+    with pytest.raises(CorruptTxnLogError):
+        decode_key(b"\x00\x01\x00\x01x")
+
+
+def make_logs(tmp_path: Path) -> LogManager:
+    return LogManager(tmp_path / "data", LogConfig(preallocate=False), NOW)
+
+
+def crash(logs: LogManager) -> None:
+    """kill -9: nothing more is written (the page cache keeps what was)."""
+    for p in logs.all_partitions():
+        p.txn_index.close(sync=False)
+        for seg in p.segments:
+            seg.close()
+
+
+def persist(log: TxnLog, c: TransactionCoordinator, t: TxnTransition) -> None:
+    log.append(t, NOW).flush()
+    c.complete(t)
+
+
+def coordinator() -> TransactionCoordinator:
+    ids = itertools.count(1000)
+    return TransactionCoordinator(TxnConfig(), lambda: next(ids))
+
+
+def replayed(logs: LogManager) -> TransactionCoordinator:
+    c = coordinator()
+    for tid, t in TxnLog(logs, PARTITIONS).replay():
+        c.load(tid, t)
+    return c
+
+
+def test_topic_is_created_on_first_use_with_kafka_settings(tmp_path: Path) -> None:
+    logs = make_logs(tmp_path)
+    log = TxnLog(logs, PARTITIONS)
+    assert list(log.replay()) == [] and TOPIC not in logs.topics()
+    c = coordinator()
+    persist(log, c, c.prepare_init_producer_id("tx-1", 60_000, None, NOW))
+    assert logs.topics()[TOPIC] == PARTITIONS
+    assert logs.topic_config(TOPIC).segment_bytes == SEGMENT_BYTES
+    assert logs.topic_config(TOPIC).retention_ms == -1
+    index = partition_for("tx-1", PARTITIONS)
+    assert log.partition_of("tx-1") == index
+    assert logs.partition(TOPIC, index).log_end_offset == 1
+    # A later start keeps the topic's partition count even if the setting changed.
+    assert TxnLog(logs, 50).num_partitions == PARTITIONS
+
+
+def test_crash_between_prepare_and_complete(tmp_path: Path) -> None:
+    logs = make_logs(tmp_path)
+    log = TxnLog(logs, PARTITIONS)
+    c = coordinator()
+    persist(log, c, c.prepare_init_producer_id("tx-1", 60_000, None, NOW))
+    persist(log, c, c.prepare_add_partitions("tx-1", 1000, 0, [("orders", 0)], NOW))
+    # Prepare a commit, make it durable, and crash before completing it in memory.
+    prepare = c.prepare_end_txn("tx-1", 1000, 0, True, NOW + 1)
+    log.append(prepare, NOW + 1).flush()
+    # A second id whose transition was prepared but never persisted.
+    persist(log, c, c.prepare_init_producer_id("tx-2", 60_000, None, NOW))
+    c.prepare_init_producer_id("tx-2", 60_000, None, NOW + 2)
+    crash(logs)
+
+    logs = make_logs(tmp_path)
+    c = replayed(logs)
+    md = c.get("tx-1")
+    # The durable prepared state is back: the outcome is decided, the markers are to write.
+    assert (md.state, md.partitions, md.producer_epoch) == \
+        (TxnState.PREPARE_COMMIT, frozenset({("orders", 0)}), 0)
+    assert c.unfinished() == ["tx-1"]
+    # The unpersisted bump of tx-2 never happened.
+    assert c.get("tx-2").producer_epoch == 0
+    # Completion after the restart.
+    log = TxnLog(logs, PARTITIONS)
+    persist(log, c, c.prepare_complete("tx-1", NOW + 3))
+    crash(logs)
+    c = replayed(make_logs(tmp_path))
+    md = c.get("tx-1")
+    assert (md.state, md.partitions) == (TxnState.COMPLETE_COMMIT, frozenset())
+    assert c.unfinished() == []
+
+
+def test_tombstone_forgets_an_expired_id(tmp_path: Path) -> None:
+    logs = make_logs(tmp_path)
+    log = TxnLog(logs, PARTITIONS)
+    c = coordinator()
+    persist(log, c, c.prepare_init_producer_id("tx-1", 60_000, None, NOW))
+    persist(log, c, c.prepare_init_producer_id("tx-3", 60_000, None, NOW))
+    persist(log, c, c.prepare_dead("tx-1", NOW))
+    logs.close()
+    c = replayed(make_logs(tmp_path))
+    assert c.get("tx-1") is None and c.get("tx-3") is not None

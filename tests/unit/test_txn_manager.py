@@ -1,0 +1,212 @@
+"""The coordinator's trio side on a real Broker (data dir on disk, no sockets): EndTxn with its
+markers, the KIP-890 produce check, the periodic task with a driven clock, and recovery after a
+crash at each point of EndTxn (the test-only crash hook, with os._exit replaced)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from broker.config import build_config
+from broker.core import Broker
+from broker.txn.manager import InitResult
+from broker.txn.state import TxnState
+from broker.txn.txn_log import TOPIC
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import (
+    ControlType,
+    decode_batches_untrusted,
+    encode_batch,
+    parse_control_record,
+)
+
+NOW = 1_700_000_000_000
+TIMEOUT = 10_000
+
+
+class Crashed(BaseException):
+    """os._exit in the crash hook, turned into an exception the test catches."""
+
+
+def make_broker(tmp_path, **props) -> Broker:
+    properties = {"transaction.state.log.num.partitions": "3", **props}
+    broker = Broker(build_config(properties, data_dir=tmp_path / "data"), now=NOW)
+    broker.transactions.clock = lambda: NOW  # the time of the records the coordinator writes
+    if "t" not in broker.logs.topics():
+        broker.logs.create_topic("t", 2, None, NOW)
+    return broker
+
+
+def crash(broker: Broker) -> None:
+    """kill -9: no flush, no snapshot, no clean-shutdown marker."""
+    for p in broker.logs.all_partitions():
+        p.txn_index.close(sync=False)
+        for seg in p.segments:
+            seg.close()
+
+
+async def run(result):
+    return await result() if callable(result) else result
+
+
+async def begin(broker: Broker, tid: str = "tx", partitions=(("t", 0), ("t", 1))) -> tuple[int, int]:
+    init = await run(broker.transactions.init_producer_id(tid, TIMEOUT, None, NOW))
+    assert isinstance(init, InitResult) and init.error_code == ErrorCode.NONE
+    code = await run(broker.transactions.add_partitions(
+        tid, init.producer_id, init.producer_epoch, partitions, NOW))
+    assert code == ErrorCode.NONE
+    return init.producer_id, init.producer_epoch
+
+
+async def produce(broker: Broker, tid, pid: int, epoch: int, index: int, seq: int, n: int = 2):
+    records = bytearray(encode_batch(
+        [(None, b"v%d" % (seq + i), (), NOW) for i in range(n)],
+        producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True))
+    partition = broker.partition("t", index)
+    broker.transactions.verify_produce(partition, records, tid)
+    _, flushed = broker.append_untrusted(partition, records, tid, NOW)
+    if flushed is not None:
+        await flushed.wait()
+
+
+def markers(broker: Broker, index: int) -> list[tuple[int, int, ControlType]]:
+    p = broker.partition("t", index)
+    out = []
+    offset = 0
+    while offset < p.log_end_offset:
+        for header, recs in decode_batches_untrusted(p.read(offset, 1 << 20, p.log_end_offset)):
+            if header.is_control:
+                out.append((header.base_offset, header.producer_epoch,
+                            parse_control_record(recs[0])[0]))
+            offset = header.last_offset + 1
+    return out
+
+
+@pytest.fixture
+async def broker(tmp_path, nursery):
+    b = make_broker(tmp_path)
+    nursery.start_soon(b.flusher.run)
+    yield b
+
+
+async def test_end_txn_writes_markers_before_answering(broker: Broker) -> None:
+    pid, epoch = await begin(broker)
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    await produce(broker, "tx", pid, epoch, 1, 0)
+    assert broker.partition("t", 0).last_stable_offset == 0
+    code = await run(broker.transactions.end_txn("tx", pid, epoch, True, NOW))
+    assert code == ErrorCode.NONE
+    for index in (0, 1):
+        p = broker.partition("t", index)
+        assert markers(broker, index) == [(2, 0, ControlType.COMMIT)]
+        assert p.last_stable_offset == p.high_watermark == 3  # durable before the answer
+    md = broker.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_COMMIT, epoch)
+    # A retry answers NONE and writes nothing; the other outcome is a mismatch.
+    assert await run(broker.transactions.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+    assert await run(broker.transactions.end_txn("tx", pid, epoch, False, NOW)) == \
+        ErrorCode.INVALID_TXN_STATE
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
+
+
+async def test_produce_check_needs_the_partition_in_the_transaction(broker: Broker) -> None:
+    pid, epoch = await begin(broker, partitions=[("t", 0)])
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, "tx", pid, epoch, 1, 0)
+    assert info.value.code == ErrorCode.INVALID_TXN_STATE
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, None, pid, epoch, 0, 0)  # a transactional batch needs the id
+    assert info.value.code == ErrorCode.INVALID_TXN_STATE
+    assert broker.transactions.needs_verification(b"", "tx")
+    plain = encode_batch([(None, b"x", (), NOW)])
+    assert not broker.transactions.needs_verification(plain, None)
+
+
+async def test_new_instance_aborts_the_ongoing_transaction_and_fences_the_old(broker: Broker) -> None:
+    pid, epoch = await begin(broker)
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    init = await run(broker.transactions.init_producer_id("tx", TIMEOUT, None, NOW))
+    assert (init.error_code, init.producer_id, init.producer_epoch) == (ErrorCode.NONE, pid, 2)
+    # The abort used the fenced epoch 1; the new instance has 2.
+    assert markers(broker, 0) == [(2, 1, ControlType.ABORT)]
+    assert markers(broker, 1) == [(0, 1, ControlType.ABORT)]
+    assert broker.partition("t", 0).aborted_transactions(0, 3) == [(pid, 0)]
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, "tx", pid, epoch, 0, 2)
+    assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert await run(broker.transactions.end_txn("tx", pid, epoch, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+async def test_housekeeping_aborts_timed_out_transactions_and_expires_ids(tmp_path, nursery) -> None:
+    broker = make_broker(tmp_path, **{"transactional.id.expiration.ms": "100000"})
+    nursery.start_soon(broker.flusher.run)
+    pid, epoch = await begin(broker)
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    await broker.transactions.housekeeping(NOW + TIMEOUT)  # not older than its timeout yet
+    assert broker.transactions.coordinator.get("tx").state is TxnState.ONGOING
+    await broker.transactions.housekeeping(NOW + TIMEOUT + 1)
+    md = broker.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+    p = broker.partition("t", 0)
+    assert p.last_stable_offset == p.high_watermark == 3
+    assert markers(broker, 0) == [(2, epoch + 1, ControlType.ABORT)]
+    # The producer that went quiet is fenced.
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, "tx", pid, epoch, 0, 2)
+    assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+    # Idle ids expire (tombstone) and stay expired after a restart.
+    await run(broker.transactions.init_producer_id("idle", TIMEOUT, None, NOW + 50_000))
+    await broker.transactions.housekeeping(NOW + 100_000)
+    assert broker.transactions.coordinator.get("tx") is None  # last update at NOW
+    assert broker.transactions.coordinator.get("idle") is not None
+    await broker.transactions.housekeeping(NOW + 150_000)
+    assert broker.transactions.coordinator.get("idle") is None
+    broker.close()
+    again = make_broker(tmp_path)
+    assert len(again.transactions.coordinator) == 0
+    again.close()
+
+
+@pytest.mark.parametrize(("point", "commit"), [
+    ("after_prepare_commit", True),
+    ("after_prepare_abort", False),
+    ("after_markers", True),
+])
+async def test_recovery_completes_a_transaction_interrupted_by_a_crash(
+    tmp_path, nursery, monkeypatch, point: str, commit: bool
+) -> None:
+    broker = make_broker(tmp_path)
+    nursery.start_soon(broker.flusher.run)
+    pid, epoch = await begin(broker)
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    await produce(broker, "tx", pid, epoch, 1, 0, n=3)
+
+    def exit_now(status: int) -> None:
+        raise Crashed(status)
+
+    monkeypatch.setattr(os, "_exit", exit_now)
+    broker.transactions._crash_at = point
+    with pytest.raises(Crashed):
+        await run(broker.transactions.end_txn("tx", pid, epoch, commit, NOW))
+    written = {i: markers(broker, i) for i in (0, 1)}
+    assert all(written.values()) == (point == "after_markers")
+    crash(broker)
+
+    again = make_broker(tmp_path)
+    assert again.transactions.recovery.completed == 1
+    md = again.transactions.coordinator.get("tx")
+    assert md.state is (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT)
+    kind = ControlType.COMMIT if commit else ControlType.ABORT
+    for index, first_marker in ((0, 2), (1, 3)):
+        p = again.partition("t", index)
+        assert p.producers.open_transactions() == {}
+        assert p.last_stable_offset == p.high_watermark == p.log_end_offset
+        found = markers(again, index)
+        assert found[0] == (first_marker, epoch, kind)
+        assert all(m[2] is kind for m in found)  # a rewritten marker repeats the same outcome
+        assert p.aborted_transactions(0, p.log_end_offset) == ([] if commit else [(pid, 0)])
+    assert again.logs.partition(TOPIC, again.transactions.log.partition_of("tx")).high_watermark
+    again.close()
