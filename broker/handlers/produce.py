@@ -6,7 +6,7 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
-from broker.core import Broker, now_ms
+from broker.core import INTERNAL_TOPICS, Broker, now_ms
 from broker.dispatcher import NO_RESPONSE, Pending, handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -34,6 +34,9 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
                 if part.records is None or len(part.records) == 0:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
+                if topic.name in INTERNAL_TOPICS:
+                    # Only the coordinators write there (Kafka refuses it the same way).
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
                 partition = broker.partition(topic.name, part.index)
                 if transactions.needs_verification(part.records, request.transactional_id):
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction.

@@ -254,3 +254,9 @@ def test_connection_reset_by_peer(broker):
             conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     time.sleep(0.3)  # let the broker meet the resets before we look
     assert_still_serving(broker)
+
+
+def test_produce_to_an_internal_topic_is_refused(broker):
+    with RawConnection(broker.port) as conn:
+        reply = produce(conn, "__consumer_offsets", 0, encode_batch([(b"k", b"forged", [], 1)]))
+        assert reply.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
