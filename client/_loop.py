@@ -1,0 +1,103 @@
+"""A trio loop in a background thread: what the blocking facades run their engine on.
+
+The thread's main task enters the engine's ``async with`` and waits until ``stop()``; every
+blocking call is ``trio.from_thread.run`` with the loop's token, so the facades may be used from
+several threads at once (calls are serialised onto the loop). Calling a blocking method from the
+loop thread itself (say, from a delivery callback) would deadlock and raises instead.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import trio
+
+from client.errors import IllegalStateError, KafkaTimeoutError
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """Runs ``async with engine:`` on a trio loop in a daemon thread until ``stop()``."""
+
+    def __init__(self, engine: Any, name: str) -> None:
+        self._engine = engine
+        self._started = threading.Event()
+        self._startup_error: BaseException | None = None
+        self.token: trio.lowlevel.TrioToken | None = None
+        self._stop: trio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._stopped = False
+
+    def start(self) -> None:
+        self._thread.start()
+        self._started.wait()
+        if self._startup_error is not None:
+            self._thread.join()
+            raise self._startup_error
+
+    def _run(self) -> None:
+        try:
+            trio.run(self._main)
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            if not self._started.is_set():
+                self._startup_error = exc
+        finally:
+            self._started.set()
+
+    async def _main(self) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self._stop = trio.Event()
+        async with self._engine:
+            self._started.set()
+            await self._stop.wait()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None) -> T:
+        """Run ``await fn(*args)`` on the loop and return its result (or raise its exception)."""
+        self._check_callable()
+        if timeout is None:
+            return trio.from_thread.run(fn, *args, trio_token=self.token)
+
+        async def bounded() -> T:
+            with trio.move_on_after(timeout if timeout >= 0 else math.inf) as scope:
+                return await fn(*args)
+            if scope.cancelled_caught:
+                raise KafkaTimeoutError(
+                    f"{getattr(fn, '__name__', 'call')} timed out after {timeout} s"
+                )
+
+        return trio.from_thread.run(bounded, trio_token=self.token)
+
+    def call_sync(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run the synchronous ``fn(*args)`` on the loop thread."""
+        self._check_callable()
+        return trio.from_thread.run_sync(fn, *args, trio_token=self.token)
+
+    def _check_callable(self) -> None:
+        if self._stopped:
+            raise IllegalStateError("the client is closed")
+        if self.in_loop_thread:
+            raise IllegalStateError(
+                "blocking client methods cannot be called from the client's own thread "
+                "(a callback); use the Async* API there"
+            )
+
+    def stop(self) -> None:
+        """Leave the engine's ``async with`` and wait for the thread to end."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self.in_loop_thread:
+            raise IllegalStateError("cannot close the client from its own thread")
+        try:
+            trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
+        except trio.RunFinishedError:
+            pass
+        self._thread.join()

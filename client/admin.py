@@ -1,0 +1,117 @@
+"""The blocking admin client: ``AsyncAdmin`` on a trio loop in a background thread.
+
+    from client import Admin, NewTopic
+
+    with Admin({"bootstrap.servers": "127.0.0.1:9092"}) as admin:
+        admin.create_topic("events", partitions=6)
+        print(admin.list_topics())
+
+``end_transaction(handle, commit)`` finishes a transaction another producer handed over with
+``Producer.transaction_handle()``; ``client/aio/admin.py`` lists what it tolerates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from client._loop import LoopThread
+from client.aio.admin import AsyncAdmin, raise_first
+from client.errors import BrokerResponseError
+from client.structs import (
+    GroupDescription,
+    GroupListing,
+    NewTopic,
+    OffsetAndMetadata,
+    TopicDescription,
+    TopicPartition,
+    TransactionDescription,
+    TransactionHandle,
+    TransactionListing,
+)
+from protocol.errors import ErrorCode
+
+
+class Admin:
+    """Kafka admin operations with blocking methods."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        self._engine = AsyncAdmin(config)
+        self.config = self._engine.config
+        self._loop = LoopThread(self._engine, "minibroker-admin")
+        self._loop.start()
+        self._closed = False
+
+    def __enter__(self) -> Admin:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
+
+    def create_topics(
+        self, topics: Sequence[NewTopic], *, validate_only: bool = False, timeout_ms: int = 30_000
+    ) -> dict[str, BrokerResponseError | None]:
+        return self._loop.call(self._engine.create_topics, list(topics), validate_only, timeout_ms)
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = -1,
+        *,
+        configs: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+    ) -> None:
+        """Create one topic (``partitions=-1``: the broker's default); raises its error."""
+        results = self.create_topics([NewTopic(name, partitions, -1, dict(configs or {}))])
+        raise_first(results, [ErrorCode.TOPIC_ALREADY_EXISTS] if exist_ok else [])
+
+    def delete_topics(
+        self, names: Iterable[str], *, timeout_ms: int = 30_000
+    ) -> dict[str, BrokerResponseError | None]:
+        return self._loop.call(self._engine.delete_topics, list(names), timeout_ms)
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        return self._loop.call(self._engine.list_topics, include_internal)
+
+    def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        return self._loop.call(self._engine.describe_topics, None if names is None else list(names))
+
+    def describe_cluster(self) -> dict[str, Any]:
+        return self._loop.call(self._engine.describe_cluster)
+
+    def list_groups(self) -> list[GroupListing]:
+        return self._loop.call(self._engine.list_groups)
+
+    def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        return self._loop.call(self._engine.describe_groups, list(group_ids))
+
+    def list_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        return self._loop.call(
+            self._engine.list_group_offsets,
+            group_id,
+            None if partitions is None else list(partitions),
+        )
+
+    def list_transactions(
+        self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+    ) -> list[TransactionListing]:
+        return self._loop.call(self._engine.list_transactions, list(states), list(producer_ids))
+
+    def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> list[TransactionDescription]:
+        return self._loop.call(self._engine.describe_transactions, list(transactional_ids))
+
+    def end_transaction(
+        self, handle: TransactionHandle, commit: bool, timeout: float | None = None
+    ) -> None:
+        """Commit (or abort) a transaction handed over by ``Producer.transaction_handle()``."""
+        self._loop.call(self._engine.end_transaction, handle, commit, timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._loop.stop()

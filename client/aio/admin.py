@@ -1,0 +1,405 @@
+"""The trio admin client: topics, groups, committed offsets, and ending handed-over transactions.
+
+Topic creation goes to the controller named in Metadata; group calls go to each group's
+coordinator (FindCoordinator); ListGroups and ListTransactions ask every broker;
+DescribeTransactions asks the transactional id's coordinator. (ListTransactions and
+DescribeTransactions are admin APIs of later Kafka versions, KIP-664; a broker that does not list
+them in ApiVersions answers ``UnsupportedVersionError`` here.)
+
+``end_transaction(handle, commit)`` finishes a transaction that a producer left open with
+``transaction_handle()`` (the Spark sink's pattern). EndTxn carries (transactional_id, producer_id,
+producer_epoch), so any client may send it. Tolerance rules, as a Kafka coordinator applies them:
+
+- EndTxn for a transaction that already ended *the same way* succeeds again (a retried commit);
+- ending it the other way (abort after commit, or commit after abort) is ``InvalidTxnStateError``;
+- if the transactional id was taken over (a newer ``init_transactions``) or the coordinator
+  aborted the transaction at its timeout, the epoch is stale: ``ProducerFencedError``. The
+  transaction was aborted then, so for ``commit=False`` this outcome is what was asked for, and
+  ``end_transaction`` returns normally;
+- a handle with ``empty=True`` names a transaction that never reached the coordinator: nothing
+  to do.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import Any
+
+import trio
+
+from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
+from client.config import ClientConfig, admin_config
+from client.errors import (
+    BrokerResponseError,
+    ConcurrentTransactionsError,
+    KafkaClientError,
+    KafkaTimeoutError,
+    ProducerFencedError,
+    error_for,
+)
+from client.group_protocol import decode_assignment_untrusted
+from client.structs import (
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    NewTopic,
+    OffsetAndMetadata,
+    PartitionInfo,
+    TopicDescription,
+    TopicPartition,
+    TransactionDescription,
+    TransactionHandle,
+    TransactionListing,
+)
+from protocol.api_keys import ApiKey
+from protocol.errors import CorruptFrameError
+
+log = logging.getLogger("client.admin")
+
+
+class AsyncAdmin:
+    """Kafka admin operations on trio (``async with AsyncAdmin(conf) as admin``)."""
+
+    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+        self.config = config if isinstance(config, ClientConfig) else admin_config(config)
+        self._timeout = self.config["request.timeout.ms"] / 1000
+        self._cluster: Cluster | None = None
+        self._nursery: trio.Nursery | None = None
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> AsyncAdmin:
+        self._stack = AsyncExitStack()
+        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
+        self._cluster = Cluster(self.config, self._nursery)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self._nursery.cancel_scope.cancel()
+        await self._cluster.aclose()
+        stack, self._stack = self._stack, None
+        await stack.aclose()
+
+    async def close(self) -> None:
+        """Nothing to flush; the ``async with`` exit closes the connections."""
+
+    # -- topics ----------------------------------------------------------------------------------
+
+    async def create_topics(
+        self,
+        topics: Sequence[NewTopic],
+        validate_only: bool = False,
+        timeout_ms: int = 30_000,
+    ) -> dict[str, BrokerResponseError | None]:
+        """Create topics; per topic None (created) or the broker's error."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        conn = (
+            await cluster.connection(cluster.controller_id)
+            if cluster.controller_id >= 0
+            else await cluster.any_connection()
+        )
+        response = await conn.request(
+            ApiKey.CREATE_TOPICS,
+            {
+                "topics": [
+                    {
+                        "name": t.name,
+                        "num_partitions": t.num_partitions,
+                        "replication_factor": t.replication_factor,
+                        "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in (t.configs or {}).items()],
+                    }
+                    for t in topics
+                ],
+                "timeout_ms": timeout_ms,
+                "validate_only": validate_only,
+            },
+            extra_timeout=timeout_ms / 1000,
+        )
+        return {
+            t.name: error_for(t.error_code, t.error_message or t.name) if t.error_code else None
+            for t in response.topics
+        }
+
+    async def delete_topics(
+        self, names: Iterable[str], timeout_ms: int = 30_000
+    ) -> dict[str, BrokerResponseError | None]:
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        conn = (
+            await cluster.connection(cluster.controller_id)
+            if cluster.controller_id >= 0
+            else await cluster.any_connection()
+        )
+        names = list(names)
+        response = await conn.request(
+            ApiKey.DELETE_TOPICS,
+            {"topic_names": names, "timeout_ms": timeout_ms},
+            extra_timeout=timeout_ms / 1000,
+        )
+        for name in names:
+            cluster.forget_topic(name)
+        return {
+            r.name: error_for(r.error_code, r.name) if r.error_code else None
+            for r in response.responses
+        }
+
+    async def list_topics(self, include_internal: bool = False) -> list[str]:
+        response = await self._cluster.refresh_metadata(None)
+        return sorted(
+            t.name
+            for t in response.topics
+            if not t.error_code and (include_internal or not t.is_internal)
+        )
+
+    async def describe_topics(self, names: Iterable[str] | None = None) -> list[TopicDescription]:
+        """Partitions, leaders and replicas; an unknown topic raises its error."""
+        if names is None:
+            response = await self._cluster.refresh_metadata(None)
+        else:
+            names = list(names)
+            conn = await self._cluster.any_connection()
+            response = await conn.request(
+                ApiKey.METADATA,
+                {"topics": [{"name": n} for n in names], "allow_auto_topic_creation": False},
+            )
+        result = []
+        for topic in response.topics:
+            if topic.error_code:
+                raise error_for(topic.error_code, f"topic {topic.name}")
+            partitions = tuple(
+                PartitionInfo(
+                    p.partition_index,
+                    p.leader_id,
+                    tuple(p.replica_nodes),
+                    tuple(p.isr_nodes),
+                    p.error_code,
+                )
+                for p in sorted(topic.partitions, key=lambda p: p.partition_index)
+            )
+            result.append(TopicDescription(topic.name, partitions, topic.is_internal))
+        return sorted(result)
+
+    async def describe_cluster(self) -> dict[str, Any]:
+        response = await self._cluster.refresh_metadata([])
+        return {
+            "cluster_id": response.cluster_id,
+            "controller_id": response.controller_id,
+            "brokers": [(b.node_id, b.host, b.port) for b in response.brokers],
+        }
+
+    # -- groups ----------------------------------------------------------------------------------
+
+    async def list_groups(self) -> list[GroupListing]:
+        """Every group known to any broker."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        groups: dict[str, GroupListing] = {}
+        for node in sorted(cluster.brokers):
+            conn = await cluster.connection(node)
+            response = await conn.request(ApiKey.LIST_GROUPS, {})
+            if response.error_code:
+                raise error_for(response.error_code, f"ListGroups on broker {node}")
+            for g in response.groups:
+                groups[g.group_id] = GroupListing(g.group_id, g.protocol_type)
+        return sorted(groups.values())
+
+    async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
+        result = []
+        for group_id in group_ids:
+
+            async def attempt(group_id: str = group_id) -> Any:
+                response = await self._cluster.coordinator_request(
+                    GROUP, group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]}
+                )
+                (group,) = response.groups
+                if group.error_code:
+                    exc = error_for(group.error_code, f"group {group_id}")
+                    if is_coordinator_error(exc):
+                        self._cluster.forget_coordinator(GROUP, group_id)
+                    raise exc
+                return group
+
+            group = await self._cluster.retry_call(
+                attempt, timeout=self._timeout, what="DescribeGroups"
+            )
+            members = []
+            for m in group.members:
+                assignment: tuple[TopicPartition, ...] = ()
+                if group.protocol_type == "consumer" and m.member_assignment:
+                    try:
+                        assignment = tuple(decode_assignment_untrusted(m.member_assignment))
+                    except CorruptFrameError:
+                        assignment = ()
+                members.append(
+                    MemberDescription(m.member_id, m.client_id, m.client_host, assignment)
+                )
+            result.append(
+                GroupDescription(
+                    group.group_id,
+                    group.group_state,
+                    group.protocol_type,
+                    group.protocol_data,
+                    tuple(members),
+                    group.error_code,
+                )
+            )
+        return result
+
+    async def list_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        """The group's committed offsets (all of them when ``partitions`` is None)."""
+        if partitions is None:
+            topics = None
+        else:
+            by_topic: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                by_topic.setdefault(topic, []).append(partition)
+            topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
+
+        async def attempt() -> Any:
+            response = await self._cluster.coordinator_request(
+                GROUP, group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics}
+            )
+            if response.error_code:
+                exc = error_for(response.error_code, f"OffsetFetch {group_id}")
+                if is_coordinator_error(exc):
+                    self._cluster.forget_coordinator(GROUP, group_id)
+                raise exc
+            return response
+
+        response = await self._cluster.retry_call(
+            attempt, timeout=self._timeout, what="OffsetFetch"
+        )
+        result = {}
+        for topic in response.topics:
+            for p in topic.partitions:
+                if p.error_code:
+                    raise error_for(p.error_code, f"OffsetFetch {topic.name}-{p.partition_index}")
+                if p.committed_offset >= 0:
+                    result[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
+                        p.committed_offset, p.metadata
+                    )
+        return result
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    async def list_transactions(
+        self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+    ) -> list[TransactionListing]:
+        """Transactional ids known to the coordinators, optionally filtered by state name
+        (``Ongoing`` ...) or producer id."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        result: dict[str, TransactionListing] = {}
+        for node in sorted(cluster.brokers):
+            conn = await cluster.connection(node)
+            response = await conn.request(
+                ApiKey.LIST_TRANSACTIONS,
+                {"state_filters": list(states), "producer_id_filters": list(producer_ids)},
+            )
+            if response.error_code:
+                raise error_for(response.error_code, f"ListTransactions on broker {node}")
+            for t in response.transaction_states:
+                result[t.transactional_id] = TransactionListing(
+                    t.transactional_id, t.producer_id, t.transaction_state
+                )
+        return sorted(result.values())
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> list[TransactionDescription]:
+        """State, producer id/epoch, timeout and partitions of each transactional id."""
+        result = []
+        for transactional_id in transactional_ids:
+
+            async def attempt(transactional_id: str = transactional_id) -> Any:
+                response = await self._cluster.coordinator_request(
+                    TRANSACTION,
+                    transactional_id,
+                    ApiKey.DESCRIBE_TRANSACTIONS,
+                    {"transactional_ids": [transactional_id]},
+                )
+                (state,) = response.transaction_states
+                if state.error_code:
+                    exc = error_for(state.error_code, f"transactional id {transactional_id}")
+                    if is_coordinator_error(exc):
+                        self._cluster.forget_coordinator(TRANSACTION, transactional_id)
+                    raise exc
+                return state
+
+            state = await self._cluster.retry_call(
+                attempt, timeout=self._timeout, what="DescribeTransactions"
+            )
+            result.append(
+                TransactionDescription(
+                    state.transactional_id,
+                    state.transaction_state,
+                    state.producer_id,
+                    state.producer_epoch,
+                    state.transaction_timeout_ms,
+                    state.transaction_start_time_ms,
+                    tuple(
+                        TopicPartition(t.topic, p)
+                        for t in state.topics
+                        for p in sorted(t.partitions)
+                    ),
+                )
+            )
+        return result
+
+    async def end_transaction(
+        self, handle: TransactionHandle, commit: bool, timeout: float | None = None
+    ) -> None:
+        """Commit or abort a transaction handed over by ``transaction_handle()`` (see the module
+        docstring for what is tolerated)."""
+        if handle.empty:
+            return
+        cluster = self._cluster
+        deadline = trio.current_time() + (60.0 if timeout is None else timeout)
+        while True:
+            try:
+                response = await cluster.coordinator_request(
+                    TRANSACTION,
+                    handle.transactional_id,
+                    ApiKey.END_TXN,
+                    {
+                        "transactional_id": handle.transactional_id,
+                        "producer_id": handle.producer_id,
+                        "producer_epoch": handle.producer_epoch,
+                        "committed": commit,
+                    },
+                )
+                if response.error_code:
+                    raise error_for(response.error_code, f"EndTxn {handle.transactional_id}")
+                return
+            except ProducerFencedError:
+                if not commit:
+                    return  # fenced means aborted: what was asked for
+                raise
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                if is_coordinator_error(exc):
+                    cluster.forget_coordinator(TRANSACTION, handle.transactional_id)
+                delay = (
+                    0.02 if isinstance(exc, ConcurrentTransactionsError) else cluster.retry_backoff
+                )
+                if trio.current_time() + delay > deadline:
+                    raise KafkaTimeoutError(
+                        f"EndTxn for {handle.transactional_id} timed out: {exc}"
+                    ) from exc
+                await trio.sleep(delay)
+
+
+def raise_first(
+    results: Mapping[str, BrokerResponseError | None], ignore: Iterable[int] = ()
+) -> None:
+    """Raise the first error of a create/delete result dict, skipping codes in ``ignore``."""
+    skip = {int(c) for c in ignore}
+    for error in results.values():
+        if error is not None and error.wire_code not in skip:
+            raise error

@@ -1,0 +1,327 @@
+"""Connections to the cluster, the metadata cache, and coordinator lookup.
+
+``Cluster`` owns one connection per (broker, channel): the consumer keeps group traffic on its own
+"coordinator" channel so that a long-polling Fetch never delays a Heartbeat (PROTOCOL.md section 1).
+Metadata (brokers, partition leaders, controller) is refreshed on demand (an unknown topic, a
+NOT_LEADER answer) and at least every ``metadata.max.age.ms``. Coordinators are found with
+FindCoordinator and forgotten on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, so the next call
+looks them up again.
+
+``retry_call`` is the shared retry loop: retriable errors are retried after ``retry.backoff.ms``
+until the deadline; anything else is raised at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import trio
+
+from client.aio.connection import BrokerConnection
+from client.config import ClientConfig
+from client.errors import (
+    BrokerConnectionError,
+    CoordinatorNotAvailableError,
+    KafkaClientError,
+    KafkaTimeoutError,
+    LeaderNotAvailableError,
+    NotCoordinatorError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
+from client.structs import TopicPartition
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+
+log = logging.getLogger("client.cluster")
+
+T = TypeVar("T")
+
+GROUP = 0
+TRANSACTION = 1
+
+# Errors after which the metadata is stale.
+_METADATA_ERRORS = (NotLeaderOrFollowerError, UnknownTopicOrPartitionError, LeaderNotAvailableError)
+_COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError)
+
+
+class Cluster:
+    """Brokers, topics and coordinators as last seen, and the connections to them."""
+
+    def __init__(self, config: ClientConfig, nursery: trio.Nursery) -> None:
+        self.config = config
+        self._nursery = nursery
+        self.bootstrap: tuple[tuple[str, int], ...] = config["bootstrap.servers"]
+        self.client_id: str = config["client.id"]
+        self.request_timeout_ms: int = config["request.timeout.ms"]
+        self.retry_backoff: float = config["retry.backoff.ms"] / 1000
+        self.brokers: dict[int, tuple[str, int]] = {}
+        self.cluster_id: str | None = None
+        self.controller_id: int = -1
+        self.partition_leaders: dict[str, list[int]] = {}  # topic -> leader per partition
+        self.topic_errors: dict[str, int] = {}
+        self.internal_topics: set[str] = set()
+        self.last_refresh: float = -1e9
+        self._coordinators: dict[tuple[int, str], int] = {}  # (key_type, key) -> node id
+        self._connections: dict[tuple[int, str], BrokerConnection] = {}
+        self._connect_locks: dict[tuple[int, str], trio.Lock] = {}
+        self._bootstrap_conn: BrokerConnection | None = None
+        self._refresh_lock = trio.Lock()
+        self._wanted_topics: set[str] = set()
+        self.metadata_updated = trio.Event()  # replaced after each refresh
+        self._closed = False
+
+    # -- connections -------------------------------------------------------------------------------
+
+    async def connection(self, node_id: int, channel: str = "default") -> BrokerConnection:
+        """A connected ``BrokerConnection`` to broker ``node_id``, opened on first use."""
+        key = (node_id, channel)
+        conn = self._connections.get(key)
+        if conn is not None and not conn.closed:
+            return conn
+        lock = self._connect_locks.setdefault(key, trio.Lock())
+        async with lock:
+            conn = self._connections.get(key)
+            if conn is not None and not conn.closed:
+                return conn
+            if self._closed:
+                raise BrokerConnectionError("client is closed")
+            address = self.brokers.get(node_id)
+            if address is None:
+                await self.refresh_metadata()
+                address = self.brokers.get(node_id)
+                if address is None:
+                    raise BrokerConnectionError(f"broker {node_id} is not in the metadata")
+            conn = await self._open(address, node_id)
+            self._connections[key] = conn
+            return conn
+
+    def connection_nowait(self, node_id: int, channel: str = "default") -> BrokerConnection | None:
+        conn = self._connections.get((node_id, channel))
+        return conn if conn is not None and not conn.closed else None
+
+    async def any_connection(self) -> BrokerConnection:
+        """A connection to some broker: a known one first, else a bootstrap address."""
+        for (_, channel), conn in list(self._connections.items()):
+            if channel == "default" and not conn.closed:
+                return conn
+        if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
+            return self._bootstrap_conn
+        candidates = list(self.brokers.items()) or [(-1, a) for a in self.bootstrap]
+        random.shuffle(candidates)
+        errors = []
+        for node_id, address in candidates:
+            try:
+                conn = await self._open(address, node_id)
+            except KafkaClientError as exc:
+                errors.append(str(exc))
+                continue
+            if node_id >= 0:
+                self._connections[(node_id, "default")] = conn
+            else:
+                self._bootstrap_conn = conn
+            return conn
+        raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
+
+    async def _open(self, address: tuple[str, int], node_id: int) -> BrokerConnection:
+        conn = BrokerConnection(
+            address[0],
+            address[1],
+            node_id=node_id,
+            client_id=self.client_id,
+            request_timeout_ms=self.request_timeout_ms,
+        )
+        timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
+        try:
+            await conn.connect(self._nursery, timeout)
+        except BaseException:
+            await conn.aclose()
+            raise
+        log.debug("connected to %s", conn)
+        return conn
+
+    async def aclose(self) -> None:
+        self._closed = True
+        conns = list(self._connections.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        self._connections.clear()
+        for conn in conns:
+            await conn.aclose()
+
+    # -- metadata ----------------------------------------------------------------------------------
+
+    def partition_count(self, topic: str) -> int | None:
+        leaders = self.partition_leaders.get(topic)
+        return len(leaders) if leaders else None
+
+    def leader_for(self, tp: TopicPartition) -> int | None:
+        leaders = self.partition_leaders.get(tp.topic)
+        if leaders is None or tp.partition >= len(leaders):
+            return None
+        leader = leaders[tp.partition]
+        return leader if leader >= 0 else None
+
+    def metadata_is_stale(self) -> bool:
+        return trio.current_time() - self.last_refresh > self.config["metadata.max.age.ms"] / 1000
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] | None = None, *, allow_auto_create: bool = False
+    ) -> Any:
+        """Fetch metadata for ``topics`` (plus every topic asked for before; None: all topics)."""
+        if topics is not None:
+            self._wanted_topics.update(topics)
+        async with self._refresh_lock:
+            conn = await self.any_connection()
+            names = None if topics is None else sorted(self._wanted_topics)
+            response = await conn.request(
+                ApiKey.METADATA,
+                {
+                    "topics": None if names is None else [{"name": n} for n in names],
+                    "allow_auto_topic_creation": allow_auto_create,
+                },
+            )
+            self._apply_metadata(response)
+            return response
+
+    def _apply_metadata(self, response: Any) -> None:
+        self.brokers = {b.node_id: (b.host, b.port) for b in response.brokers}
+        self.cluster_id = response.cluster_id
+        self.controller_id = response.controller_id
+        for topic in response.topics:
+            if topic.error_code:
+                self.topic_errors[topic.name] = topic.error_code
+                self.partition_leaders.pop(topic.name, None)
+                continue
+            self.topic_errors.pop(topic.name, None)
+            leaders = [-1] * len(topic.partitions)
+            for p in topic.partitions:
+                if 0 <= p.partition_index < len(leaders):
+                    leaders[p.partition_index] = p.leader_id if not p.error_code else -1
+            self.partition_leaders[topic.name] = leaders
+            if topic.is_internal:
+                self.internal_topics.add(topic.name)
+        self.last_refresh = trio.current_time()
+        event, self.metadata_updated = self.metadata_updated, trio.Event()
+        event.set()
+
+    def forget_topic(self, topic: str) -> None:
+        self._wanted_topics.discard(topic)
+        self.partition_leaders.pop(topic, None)
+
+    async def wait_for_topic(self, topic: str, timeout: float, *, allow_auto_create: bool) -> int:
+        """The partition count of ``topic``, refreshing metadata until it is known."""
+        count = self.partition_count(topic)
+        if count is not None:
+            return count
+        deadline = trio.current_time() + timeout
+        last_error: BaseException | None = None
+        while True:
+            try:
+                await self.refresh_metadata([topic], allow_auto_create=allow_auto_create)
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                last_error = exc
+            count = self.partition_count(topic)
+            if count is not None:
+                return count
+            code = self.topic_errors.get(topic)
+            if code is not None and code not in (
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                ErrorCode.LEADER_NOT_AVAILABLE,
+            ):
+                raise error_for(code, f"topic {topic}")
+            if trio.current_time() + self.retry_backoff > deadline:
+                raise KafkaTimeoutError(
+                    f"Topic {topic} not present in metadata after {timeout * 1000:.0f} ms."
+                ) from last_error
+            await trio.sleep(self.retry_backoff)
+
+    # -- coordinators ------------------------------------------------------------------------------
+
+    async def coordinator(self, key_type: int, key: str) -> int:
+        """Node id of the group (key_type 0) or transaction (1) coordinator of ``key``."""
+        node = self._coordinators.get((key_type, key))
+        if node is not None:
+            return node
+        conn = await self.any_connection()
+        response = await conn.request(ApiKey.FIND_COORDINATOR, {"key": key, "key_type": key_type})
+        if response.error_code:
+            raise error_for(response.error_code, response.error_message or f"coordinator of {key}")
+        self.brokers.setdefault(response.node_id, (response.host, response.port))
+        self._coordinators[(key_type, key)] = response.node_id
+        return response.node_id
+
+    def forget_coordinator(self, key_type: int, key: str) -> None:
+        self._coordinators.pop((key_type, key), None)
+
+    async def coordinator_request(
+        self,
+        key_type: int,
+        key: str,
+        api_key: int,
+        body: dict,
+        *,
+        channel: str = "default",
+        extra_timeout: float = 0.0,
+    ) -> Any:
+        """Send ``body`` to the coordinator of ``key`` (no retry); coordinator errors found in the
+        response's top-level ``error_code`` make the coordinator be looked up again next time."""
+        node = await self.coordinator(key_type, key)
+        try:
+            conn = await self.connection(node, channel)
+            response = await conn.request(api_key, body, extra_timeout=extra_timeout)
+        except BrokerConnectionError:
+            self.forget_coordinator(key_type, key)
+            raise
+        code = getattr(response, "error_code", 0)
+        if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+            self.forget_coordinator(key_type, key)
+        return response
+
+    # -- retries -----------------------------------------------------------------------------------
+
+    async def retry_call(
+        self,
+        attempt: Callable[[], Awaitable[T]],
+        *,
+        timeout: float,
+        what: str,
+        backoff: float | None = None,
+        on_error: Callable[[KafkaClientError], None] | None = None,
+    ) -> T:
+        """Run ``attempt`` until it returns, retrying retriable errors until ``timeout``."""
+        deadline = trio.current_time() + timeout
+        delay = self.retry_backoff if backoff is None else backoff
+        while True:
+            try:
+                return await attempt()
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                if on_error is not None:
+                    on_error(exc)
+                if trio.current_time() + delay > deadline:
+                    raise KafkaTimeoutError(
+                        f"{what} did not succeed within {timeout:.1f} s: {exc}"
+                    ) from exc
+                log.debug("%s: %s; retrying", what, exc)
+                await trio.sleep(delay)
+
+
+def raise_for_code(code: int, message: str = "") -> None:
+    if code:
+        raise error_for(code, message)
+
+
+def is_metadata_error(exc: BaseException) -> bool:
+    return isinstance(exc, _METADATA_ERRORS)
+
+
+def is_coordinator_error(exc: BaseException) -> bool:
+    return isinstance(exc, _COORDINATOR_ERRORS)

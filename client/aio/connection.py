@@ -1,0 +1,326 @@
+"""One TCP connection to one broker: framing, correlation ids, in-order pipelining, ApiVersions.
+
+Requests are written in the order ``send`` is called and may be pipelined (many unanswered at
+once). Kafka answers a connection's requests strictly in order, so responses are matched to the
+queue of pending requests by position, and the correlation id is checked: a mismatch means the
+stream is out of step and the connection is closed.
+
+A reader task (started in the owner's nursery) decodes responses. A pending request either has a
+callback, run in the reader task with ``(response, None)`` or ``(None, error)`` (the producer uses
+this: no task per request), or is awaited by ``request``. Every request has a deadline
+(``request.timeout.ms``, plus the broker-side wait of a Fetch); when the oldest passes, the
+connection is closed and every pending request fails with ``KafkaTimeoutError``, as Kafka clients do.
+
+On connect the client sends ApiVersions v0 and keeps the broker's table; ``version(api_key)`` is
+then the highest version both sides speak (ours: the versions ``protocol.messages`` has schemas for).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from client.errors import (
+    BrokerConnectionError,
+    CorruptResponseError,
+    KafkaClientError,
+    KafkaTimeoutError,
+    UnsupportedVersionError,
+    error_for,
+)
+from protocol.api_keys import ApiKey
+from protocol.errors import CorruptFrameError
+from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
+from protocol.messages import SCHEMAS, decode_response, encode_request
+
+log = logging.getLogger("client.connection")
+
+ResponseCallback = Callable[[Any, BaseException | None], None]
+
+# The versions this client can encode/decode: those with a registered schema.
+OUR_VERSIONS: dict[int, tuple[int, ...]] = {}
+for _key, _version in SCHEMAS:
+    OUR_VERSIONS.setdefault(_key, ())
+    OUR_VERSIONS[_key] = tuple(sorted((*OUR_VERSIONS[_key], _version)))
+
+_MAX_RESPONSE_SIZE = 512 * 1024 * 1024
+
+
+class _Pending:
+    __slots__ = (
+        "correlation_id",
+        "api_key",
+        "version",
+        "deadline",
+        "callback",
+        "done",
+        "response",
+        "error",
+    )
+
+    def __init__(
+        self,
+        correlation_id: int,
+        api_key: int,
+        version: int,
+        deadline: float,
+        callback: ResponseCallback | None,
+    ) -> None:
+        self.correlation_id = correlation_id
+        self.api_key = api_key
+        self.version = version
+        self.deadline = deadline
+        self.callback = callback
+        self.done: trio.Event | None = None if callback is not None else trio.Event()
+        self.response: Any = None
+        self.error: BaseException | None = None
+
+    def resolve(self, response: Any, error: BaseException | None) -> None:
+        if self.callback is not None:
+            callback, self.callback = self.callback, None
+            try:
+                callback(response, error)
+            except Exception:  # a bug in a callback must not take the connection down
+                log.exception("response callback failed")
+        else:
+            self.response, self.error = response, error
+            self.done.set()
+
+
+class BrokerConnection:
+    """A connection to ``host:port`` (``node_id`` -1 for a bootstrap address)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        node_id: int = -1,
+        client_id: str = "",
+        request_timeout_ms: int = 30_000,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.node_id = node_id
+        self.client_id = client_id
+        self.request_timeout = request_timeout_ms / 1000
+        self.api_versions: dict[int, tuple[int, int]] = {}
+        self._stream: trio.SocketStream | None = None
+        self._send_lock = trio.Lock()
+        self._pending: deque[_Pending] = deque()
+        self._correlation_id = 0
+        self._closed = False
+        self._close_error: BaseException | None = None
+        self._reader_scope: trio.CancelScope | None = None
+        self._receive_scope: trio.CancelScope | None = None
+        self._chosen: dict[int, int] = {}
+
+    def __repr__(self) -> str:
+        return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def connect(self, nursery: trio.Nursery, timeout: float) -> None:
+        """Open the socket, start the reader in ``nursery``, and negotiate versions."""
+        try:
+            with trio.fail_after(timeout):
+                self._stream = await trio.open_tcp_stream(self.host, self.port)
+        except (OSError, trio.TooSlowError) as exc:
+            self._closed = True
+            raise BrokerConnectionError(
+                f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}"
+            ) from None
+        self._stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await nursery.start(self._reader)
+        response = await self.request(ApiKey.API_VERSIONS, {}, version=0)
+        if response.error_code:
+            await self.aclose(error_for(response.error_code, "ApiVersions"))
+            raise error_for(response.error_code, f"ApiVersions from {self.host}:{self.port}")
+        self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    async def aclose(self, error: BaseException | None = None) -> None:
+        self._fail(error or BrokerConnectionError(f"connection to {self} closed"))
+        if self._stream is not None:
+            stream, self._stream = self._stream, None
+            with trio.CancelScope(shield=True):
+                try:
+                    await stream.aclose()
+                except (OSError, trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass
+
+    def _fail(self, error: BaseException) -> None:
+        """Mark closed and fail every pending request (synchronous: safe from any task)."""
+        if not self._closed:
+            self._closed = True
+            self._close_error = error
+        if self._reader_scope is not None:
+            self._reader_scope.cancel()
+        pending, self._pending = self._pending, deque()
+        for p in pending:
+            p.resolve(None, error)
+        if self._stream is not None:
+            # Closing the socket here lets a concurrent send_all fail at once.
+            try:
+                self._stream.socket.close()
+            except OSError:
+                pass
+
+    # -- versions -------------------------------------------------------------------------------
+
+    def version(self, api_key: int) -> int:
+        """The highest version of ``api_key`` both we and the broker speak."""
+        chosen = self._chosen.get(api_key)
+        if chosen is not None:
+            return chosen
+        theirs = self.api_versions.get(int(api_key))
+        ours = OUR_VERSIONS.get(int(api_key), ())
+        if theirs is None:
+            raise UnsupportedVersionError(
+                f"broker {self.node_id} does not support {ApiKey(api_key).name}"
+            )
+        usable = [v for v in ours if theirs[0] <= v <= theirs[1]]
+        if not usable:
+            raise UnsupportedVersionError(
+                f"no common version of {ApiKey(api_key).name}: ours {ours}, broker {theirs}"
+            )
+        self._chosen[api_key] = usable[-1]
+        return usable[-1]
+
+    def supports(self, api_key: int) -> bool:
+        try:
+            self.version(api_key)
+        except UnsupportedVersionError:
+            return False
+        return True
+
+    # -- requests -------------------------------------------------------------------------------
+
+    async def send(
+        self,
+        api_key: int,
+        version: int,
+        body: bytes,
+        *,
+        callback: ResponseCallback | None = None,
+        expect_response: bool = True,
+        extra_timeout: float = 0.0,
+    ) -> _Pending | None:
+        """Write one request; returns its pending entry (None when no response is expected)."""
+        if self._closed:
+            raise self._close_error or BrokerConnectionError(f"{self} is closed")
+        async with self._send_lock:
+            if self._closed:
+                raise self._close_error or BrokerConnectionError(f"{self} is closed")
+            self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
+            correlation_id = self._correlation_id
+            header = encode_request_header(
+                RequestHeader(int(api_key), version, correlation_id, self.client_id)
+            )
+            size = len(header) + len(body)
+            frame = b"".join((size.to_bytes(4, "big"), header, body))
+            pending = None
+            if expect_response:
+                deadline = trio.current_time() + self.request_timeout + extra_timeout
+                pending = _Pending(correlation_id, int(api_key), version, deadline, callback)
+                self._pending.append(pending)
+                if len(self._pending) == 1 and self._receive_scope is not None:
+                    self._receive_scope.deadline = deadline
+            try:
+                await self._stream.send_all(frame)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                error = BrokerConnectionError(f"sending to {self} failed: {exc}")
+                self._fail(error)
+                raise error from None
+            return pending
+
+    async def request(
+        self,
+        api_key: int,
+        body: dict,
+        *,
+        version: int | None = None,
+        extra_timeout: float = 0.0,
+    ) -> Any:
+        """Send a request built from ``body`` (schema field names) and await its decoded response."""
+        if version is None:
+            version = self.version(api_key)
+        data = encode_request(int(api_key), version, body)
+        pending = await self.send(api_key, version, data, extra_timeout=extra_timeout)
+        await pending.done.wait()
+        if pending.error is not None:
+            raise pending.error
+        return pending.response
+
+    # -- the reader -----------------------------------------------------------------------------
+
+    async def _reader(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+        decoder = FrameDecoder(_MAX_RESPONSE_SIZE)
+        with trio.CancelScope() as scope:
+            self._reader_scope = scope
+            task_status.started()
+            try:
+                await self._read_loop(decoder)
+            except KafkaClientError as exc:
+                self._fail(exc)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                self._fail(BrokerConnectionError(f"connection to {self} lost: {exc}"))
+            except CorruptFrameError as exc:
+                self._fail(CorruptResponseError(f"bad response from {self}: {exc}"))
+
+    async def _read_loop(self, decoder: FrameDecoder) -> None:
+        sock = self._stream.socket
+        inf = float("inf")
+        while True:
+            # The receive is bounded by the oldest pending request's deadline; ``send`` moves the
+            # deadline in when the first request is queued on an idle connection. Bytes go
+            # straight into the frame decoder's buffer (large frames: their own buffer).
+            deadline = self._pending[0].deadline if self._pending else inf
+            n = -1
+            with trio.CancelScope(deadline=deadline) as scope:
+                self._receive_scope = scope
+                with decoder.get_buffer() as buffer:
+                    n = await sock.recv_into(buffer)
+            self._receive_scope = None
+            if scope.cancelled_caught:
+                if self._pending and trio.current_time() >= self._pending[0].deadline:
+                    raise KafkaTimeoutError(
+                        f"no response from {self} within {self.request_timeout:.1f} s"
+                    )
+                continue
+            if n == 0:
+                raise BrokerConnectionError(f"{self} closed by the broker")
+            decoder.advance(n)
+            while True:
+                frame = decoder.next_frame()
+                if frame is NEED_DATA:
+                    break
+                self._dispatch(frame)
+
+    def _dispatch(self, frame: bytearray) -> None:
+        if not self._pending:
+            raise CorruptResponseError(f"{self} sent a response nobody asked for")
+        pending = self._pending[0]
+        correlation_id, offset = parse_response_header_untrusted(
+            frame, pending.api_key, pending.version
+        )
+        if correlation_id != pending.correlation_id:
+            raise CorruptResponseError(
+                f"{self}: correlation id {correlation_id}, expected {pending.correlation_id}"
+            )
+        self._pending.popleft()
+        response = decode_response(pending.api_key, pending.version, frame, offset)
+        pending.resolve(response, None)

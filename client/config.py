@@ -1,0 +1,354 @@
+"""Kafka-style configuration dicts for the producer, the consumer and the admin client.
+
+Keys and meanings are Kafka's (``bootstrap.servers``, ``enable.idempotence``, ...). Values may be
+given as Python values or as the strings a properties file holds (``"true"``, ``"all"``, ``"5"``).
+``producer_config`` / ``consumer_config`` / ``admin_config`` check every key and value and return a
+``ClientConfig`` holding every key of that role, defaults filled in.
+
+Rules (the seeds quote the Java client's ``ConfigException`` messages; ours are the same):
+
+- An unknown key is an error, with a "did you mean" hint; a key of another role (``group.id`` given
+  to a producer) is an error naming the role it belongs to.
+- The idempotent producer needs ``acks=all``, ``retries > 0`` and
+  ``max.in.flight.requests.per.connection <= 5``. When ``enable.idempotence`` is set explicitly (or
+  implied by ``transactional.id``), a conflicting explicit value is an error; when it is left unset
+  a conflicting explicit value turns idempotence off (Kafka 3.x behaviour), and unset values take
+  the defaults idempotence needs (acks=all, retries=MAX_INT, in-flight 5).
+- ``transactional.id`` requires idempotence: ``enable.idempotence=false`` beside it is an error.
+- ``delivery.timeout.ms >= linger.ms + request.timeout.ms``; a consumer's
+  ``heartbeat.interval.ms < session.timeout.ms``; ``enable.auto.commit=true`` needs a group.id.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from client.errors import ConfigError
+
+INT32_MAX = 2**31 - 1
+
+PRODUCER = "producer"
+CONSUMER = "consumer"
+ADMIN = "admin"
+_ALL = (PRODUCER, CONSUMER, ADMIN)
+
+# The messages the seeds quote (Java's ProducerConfig / KafkaProducer).
+MSG_ACKS = (
+    "Must set acks to all in order to use the idempotent producer. "
+    "Otherwise we cannot guarantee idempotence."
+)
+MSG_RETRIES = "Must set retries to non-zero when using the idempotent producer."
+MSG_MAX_IN_FLIGHT = (
+    "Must set max.in.flight.requests.per.connection to at most 5 to use the idempotent producer."
+)
+MSG_TRANSACTIONAL_ID = "Cannot set a transactional.id without also enabling idempotence."
+MAX_IN_FLIGHT_FOR_IDEMPOTENCE = 5
+
+
+# -- value parsers: (raw value) -> normalised value, raising ValueError with a reason ----------
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("expected true or false")
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError("expected an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise ValueError("expected an integer")
+
+
+def _int_range(low: int, high: int = INT32_MAX) -> Callable[[Any], int]:
+    def parse(value: Any) -> int:
+        number = _int(value)
+        if not low <= number <= high:
+            raise ValueError(
+                f"value must be at least {low}"
+                if high == INT32_MAX
+                else f"value must be in [{low}, {high}]"
+            )
+        return number
+
+    return parse
+
+
+def _choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if isinstance(value, str) and value.strip().lower() in choices:
+            return value.strip().lower()
+        raise ValueError(f"expected one of {', '.join(choices)}")
+
+    return parse
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    raise ValueError("expected a string")
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise ValueError("expected a string")
+
+
+def _acks(value: Any) -> int:
+    """``all`` / ``-1`` -> -1, ``0``, ``1``."""
+    text = str(value).strip().lower() if not isinstance(value, bool) else ""
+    if text in ("all", "-1"):
+        return -1
+    if text in ("0", "1"):
+        return int(text)
+    raise ValueError("expected all, -1, 0 or 1")
+
+
+def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
+    """``"host:port,host:port"`` (or a list of such strings) -> ``((host, port), ...)``."""
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",")]
+    elif isinstance(value, list | tuple):
+        items = [str(v).strip() for v in value]
+    else:
+        raise ValueError("expected host:port[,host:port...]")
+    servers = []
+    for item in items:
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{item!r} is not host:port")
+        try:
+            number = int(port)
+        except ValueError:
+            raise ValueError(f"{item!r} has a bad port") from None
+        if not 0 < number < 65536:
+            raise ValueError(f"{item!r} has a bad port")
+        servers.append((host.strip("[]"), number))
+    if not servers:
+        raise ValueError("no host:port given")
+    return tuple(servers)
+
+
+def _compression(value: Any) -> str:
+    codec = _choice("none", "gzip", "snappy", "lz4", "zstd")(value)
+    module = {"snappy": "snappy", "lz4": "lz4.frame", "zstd": "zstandard"}.get(codec)
+    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
+        raise ValueError(f"{codec} needs the Python package {module.split('.')[0]}")
+    return codec
+
+
+@dataclass(frozen=True)
+class Option:
+    key: str
+    parse: Callable[[Any], Any]
+    default: Any
+    roles: tuple[str, ...]
+    doc: str
+
+
+_OPTIONS: tuple[Option, ...] = (
+    # -- common -----------------------------------------------------------------------------------
+    Option(
+        "bootstrap.servers", parse_bootstrap_servers, None, _ALL, "host:port list to start from"
+    ),
+    Option("client.id", _str, "", _ALL, "sent in every request header"),
+    Option("request.timeout.ms", _int_range(1), 30_000, _ALL, "how long to wait for a response"),
+    Option("retry.backoff.ms", _int_range(0), 100, _ALL, "pause before retrying a request"),
+    Option("reconnect.backoff.ms", _int_range(0), 50, _ALL, "pause before reconnecting"),
+    Option(
+        "metadata.max.age.ms", _int_range(0), 300_000, _ALL, "refresh metadata at least this often"
+    ),
+    Option(
+        "socket.connection.setup.timeout.ms", _int_range(1), 10_000, _ALL, "TCP connect timeout"
+    ),
+    # -- producer ---------------------------------------------------------------------------------
+    Option("acks", _acks, -1, (PRODUCER,), "all/-1, 0 or 1"),
+    Option("retries", _int_range(0), INT32_MAX, (PRODUCER,), "retries of a failed batch"),
+    Option("enable.idempotence", _bool, True, (PRODUCER,), "producer id + sequence numbers"),
+    Option(
+        "max.in.flight.requests.per.connection",
+        _int_range(1),
+        5,
+        (PRODUCER,),
+        "unanswered Produce requests per connection",
+    ),
+    Option("transactional.id", _optional_str, None, (PRODUCER,), "enables transactions"),
+    Option(
+        "transaction.timeout.ms", _int_range(1), 60_000, (PRODUCER,), "coordinator aborts after"
+    ),
+    Option("linger.ms", _int_range(0), 5, (PRODUCER,), "wait this long to fill a batch"),
+    Option("batch.size", _int_range(0), 262_144, (PRODUCER,), "bytes per partition batch"),
+    Option("compression.type", _compression, "none", (PRODUCER,), "none, gzip (snappy, lz4, zstd)"),
+    Option("delivery.timeout.ms", _int_range(1), 120_000, (PRODUCER,), "give up on a record after"),
+    Option("max.request.size", _int_range(1), 1_048_576, (PRODUCER,), "largest Produce request"),
+    Option("buffer.memory", _int_range(1), 33_554_432, (PRODUCER,), "send() blocks above this"),
+    Option("max.block.ms", _int_range(0), 60_000, (PRODUCER,), "longest send()/metadata block"),
+    # -- consumer ---------------------------------------------------------------------------------
+    Option("group.id", _optional_str, None, (CONSUMER,), "consumer group (subscribe, commits)"),
+    Option(
+        "isolation.level",
+        _choice("read_committed", "read_uncommitted"),
+        "read_committed",
+        (CONSUMER,),
+        "hide aborted and open transactions",
+    ),
+    Option("enable.auto.commit", _bool, True, (CONSUMER,), "commit positions periodically"),
+    Option("auto.commit.interval.ms", _int_range(0), 5_000, (CONSUMER,), "auto-commit period"),
+    Option(
+        "auto.offset.reset",
+        _choice("earliest", "latest", "none"),
+        "latest",
+        (CONSUMER,),
+        "where to start without a committed offset",
+    ),
+    Option("max.poll.records", _int_range(1), 500, (CONSUMER,), "records per poll()"),
+    Option("session.timeout.ms", _int_range(1), 45_000, (CONSUMER,), "group session timeout"),
+    Option("heartbeat.interval.ms", _int_range(1), 3_000, (CONSUMER,), "group heartbeat period"),
+    Option("max.poll.interval.ms", _int_range(1), 300_000, (CONSUMER,), "rebalance timeout"),
+    Option("fetch.min.bytes", _int_range(0), 1, (CONSUMER,), "broker waits for this much data"),
+    Option("fetch.max.wait.ms", _int_range(0), 500, (CONSUMER,), "longest broker-side fetch wait"),
+    Option("fetch.max.bytes", _int_range(0), 52_428_800, (CONSUMER,), "bytes per Fetch response"),
+    Option(
+        "max.partition.fetch.bytes", _int_range(0), 1_048_576, (CONSUMER,), "bytes per partition"
+    ),
+    Option(
+        "partition.assignment.strategy",
+        _choice("range", "roundrobin"),
+        "range",
+        (CONSUMER,),
+        "assignor used when this member leads the group",
+    ),
+    Option("check.crcs", _bool, True, (CONSUMER,), "verify each batch's CRC-32C"),
+)
+
+OPTIONS: dict[str, Option] = {o.key: o for o in _OPTIONS}
+
+
+class ClientConfig(Mapping[str, Any]):
+    """A validated configuration: every key of the role, defaults filled in. Read-only.
+
+    ``explicit`` holds the keys the caller set (some rules depend on it).
+    """
+
+    def __init__(self, role: str, values: dict[str, Any], explicit: frozenset[str]) -> None:
+        self.role = role
+        self._values = values
+        self.explicit = explicit
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"ClientConfig({self.role}, {self._values!r})"
+
+
+def _parse(role: str, conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], frozenset[str]]:
+    if conf is None:
+        conf = {}
+    if not isinstance(conf, Mapping):
+        raise ConfigError(f"configuration must be a dict of Kafka keys, not {type(conf).__name__}")
+    role_keys = [o.key for o in _OPTIONS if role in o.roles]
+    values: dict[str, Any] = {}
+    for key, raw in conf.items():
+        option = OPTIONS.get(key) if isinstance(key, str) else None
+        if option is None:
+            hint = difflib.get_close_matches(str(key), role_keys, n=1, cutoff=0.6)
+            suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ConfigError(f"Unknown {role} configuration key {key!r}{suffix}")
+        if role not in option.roles:
+            owners = " and ".join(option.roles)
+            raise ConfigError(f"{key!r} is a {owners} setting, not a {role} setting")
+        try:
+            values[key] = option.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {exc}") from None
+    explicit = frozenset(values)
+    for key in role_keys:
+        if key not in values:
+            values[key] = OPTIONS[key].default
+    if values["bootstrap.servers"] is None:
+        raise ConfigError("Missing required configuration 'bootstrap.servers'")
+    return values, explicit
+
+
+def producer_config(conf: Mapping[str, Any] | None) -> ClientConfig:
+    """Validate a producer configuration (see the module docstring for the rules)."""
+    values, explicit = _parse(PRODUCER, conf)
+    transactional = values["transactional.id"] is not None
+    if transactional and values["transactional.id"] == "":
+        raise ConfigError("Invalid value '' for configuration transactional.id: must not be empty")
+    if "enable.idempotence" in explicit:
+        idempotence_required = values["enable.idempotence"]
+    else:
+        idempotence_required = transactional
+    if transactional and not values["enable.idempotence"]:
+        raise ConfigError(MSG_TRANSACTIONAL_ID)
+
+    conflicts = []
+    if "acks" in explicit and values["acks"] != -1:
+        conflicts.append(MSG_ACKS)
+    if "retries" in explicit and values["retries"] == 0:
+        conflicts.append(MSG_RETRIES)
+    if values["max.in.flight.requests.per.connection"] > MAX_IN_FLIGHT_FOR_IDEMPOTENCE:
+        conflicts.append(MSG_MAX_IN_FLIGHT)
+    if conflicts:
+        if idempotence_required:
+            raise ConfigError(conflicts[0])
+        values["enable.idempotence"] = False  # unset and contradicted: off, as Kafka 3.x does
+
+    if values["delivery.timeout.ms"] < values["linger.ms"] + values["request.timeout.ms"]:
+        raise ConfigError(
+            "delivery.timeout.ms should be equal to or larger than linger.ms + request.timeout.ms"
+        )
+    if values["batch.size"] > values["max.request.size"]:
+        # A full batch must fit in one request.
+        if "batch.size" in explicit:
+            raise ConfigError("batch.size must not exceed max.request.size")
+        values["batch.size"] = values["max.request.size"]
+    return ClientConfig(PRODUCER, values, explicit)
+
+
+def consumer_config(conf: Mapping[str, Any] | None) -> ClientConfig:
+    """Validate a consumer configuration (see the module docstring for the rules)."""
+    values, explicit = _parse(CONSUMER, conf)
+    if values["group.id"] == "":
+        raise ConfigError("Invalid value '' for configuration group.id: must not be empty")
+    if values["group.id"] is None:
+        if "enable.auto.commit" in explicit and values["enable.auto.commit"]:
+            raise ConfigError(
+                "enable.auto.commit cannot be set to true when default group id (null) is used."
+            )
+        values["enable.auto.commit"] = False
+    if values["heartbeat.interval.ms"] >= values["session.timeout.ms"]:
+        raise ConfigError("heartbeat.interval.ms must be lower than session.timeout.ms")
+    return ClientConfig(CONSUMER, values, explicit)
+
+
+def admin_config(conf: Mapping[str, Any] | None) -> ClientConfig:
+    """Validate an admin-client configuration."""
+    values, explicit = _parse(ADMIN, conf)
+    return ClientConfig(ADMIN, values, explicit)

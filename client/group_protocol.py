@@ -1,0 +1,168 @@
+"""The consumer's embedded protocol inside JoinGroup / SyncGroup, and the partition assignors.
+
+Kafka's "consumer" protocol type carries two opaque byte strings (big-endian, non-flexible
+encodings as in the wire protocol)::
+
+    Subscription v0  (JoinGroup protocols[].metadata, one per member)
+      version      int16    0 (later versions append fields; readers ignore what follows)
+      topics       [string]
+      user_data    nullable bytes
+
+    Assignment v0    (SyncGroup assignments[].assignment, from the leader to each member)
+      version      int16
+      partitions   [topic string, partitions [int32]]
+      user_data    nullable bytes
+
+The group leader (the member the coordinator names in the JoinGroup response) runs the assignor
+over every member's subscription and sends the result in its SyncGroup. Assignors are pure
+functions ``(members: {member_id: [topics]}, partition_counts: {topic: n}) -> {member_id:
+[TopicPartition]}``.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+
+from client.structs import TopicPartition
+from protocol.errors import CorruptFrameError
+
+PROTOCOL_TYPE = "consumer"
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+def _string(value: str) -> bytes:
+    data = value.encode("utf-8")
+    return _I16.pack(len(data)) + data
+
+
+def encode_subscription(topics: Sequence[str], user_data: bytes | None = None) -> bytes:
+    parts = [_I16.pack(0), _I32.pack(len(topics))]
+    parts.extend(_string(t) for t in sorted(topics))
+    parts.append(_I32.pack(-1) if user_data is None else _I32.pack(len(user_data)) + user_data)
+    return b"".join(parts)
+
+
+def encode_assignment(
+    partitions: Sequence[TopicPartition], user_data: bytes | None = None
+) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for tp in partitions:
+        by_topic.setdefault(tp.topic, []).append(tp.partition)
+    parts = [_I16.pack(0), _I32.pack(len(by_topic))]
+    for topic in sorted(by_topic):
+        parts.append(_string(topic))
+        indexes = sorted(by_topic[topic])
+        parts.append(_I32.pack(len(indexes)))
+        parts.extend(_I32.pack(i) for i in indexes)
+    parts.append(_I32.pack(-1) if user_data is None else _I32.pack(len(user_data)) + user_data)
+    return b"".join(parts)
+
+
+class _Reader:
+    """Bounds-checked reads over untrusted bytes; every failure is a ``CorruptFrameError``."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise CorruptFrameError("consumer protocol data is truncated")
+        chunk = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return chunk
+
+    def i16(self) -> int:
+        return _I16.unpack(self.take(2))[0]
+
+    def i32(self) -> int:
+        return _I32.unpack(self.take(4))[0]
+
+    def string(self) -> str:
+        try:
+            return self.take(self.i16()).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptFrameError("consumer protocol string is not UTF-8") from None
+
+    def count(self) -> int:
+        n = self.i32()
+        # Each element takes at least 2 bytes: a count beyond that is forged.
+        if n < 0 or n > (len(self.data) - self.pos) // 2:
+            raise CorruptFrameError(f"bad array length {n}")
+        return n
+
+
+def decode_subscription_untrusted(data: bytes) -> list[str]:
+    """The topics of a Subscription (any version; fields after the topics are ignored)."""
+    reader = _Reader(bytes(data))
+    if reader.i16() < 0:
+        raise CorruptFrameError("negative subscription version")
+    return [reader.string() for _ in range(reader.count())]
+
+
+def decode_assignment_untrusted(data: bytes) -> list[TopicPartition]:
+    """The partitions of an Assignment; an empty byte string means no partitions."""
+    if not data:
+        return []
+    reader = _Reader(bytes(data))
+    if reader.i16() < 0:
+        raise CorruptFrameError("negative assignment version")
+    result = []
+    for _ in range(reader.count()):
+        topic = reader.string()
+        n = reader.i32()
+        if n < 0 or n > (len(reader.data) - reader.pos) // 4:
+            raise CorruptFrameError(f"bad partition count {n}")
+        result.extend(TopicPartition(topic, reader.i32()) for _ in range(n))
+    return result
+
+
+# -- assignors ----------------------------------------------------------------------------------
+
+
+def range_assign(
+    members: Mapping[str, Sequence[str]], partition_counts: Mapping[str, int]
+) -> dict[str, list[TopicPartition]]:
+    """Kafka's RangeAssignor: per topic, members sorted by id take contiguous ranges; the first
+    ``partitions % members`` members get one partition more."""
+    result: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    topics = sorted({t for subscribed in members.values() for t in subscribed})
+    for topic in topics:
+        count = partition_counts.get(topic, 0)
+        consumers = sorted(m for m, subscribed in members.items() if topic in subscribed)
+        if not consumers or count <= 0:
+            continue
+        per_member, extra = divmod(count, len(consumers))
+        for i, member in enumerate(consumers):
+            start = i * per_member + min(i, extra)
+            length = per_member + (1 if i < extra else 0)
+            result[member].extend(TopicPartition(topic, p) for p in range(start, start + length))
+    return result
+
+
+def roundrobin_assign(
+    members: Mapping[str, Sequence[str]], partition_counts: Mapping[str, int]
+) -> dict[str, list[TopicPartition]]:
+    """Kafka's RoundRobinAssignor: all partitions in (topic, partition) order dealt to the sorted
+    members in turn, skipping members not subscribed to the partition's topic."""
+    result: dict[str, list[TopicPartition]] = {m: [] for m in members}
+    consumers = sorted(members)
+    if not consumers:
+        return result
+    subscribed = {m: set(t) for m, t in members.items()}
+    topics = sorted({t for ts in members.values() for t in ts})
+    turn = 0
+    for topic in topics:
+        for partition in range(partition_counts.get(topic, 0)):
+            for _ in range(len(consumers)):
+                member = consumers[turn % len(consumers)]
+                turn += 1
+                if topic in subscribed[member]:
+                    result[member].append(TopicPartition(topic, partition))
+                    break
+    return result
+
+
+ASSIGNORS = {"range": range_assign, "roundrobin": roundrobin_assign}
