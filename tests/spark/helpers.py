@@ -1,0 +1,68 @@
+"""Helpers for the Spark suite that talk to the broker with our client directly: the referee for
+what the connector wrote. No pyspark here, so that modules skip cleanly without it."""
+
+from __future__ import annotations
+
+import time
+
+from client import Admin, Consumer, ConsumerRecord, Producer
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(topic, partitions)
+
+
+def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": isolation}) as consumer:
+        tps = consumer.partitions_for(topic)
+        return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
+
+
+def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 30.0) -> list[ConsumerRecord]:
+    """Every record of ``topic`` up to its current end (LSO under read_committed)."""
+    config = {"bootstrap.servers": bootstrap, "isolation.level": isolation, "auto.offset.reset": "earliest"}
+    out: list[ConsumerRecord] = []
+    with Consumer(config) as consumer:
+        tps = consumer.partitions_for(topic)
+        ends = consumer.end_offsets(tps)
+        consumer.assign(tps)
+        deadline = time.monotonic() + timeout
+        while any(consumer.position(tp) < end for tp, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} up to {ends}")
+            out.extend(r for r in consumer.poll(0.2) if r.offset < ends[(r.topic, r.partition)])
+    return out
+
+
+def no_open_transactions(bootstrap: str, topic: str) -> bool:
+    """True when the last stable offset of every partition is its high watermark."""
+    return end_offsets(bootstrap, topic) == end_offsets(bootstrap, topic, "read_uncommitted")
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], transactional_id: str | None = None, abort: bool = False) -> None:
+    """``values`` round-robin over the topic's partitions; in one transaction if an id is given."""
+    config = {"bootstrap.servers": bootstrap}
+    if transactional_id:
+        config["transactional.id"] = transactional_id
+    with Producer(config) as producer:
+        count = partition_count(bootstrap, topic)
+        if transactional_id:
+            producer.init_transactions()
+            producer.begin_transaction()
+        for i, value in enumerate(values):
+            producer.send(topic, value, key=value, partition=i % count)
+        if transactional_id:
+            producer.flush()
+            if abort:
+                producer.abort_transaction()
+            else:
+                producer.commit_transaction()
+        else:
+            producer.flush()
+
+
+def partition_count(bootstrap: str, topic: str) -> int:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        (description,) = admin.describe_topics([topic])
+    return len(description.partitions)

@@ -1,0 +1,179 @@
+"""Option parsing and pure planning (no SparkSession): errors name the option; ranges split and
+micro-batches are bounded deterministically."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_connector.options import (
+    DEFAULT_MAX_RECORDS_PER_PARTITION,
+    EARLIEST,
+    LATEST,
+    OptionError,
+    parse_read_options,
+    parse_write_options,
+)
+from spark_connector.planning import (
+    OffsetRange,
+    offsets_from_json,
+    offsets_to_json,
+    rate_limit,
+    split_ranges,
+)
+
+BASE = {"bootstrap.servers": "127.0.0.1:9092"}
+
+
+def read(streaming: bool = False, **options: str):
+    return parse_read_options({**BASE, **{k.lower(): v for k, v in options.items()}}, streaming)
+
+
+def test_read_defaults_mirror_spark_kafka_source():
+    batch = read(subscribe="a, b,a")
+    assert batch.subscribe == ("a", "b")
+    assert batch.starting_offsets == "earliest" and batch.ending_offsets == "latest"
+    assert batch.isolation_level == "read_committed"
+    assert batch.fail_on_data_loss is True and batch.include_headers is False
+    assert batch.max_records_per_partition == DEFAULT_MAX_RECORDS_PER_PARTITION
+    assert read(streaming=True, subscribe="a").starting_offsets == "latest"
+    conf = batch.consumer_config()
+    assert conf["isolation.level"] == "read_committed" and conf["enable.auto.commit"] is False
+
+
+def test_offsets_json_and_assign():
+    opts = read(
+        assign='{"a": [1, 0], "b": [2]}',
+        startingOffsets='{"a": {"0": 5, "1": -2}, "b": {"2": 7}}',
+        endingOffsets='{"a": {"0": 9, "1": -1}, "b": {"2": -1}}',
+    )
+    assert opts.assign == (("a", 0), ("a", 1), ("b", 2))
+    assert opts.starting_offsets == {("a", 0): 5, ("a", 1): EARLIEST, ("b", 2): 7}
+    assert opts.ending_offsets == {("a", 0): 9, ("a", 1): LATEST, ("b", 2): LATEST}
+
+
+def test_client_settings_pass_through_by_role():
+    opts = read(subscribe="a", **{"kafka.max.poll.records": "7", "kafka.client.id": "me"})
+    assert opts.consumer_config()["max.poll.records"] == "7"
+    assert opts.client_config("admin") == {"bootstrap.servers": BASE["bootstrap.servers"], "client.id": "me"}
+    w = parse_write_options({**BASE, "topic": "t", "kafka.linger.ms": "20", "kafka.client.id": "me"})
+    assert w.producer_config("x")["linger.ms"] == "20"
+    assert "linger.ms" not in w.admin_config()
+    # kafka.bootstrap.servers is Spark's spelling of the same option
+    assert parse_read_options({"kafka.bootstrap.servers": "h:1", "subscribe": "a"}, False).bootstrap_servers == "h:1"
+
+
+@pytest.mark.parametrize(
+    ("options", "streaming", "named"),
+    [
+        ({"subscribe": "a", "subscribepattern": "a.*"}, False, "subscribe"),
+        ({}, False, "assign"),
+        ({"subscribe": "a", "maxoffsetspertrigger": "0"}, True, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "maxoffsetspertrigger": "many"}, True, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "startingoffsets": "latest"}, False, "startingOffsets"),
+        ({"subscribe": "a", "endingoffsets": "earliest"}, False, "endingOffsets"),
+        ({"subscribe": "a", "endingoffsets": "latest"}, True, "endingOffsets"),
+        ({"subscribe": "a", "startingoffsets": '{"a": {"0": "x"}}'}, False, "startingOffsets"),
+        ({"subscribe": "a", "startingoffsets": "{nope"}, False, "startingOffsets"),
+        ({"subscribe": "a", "endingoffsets": '{"a": {"0": -2}}'}, False, "endingOffsets"),
+        ({"subscribe": "a", "failondataloss": "maybe"}, False, "failOnDataLoss"),
+        ({"subscribe": "a", "isolation.level": "dirty"}, False, "isolation.level"),
+        ({"subscribe": "a", "kafka.group.id": "g"}, False, "kafka.group.id"),
+        ({"subscribe": "a", "kafka.linger.ms": "5"}, False, "kafka.linger.ms"),
+        ({"subscribe": "a", "kafka.max.poll.recrds": "5"}, False, "kafka.max.poll.records"),
+        ({"subscribe": "a", "kafka.max.poll.records": "-1"}, False, "max.poll.records"),
+        ({"subscribe": "a", "maxoffsetpertrigger": "5"}, True, "maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "topic": "b"}, False, "topic"),
+        ({"subscribepattern": "("}, False, "subscribePattern"),
+        ({"assign": '{"a": [-1]}'}, False, "assign"),
+        ({"subscribe": "bad/name"}, False, "subscribe"),
+    ],
+)
+def test_bad_read_options_name_the_option(options, streaming, named):
+    with pytest.raises(OptionError, match=named.replace(".", r"\.")):
+        parse_read_options({**BASE, **options}, streaming)
+
+
+def test_missing_bootstrap_servers():
+    with pytest.raises(OptionError, match="bootstrap.servers"):
+        parse_read_options({"subscribe": "a"}, False)
+    with pytest.raises(OptionError, match="bootstrap.servers"):
+        parse_write_options({"bootstrap.servers": "nohost", "topic": "a"})
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"topic": "a", "subscribe": "b"}, "subscribe"),
+        ({"topic": "a", "transactionalidprefix": "has space"}, "transactionalIdPrefix"),
+        ({"topic": "a", "kafka.transactional.id": "x"}, "kafka.transactional.id"),
+        ({"topic": "a", "kafka.fetch.min.bytes": "1"}, "kafka.fetch.min.bytes"),
+        ({"topic": "a", "kafka.acks": "1"}, "acks"),
+        ({"topic": "a", "isolation.level": "read_committed"}, "isolation.level"),
+        ({"topic": "a", "progresstopic": ""}, "progressTopic"),
+    ],
+)
+def test_bad_write_options_name_the_option(options, named):
+    with pytest.raises(OptionError, match=named.replace(".", r"\.")):
+        parse_write_options({**BASE, **options})
+
+
+def test_split_ranges_caps_size_and_meets_min_partitions():
+    ranges = [OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 5, 5), OffsetRange("b", 0, 3, 4)]
+    assert split_ranges(ranges, 4) == [
+        OffsetRange("a", 0, 0, 4),
+        OffsetRange("a", 0, 4, 7),
+        OffsetRange("a", 0, 7, 10),
+        OffsetRange("b", 0, 3, 4),
+    ]
+    pieces = split_ranges(ranges, 100, min_partitions=4)
+    assert pieces == [
+        OffsetRange("a", 0, 0, 3),
+        OffsetRange("a", 0, 3, 5),
+        OffsetRange("a", 0, 5, 10),
+        OffsetRange("b", 0, 3, 4),
+    ]
+    # Deterministic: the same input gives the same plan (a replayed micro-batch reads the same).
+    assert split_ranges(list(reversed(ranges)), 100, min_partitions=4) == pieces
+    # A range that may start before the log start keeps its flag on the first piece only.
+    flagged = split_ranges([OffsetRange("n", 0, 0, 4, True)], 2)
+    assert [r.from_beginning for r in flagged] == [True, False]
+
+
+def test_rate_limit_is_proportional_and_exact():
+    start = {("a", 0): 0, ("a", 1): 100}
+    latest = {("a", 0): 300, ("a", 1): 200, ("b", 0): 50}  # b-0 is new: starts at 0
+    end = rate_limit(start, latest, 90)
+    assert sum(end[tp] - start.get(tp, 0) for tp in end) == 90
+    assert end == {("a", 0): 60, ("a", 1): 120, ("b", 0): 10}
+    assert rate_limit(start, latest, 1000) == latest
+    # A tiny limit still moves forward.
+    assert sum(v - start.get(tp, 0) for tp, v in rate_limit(start, latest, 1).items()) == 1
+
+
+def test_offsets_json_round_trip():
+    offsets = {("b", 1): 5, ("a", 10): 7, ("a", 2): 0}
+    data = offsets_to_json(offsets)
+    assert data == {"a": {"2": 0, "10": 7}, "b": {"1": 5}}
+    assert offsets_from_json(data) == offsets
+
+
+def test_pyspark_finds_the_auto_registration_module():
+    """PySpark registers the ``DefaultSource`` of every top-level ``pyspark_*`` module it finds on
+    the workers' path; from the repository root that includes ``pyspark_minibroker``."""
+    root = Path(__file__).resolve().parents[2]
+    code = (
+        "from pkgutil import iter_modules; import importlib;"
+        "names = [m.name for m in iter_modules() if m.name.startswith('pyspark_')];"
+        "print(names, importlib.import_module('pyspark_minibroker').DefaultSource.name())"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    pytest.importorskip("pyspark")
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
+    ).stdout
+    assert "'pyspark_minibroker'" in out and out.strip().endswith("minibroker")
