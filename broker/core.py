@@ -150,7 +150,7 @@ class Broker:
         return self.config.num_partitions
 
     def append_untrusted(
-        self, partition: Partition, records, transactional_id: str | None, now: int
+        self, partition: Partition, records, now: int
     ) -> tuple[AppendResult, trio.Event | None]:
         """Append a Produce request's batches: ``(result, event set once they are durable)``.
 

@@ -321,7 +321,7 @@ class GroupService:
         store = self.coordinator.offsets
         if txn is None:
             batch = build_offset_batch(group_id, offsets, now_ms)
-            result, flushed = self._broker.append_untrusted(partition, batch, None, now_ms)
+            result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
             hw = partition.high_watermark
             for i, (topic, index, value) in enumerate(offsets):
                 store.put(group_id, (topic, index), result.base_offset + i, value, hw)
@@ -336,9 +336,7 @@ class GroupService:
         # The Produce path's KIP-890 check: the producer's ongoing transaction must hold this
         # partition (AddOffsetsToTxn added it), else INVALID_TXN_STATE.
         self._broker.transactions.verify_produce(partition, batch, txn.transactional_id)
-        result, flushed = self._broker.append_untrusted(
-            partition, batch, txn.transactional_id, now_ms
-        )
+        result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
         for i, (topic, index, value) in enumerate(offsets):
             store.add_pending(
                 partition.index, txn.producer_id, group_id, (topic, index),

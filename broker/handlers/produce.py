@@ -41,9 +41,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                 if transactions.needs_verification(part.records, request.transactional_id):
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction.
                     transactions.verify_produce(partition, part.records, request.transactional_id)
-                result, flushed = broker.append_untrusted(
-                    partition, part.records, request.transactional_id, now
-                )
+                result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
                 if flushed is not None:
                     flushes.append(flushed)

@@ -65,7 +65,7 @@ async def produce(broker: Broker, tid, pid: int, epoch: int, index: int, seq: in
         producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True))
     partition = broker.partition("t", index)
     broker.transactions.verify_produce(partition, records, tid)
-    _, flushed = broker.append_untrusted(partition, records, tid, NOW)
+    _, flushed = broker.append_untrusted(partition, records, NOW)
     if flushed is not None:
         await flushed.wait()
 
