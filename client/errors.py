@@ -17,9 +17,13 @@ have their own classes below, named after their Java counterparts (``ConfigExcep
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
 
 from protocol.errors import RETRIABLE, ErrorCode, error_name
+
+if TYPE_CHECKING:
+    from client.structs import TopicPartition
 
 # Codes after which a producer cannot continue (Kafka's "fatal" transaction-manager errors).
 FATAL: frozenset[ErrorCode] = frozenset(
@@ -138,7 +142,17 @@ class UnknownServerError(BrokerResponseError):
 
 
 class OffsetOutOfRangeError(BrokerResponseError):
+    """A fetch position outside the log and ``auto.offset.reset`` is ``none`` (Java's
+    ``OffsetOutOfRangeException``). ``partitions`` maps each such ``TopicPartition`` to its
+    fetch offset; those partitions are not fetched again until the application seeks."""
+
     code = ErrorCode.OFFSET_OUT_OF_RANGE
+
+    def __init__(
+        self, message: str = "", *, partitions: Mapping[TopicPartition, int] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.partitions: dict[TopicPartition, int] = dict(partitions or {})
 
 
 class CorruptMessageError(BrokerResponseError):

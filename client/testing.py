@@ -5,7 +5,7 @@ lose acknowledgements: with ``drop_produce_responses_every=n`` every n-th Produc
 not relayed and the connection is cut instead, after the broker has already appended the batch.
 The client cannot tell whether its in-flight batches were written and must resend them; an
 idempotent producer's resends are then recognised as duplicates by the broker. ``drop_all()``
-cuts every open connection at once.
+cuts every open connection at once. ``requests`` counts the relayed requests by API key.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import threading
-from collections import deque
+from collections import Counter, deque
 
 from protocol.api_keys import ApiKey
 from protocol.headers import RequestHeader, encode_request_header
@@ -59,6 +59,7 @@ class FaultyProxy:
         self.drop_every = drop_produce_responses_every
         self.dropped = 0
         self.produce_responses = 0
+        self.requests: Counter[int] = Counter()  # relayed requests by API key
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
@@ -102,6 +103,8 @@ class FaultyProxy:
                 (api_key,) = _API_KEY.unpack_from(frame, 0)
                 # acks=0 Produce gets no response; our tests use acks=all.
                 api_keys.append(api_key)
+                with self._lock:
+                    self.requests[api_key] += 1
                 server.sendall(_SIZE.pack(size) + frame)
         except (OSError, ConnectionError, struct.error):
             self._cut(client, server)

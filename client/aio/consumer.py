@@ -25,7 +25,10 @@ application). Decoding in ``poll`` keeps the trio task free for I/O and, with th
 ``Consumer``, allocates and frees the records in the application's thread: ``take_ready`` lets it
 take buffered records without a round trip through the loop thread, under ``_lock`` (which guards
 the queue and the positions; the loop thread holds it only for short bookkeeping). A ``seek``
-bumps the partition's epoch, which voids a fetch already in flight or queued for it.
+bumps the partition's epoch, which voids a fetch already in flight or queued for it. With
+``auto.offset.reset=none`` a partition whose fetch offset is out of range is parked in
+``_out_of_range``: it is not fetched and every ``poll`` raises ``OffsetOutOfRangeError`` until the
+application seeks it (or it is unassigned), as Kafka's consumer does.
 
 Groups (classic protocol, eager rebalancing): ``subscribe`` makes ``poll`` join the group:
 JoinGroup, then SyncGroup (the leader runs the assignor over the members' subscriptions), then the
@@ -59,6 +62,7 @@ from client.errors import (
     IllegalStateError,
     KafkaClientError,
     NoOffsetForPartitionError,
+    OffsetOutOfRangeError,
     error_for,
     for_code,
 )
@@ -204,6 +208,8 @@ class AsyncConsumer:
         self._busy_nodes: set[int] = set()
         self._metadata_wanted = False
         self._fetch_failure: BaseException | None = None  # raised by the next poll
+        # reset=none: partitions fetched out of range -> their fetch offset (see the docstring)
+        self._out_of_range: dict[TopicPartition, int] = {}
         # group membership
         self._member_id = ""
         self._generation_id = -1
@@ -242,11 +248,13 @@ class AsyncConsumer:
         if self._closed or self._stack is None:
             return
         self._closed = True  # the fetch manager sends nothing more
-        # Let fetches in flight finish (bounded by the broker's wait) so that the broker does
-        # not write a large response into a connection we are resetting.
-        with trio.move_on_after(self.config["fetch.max.wait.ms"] / 1000 + 1.0):
-            while self._busy_nodes:
-                await trio.sleep(0.005)
+        # Do not wait up to fetch.max.wait.ms for long-polling Fetches: close their connections
+        # (the default channel; commits and LeaveGroup use the coordinator channel). The broker
+        # copes with a reset while it writes the reply (tests/integration/test_bad_input.py).
+        for node in list(self._busy_nodes):
+            conn = self._cluster.connection_nowait(node)
+            if conn is not None:
+                await conn.aclose()
         if self.group_id is not None and self._auto_commit and commit and self._assignment:
             with trio.move_on_after(self._request_timeout):
                 try:
@@ -321,6 +329,7 @@ class AsyncConsumer:
             for tp, state in old.items():
                 if tp not in self._assignment:
                     state.epoch += 1  # void a fetch in flight
+                    self._out_of_range.pop(tp, None)
             self._completed = deque(
                 c for c in self._completed if self._assignment.get(c.state.tp) is c.state
             )
@@ -355,6 +364,7 @@ class AsyncConsumer:
             state.seek(offset)
             state.reset_to = None
             self._drop_queued(state)
+            self._out_of_range.pop(state.tp, None)
         self._fetch_wakeup.set()
 
     def seek_to_beginning(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
@@ -372,6 +382,7 @@ class AsyncConsumer:
                 state.position = None
                 state.reset_to = where
                 self._drop_queued(state)
+                self._out_of_range.pop(state.tp, None)
 
     def _drop_queued(self, state: _Partition) -> None:
         """Forget fetched data of ``state`` not yet returned (lock held)."""
@@ -525,9 +536,7 @@ class AsyncConsumer:
             raise IllegalStateError(
                 "Consumer is not subscribed to any topics or assigned any partitions"
             )
-        if self._fetch_failure is not None:
-            failure, self._fetch_failure = self._fetch_failure, None
-            raise failure
+        self._raise_fetch_failure()
         deadline = trio.current_time() + timeout
         while True:
             if self._subscription is not None:
@@ -548,9 +557,7 @@ class AsyncConsumer:
                 self._fetch_wakeup.set()
             if records:
                 return records
-            if self._fetch_failure is not None:
-                failure, self._fetch_failure = self._fetch_failure, None
-                raise failure
+            self._raise_fetch_failure()
             if trio.current_time() >= deadline:
                 return []
             event = self._data_event
@@ -559,6 +566,20 @@ class AsyncConsumer:
             if event is self._data_event:
                 self._data_event = trio.Event()
 
+    def _raise_fetch_failure(self) -> None:
+        if self._fetch_failure is not None:
+            failure, self._fetch_failure = self._fetch_failure, None
+            raise failure
+        if self._out_of_range:
+            partitions = dict(self._out_of_range)
+            raise OffsetOutOfRangeError(
+                "Fetch position out of range with no reset policy for partitions: "
+                + ", ".join(
+                    f"{tp.topic}-{tp.partition}={o}" for tp, o in sorted(partitions.items())
+                ),
+                partitions=partitions,
+            )
+
     def take_ready(self, max_records: int | None = None) -> list[ConsumerRecord]:
         """Records already fetched, taken from any thread (the blocking ``Consumer``'s fast path);
         ``[]`` when ``poll`` must run on the loop instead: nothing decodable is queued, or a
@@ -566,6 +587,7 @@ class AsyncConsumer:
         if (
             self._closed
             or self._fetch_failure is not None
+            or self._out_of_range
             or self._rejoin_needed
             or self._phase != STABLE
             or (
@@ -675,6 +697,7 @@ class AsyncConsumer:
                     or state.paused
                     or state.fetching
                     or state.buffered_bytes >= self._prefetch_bytes
+                    or tp in self._out_of_range
                 ):
                     continue
                 node = cluster.leader_for(tp)
@@ -791,11 +814,14 @@ class AsyncConsumer:
         """A partition error in a Fetch response (lock held)."""
         if code == ErrorCode.OFFSET_OUT_OF_RANGE:
             if self._reset_policy == "none":
-                log.error(
+                # Park the partition (no refetch) and make poll raise until it is sought.
+                log.info(
                     "offset %d out of range for %s and no reset policy",
                     state.fetch_offset,
                     state.tp,
                 )
+                self._out_of_range[state.tp] = state.fetch_offset
+                self._data_event.set()
                 return
             log.info(
                 "offset %d out of range for %s; resetting (%s)",

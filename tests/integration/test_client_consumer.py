@@ -15,9 +15,10 @@ import trio
 
 from client import Admin, Consumer, Producer, TopicPartition
 from client.aio import AsyncConsumer, AsyncProducer
-from client.errors import IllegalStateError, NoOffsetForPartitionError
-from client.testing import broker_supports
+from client.errors import IllegalStateError, NoOffsetForPartitionError, OffsetOutOfRangeError
+from client.testing import FaultyProxy, broker_supports
 from protocol.api_keys import ApiKey
+from tests.broker_process import BrokerProcess
 
 kafka = pytest.importorskip("kafka")
 
@@ -98,6 +99,88 @@ def test_latest_and_none_reset_policies(broker_proc):
         consumer.assign([("reset", 0)])
         with pytest.raises(NoOffsetForPartitionError):
             consumer.poll(0.3)
+
+
+def test_reset_none_without_committed_offset_raises_at_once(broker_proc):
+    """With a group but nothing committed, every poll raises (no busy loop returning [])."""
+    bootstrap = broker_proc.bootstrap
+    require_groups(bootstrap)
+    require_offsets(bootstrap)
+    produce(bootstrap, "none-group", 1, 5)
+    config = {"bootstrap.servers": bootstrap, "group.id": "none-g", "auto.offset.reset": "none"}
+    with Consumer(config) as consumer:
+        consumer.assign([("none-group", 0)])
+        start = time.monotonic()
+        for _ in range(3):
+            with pytest.raises(NoOffsetForPartitionError):
+                consumer.poll(2.0)
+        assert time.monotonic() - start < 1.0
+        consumer.seek(("none-group", 0), 3)
+        assert [r.offset for r in poll_until(consumer, 2, timeout=10)] == [3, 4]
+    with Consumer({**config, "group.id": "none-g2"}) as consumer:
+        consumer.subscribe(["none-group"])
+        start = time.monotonic()
+        with pytest.raises(NoOffsetForPartitionError):
+            poll_until(consumer, 1, timeout=10)
+        assert time.monotonic() - start < 5.0  # the join, then the raise
+
+
+def test_reset_none_out_of_range_raises_and_stops_fetching(tmp_path):
+    """A fetch position beyond the end with reset=none: poll raises OffsetOutOfRangeError naming
+    the partition, which is not fetched again (no Fetch storm) until the application seeks."""
+    proxy = FaultyProxy(("127.0.0.1", 1))
+    broker = BrokerProcess(tmp_path / "data", "--advertised-port", str(proxy.port))
+    try:
+        broker.start()
+        proxy.upstream = ("127.0.0.1", broker.port)
+        bootstrap = proxy.bootstrap
+        produce(bootstrap, "oor", 1, 10)
+        config = {"bootstrap.servers": bootstrap, "auto.offset.reset": "none"}
+        with Consumer(config) as consumer:
+            consumer.assign([("oor", 0)])
+            consumer.seek(("oor", 0), 100)
+            start = time.monotonic()
+            with pytest.raises(OffsetOutOfRangeError) as info:
+                consumer.poll(5.0)
+            assert time.monotonic() - start < 1.0
+            assert info.value.partitions == {TopicPartition("oor", 0): 100}
+            fetches = proxy.requests[ApiKey.FETCH]
+            time.sleep(0.5)
+            with pytest.raises(OffsetOutOfRangeError):
+                consumer.poll(0.5)
+            assert proxy.requests[ApiKey.FETCH] == fetches <= 2
+            consumer.seek(("oor", 0), 8)
+            assert [r.offset for r in poll_until(consumer, 2, timeout=10)] == [8, 9]
+    finally:
+        proxy.close()
+        broker.stop()
+
+
+def test_close_does_not_wait_for_a_long_poll_fetch(broker_proc):
+    """close() of a consumer long-polling an empty partition is prompt and still commits."""
+    bootstrap = broker_proc.bootstrap
+    require_offsets(bootstrap)
+    produce(bootstrap, "idle", 1, 5)
+    config = {
+        "bootstrap.servers": bootstrap,
+        "group.id": "prompt-close",
+        "auto.offset.reset": "earliest",
+        "fetch.max.wait.ms": 5000,
+    }
+    consumer = Consumer(config)
+    try:
+        consumer.assign([("idle", 0)])
+        # The coordinator is found now: the first use of __consumer_offsets is not what we time.
+        assert consumer.committed([("idle", 0)]) == {TopicPartition("idle", 0): None}
+        assert len(poll_until(consumer, 5, timeout=10)) == 5
+        assert consumer.poll(0.3) == []  # a Fetch at offset 5 now waits on the broker
+    finally:
+        start = time.monotonic()
+        consumer.close()
+        elapsed = time.monotonic() - start
+    assert elapsed < 0.3, f"close took {elapsed:.2f} s"
+    with Consumer(config) as again:  # close committed (auto-commit)
+        assert again.committed([("idle", 0)])[TopicPartition("idle", 0)].offset == 5
 
 
 def test_consumer_errors_for_misuse(broker_proc):
