@@ -106,47 +106,6 @@ def decode_fetched(
                         )
                     )
     return out, next_offset
-    pending: list[tuple[int, int]] = []  # heap of (first_offset, producer_id)
-    if read_committed and aborted_transactions:
-        pending = [(first, pid) for pid, first in aborted_transactions]
-        heapq.heapify(pending)
-    aborted: set[int] = set()
-    append = out.append
-    cls = ConsumerRecord
-    for header, records in decode_batches_untrusted(data):
-        last_offset = header.base_offset + header.last_offset_delta
-        if last_offset + 1 > next_offset:
-            next_offset = last_offset + 1
-        if read_committed and header.producer_id >= 0:
-            while pending and pending[0][0] <= last_offset:
-                aborted.add(heapq.heappop(pending)[1])
-            if header.is_control:
-                if records and _is_abort(records):
-                    aborted.discard(header.producer_id)
-                continue
-            if header.is_transactional and header.producer_id in aborted:
-                continue
-        if header.is_control:
-            continue
-        ts_type = header.timestamp_type
-        for r in records:
-            if r.offset >= fetch_offset:
-                append(
-                    _new(
-                        cls,
-                        (
-                            topic,
-                            partition,
-                            r.offset,
-                            r.timestamp,
-                            r.key,
-                            r.value,
-                            r.headers,
-                            ts_type,
-                        ),
-                    )
-                )
-    return out, next_offset
 
 
 def _is_abort(records: Sequence) -> bool:
