@@ -404,10 +404,20 @@ def groups_list(bootstrap, extra_config) -> None:
 @_client_options
 @_friendly_errors
 def groups_describe(group_ids, bootstrap, extra_config) -> None:
-    """Show state, members, assignments and committed offsets of groups."""
-    with Admin(_config(bootstrap, extra_config)) as admin:
+    """Show state, members, assignments, committed offsets and lag of groups.
+
+    Lag is the partition's last stable offset (what a read_committed consumer can reach) minus
+    the committed offset.
+    """
+    config = _config(bootstrap, extra_config)
+    with Admin(config) as admin:
         descriptions = admin.describe_groups(group_ids)
         offsets = {g: admin.list_group_offsets(g) for g in group_ids}
+    committed_partitions = {tp for per_group in offsets.values() for tp in per_group}
+    end_offsets: dict = {}
+    if committed_partitions:
+        with Consumer(config) as consumer:
+            end_offsets = consumer.end_offsets(committed_partitions)
     for group in descriptions:
         click.echo(
             f"Group: {group.group_id}\tState: {group.state}\tProtocol: {group.protocol_type}/{group.protocol}"
@@ -418,7 +428,9 @@ def groups_describe(group_ids, bootstrap, extra_config) -> None:
                 f"\tMember: {member.member_id}\tClient: {member.client_id}@{member.client_host}\tAssigned: {assigned}"
             )
         for tp, offset in sorted(offsets.get(group.group_id, {}).items()):
-            click.echo(f"\tOffset: {tp.topic}-{tp.partition}\t{offset.offset}")
+            end = end_offsets.get(tp)
+            lag = "?" if end is None else max(end - offset.offset, 0)
+            click.echo(f"\tOffset: {tp.topic}-{tp.partition}\t{offset.offset}\tLag: {lag}")
 
 
 COMMANDS: list[click.Command] = [topics, produce, consume, groups]

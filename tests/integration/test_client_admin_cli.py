@@ -117,3 +117,21 @@ def test_cli_transactional_produce(broker_proc):
     assert produced.returncode == 0, produced.stderr
     consumed = run_cli("consume", "txn-cli", "--from-beginning", "--max-messages", "3", *server)
     assert consumed.stdout.splitlines() == ["a", "b", "c"]
+
+
+def test_cli_groups_describe_shows_committed_offsets_and_lag(broker_proc):
+    from client import Consumer, Producer
+
+    conf = {"bootstrap.servers": broker_proc.bootstrap}
+    with Admin(conf) as admin:
+        admin.create_topics([NewTopic("lagging", 1)])
+    with Producer(conf) as producer:
+        for i in range(10):
+            producer.send("lagging", b"v%d" % i, partition=0)
+        producer.flush(10)
+    with Consumer({**conf, "group.id": "laggards", "enable.auto.commit": False}) as consumer:
+        consumer.assign([("lagging", 0)])
+        consumer.commit({("lagging", 0): 4})
+    result = run_cli("groups", "describe", "laggards", "--bootstrap-server", broker_proc.bootstrap)
+    assert result.returncode == 0, result.stderr
+    assert "Offset: lagging-0\t4\tLag: 6" in result.stdout
