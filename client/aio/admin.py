@@ -216,9 +216,9 @@ class AsyncAdmin:
                 )
                 (group,) = response.groups
                 if group.error_code:
-                    exc = error_for(group.error_code, f"group {group_id}")
-                    if is_coordinator_error(exc):
-                        self._cluster.forget_coordinator(GROUP, group_id)
+                    exc = self._cluster.coordinator_error(
+                        GROUP, group_id, group.error_code, f"group {group_id}"
+                    )
                     raise exc
                 return group
 
@@ -265,9 +265,12 @@ class AsyncAdmin:
                 GROUP, group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics}
             )
             if response.error_code:
-                exc = error_for(response.error_code, f"OffsetFetch {group_id}")
-                if is_coordinator_error(exc):
-                    self._cluster.forget_coordinator(GROUP, group_id)
+                exc = self._cluster.coordinator_error(
+                    GROUP,
+                    group_id,
+                    response.error_code,
+                    f"OffsetFetch {group_id}",
+                )
                 raise exc
             return response
 
@@ -325,9 +328,12 @@ class AsyncAdmin:
                 )
                 (state,) = response.transaction_states
                 if state.error_code:
-                    exc = error_for(state.error_code, f"transactional id {transactional_id}")
-                    if is_coordinator_error(exc):
-                        self._cluster.forget_coordinator(TRANSACTION, transactional_id)
+                    exc = self._cluster.coordinator_error(
+                        TRANSACTION,
+                        transactional_id,
+                        state.error_code,
+                        f"transactional id {transactional_id}",
+                    )
                     raise exc
                 return state
 

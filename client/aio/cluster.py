@@ -260,6 +260,15 @@ class Cluster:
     def forget_coordinator(self, key_type: int, key: str) -> None:
         self._coordinators.pop((key_type, key), None)
 
+    def coordinator_error(self, key_type: int, key: str, code: int, message: str) -> Exception:
+        """The exception for error ``code`` of a coordinator request; a coordinator error
+        (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, ...) also makes the coordinator be looked up
+        again next time."""
+        exc = error_for(code, message)
+        if is_coordinator_error(exc):
+            self.forget_coordinator(key_type, key)
+        return exc
+
     async def coordinator_request(
         self,
         key_type: int,

@@ -892,9 +892,7 @@ class AsyncConsumer:
                     "Commit cannot be completed since the group has already rebalanced and "
                     "assigned the partitions to another member."
                 ) from error_for(worst)
-            exc = error_for(worst, "OffsetCommit")
-            if is_coordinator_error(exc):
-                self._cluster.forget_coordinator(GROUP, group_id)
+            exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetCommit")
             raise exc
 
         await self._cluster.retry_call(
@@ -958,9 +956,7 @@ class AsyncConsumer:
                 p.error_code for t in response.topics for p in t.partitions
             )
             if worst:
-                exc = error_for(worst, "OffsetFetch")
-                if is_coordinator_error(exc):
-                    self._cluster.forget_coordinator(GROUP, group_id)
+                exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetFetch")
                 raise exc
             return response
 
