@@ -134,7 +134,6 @@ def spark_broker(tmp_path_factory):
     try:
         yield proc
     finally:
-        Path("/tmp/probe/broker_out.txt").write_text("".join(proc.output))
         proc.stop()
 
 
