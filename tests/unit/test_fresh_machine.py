@@ -16,7 +16,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # A quoted literal that starts with a temp directory, e.g. "/tmp/x" or '/var/tmp/'. The pattern is
 # assembled from pieces so that this file does not match itself.
 _TMP = "tmp"
-FIXED_TMP_PATH = re.compile(r"""["'](/%s|/var/%s)/""" % (_TMP, _TMP))
+FIXED_TMP_PATH = re.compile(rf"""["'](/{_TMP}|/var/{_TMP})/""")
 SCANNED_SUFFIXES = {".py", ".sh", ".cfg", ".toml", ".ini", ".yml", ".yaml", ".json", ".js", ".properties"}
 SCANNED_NAMES = {"Makefile", "Dockerfile", "run"}
 
@@ -55,8 +55,8 @@ def test_no_source_file_names_a_fixed_path_under_tmp():
 
 
 def test_the_scan_finds_a_fixed_tmp_path():
-    assert FIXED_TMP_PATH.search('Path("/%s/probe/out.txt")' % _TMP)
-    assert FIXED_TMP_PATH.search("x = '/var/%s/a'" % _TMP)
+    assert FIXED_TMP_PATH.search(f'Path("/{_TMP}/probe/out.txt")')
+    assert FIXED_TMP_PATH.search(f"x = '/var/{_TMP}/a'")
     assert not FIXED_TMP_PATH.search("tmp_path / 'data'")
 
 
