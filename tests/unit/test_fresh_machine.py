@@ -13,7 +13,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-# A quoted literal that starts with a temp directory, e.g. "/tmp/x" or '/var/tmp/'. The pattern is
+# A quoted literal that starts with the temp directory or /var's, as in the test below. The pattern is
 # assembled from pieces so that this file does not match itself.
 _TMP = "tmp"
 FIXED_TMP_PATH = re.compile(rf"""["'](/{_TMP}|/var/{_TMP})/""")
