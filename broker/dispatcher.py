@@ -1,6 +1,9 @@
 """From a request frame to a reply: header, version check, decode, handler, encode.
 
-Handlers register with ``@handles(api_key, version...)`` and receive ``(broker, header, request)``
+Handlers register with ``@handles(api_key)`` (every version the table ``SERVED`` /
+``UNADVERTISED`` in ``protocol.messages.api_versions`` lists for that API; ``check_served`` holds
+the handlers to exactly that table, so what ApiVersions advertises is what is implemented) and
+receive ``(broker, header, request)``
 where ``request`` is the decoded Container (or, for ``raw=True`` handlers, ``(frame, body_offset)``
 so that Produce can decode its records without copying them). A handler returns one of:
 
@@ -21,7 +24,12 @@ from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
 from protocol.headers import RequestHeader, encode_response_header, parse_request_header_untrusted
 from protocol.messages import SCHEMAS, decode_request, encode_response
-from protocol.messages.api_versions import API_VERSIONS_FALLBACK_BODY
+from protocol.messages.api_versions import (
+    API_VERSIONS_FALLBACK_BODY,
+    IMPLEMENTED,
+    SERVED,
+    UNADVERTISED,
+)
 
 log = logging.getLogger("minibroker.dispatch")
 
@@ -50,6 +58,11 @@ _HANDLERS: dict[tuple[int, int], tuple[Handler, bool]] = {}
 
 
 def handles(api_key: ApiKey, *versions: int, raw: bool = False) -> Callable[[Handler], Handler]:
+    """Register ``fn`` for ``versions`` of ``api_key``; none given: every served version."""
+    if not versions:
+        served = (SERVED.get(api_key) or UNADVERTISED[api_key]).versions
+        versions = tuple(range(served.min, served.max + 1))
+
     def register(fn: Handler) -> Handler:
         for version in versions:
             _HANDLERS[(int(api_key), version)] = (fn, raw)
@@ -109,3 +122,18 @@ def encode_reply(header: RequestHeader, result: Any) -> Chunks | None:
 def implemented() -> frozenset[tuple[int, int]]:
     """(api_key, version) pairs that have both a schema and a handler."""
     return frozenset(k for k in _HANDLERS if k in SCHEMAS)
+
+
+def check_served() -> None:
+    """Refuse to run unless the handlers serve exactly the served table (every advertised version
+    has a codec and a handler; no handler serves a version that is not in the table)."""
+    handled = frozenset(_HANDLERS)
+    table = frozenset((int(k), v) for k, v in IMPLEMENTED)
+    missing = sorted(table - implemented())
+    extra = sorted(handled - table)
+    if missing or extra:
+        names = [f"{ApiKey(k).name} v{v}" for k, v in missing]
+        raise RuntimeError(
+            f"served versions without codec or handler: {names}; "
+            f"handlers outside the served table: {[f'{ApiKey(k).name} v{v}' for k, v in extra]}"
+        )

@@ -425,6 +425,26 @@ class GroupIdNotFoundError(BrokerResponseError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
 
 
+class FetchSessionIdNotFoundError(BrokerResponseError):
+    code = ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+
+
+class InvalidFetchSessionEpochError(BrokerResponseError):
+    code = ErrorCode.INVALID_FETCH_SESSION_EPOCH
+
+
+class MemberIdRequiredError(BrokerResponseError):
+    """JoinGroup v4+: join again with the member id in the response (KIP-394)."""
+
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    """A newer instance with the same group.instance.id took over (static membership)."""
+
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
 class GroupSubscribedToTopicError(BrokerResponseError):
     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
 

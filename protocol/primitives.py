@@ -23,6 +23,8 @@ Unicode or our own errors; ``protocol.messages.decode`` turns all of them into `
 from __future__ import annotations
 
 import struct
+import uuid
+from io import BytesIO
 
 from construct import Construct, Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, ListContainer
 
@@ -174,6 +176,25 @@ def write_compact_string(io, obj: str | None, nullable: bool) -> None:
     io.write(data)
 
 
+def read_compact_bytes(io, nullable: bool) -> bytes | None:
+    n = read_compact_length(io)
+    if n < 0:
+        if nullable:
+            return None
+        raise CorruptFrameError("null for non-nullable compact bytes")
+    return _read_exact(io, n)
+
+
+def write_compact_bytes(io, obj: bytes | None, nullable: bool) -> None:
+    if obj is None:
+        if not nullable:
+            raise ValueError("null for non-nullable compact bytes")
+        io.write(b"\x00")
+        return
+    io.write(encode_uvarint(len(obj) + 1))
+    io.write(obj)
+
+
 def read_tagged_fields(io) -> dict[int, bytes]:
     """Reads and returns tagged fields (tag -> raw bytes); none are interpreted by us."""
     fields: dict[int, bytes] = {}
@@ -190,6 +211,56 @@ def write_tagged_fields(io, obj) -> None:
         io.write(encode_uvarint(tag))
         io.write(encode_uvarint(len(fields[tag])))
         io.write(fields[tag])
+
+
+def read_tagged_into(io, result, known: dict) -> dict[int, bytes]:
+    """Read a tagged-field section: each tag in ``known`` (tag -> (name, parse function)) is
+    decoded into ``result[name]``; the unknown ones are returned (tag -> raw bytes)."""
+    unknown: dict[int, bytes] = {}
+    for _ in range(read_uvarint(io)):
+        tag = read_uvarint(io)
+        data = _read_exact(io, read_uvarint(io))
+        entry = known.get(tag)
+        if entry is None:
+            unknown[tag] = data
+        else:
+            result[entry[0]] = entry[1](BytesIO(data), None)
+    return unknown
+
+
+def write_tagged_from(io, obj, known) -> None:
+    """Write a tagged-field section: each ``(tag, name, default, build function)`` of ``known``
+    whose value in ``obj`` differs from its default, plus ``obj["tagged_fields"]`` (raw)."""
+    fields = dict(obj.get("tagged_fields") or {})
+    for tag, name, default, build in known:
+        value = obj.get(name, default)
+        if isinstance(default, list | tuple):  # an empty array is the default of arrays
+            is_default = value is not None and len(value) == 0
+        else:
+            is_default = value == default
+        if not is_default:
+            out = BytesIO()
+            build(value, out, None)
+            fields[tag] = out.getvalue()
+    io.write(encode_uvarint(len(fields)))
+    for tag in sorted(fields):
+        io.write(encode_uvarint(tag))
+        io.write(encode_uvarint(len(fields[tag])))
+        io.write(fields[tag])
+
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+def read_uuid(io) -> uuid.UUID:
+    return uuid.UUID(bytes=_read_exact(io, 16))
+
+
+def write_uuid(io, obj) -> None:
+    data = obj.bytes if isinstance(obj, uuid.UUID) else bytes(obj)
+    if len(data) != 16:
+        raise ValueError("a UUID is 16 bytes")
+    io.write(data)
 
 
 # -- construct classes ------------------------------------------------------------------------------
@@ -230,6 +301,9 @@ Bytes = _Leaf("read_bytes", "write_bytes", nullable=False)
 NullableBytes = _Leaf("read_bytes", "write_bytes", nullable=True)
 CompactString = _Leaf("read_compact_string", "write_compact_string", nullable=False)
 CompactNullableString = _Leaf("read_compact_string", "write_compact_string", nullable=True)
+CompactBytes = _Leaf("read_compact_bytes", "write_compact_bytes", nullable=False)
+CompactNullableBytes = _Leaf("read_compact_bytes", "write_compact_bytes", nullable=True)
+Uuid = _Leaf("read_uuid", "write_uuid")
 TaggedFields = _Leaf("read_tagged_fields", "write_tagged_fields")
 # Building may leave tagged fields out (None is written as "no tagged fields", 0x00).
 TaggedFields.flagbuildnone = True

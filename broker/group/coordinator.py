@@ -68,6 +68,10 @@ class JoinResult:
     leader: str = ""
     member_id: str = NO_MEMBER_ID
     members: tuple[tuple[str, bytes], ...] = ()  # only in the leader's answer
+    member_instance_ids: tuple[str | None, ...] = ()  # group.instance.id of each of ``members``
+    protocol_type: str = ""
+    # KIP-814: a static leader that rejoined a Stable group gets the members but must not assign.
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,7 @@ class MemberSummary:
     client_host: str
     metadata: bytes
     assignment: bytes
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +164,22 @@ class Group:
     initial_delay: bool = False  # the running rebalance is an initial delayed join
     initial_remaining_ms: int = 0
     new_member_added: bool = False
+    # KIP-394: member ids handed out with MEMBER_ID_REQUIRED, until they join (id -> expiry)
+    pending_members: dict[str, int] = field(default_factory=dict)
+
+    def static_member(self, group_instance_id: str | None) -> Member | None:
+        """The member with this group.instance.id (static membership, KIP-345)."""
+        if group_instance_id is None:
+            return None
+        for member in self.members.values():
+            if member.group_instance_id == group_instance_id:
+                return member
+        return None
+
+    def fenced(self, group_instance_id: str | None, member_id: str) -> bool:
+        """A static member id that was replaced by a newer instance (FENCED_INSTANCE_ID)."""
+        member = self.static_member(group_instance_id)
+        return member is not None and member.member_id != member_id
 
     @property
     def rebalance_timeout_ms(self) -> int:
@@ -261,11 +282,13 @@ class GroupCoordinator:
             member.join_waiter = None
             member.last_heartbeat_ms = now_ms
 
-    def _join_result(self, group: Group, member: Member) -> JoinResult:
+    def _join_result(self, group: Group, member: Member, skip_assignment: bool = False) -> JoinResult:
         members: tuple[tuple[str, bytes], ...] = ()
+        instance_ids: tuple[str | None, ...] = ()
         if member.member_id == group.leader_id:
             protocol = group.protocol or ""
             members = tuple((m.member_id, m.metadata_for(protocol)) for m in group.members.values())
+            instance_ids = tuple(m.group_instance_id for m in group.members.values())
         return JoinResult(
             ErrorCode.NONE,
             generation_id=group.generation_id,
@@ -273,6 +296,9 @@ class GroupCoordinator:
             leader=group.leader_id or "",
             member_id=member.member_id,
             members=members,
+            member_instance_ids=instance_ids,
+            protocol_type=group.protocol_type or "",
+            skip_assignment=skip_assignment and bool(members),
         )
 
     @staticmethod
@@ -320,6 +346,10 @@ class GroupCoordinator:
 
     def _advance(self, group: Group, now_ms: int, out: list[Completion]) -> None:
         """Run the group's timers that are due at ``now_ms``."""
+        if group.pending_members:
+            group.pending_members = {
+                m: expiry for m, expiry in group.pending_members.items() if expiry > now_ms
+            }
         for member in list(group.members.values()):
             deadline = member.session_deadline()
             if deadline is not None and now_ms >= deadline and member.member_id in group.members:
@@ -362,7 +392,7 @@ class GroupCoordinator:
         """Drop Empty groups that hold no offsets (committed or pending): -> Dead, forgotten."""
         dead = [
             g for g in self.groups.values()
-            if g.state is GroupState.EMPTY and not g.members
+            if g.state is GroupState.EMPTY and not g.members and not g.pending_members
             and not self.offsets.has_group(g.group_id)
         ]
         for group in dead:
@@ -412,8 +442,16 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: Sequence[tuple[str, bytes]],
         now_ms: int,
+        group_instance_id: str | None = None,
+        require_known_member_id: bool = False,
     ) -> Outcome:
-        """JoinGroup v2: ``Outcome(JoinResult | Waiting, completions)``."""
+        """JoinGroup: ``Outcome(JoinResult | Waiting, completions)``.
+
+        ``require_known_member_id`` (JoinGroup v4+, KIP-394): a new dynamic member gets its id
+        with MEMBER_ID_REQUIRED and joins with it. ``group_instance_id`` (v5+, KIP-345): a static
+        member; one that rejoins with an empty member id takes over its old membership (new
+        member id, same assignment) without a rebalance when the group is Stable and its
+        protocols are unchanged; the old member id is fenced (FENCED_INSTANCE_ID)."""
         out: list[Completion] = []
         if not group_id:
             return Outcome(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
@@ -433,13 +471,31 @@ class GroupCoordinator:
             return Outcome(
                 JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id), out
             )
+        static = group.static_member(group_instance_id)
+        if member_id == NO_MEMBER_ID and static is not None:
+            return self._rejoin_static(
+                group, static, client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                protocol_type, protocols, now_ms, out,
+            )
+        if member_id != NO_MEMBER_ID and static is not None and static.member_id != member_id:
+            return Outcome(JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id), out)
+        new_member_id = None
+        if member_id == NO_MEMBER_ID:
+            new_member_id = self._new_member_id(client_id)
+            if require_known_member_id and group_instance_id is None:
+                group.pending_members[new_member_id] = now_ms + session_timeout_ms
+                return Outcome(JoinResult(ErrorCode.MEMBER_ID_REQUIRED, member_id=new_member_id), out)
+        elif member_id in group.pending_members and member_id not in group.members:
+            del group.pending_members[member_id]
+            new_member_id = member_id  # KIP-394: the second join of a new member
         waiter = self._waiter()
         if not any(mid != member_id for mid in group.members):
             group.protocol_type = protocol_type  # the only member decides
-        if member_id == NO_MEMBER_ID:
+        if new_member_id is not None:
             member = Member(
-                self._new_member_id(client_id), client_id, client_host, session_timeout_ms,
+                new_member_id, client_id, client_host, session_timeout_ms,
                 rebalance_timeout_ms, protocol_type, protocols, now_ms, join_waiter=waiter,
+                group_instance_id=group_instance_id,
             )
             if group.state is GroupState.PREPARING_REBALANCE and group.generation_id == 0:
                 group.new_member_added = True
@@ -481,6 +537,46 @@ class GroupCoordinator:
         self._maybe_complete_join(group, now_ms, out)
         return Outcome(self._settle(waiter, out), out)
 
+    def _rejoin_static(
+        self, group: Group, member: Member, client_id: str, client_host: str,
+        session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
+        protocols: tuple[tuple[str, bytes], ...], now_ms: int, out: list[Completion],
+    ) -> Outcome:
+        """A static member came back with an empty member id (a restarted instance): it takes
+        over the membership under a new member id; the old id is fenced (Kafka's
+        updateStaticMemberAndRebalance)."""
+        old_id = member.member_id
+        new_id = self._new_member_id(client_id)
+        if member.join_waiter is not None:
+            out.append((member.join_waiter, JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=old_id)))
+            member.join_waiter = None
+        if member.sync_waiter is not None:
+            out.append((member.sync_waiter, SyncResult(ErrorCode.FENCED_INSTANCE_ID)))
+            member.sync_waiter = None
+        group.members = {(new_id if k == old_id else k): m for k, m in group.members.items()}
+        if group.leader_id == old_id:
+            group.leader_id = new_id
+        unchanged = member.protocols == protocols
+        member.member_id = new_id
+        member.client_id, member.client_host = client_id, client_host
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.protocol_type = protocol_type
+        member.protocols = protocols
+        member.last_heartbeat_ms = now_ms
+        self._to_store[group.group_id] = None  # the new member id must survive a restart
+        if group.state is GroupState.STABLE and unchanged:
+            # Same generation and assignment, no rebalance; a leader gets the members but must
+            # not assign again (skip_assignment; older clients' SyncGroup gets the assignment).
+            result = self._join_result(group, member, skip_assignment=True)
+            return Outcome(result, out)
+        waiter = member.join_waiter = self._waiter()
+        if group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now_ms, out)
+        else:
+            self._prepare_rebalance(group, now_ms, out)
+        return Outcome(self._settle(waiter, out), out)
+
     def sync_group(
         self,
         group_id: str,
@@ -488,6 +584,7 @@ class GroupCoordinator:
         member_id: str,
         assignments: Mapping[str, bytes],
         now_ms: int,
+        group_instance_id: str | None = None,
     ) -> Outcome:
         """SyncGroup v0: ``Outcome(SyncResult | Waiting, completions)``."""
         out: list[Completion] = []
@@ -498,6 +595,8 @@ class GroupCoordinator:
             return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
         if group.state is GroupState.DEAD:
             return Outcome(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE), out)
+        if group.fenced(group_instance_id, member_id):
+            return Outcome(SyncResult(ErrorCode.FENCED_INSTANCE_ID), out)
         member = group.members.get(member_id)
         if member is None:
             return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
@@ -525,8 +624,11 @@ class GroupCoordinator:
                     m.last_heartbeat_ms = now_ms
         return Outcome(self._settle(waiter, out), out)
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> Outcome:
-        """Heartbeat v0: ``Outcome(ErrorCode, completions)``."""
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, now_ms: int,
+        group_instance_id: str | None = None,
+    ) -> Outcome:
+        """Heartbeat: ``Outcome(ErrorCode, completions)``."""
         out: list[Completion] = []
         if not group_id:
             return Outcome(ErrorCode.INVALID_GROUP_ID)
@@ -535,6 +637,8 @@ class GroupCoordinator:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
         if group.state is GroupState.DEAD:
             return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
+        if group.fenced(group_instance_id, member_id):
+            return Outcome(ErrorCode.FENCED_INSTANCE_ID, out)
         member = group.members.get(member_id)
         if member is None:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
@@ -547,8 +651,11 @@ class GroupCoordinator:
             return Outcome(ErrorCode.NONE, out)
         return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, out)
 
-    def leave_group(self, group_id: str, member_id: str, now_ms: int) -> Outcome:
-        """LeaveGroup v0: ``Outcome(ErrorCode, completions)``."""
+    def leave_group(
+        self, group_id: str, member_id: str, now_ms: int, group_instance_id: str | None = None
+    ) -> Outcome:
+        """LeaveGroup: ``Outcome(ErrorCode, completions)``. A static member may leave by its
+        group.instance.id alone (empty member id); a stale member id of it is fenced."""
         out: list[Completion] = []
         if not group_id:
             return Outcome(ErrorCode.INVALID_GROUP_ID)
@@ -557,6 +664,11 @@ class GroupCoordinator:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
         if group.state is GroupState.DEAD:
             return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
+        static = group.static_member(group_instance_id)
+        if static is not None and member_id in (NO_MEMBER_ID, static.member_id):
+            member_id = static.member_id
+        elif group_instance_id is not None and static is not None:
+            return Outcome(ErrorCode.FENCED_INSTANCE_ID, out)
         member = group.members.get(member_id)
         if member is None:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
@@ -564,7 +676,8 @@ class GroupCoordinator:
         return Outcome(ErrorCode.NONE, out)
 
     def validate_offset_commit(
-        self, group_id: str, generation_id: int, member_id: str, now_ms: int
+        self, group_id: str, generation_id: int, member_id: str, now_ms: int,
+        group_instance_id: str | None = None,
     ) -> Outcome:
         """May this OffsetCommit store offsets? ``Outcome(ErrorCode, completions)``.
 
@@ -584,6 +697,8 @@ class GroupCoordinator:
             return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return Outcome(ErrorCode.NONE, out)
+        if group.fenced(group_instance_id, member_id):
+            return Outcome(ErrorCode.FENCED_INSTANCE_ID, out)
         member = group.members.get(member_id)
         if member is None:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
@@ -594,14 +709,25 @@ class GroupCoordinator:
         member.last_heartbeat_ms = now_ms
         return Outcome(ErrorCode.NONE, out)
 
-    def validate_txn_offset_commit(self, group_id: str) -> ErrorCode:
-        """TxnOffsetCommit v0 carries no member or generation: only the group must be usable.
-        Creates the group if unknown (as Kafka does)."""
+    def validate_txn_offset_commit(
+        self, group_id: str, generation_id: int = NO_GENERATION, member_id: str = NO_MEMBER_ID,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
+        """TxnOffsetCommit v0-2 carry no member or generation: only the group must be usable.
+        Creates the group if unknown (as Kafka does). v3+ (KIP-447) may carry the consumer's
+        member id and generation: then they must be the group's current ones (a zombie's
+        commit is fenced)."""
         if not group_id:
             return ErrorCode.INVALID_GROUP_ID
         group = self.ensure_group(group_id)
         if group.state is GroupState.DEAD:
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
+        if group.fenced(group_instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
+        if member_id != NO_MEMBER_ID and member_id not in group.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.ILLEGAL_GENERATION
         return ErrorCode.NONE
 
     def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
@@ -628,6 +754,7 @@ class GroupCoordinator:
                 m.member_id, m.client_id, m.client_host,
                 m.metadata_for(protocol) if stable else b"",
                 m.assignment if stable else b"",
+                m.group_instance_id,
             )
             for m in group.members.values()
         )

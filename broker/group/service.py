@@ -294,29 +294,46 @@ class GroupService:
     # -- membership --------------------------------------------------------------------------
 
     def join_group(
-        self, client_id: str, client_host: str, request: Any, now_ms: int
+        self, client_id: str, client_host: str, request: Any, now_ms: int,
+        require_known_member_id: bool = False,
     ) -> JoinResult | Deferred:
+        rebalance_timeout_ms = request.rebalance_timeout_ms
+        if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: the session timeout (as Kafka)
+            rebalance_timeout_ms = request.session_timeout_ms
         outcome = self.coordinator.join_group(
             request.group_id, request.member_id, client_id, client_host,
-            request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type,
+            request.session_timeout_ms, rebalance_timeout_ms, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], now_ms,
+            group_instance_id=request.get("group_instance_id"),
+            require_known_member_id=require_known_member_id,
         )
         return self._reply(outcome, now_ms)
 
     def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred:
         assignments = {a.member_id: a.assignment for a in request.assignments}
         outcome = self.coordinator.sync_group(
-            request.group_id, request.generation_id, request.member_id, assignments, now_ms
+            request.group_id, request.generation_id, request.member_id, assignments, now_ms,
+            group_instance_id=request.get("group_instance_id"),
         )
         return self._reply(outcome, now_ms)
 
-    def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> ErrorCode:
+    def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, now_ms: int,
+        group_instance_id: str | None = None,
+    ) -> ErrorCode:
         return self._reply(
-            self.coordinator.heartbeat(group_id, generation_id, member_id, now_ms), now_ms
+            self.coordinator.heartbeat(
+                group_id, generation_id, member_id, now_ms, group_instance_id
+            ),
+            now_ms,
         )
 
-    def leave_group(self, group_id: str, member_id: str, now_ms: int) -> ErrorCode:
-        return self._reply(self.coordinator.leave_group(group_id, member_id, now_ms), now_ms)
+    def leave_group(
+        self, group_id: str, member_id: str, now_ms: int, group_instance_id: str | None = None
+    ) -> ErrorCode:
+        return self._reply(
+            self.coordinator.leave_group(group_id, member_id, now_ms, group_instance_id), now_ms
+        )
 
     def describe_group(self, group_id: str, now_ms: int) -> GroupSummary:
         summary, completions = self.coordinator.describe_group(group_id, now_ms)
@@ -489,7 +506,8 @@ class GroupService:
     def commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
         """OffsetCommit v2: the response, or a Deferred one that waits for the fsync."""
         outcome = self.coordinator.validate_offset_commit(
-            request.group_id, request.generation_id, request.member_id, now_ms
+            request.group_id, request.generation_id, request.member_id, now_ms,
+            request.get("group_instance_id"),
         )
         error = self._reply(outcome, now_ms)
         topics, flushed = self._store(request.group_id, request.topics, error, now_ms)
@@ -498,16 +516,26 @@ class GroupService:
     def txn_commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
         """TxnOffsetCommit v0: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``."""
-        error = self.coordinator.validate_txn_offset_commit(request.group_id)
+        error = self.coordinator.validate_txn_offset_commit(
+            request.group_id, request.get("generation_id", -1), request.get("member_id", ""),
+            request.get("group_instance_id"),
+        )
         topics, flushed = self._store(request.group_id, request.topics, error, now_ms, request)
         return _after(flushed, {"throttle_time_ms": 0, "topics": topics})
 
-    def fetch_offsets(self, group_id: str, topics: Any, now_ms: int) -> dict:
-        """OffsetFetch v2 (``topics`` None = every committed partition of the group). Pending
-        transactional offsets are not shown: v2 predates UNSTABLE_OFFSET_COMMIT, so the last
-        committed offset is the answer."""
+    def fetch_offsets(
+        self, group_id: str, topics: Any, now_ms: int, require_stable: bool = False
+    ) -> dict:
+        """OffsetFetch (``topics`` None = every committed partition of the group). Pending
+        transactional offsets are not shown; with ``require_stable`` (v7+, KIP-447) a partition
+        that has some answers UNSTABLE_OFFSET_COMMIT instead (the client retries), otherwise
+        the last committed offset is the answer."""
         store = self.coordinator.offsets
         hw = self._high_watermark(group_id)
+        unstable: set = set()
+        if require_stable:
+            for by_partition in store.pending(group_id).values():
+                unstable.update(by_partition)
         if topics is None:
             by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
             for (topic, index), value in sorted(store.committed(group_id, hw).items()):
@@ -528,6 +556,11 @@ class GroupService:
                             "committed_offset": value.offset if value is not None else -1,
                             "metadata": value.metadata if value is not None else "",
                             "error_code": ErrorCode.NONE,
+                        }
+                        if (topic, index) not in unstable else
+                        {
+                            "partition_index": index, "committed_offset": -1, "metadata": "",
+                            "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT,
                         }
                         for index, value in parts
                     ],

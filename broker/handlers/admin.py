@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import re
+
 from broker.core import INTERNAL_TOPICS, Broker, now_ms
 from broker.dispatcher import handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
 
+# KIP-511: what a client may call itself in ApiVersions v3+.
+_SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
-@handles(ApiKey.API_VERSIONS, 0)
+
+@handles(ApiKey.API_VERSIONS)
 def api_versions(broker: Broker, header, request) -> dict:
+    if header.api_version >= 3 and not (
+        _SOFTWARE.fullmatch(request.client_software_name)
+        and _SOFTWARE.fullmatch(request.client_software_version)
+    ):
+        return {"error_code": ErrorCode.INVALID_REQUEST, "api_keys": []}
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": [
@@ -20,11 +30,12 @@ def api_versions(broker: Broker, header, request) -> dict:
     }
 
 
-@handles(ApiKey.METADATA, 4)
+@handles(ApiKey.METADATA)
 def metadata(broker: Broker, header, request) -> dict:
     node = broker.config.node_id
     host, port = broker.config.advertised
-    if request.topics is None:
+    if request.topics is None or (header.api_version == 0 and not request.topics):
+        # null = every topic (v0: an empty list)
         names = sorted(broker.logs.topics())
         allow_create = False
     else:
@@ -85,7 +96,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
     return ErrorCode.NONE, None
 
 
-@handles(ApiKey.CREATE_TOPICS, 2)
+@handles(ApiKey.CREATE_TOPICS)
 def create_topics(broker: Broker, header, request) -> dict:
     results = []
     seen: set[str] = set()
@@ -95,14 +106,21 @@ def create_topics(broker: Broker, header, request) -> dict:
         else:
             code, message = _create_one(broker, topic, request.validate_only)
         seen.add(topic.name)
-        results.append({"name": topic.name, "error_code": code, "error_message": message})
+        count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        ok = code == ErrorCode.NONE
+        results.append({
+            "name": topic.name, "error_code": code, "error_message": message,
+            # v5+: what was (or would be) created; configs left null (DescribeConfigs has them)
+            "num_partitions": count if ok else -1, "replication_factor": 1 if ok else -1,
+            "configs": None,
+        })
     return {"throttle_time_ms": 0, "topics": results}
 
 
-@handles(ApiKey.DELETE_TOPICS, 1)
+@handles(ApiKey.DELETE_TOPICS)
 def delete_topics(broker: Broker, header, request) -> dict:
     responses = []
-    for name in request.topic_names:
+    for name in request.topic_names:  # (v6 names topics by name or id: not served)
         code = ErrorCode.NONE
         if name in INTERNAL_TOPICS:
             code = ErrorCode.INVALID_REQUEST  # Kafka: TOPIC_AUTHORIZATION_FAILED-like refusal

@@ -1,4 +1,9 @@
-"""Fetch v4 (bounded long poll, read_committed bound) and ListOffsets v2."""
+"""Fetch v4+ (bounded long poll, read_committed bound) and ListOffsets.
+
+Fetch sessions (KIP-227, v7+): the broker creates none. A full fetch (session_id 0) is answered
+with session_id 0, which tells the client that no session exists, so it keeps sending full
+fetches; a session id the broker never gave out gets FETCH_SESSION_ID_NOT_FOUND.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,15 @@ from broker.core import Broker
 from broker.dispatcher import Pending, handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.fetch import encode_fetch_response_v4_parts
+from protocol.messages import encode_response
+from protocol.messages.fetch import encode_fetch_response_parts
 
 READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3  # ListOffsets v7+ (KIP-734)
+EARLIEST_LOCAL_TIMESTAMP = -4  # v8+ (KIP-405)
+LATEST_TIERED_TIMESTAMP = -5  # v9+ (KIP-1005)
 # Cap on a client's max_wait_ms, so that a bogus value cannot park a connection for days.
 MAX_WAIT_CAP_MS = 60_000
 
@@ -26,13 +35,14 @@ def _read_partitions(broker: Broker, request) -> tuple[list, int]:
     for topic in request.topics:
         partitions = []
         for part in topic.partitions:
-            hw = lso = -1
+            hw = lso = log_start = -1
             records: bytes | memoryview = b""
             aborted = None
             error = ErrorCode.NONE
             try:
                 partition = broker.partition(topic.topic, part.partition)
                 hw, lso = partition.high_watermark, partition.last_stable_offset
+                log_start = partition.log_start_offset
                 bound = lso if committed else hw
                 if remaining > 0:
                     limit = min(part.partition_max_bytes, remaining)
@@ -45,17 +55,22 @@ def _read_partitions(broker: Broker, request) -> tuple[list, int]:
                 error = exc.code
             remaining -= len(records)
             total += len(records)
-            partitions.append((part.partition, error, hw, lso, aborted, records))
+            partitions.append((part.partition, error, hw, lso, log_start, aborted, records))
         topics.append((topic.topic, partitions))
     return topics, total
 
 
-@handles(ApiKey.FETCH, 4)
+@handles(ApiKey.FETCH)
 def fetch(broker: Broker, header, request):
+    version = header.api_version
+    if request.session_id != 0:
+        return encode_response(ApiKey.FETCH, version, {
+            "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": [],
+        })
     topics, total = _read_partitions(broker, request)
     max_wait_ms = min(request.max_wait_ms, MAX_WAIT_CAP_MS)
     if total >= request.min_bytes or max_wait_ms <= 0 or _has_error(topics):
-        return encode_fetch_response_v4_parts(0, topics)
+        return encode_fetch_response_parts(version, 0, topics)
 
     async def long_poll():
         nonlocal topics, total
@@ -65,7 +80,7 @@ def fetch(broker: Broker, header, request):
                 topics, total = _read_partitions(broker, request)
         if total < request.min_bytes:
             topics, total = _read_partitions(broker, request)
-        return encode_fetch_response_v4_parts(0, topics)
+        return encode_fetch_response_parts(version, 0, topics)
 
     return Pending(long_poll)
 
@@ -74,7 +89,7 @@ def _has_error(topics) -> bool:
     return any(p[1] != ErrorCode.NONE for _, parts in topics for p in parts)
 
 
-@handles(ApiKey.LIST_OFFSETS, 2)
+@handles(ApiKey.LIST_OFFSETS)
 def list_offsets(broker: Broker, header, request) -> dict:
     committed = request.isolation_level == READ_COMMITTED
     topics = []
@@ -87,8 +102,17 @@ def list_offsets(broker: Broker, header, request) -> dict:
                 visible = partition.last_stable_offset if committed else partition.high_watermark
                 if part.timestamp == LATEST_TIMESTAMP:
                     offset = visible
-                elif part.timestamp == EARLIEST_TIMESTAMP:
-                    offset = partition.log_start_offset
+                elif part.timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+                    offset = partition.log_start_offset  # no tiered storage: local = all
+                elif part.timestamp == LATEST_TIERED_TIMESTAMP:
+                    pass  # no tiered storage: -1, as Kafka without remote storage answers
+                elif part.timestamp == MAX_TIMESTAMP:
+                    # The batch holding the largest timestamp (batch granularity, like the
+                    # lookup by time below).
+                    largest = max((s.max_timestamp for s in partition.segments if s.size), default=-1)
+                    found = partition.offset_for_timestamp(largest) if largest >= 0 else None
+                    if found is not None and found[1] < visible:
+                        timestamp, offset = found
                 else:
                     found = partition.offset_for_timestamp(part.timestamp)
                     if found is not None and found[1] < visible:

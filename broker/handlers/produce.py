@@ -1,4 +1,4 @@
-"""Produce v3: validate and append each partition's batches, answer after fsync for acks=all.
+"""Produce (v3+, RecordBatch v2): validate and append each partition's batches, answer after fsync for acks=all.
 
 The request is decoded without copying the records: each partition's records are a writable view
 into the request frame, whose baseOffset fields the log patches in place before writing them.
@@ -10,17 +10,15 @@ from broker.core import INTERNAL_TOPICS, Broker, now_ms
 from broker.dispatcher import NO_RESPONSE, Pending, handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.produce import (
-    decode_produce_request_v3_untrusted,
-    encode_produce_response_v3,
-)
+from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
 
 VALID_ACKS = (-1, 0, 1)
 
 
-@handles(ApiKey.PRODUCE, 3, raw=True)
+@handles(ApiKey.PRODUCE, raw=True)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
-    request = decode_produce_request_v3_untrusted(frame, offset)
+    version = header.api_version
+    request = decode_produce_request_untrusted(frame, offset, version)
     now = now_ms()
     transactions = broker.transactions
     flushes = []
@@ -28,7 +26,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     for topic in request.topics:
         partition_responses = []
         for part in topic.partitions:
-            error, base_offset, log_append_time = ErrorCode.NONE, -1, -1
+            error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
             try:
                 if request.acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -43,16 +41,19 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     transactions.verify_produce(partition, part.records, request.transactional_id)
                 result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
+                log_start = partition.log_start_offset
                 log_append_time = result.log_append_time
                 if flushed is not None:
                     flushes.append(flushed)
             except KafkaError as exc:
                 error = exc.code
-            partition_responses.append((part.index, error, base_offset, log_append_time))
+            partition_responses.append(
+                (part.index, error, base_offset, log_append_time, log_start)
+            )
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
-    response = encode_produce_response_v3(responses)
+    response = encode_produce_response(version, responses)
     if request.acks == -1 and flushes:
 
         async def after_fsync():

@@ -1,4 +1,5 @@
-"""InitProducerId v0 and v3.
+"""InitProducerId v0-4 (v1 = v0; v2 flexible; v3 carries producer id and epoch; v4 answers
+PRODUCER_FENCED instead of INVALID_PRODUCER_EPOCH).
 
 Without a transactional.id (idempotent producers): a fresh producer id, epoch 0, from a counter
 reserved on disk in blocks, so an id is never handed out twice, even across a kill -9.
@@ -21,35 +22,38 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 
 
-def _response(result: InitResult) -> dict:
+def _response(result: InitResult, version: int) -> dict:
+    code = result.error_code
+    if code == ErrorCode.INVALID_PRODUCER_EPOCH and version >= 4:
+        code = ErrorCode.PRODUCER_FENCED  # KIP-588: v4+ says so
     return {
         "throttle_time_ms": 0,
-        "error_code": result.error_code,
+        "error_code": code,
         "producer_id": result.producer_id,
         "producer_epoch": result.producer_epoch,
-        "tagged_fields": {},  # v3 only; ignored by the v0 schema
     }
 
 
-@handles(ApiKey.INIT_PRODUCER_ID, 0, 3)
+@handles(ApiKey.INIT_PRODUCER_ID)
 def init_producer_id(broker: Broker, header, request):
+    version = header.api_version
     if request.transactional_id is None:
-        return _response(InitResult(ErrorCode.NONE, broker.producer_ids.next_id(), 0))
+        return _response(InitResult(ErrorCode.NONE, broker.producer_ids.next_id(), 0), version)
     expected = None
     if header.api_version >= 3:
         producer_id, producer_epoch = request.producer_id, request.producer_epoch
         if (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH):
             # Kafka: either both or neither of producer_id and producer_epoch must be set.
-            return _response(InitResult(ErrorCode.INVALID_REQUEST))
+            return _response(InitResult(ErrorCode.INVALID_REQUEST), version)
         if producer_id != NO_PRODUCER_ID:
             expected = (producer_id, producer_epoch)
     result = broker.transactions.init_producer_id(
         request.transactional_id, request.transaction_timeout_ms, expected, now_ms()
     )
     if isinstance(result, InitResult):
-        return _response(result)
+        return _response(result, version)
 
     async def wait() -> dict:
-        return _response(await result())
+        return _response(await result(), version)
 
     return Pending(wait)

@@ -18,17 +18,32 @@ from protocol.errors import ErrorCode, KafkaError
 COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 
 
-@handles(ApiKey.FIND_COORDINATOR, 1)
+@handles(ApiKey.FIND_COORDINATOR)
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
     Metadata (PROTOCOL.md section 7.2)."""
     host, port = broker.config.advertised
-    if request.key_type not in COORDINATOR_KEY_TYPES:
-        return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
-                "error_message": f"unknown key type {request.key_type}",
-                "node_id": -1, "host": "", "port": -1}
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-            "node_id": broker.config.node_id, "host": host, "port": port}
+
+    def coordinator(key: str) -> dict:
+        if request.key_type not in COORDINATOR_KEY_TYPES:
+            return {"key": key, "error_code": ErrorCode.INVALID_REQUEST,
+                    "error_message": f"unknown key type {request.key_type}",
+                    "node_id": -1, "host": "", "port": -1}
+        return {"key": key, "error_code": ErrorCode.NONE, "error_message": None,
+                "node_id": broker.config.node_id, "host": host, "port": port}
+
+    if header.api_version >= 4:  # a batch of keys (KIP-699)
+        return {"throttle_time_ms": 0,
+                "coordinators": [coordinator(k) for k in request.coordinator_keys]}
+    return {"throttle_time_ms": 0, **coordinator(request.key)}
+
+
+def producer_fenced(code: ErrorCode, version: int, first: int) -> ErrorCode:
+    """The coordinator raises INVALID_PRODUCER_EPOCH for a stale epoch; from version ``first`` of
+    the API on (KIP-588) Kafka answers PRODUCER_FENCED for it, older versions keep the old code."""
+    if code == ErrorCode.INVALID_PRODUCER_EPOCH and version >= first:
+        return ErrorCode.PRODUCER_FENCED
+    return code
 
 
 def _later(result, encode):
@@ -42,7 +57,7 @@ def _later(result, encode):
     return encode(result)
 
 
-@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0)
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN)
 def add_partitions_to_txn(broker: Broker, header, request):
     requested = [(t.name, p) for t in request.topics for p in t.partitions]
     unknown = set()
@@ -74,10 +89,11 @@ def add_partitions_to_txn(broker: Broker, header, request):
     result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, requested, now_ms()
     )
-    return _later(result, lambda code: encode(lambda tp: code))
+    version = header.api_version
+    return _later(result, lambda code: encode(lambda tp: producer_fenced(code, version, 2)))
 
 
-@handles(ApiKey.ADD_OFFSETS_TO_TXN, 0)
+@handles(ApiKey.ADD_OFFSETS_TO_TXN)
 def add_offsets_to_txn(broker: Broker, header, request):
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
@@ -86,19 +102,23 @@ def add_offsets_to_txn(broker: Broker, header, request):
         request.transactional_id, request.producer_id, request.producer_epoch,
         [transactions.offsets_partition(request.group_id)], now_ms(),
     )
-    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+    version = header.api_version
+    return _later(result, lambda code: {"throttle_time_ms": 0,
+                                        "error_code": producer_fenced(code, version, 2)})
 
 
-@handles(ApiKey.END_TXN, 0)
+@handles(ApiKey.END_TXN)
 def end_txn(broker: Broker, header, request):
     result = broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
         request.committed, now_ms(),
     )
-    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+    version = header.api_version
+    return _later(result, lambda code: {"throttle_time_ms": 0,
+                                        "error_code": producer_fenced(code, version, 2)})
 
 
-@handles(ApiKey.WRITE_TXN_MARKERS, 0)
+@handles(ApiKey.WRITE_TXN_MARKERS)
 def write_txn_markers(broker: Broker, header, request):
     """The broker-internal marker API: the same path the coordinator uses for its own markers.
     Answers once every marker written is durable."""
@@ -129,7 +149,7 @@ def write_txn_markers(broker: Broker, header, request):
     return Pending(write_all)
 
 
-@handles(ApiKey.DESCRIBE_TRANSACTIONS, 0)
+@handles(ApiKey.DESCRIBE_TRANSACTIONS)
 def describe_transactions(broker: Broker, header, request) -> dict:
     coordinator = broker.transactions.coordinator
     states = []
@@ -162,7 +182,7 @@ def describe_transactions(broker: Broker, header, request) -> dict:
     return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
 
 
-@handles(ApiKey.LIST_TRANSACTIONS, 0)
+@handles(ApiKey.LIST_TRANSACTIONS)
 def list_transactions(broker: Broker, header, request) -> dict:
     wanted_states = set()
     unknown = []

@@ -158,6 +158,21 @@ class LogManager:
         except KeyError:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}") from None
 
+    def validate_topic(
+        self, name: str, num_partitions: int, overrides: dict[str, str] | None = None
+    ) -> None:
+        """The checks of ``create_topic`` without creating anything (CreateTopics
+        validate_only). Raises what ``create_topic`` raises."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
+            )
+        apply_overrides(self.default_config, normalize_overrides(overrides))
+
     def create_topic(
         self,
         name: str,

@@ -11,8 +11,11 @@ this: no task per request), or is awaited by ``request``. Every request has a de
 (``request.timeout.ms``, plus the broker-side wait of a Fetch); when the oldest passes, the
 connection is closed and every pending request fails with ``KafkaTimeoutError``, as Kafka clients do.
 
-On connect the client sends ApiVersions v0 and keeps the broker's table; ``version(api_key)`` is
-then the highest version both sides speak (ours: the versions ``protocol.messages`` has schemas for).
+On connect the client sends ApiVersions v3 (with its software name and version, KIP-511) and keeps
+the broker's table; a broker that does not speak v3 answers UNSUPPORTED_VERSION with its own
+ApiVersions range, and the client asks again with the newest version in that range (v0 at
+worst). ``version(api_key)`` is then the highest version both sides speak; ours are the versions
+with a codec up to ``CLIENT_MAX_VERSION`` (what this client's code builds and reads).
 """
 
 from __future__ import annotations
@@ -34,21 +37,36 @@ from client.errors import (
     error_for,
 )
 from protocol.api_keys import ApiKey
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode
 from protocol.framing import NEED_DATA, FrameDecoder
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
 from protocol.messages import SCHEMAS, decode_response, encode_request
-from protocol.messages.fetch import decode_fetch_response_v4_untrusted
+from protocol.messages.fetch import decode_fetch_response_untrusted
 
 log = logging.getLogger("client.connection")
 
 ResponseCallback = Callable[[Any, BaseException | None], None]
 
-# The versions this client can encode/decode: those with a registered schema.
+# The newest version of each API that this client's code speaks: the requests it builds and the
+# response fields it reads are those of every version up to this one (below each cap, the
+# reason). Absent: up to the newest version with a codec.
+CLIENT_MAX_VERSION: dict[int, int] = {
+    ApiKey.FIND_COORDINATOR: 3,  # v4+ batch the keys in another layout
+    ApiKey.OFFSET_FETCH: 7,  # v8+ batch the groups in another layout
+    ApiKey.LEAVE_GROUP: 2,  # v3+ batch the members in another layout
+    ApiKey.OFFSET_COMMIT: 8,  # v9 is the consumer protocol's (member epochs)
+    ApiKey.LIST_OFFSETS: 9,  # v10 adds a timeout for tiered storage
+}
+
+# The versions this client can encode/decode: those with a registered schema, up to the cap.
 OUR_VERSIONS: dict[int, tuple[int, ...]] = {}
-for _key, _version in SCHEMAS:
-    OUR_VERSIONS.setdefault(_key, ())
-    OUR_VERSIONS[_key] = tuple(sorted((*OUR_VERSIONS[_key], _version)))
+for _key, _version in sorted(SCHEMAS):
+    if _version <= CLIENT_MAX_VERSION.get(_key, _version):
+        OUR_VERSIONS[_key] = (*OUR_VERSIONS.get(_key, ()), _version)
+
+SOFTWARE_NAME = "minibroker-client"
+SOFTWARE_VERSION = "1.0"
+API_VERSIONS_FIRST = 3  # the version a connection opens with
 
 _MAX_RESPONSE_SIZE = 512 * 1024 * 1024
 
@@ -147,7 +165,14 @@ class BrokerConnection:
             ) from None
         self._stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await nursery.start(self._reader)
-        response = await self.request(ApiKey.API_VERSIONS, {}, version=0)
+        response = await self.request(ApiKey.API_VERSIONS, {
+            "client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION,
+        }, version=API_VERSIONS_FIRST)
+        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
+            # The broker answered in v0 with its ApiVersions range: ask again at its newest.
+            theirs = {k.api_key: k.max_version for k in response.api_keys}
+            retry = min(theirs.get(int(ApiKey.API_VERSIONS), 0), API_VERSIONS_FIRST - 1)
+            response = await self.request(ApiKey.API_VERSIONS, {}, version=max(retry, 0))
         if response.error_code:
             await self.aclose(error_for(response.error_code, "ApiVersions"))
             raise error_for(response.error_code, f"ApiVersions from {self.host}:{self.port}")
@@ -323,9 +348,16 @@ class BrokerConnection:
                 f"{self}: correlation id {correlation_id}, expected {pending.correlation_id}"
             )
         self._pending.popleft()
-        if (pending.api_key, pending.version) == (ApiKey.FETCH, 4):
+        if pending.api_key == ApiKey.FETCH and pending.version >= 4:
             # Records stay views into the frame: no copy of megabytes per response.
-            response = decode_fetch_response_v4_untrusted(frame, offset)
+            response = decode_fetch_response_untrusted(frame, offset, pending.version)
+        elif pending.api_key == ApiKey.API_VERSIONS and pending.version > 0:
+            try:
+                response = decode_response(pending.api_key, pending.version, frame, offset)
+            except CorruptFrameError:
+                # A broker that does not speak this version answers in v0 (as Java clients, try
+                # that before giving up).
+                response = decode_response(pending.api_key, 0, frame, offset)
         else:
             response = decode_response(pending.api_key, pending.version, frame, offset)
         pending.resolve(response, None)

@@ -1046,6 +1046,10 @@ class AsyncConsumer:
                 if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self._member_id = ""
                     continue
+                if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                    # JoinGroup v4+ (KIP-394): join again at once with the id handed out.
+                    self._member_id = join.member_id
+                    continue
                 exc = error_for(join.error_code, "JoinGroup")
                 if exc.retriable or join.error_code in _REJOIN_CODES:
                     if is_coordinator_error(exc):

@@ -1,10 +1,12 @@
-"""Message schemas of the pinned protocol subset, one module per API family.
+"""Message declarations, one module per API family (``_declare.declare``: each field with its
+version range, the codec of every version follows).
 
-Importing this package registers every schema; use ``decode_request`` / ``encode_response`` (broker)
-and ``encode_request`` / ``decode_response`` (client) with an (api_key, api_version) pair. The
-Produce request and Fetch response also have hand-written fast paths for the broker
-(``produce.decode_produce_request_v3_untrusted``, ``produce.encode_produce_response_v3``,
-``fetch.encode_fetch_response_v4_parts``); ``api_versions`` holds the advertised-versions table.
+Importing this package registers every codec; use ``decode_request`` / ``encode_response``
+(broker) and ``encode_request`` / ``decode_response`` (client) with an (api_key, api_version)
+pair. The Produce request and the Fetch response also have hand-written fast paths
+(``produce.decode_produce_request_untrusted``, ``produce.encode_produce_response``,
+``fetch.encode_fetch_response_parts``, ``fetch.decode_fetch_response_untrusted``), checked against
+the declared codecs by tests; ``api_versions.SERVED`` is the table of served versions.
 """
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)

@@ -1,7 +1,8 @@
-"""The table of message schemas: (api_key, api_version) -> compiled request and response Structs.
+"""The table of message schemas: (api_key, api_version) -> compiled request and response codecs.
 
-Each module in this package declares its Structs with construct and calls ``register`` once at
-import; the Structs are compiled there, once. Decoded messages are construct ``Container``s
+Each module in this package declares its messages (``_declare.declare``), which calls ``register``
+for every version at import; each codec is compiled once, on first use (compiling all ~500 at
+import would cost every process start about a second). Decoded messages are construct ``Container``s
 (attribute access, like a frozen record; they are never mutated by our code). To encode, pass a
 dict or Container with every field.
 """
@@ -10,18 +11,42 @@ from __future__ import annotations
 
 import io
 import struct
-from typing import Any, NamedTuple
+from typing import Any
 
-from construct import Construct, ConstructError, Container
+from construct import Compiled, Construct, ConstructError, Container
 
 from protocol.errors import CorruptFrameError
 
 
-class Schema(NamedTuple):
-    api_key: int
-    version: int
-    request: Any  # construct Compiled
-    response: Any
+class Schema:
+    """The request and response codecs (construct ``Compiled``) of one (api_key, version)."""
+
+    __slots__ = ("api_key", "version", "_request", "_response")
+
+    def __init__(self, api_key: int, version: int, request: Any, response: Any) -> None:
+        self.api_key = api_key
+        self.version = version
+        self._request = request
+        self._response = response
+
+    @property
+    def request(self) -> Any:
+        if not isinstance(self._request, Compiled):
+            self._request = _compile(self._request)
+        return self._request
+
+    @property
+    def response(self) -> Any:
+        if not isinstance(self._response, Compiled):
+            self._response = _compile(self._response)
+        return self._response
+
+
+def _compile(con: Any) -> Any:
+    """A construct, or a function returning one, compiled."""
+    if not isinstance(con, Construct):
+        con = con()
+    return con.compile()
 
 
 SCHEMAS: dict[tuple[int, int], Schema] = {}
@@ -38,8 +63,11 @@ _DECODE_ERRORS = (
 )
 
 
-def register(api_key: int, version: int, request: Construct, response: Construct) -> Schema:
-    schema = Schema(int(api_key), version, request.compile(), response.compile())
+def register(api_key: int, version: int, request: Any, response: Any) -> Schema:
+    """Register the codecs of (api_key, version): constructs, or functions returning them."""
+    if (int(api_key), version) in SCHEMAS:
+        raise ValueError(f"two schemas for api_key {api_key} version {version}")
+    schema = Schema(int(api_key), version, request, response)
     SCHEMAS[(int(api_key), version)] = schema
     return schema
 

@@ -1,79 +1,127 @@
-"""ApiVersions v0 (api key 18): which versions of which APIs this broker speaks.
+"""ApiVersions (api key 18): which versions of which APIs this broker speaks; the table of served
+versions.
 
-Request:  (empty)
-Response: error_code INT16, api_keys [api_key INT16, min_version INT16, max_version INT16]
+v1 adds throttle_time_ms; v3 is flexible and the request carries the client's software name and
+version (KIP-511), the response optional feature lists as tagged fields; v4 is v3 (KIP-896: a
+broker answering v4 may leave out APIs that it only serves below Kafka 4's baseline). The response
+always goes with response header v0 (``protocol.api_keys.response_header_version``).
 
-Also the tables the handshake needs (PROTOCOL.md sections 2 and 3):
+``SERVED`` is the one table of the versions the broker serves and advertises, with the reason each
+range starts and stops where it does (PROTOCOL.md section 2: every advertised version works). The
+dispatcher refuses to start unless every (api, version) in it has a codec and a handler and every
+handler is in it (``broker.dispatcher.check_served``).
 
-- ``ADVERTISED``: what the v0 response lists, ``[0, pin]`` per API. Clients send the highest
-  version both sides list, so only the pin arrives; the low minimum keeps librdkafka <= 2.11 from
-  switching features off. WriteTxnMarkers is broker-internal and not advertised.
-- ``IMPLEMENTED``: the (api_key, version) pairs that have a schema, i.e. the pins, plus
-  InitProducerId v0 beside v3 and the unadvertised WriteTxnMarkers v0. DescribeTransactions and
-  ListTransactions (admin, flexible from v0) are advertised at exactly v0.
-- ``API_VERSIONS_FALLBACK_BODY``: the answer to ApiVersions v1+ (librdkafka opens with v3,
-  kafka-python with v4, both flexible): a v0 body ``error_code=35 (UNSUPPORTED_VERSION),
-  [{18, 0, 0}]`` that the client parses with the v0 schema before retrying with v0. It goes out
-  with response header v0, like every ApiVersions response.
+``API_VERSIONS_FALLBACK_BODY`` answers an ApiVersions request above our newest version: a v0 body,
+``error_code=35 (UNSUPPORTED_VERSION)`` and our ApiVersions range, so that the client retries with
+the highest version it sees there (Kafka does the same).
 """
 
 from __future__ import annotations
 
-from construct import Struct
+from typing import NamedTuple
 
 from protocol.api_keys import ApiKey, VersionRange
 from protocol.errors import ErrorCode
-from protocol.messages._registry import register
-from protocol.primitives import Array, Int16
+from protocol.messages._declare import F, declare
 
-ApiVersionsRequestV0 = Struct()
-
-ApiVersionsResponseV0 = Struct(
-    "error_code" / Int16,
-    "api_keys" / Array(
-        Struct("api_key" / Int16, "min_version" / Int16, "max_version" / Int16)
-    ),
+API_VERSIONS = declare(
+    ApiKey.API_VERSIONS, valid="0-4", flexible="3+",
+    request=[
+        F("client_software_name", "string", "3+"),
+        F("client_software_version", "string", "3+"),
+    ],
+    response=[
+        F("error_code", "int16"),
+        F("api_keys", "[]", fields=[
+            F("api_key", "int16"),
+            F("min_version", "int16"),
+            F("max_version", "int16"),
+        ]),
+        F("throttle_time_ms", "int32", "1+"),
+        F("supported_features", "[]", "3+", tag=0, fields=[
+            F("name", "string"), F("min_version", "int16"), F("max_version", "int16"),
+        ]),
+        F("finalized_features_epoch", "int64", "3+", tag=1, default=-1),
+        F("finalized_features", "[]", "3+", tag=2, fields=[
+            F("name", "string"), F("max_version_level", "int16"), F("min_version_level", "int16"),
+        ]),
+        F("zk_migration_ready", "bool", "3+", tag=3),
+    ],
 )
 
-API_VERSIONS_V0 = register(ApiKey.API_VERSIONS, 0, ApiVersionsRequestV0, ApiVersionsResponseV0)
 
-ADVERTISED: dict[ApiKey, VersionRange] = {
-    ApiKey.PRODUCE: VersionRange(0, 3),
-    ApiKey.FETCH: VersionRange(0, 4),
-    ApiKey.LIST_OFFSETS: VersionRange(0, 2),
-    ApiKey.METADATA: VersionRange(0, 4),
-    ApiKey.OFFSET_COMMIT: VersionRange(0, 2),
-    ApiKey.OFFSET_FETCH: VersionRange(0, 2),
-    ApiKey.FIND_COORDINATOR: VersionRange(0, 1),
-    ApiKey.JOIN_GROUP: VersionRange(0, 2),
-    ApiKey.HEARTBEAT: VersionRange(0, 0),
-    ApiKey.LEAVE_GROUP: VersionRange(0, 0),
-    ApiKey.SYNC_GROUP: VersionRange(0, 0),
-    ApiKey.DESCRIBE_GROUPS: VersionRange(0, 0),
-    ApiKey.LIST_GROUPS: VersionRange(0, 0),
-    ApiKey.API_VERSIONS: VersionRange(0, 0),
-    ApiKey.CREATE_TOPICS: VersionRange(0, 2),
-    ApiKey.DELETE_TOPICS: VersionRange(0, 1),
-    ApiKey.INIT_PRODUCER_ID: VersionRange(0, 3),
-    # Exactly 0-0: librdkafka speaks only v0 of these, and a higher max makes kafka-python send
-    # a version we do not implement.
-    ApiKey.ADD_PARTITIONS_TO_TXN: VersionRange(0, 0),
-    ApiKey.ADD_OFFSETS_TO_TXN: VersionRange(0, 0),
-    ApiKey.END_TXN: VersionRange(0, 0),
-    ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 0),
-    # Admin (KIP-664), flexible from v0: the `minibroker transactions` CLI uses them.
-    ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
-    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 0),
+class Served(NamedTuple):
+    versions: VersionRange
+    why: str
+
+
+# The versions served, per API. Lower bounds: Kafka 4's (KIP-896) unless a client needs older
+# ones; upper bounds: the newest version current clients send, unless it needs something we
+# do not have.
+SERVED: dict[ApiKey, Served] = {
+    ApiKey.PRODUCE: Served(VersionRange(3, 11),
+        "from v3, the first with RecordBatch v2 (the only format stored; older ones would need"
+        " down-conversion); to v11: v12 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.FETCH: Served(VersionRange(4, 12),
+        "from v4, the first with RecordBatch v2 and isolation_level; to v12 (flexible): v13+"
+        " name topics by id, which topics do not have here"),
+    ApiKey.LIST_OFFSETS: Served(VersionRange(1, 10),
+        "from v1 (Kafka 4's baseline; v0's list of offsets is gone); to v10, all of Kafka's:"
+        " -3 max timestamp (batch granularity), -4 earliest local = earliest, -5 latest tiered"
+        " = -1 (no tiered storage)"),
+    ApiKey.METADATA: Served(VersionRange(0, 9),
+        "from v0 (librdkafka <= 2.11 checks old versions); to v9 (flexible): v10+ carry topic"
+        " ids"),
+    ApiKey.OFFSET_COMMIT: Served(VersionRange(2, 9),
+        "Kafka 4's range; v9's member epoch is the classic group's generation"),
+    ApiKey.OFFSET_FETCH: Served(VersionRange(1, 9),
+        "Kafka 4's range (librdkafka's consumer needs v1); v8+ batch groups, v7+ require_stable"),
+    ApiKey.FIND_COORDINATOR: Served(VersionRange(0, 5),
+        "from v0 (librdkafka checks it); to v5: v6 adds share-group keys (KIP-932)"),
+    ApiKey.JOIN_GROUP: Served(VersionRange(0, 9),
+        "all of Kafka's: librdkafka <= 2.11 needs v0 in range for its consumer; v4+"
+        " MEMBER_ID_REQUIRED, v5+ static membership"),
+    ApiKey.HEARTBEAT: Served(VersionRange(0, 4), "all of Kafka's"),
+    ApiKey.LEAVE_GROUP: Served(VersionRange(0, 5), "all of Kafka's"),
+    ApiKey.SYNC_GROUP: Served(VersionRange(0, 5), "all of Kafka's"),
+    ApiKey.DESCRIBE_GROUPS: Served(VersionRange(0, 5),
+        "to v5: v6 is the consumer protocol's (KIP-848) error messages"),
+    ApiKey.LIST_GROUPS: Served(VersionRange(0, 0), "the admin APIs extend it"),
+    ApiKey.API_VERSIONS: Served(VersionRange(0, 4),
+        "all of Kafka's; v3+ carries the client's name and version (KIP-511)"),
+    ApiKey.CREATE_TOPICS: Served(VersionRange(0, 6), "to v6: v7 answers topic ids"),
+    ApiKey.DELETE_TOPICS: Served(VersionRange(0, 5), "to v5: v6 names topics by id"),
+    ApiKey.INIT_PRODUCER_ID: Served(VersionRange(0, 4),
+        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.ADD_PARTITIONS_TO_TXN: Served(VersionRange(0, 3),
+        "to v3: v4+ are the broker-to-broker batched form (KIP-890)"),
+    ApiKey.ADD_OFFSETS_TO_TXN: Served(VersionRange(0, 4), "all of Kafka's"),
+    ApiKey.END_TXN: Served(VersionRange(0, 4),
+        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.TXN_OFFSET_COMMIT: Served(VersionRange(0, 4),
+        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.DESCRIBE_TRANSACTIONS: Served(VersionRange(0, 0), "Kafka's only version (KIP-664)"),
+    ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 0), "the admin APIs extend it"),
 }
 
+# Served but never advertised: broker-internal (ClusterAction in Kafka), see PROTOCOL.md 2.
+UNADVERTISED: dict[ApiKey, Served] = {
+    ApiKey.WRITE_TXN_MARKERS: Served(VersionRange(0, 1), "broker-internal; all of Kafka's"),
+}
+
+ADVERTISED: dict[ApiKey, VersionRange] = {key: s.versions for key, s in SERVED.items()}
+
 IMPLEMENTED: frozenset[tuple[ApiKey, int]] = frozenset(
-    {(key, r.max) for key, r in ADVERTISED.items()}
-    | {(ApiKey.INIT_PRODUCER_ID, 0), (ApiKey.WRITE_TXN_MARKERS, 0)}
+    (key, version)
+    for table in (SERVED, UNADVERTISED)
+    for key, s in table.items()
+    for version in range(s.versions.min, s.versions.max + 1)
 )
 
-API_VERSIONS_FALLBACK_BODY: bytes = ApiVersionsResponseV0.build(
-    {
-        "error_code": ErrorCode.UNSUPPORTED_VERSION,
-        "api_keys": [{"api_key": ApiKey.API_VERSIONS, "min_version": 0, "max_version": 0}],
-    }
-)
+API_VERSIONS_FALLBACK_BODY: bytes = b"".join((
+    int(ErrorCode.UNSUPPORTED_VERSION).to_bytes(2, "big", signed=True),
+    (1).to_bytes(4, "big"),
+    int(ApiKey.API_VERSIONS).to_bytes(2, "big"),
+    ADVERTISED[ApiKey.API_VERSIONS].min.to_bytes(2, "big"),
+    ADVERTISED[ApiKey.API_VERSIONS].max.to_bytes(2, "big"),
+))

@@ -1,22 +1,19 @@
-"""Fetch v4 (api key 1): read record batches, with isolation_level and aborted transactions.
+"""Fetch (api key 1): read record batches, with isolation_level and aborted transactions.
 
-Request:  replica_id INT32, max_wait_ms INT32, min_bytes INT32, max_bytes INT32, isolation_level INT8,
-          topics [topic STRING, partitions [partition INT32, fetch_offset INT64, partition_max_bytes INT32]]
-Response: throttle_time_ms INT32,
-          responses [topic STRING,
-                     partitions [partition_index INT32, error_code INT16, high_watermark INT64,
-                                 last_stable_offset INT64,
-                                 aborted_transactions [producer_id INT64, first_offset INT64] (nullable),
-                                 records BYTES]]
+v1 throttle_time_ms; v2 (message format 1); v3 max_bytes; v4 isolation_level, last_stable_offset
+and aborted_transactions, RecordBatch v2 (the first we serve); v5 log_start_offset; v6 (no
+change); v7 fetch sessions (KIP-227: session_id / session_epoch, forgotten_topics_data, a top-level
+error_code); v8 (no change); v9 current_leader_epoch; v10 (zstd); v11 rack_id and
+preferred_read_replica (KIP-392); v12 flexible, last_fetched_epoch, tagged fields; v13+ topic ids.
 
 Kafka's schema makes ``records`` nullable, but librdkafka fails to parse a null (-1) records field
-(PROTOCOL.md section 5), so this schema has plain BYTES: nothing built with it can send a null, and
-the client decodes ``records`` as ``bytes``. aborted_transactions is null under read_uncommitted.
+(PROTOCOL.md section 5): the broker always sends a 0-length field instead. aborted_transactions is
+null under read_uncommitted.
 
-The broker encodes responses with ``encode_fetch_response_v4_parts``, which leaves every records
+The broker encodes responses with ``encode_fetch_response_parts``, which leaves every records
 buffer (maybe megabytes read from a segment) as it is, for one gather-write; the client decodes
-them with ``decode_fetch_response_v4_untrusted``, which hands out each records field as a view
-into the response frame instead of copying it.
+them with ``decode_fetch_response_untrusted``, which hands out each records field as a view into
+the response frame instead of copying it. Tests check both against the declared codec.
 """
 
 from __future__ import annotations
@@ -25,103 +22,136 @@ import struct
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from construct import Struct
-
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
-from protocol.messages._registry import register
-from protocol.primitives import Array, Bytes, Int8, Int16, Int32, Int64, NullableArray, String
+from protocol.messages._declare import F, declare
+from protocol.messages.produce import compact_string_at, skip_tagged_fields_at, uvarint_at
+from protocol.primitives import encode_uvarint
 
-FetchRequestV4 = Struct(
-    "replica_id" / Int32,
-    "max_wait_ms" / Int32,
-    "min_bytes" / Int32,
-    "max_bytes" / Int32,
-    "isolation_level" / Int8,
-    "topics" / Array(
-        Struct(
-            "topic" / String,
-            "partitions" / Array(
-                Struct(
-                    "partition" / Int32,
-                    "fetch_offset" / Int64,
-                    "partition_max_bytes" / Int32,
-                )
-            ),
-        )
-    ),
+FETCH = declare(
+    ApiKey.FETCH, valid="0-12", flexible="12+",
+    request=[
+        F("cluster_id", "string", "12+", nullable="12+", tag=0, default=None),
+        F("replica_id", "int32", default=-1),
+        F("max_wait_ms", "int32"),
+        F("min_bytes", "int32"),
+        F("max_bytes", "int32", "3+", default=0x7FFFFFFF),
+        F("isolation_level", "int8", "4+"),
+        F("session_id", "int32", "7+"),
+        F("session_epoch", "int32", "7+", default=-1),
+        F("topics", "[]", fields=[
+            F("topic", "string"),
+            F("partitions", "[]", fields=[
+                F("partition", "int32"),
+                F("current_leader_epoch", "int32", "9+", default=-1),
+                F("fetch_offset", "int64"),
+                F("last_fetched_epoch", "int32", "12+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("partition_max_bytes", "int32"),
+            ]),
+        ]),
+        F("forgotten_topics_data", "[]", "7+", fields=[
+            F("topic", "string"), F("partitions", "[]int32"),
+        ]),
+        F("rack_id", "string", "11+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16", "7+"),
+        F("session_id", "int32", "7+"),
+        F("responses", "[]", fields=[
+            F("topic", "string"),
+            F("partitions", "[]", fields=[
+                F("partition_index", "int32"),
+                F("error_code", "int16"),
+                F("high_watermark", "int64"),
+                F("last_stable_offset", "int64", "4+", default=-1),
+                F("log_start_offset", "int64", "5+", default=-1),
+                F("diverging_epoch", "struct", "12+", tag=0, fields=[
+                    F("epoch", "int32", default=-1), F("end_offset", "int64", default=-1),
+                ]),
+                F("current_leader", "struct", "12+", tag=1, fields=[
+                    F("leader_id", "int32", default=-1), F("leader_epoch", "int32", default=-1),
+                ]),
+                F("snapshot_id", "struct", "12+", tag=2, fields=[
+                    F("end_offset", "int64", default=-1), F("epoch", "int32", default=-1),
+                ]),
+                F("aborted_transactions", "[]", "4+", nullable="4+", fields=[
+                    F("producer_id", "int64"), F("first_offset", "int64"),
+                ]),
+                F("preferred_read_replica", "int32", "11+", default=-1),
+                F("records", "records"),
+            ]),
+        ]),
+    ],
 )
 
-FetchResponseV4 = Struct(
-    "throttle_time_ms" / Int32,
-    "responses" / Array(
-        Struct(
-            "topic" / String,
-            "partitions" / Array(
-                Struct(
-                    "partition_index" / Int32,
-                    "error_code" / Int16,
-                    "high_watermark" / Int64,
-                    "last_stable_offset" / Int64,
-                    "aborted_transactions" / NullableArray(
-                        Struct("producer_id" / Int64, "first_offset" / Int64)
-                    ),
-                    "records" / Bytes,
-                )
-            ),
-        )
-    ),
-)
-
-FETCH_V4 = register(ApiKey.FETCH, 4, FetchRequestV4, FetchResponseV4)
+FIRST_FLEXIBLE = 12
 
 
 # -- broker fast path -------------------------------------------------------------------------------
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
-_PARTITION_HEAD = struct.Struct(">ihqqi")  # index, error, HW, LSO, aborted_transactions count
+_PARTITION_V4 = struct.Struct(">ihqq")  # index, error, HW, LSO
+_PARTITION_V5 = struct.Struct(">ihqqq")  # + log_start_offset
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 AbortedTransaction = tuple[int, int]  # (producer_id, first_offset)
 FetchPartitionData = tuple[
-    int, int, int, int, Sequence[AbortedTransaction] | None, bytes | bytearray | memoryview | None
-]  # (partition_index, error_code, high_watermark, last_stable_offset, aborted, records)
+    int, int, int, int, int, Sequence[AbortedTransaction] | None,
+    bytes | bytearray | memoryview | None,
+]  # (partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted,
+#    records)
 
 
-def encode_fetch_response_v4_parts(
+def encode_fetch_response_parts(
+    version: int,
     throttle_time_ms: int,
     topics: Sequence[tuple[str, Sequence[FetchPartitionData]]],
 ) -> list[bytes | bytearray | memoryview]:
-    """Encode a Fetch v4 response body as chunks for one gather-write.
+    """Encode a Fetch response body (v4-12) as chunks for one gather-write.
 
     ``topics`` is ``[(topic, [(partition_index, error_code, high_watermark, last_stable_offset,
-    aborted_transactions, records), ...])]`` with ``aborted_transactions`` a list of
-    ``(producer_id, first_offset)`` or None (sent as null), and ``records`` bytes or a byte-format
-    memoryview. Every non-empty records buffer is one chunk of the result, as it is (no copy); the
-    fields between them are packed into small chunks. Empty (or None) records are sent as a
-    0-length field, never as null. ``b"".join(parts)`` is the body; its length is the sum of
-    ``len(part)``.
+    log_start_offset, aborted_transactions, records), ...])]`` with ``aborted_transactions`` a
+    list of ``(producer_id, first_offset)`` or None (sent as null), and ``records`` bytes or a
+    byte-format memoryview. Every non-empty records buffer is one chunk of the result, as it is
+    (no copy); the fields between them are packed into small chunks. Empty (or None) records are
+    sent as a 0-length field, never as null. The session is always 0 (none: every fetch is a full
+    one), error_code 0, preferred_read_replica -1. ``b"".join(parts)`` is the body.
     """
+    flexible = version >= FIRST_FLEXIBLE
     parts: list[bytes | bytearray | memoryview] = []
     head = bytearray(_I32.pack(throttle_time_ms))
-    head += _I32.pack(len(topics))
+    if version >= 7:
+        head += b"\x00\x00\x00\x00\x00\x00"  # error_code 0, session_id 0
+    head += encode_uvarint(len(topics) + 1) if flexible else _I32.pack(len(topics))
     for name, partitions in topics:
         encoded = name.encode("utf-8")
-        head += _I16.pack(len(encoded))
-        head += encoded
-        head += _I32.pack(len(partitions))
-        for index, error_code, high_watermark, last_stable_offset, aborted, records in partitions:
-            head += _PARTITION_HEAD.pack(
-                index,
-                error_code,
-                high_watermark,
-                last_stable_offset,
-                -1 if aborted is None else len(aborted),
-            )
+        if flexible:
+            head += encode_uvarint(len(encoded) + 1)
+            head += encoded
+            head += encode_uvarint(len(partitions) + 1)
+        else:
+            head += _I16.pack(len(encoded))
+            head += encoded
+            head += _I32.pack(len(partitions))
+        for index, error_code, hw, lso, log_start, aborted, records in partitions:
+            if version >= 5:
+                head += _PARTITION_V5.pack(index, error_code, hw, lso, log_start)
+            else:
+                head += _PARTITION_V4.pack(index, error_code, hw, lso)
+            if flexible:
+                head += b"\x00" if aborted is None else encode_uvarint(len(aborted) + 1)
+            else:
+                head += _I32.pack(-1 if aborted is None else len(aborted))
             if aborted:
                 for producer_id, first_offset in aborted:
                     head += _ABORTED.pack(producer_id, first_offset)
+                    if flexible:
+                        head += b"\x00"
+            if version >= 11:
+                head += b"\xff\xff\xff\xff"  # preferred_read_replica -1
             if records is None:
                 size = 0
             elif isinstance(records, memoryview):
@@ -130,11 +160,17 @@ def encode_fetch_response_v4_parts(
                 size = records.nbytes
             else:
                 size = len(records)
-            head += _I32.pack(size)
+            head += encode_uvarint(size + 1) if flexible else _I32.pack(size)
             if size:
                 parts.append(head)
                 parts.append(records)
                 head = bytearray()
+            if flexible:
+                head += b"\x00"  # the partition's tagged fields
+        if flexible:
+            head += b"\x00"  # the topic's
+    if flexible:
+        head += b"\x00"  # the response's
     if head:
         parts.append(head)
     return parts
@@ -143,7 +179,7 @@ def encode_fetch_response_v4_parts(
 # -- client fast path -------------------------------------------------------------------------------
 
 
-class AbortedTransaction(NamedTuple):
+class AbortedTxn(NamedTuple):
     producer_id: int
     first_offset: int
 
@@ -153,8 +189,9 @@ class FetchPartitionResponse(NamedTuple):
     error_code: int
     high_watermark: int
     last_stable_offset: int
-    aborted_transactions: list[AbortedTransaction] | None
-    records: memoryview  # a view into the response frame
+    log_start_offset: int
+    aborted_transactions: list[AbortedTxn] | None
+    records: memoryview  # a view into the response frame (empty for null)
 
 
 class FetchTopicResponse(NamedTuple):
@@ -164,71 +201,113 @@ class FetchTopicResponse(NamedTuple):
 
 class FetchResponse(NamedTuple):
     throttle_time_ms: int
+    error_code: int
+    session_id: int
     responses: list[FetchTopicResponse]
 
 
-def decode_fetch_response_v4_untrusted(frame, offset: int) -> FetchResponse:
-    """Decode a Fetch v4 response body at ``offset`` of ``frame`` without copying records.
+_I32x2 = struct.Struct(">ii")
+_HEAD_V7 = struct.Struct(">ihi")  # throttle_time_ms, error_code, session_id
 
-    The same fields as ``FetchResponseV4`` (attribute access), with each ``records`` a
-    ``memoryview`` slice of ``frame``. Accepts exactly what the schema accepts; raises only
-    ``CorruptFrameError``.
+
+def decode_fetch_response_untrusted(frame, offset: int, version: int) -> FetchResponse:
+    """Decode a Fetch response body (v4-12) at ``offset`` of ``frame`` without copying records.
+
+    The same fields as the declared codec (attribute access; the tagged fields of v12 are
+    skipped), with each ``records`` a ``memoryview`` slice of ``frame``. Accepts what the codec
+    accepts; raises only ``CorruptFrameError``.
     """
+    try:
+        return _decode_fetch(frame, offset, version)
+    except struct.error as exc:
+        raise CorruptFrameError(f"truncated Fetch response: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise CorruptFrameError(f"topic name is not UTF-8: {exc}") from None
+
+
+def _count(frame, pos: int, flexible: bool, nullable: bool = False) -> tuple[int | None, int]:
+    if flexible:
+        n, pos = uvarint_at(frame, pos)
+        n -= 1
+    else:
+        (n,) = _I32.unpack_from(frame, pos)
+        pos += 4
+    if n < 0:
+        if n == -1 and nullable:
+            return None, pos
+        raise CorruptFrameError(f"invalid array length {n}")
+    return n, pos
+
+
+def _decode_fetch(frame, offset: int, version: int) -> FetchResponse:
     end = len(frame)
     view = memoryview(frame)
-    try:
-        throttle_time_ms, topic_count = _I32x2.unpack_from(frame, offset)
-        pos = offset + 8
-        _check_count(topic_count)
-        responses = []
-        for _ in range(topic_count):
+    flexible = version >= FIRST_FLEXIBLE
+    error_code = session_id = 0
+    if version >= 7:
+        throttle_time_ms, error_code, session_id = _HEAD_V7.unpack_from(frame, offset)
+        pos = offset + _HEAD_V7.size
+    else:
+        (throttle_time_ms,) = _I32.unpack_from(frame, offset)
+        pos = offset + 4
+    topic_count, pos = _count(frame, pos, flexible)
+    responses = []
+    for _ in range(topic_count):
+        if flexible:
+            topic, pos = compact_string_at(frame, pos, end, False)
+        else:
             (n,) = _I16.unpack_from(frame, pos)
             pos += 2
             if n < 0 or pos + n > end:
                 raise CorruptFrameError(f"invalid topic name length {n}")
             topic = str(frame[pos : pos + n], "utf-8")
             pos += n
-            (partition_count,) = _I32.unpack_from(frame, pos)
-            pos += 4
-            _check_count(partition_count)
-            partitions = []
-            for _ in range(partition_count):
-                index, error, high_watermark, lso, aborted_count = _PARTITION_HEAD.unpack_from(
-                    frame, pos
-                )
-                pos += _PARTITION_HEAD.size
-                if aborted_count < 0:
-                    _check_count(aborted_count, nullable=True)
-                    aborted = None
-                else:
-                    if pos + aborted_count * _ABORTED.size > end:
-                        raise CorruptFrameError("aborted transactions run past the end")
-                    aborted = [
-                        AbortedTransaction(*_ABORTED.unpack_from(frame, pos + i * _ABORTED.size))
-                        for i in range(aborted_count)
-                    ]
-                    pos += aborted_count * _ABORTED.size
+        partition_count, pos = _count(frame, pos, flexible)
+        partitions = []
+        for _ in range(partition_count):
+            log_start = -1
+            if version >= 5:
+                index, error, hw, lso, log_start = _PARTITION_V5.unpack_from(frame, pos)
+                pos += _PARTITION_V5.size
+            else:
+                index, error, hw, lso = _PARTITION_V4.unpack_from(frame, pos)
+                pos += _PARTITION_V4.size
+            aborted_count, pos = _count(frame, pos, flexible, nullable=True)
+            aborted = None
+            if aborted_count is not None:
+                step = _ABORTED.size + (1 if flexible else 0)
+                if pos + aborted_count * step > end:
+                    raise CorruptFrameError("aborted transactions run past the end")
+                aborted = []
+                for _ in range(aborted_count):
+                    aborted.append(AbortedTxn(*_ABORTED.unpack_from(frame, pos)))
+                    pos += _ABORTED.size
+                    if flexible:
+                        pos = skip_tagged_fields_at(frame, pos, end)
+            if version >= 11:
+                pos += 4  # preferred_read_replica
+            if flexible:
+                size, pos = uvarint_at(frame, pos)
+                size = max(size - 1, 0)  # null records: empty
+            else:
                 (size,) = _I32.unpack_from(frame, pos)
                 pos += 4
-                if size < 0 or pos + size > end:
-                    raise CorruptFrameError(f"invalid records length {size}")
-                partitions.append(
-                    FetchPartitionResponse(
-                        index, error, high_watermark, lso, aborted, view[pos : pos + size]
-                    )
-                )
-                pos += size
-            responses.append(FetchTopicResponse(topic, partitions))
-    except struct.error as exc:
-        raise CorruptFrameError(f"truncated Fetch response: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise CorruptFrameError(f"topic name is not UTF-8: {exc}") from None
-    return FetchResponse(throttle_time_ms, responses)
-
-
-_I32x2 = struct.Struct(">ii")
-
-
-def _check_count(count: int, nullable: bool = False) -> None:
-    if count < 0 and not (nullable and count == -1):
-        raise CorruptFrameError(f"invalid array length {count}")
+                if size == -1:
+                    size = 0
+            if size < 0 or pos + size > end:
+                raise CorruptFrameError(f"invalid records length {size}")
+            records = view[pos : pos + size]
+            pos += size
+            if flexible:
+                pos = skip_tagged_fields_at(frame, pos, end)
+            partitions.append(
+                FetchPartitionResponse(index, error, hw, lso, log_start, aborted, records)
+            )
+        if flexible:
+            pos = skip_tagged_fields_at(frame, pos, end)
+        responses.append(FetchTopicResponse(topic, partitions))
+    if flexible:
+        skip_tagged_fields_at(frame, pos, end)
+    elif pos > end:
+        raise CorruptFrameError("Fetch response runs past the end")
+    return FetchResponse(throttle_time_ms, error_code, session_id, responses)

@@ -1,35 +1,15 @@
-"""Classic consumer-group APIs: JoinGroup v2 (11), SyncGroup v0 (14), Heartbeat v0 (12),
-LeaveGroup v0 (13), ListGroups v0 (16), DescribeGroups v0 (15).
+"""Classic consumer-group APIs: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
+DescribeGroups (15), ListGroups (16).
 
-JoinGroup v2
-Request:  group_id STRING, session_timeout_ms INT32, rebalance_timeout_ms INT32, member_id STRING,
-          protocol_type STRING, protocols [name STRING, metadata BYTES]
-Response: throttle_time_ms INT32, error_code INT16, generation_id INT32, protocol_name STRING,
-          leader STRING, member_id STRING, members [member_id STRING, metadata BYTES]
-
-SyncGroup v0
-Request:  group_id STRING, generation_id INT32, member_id STRING,
-          assignments [member_id STRING, assignment BYTES]
-Response: error_code INT16, assignment BYTES
-
-Heartbeat v0
-Request:  group_id STRING, generation_id INT32, member_id STRING
-Response: error_code INT16
-
-LeaveGroup v0
-Request:  group_id STRING, member_id STRING
-Response: error_code INT16
-
-ListGroups v0
-Request:  (empty)
-Response: error_code INT16, groups [group_id STRING, protocol_type STRING]
-
-DescribeGroups v0
-Request:  groups [STRING]
-Response: groups [error_code INT16, group_id STRING, group_state STRING, protocol_type STRING,
-                  protocol_data STRING,
-                  members [member_id STRING, client_id STRING, client_host STRING,
-                           member_metadata BYTES, member_assignment BYTES]]
+JoinGroup: v1 rebalance_timeout_ms (v0: the session timeout); v2 throttle_time_ms; v4 a new
+member (member_id "") is answered MEMBER_ID_REQUIRED with its id and rejoins with it (KIP-394);
+v5 group_instance_id (static membership, KIP-345); v6 flexible; v7 protocol_type in the response;
+v8 reason; v9 skip_assignment (KIP-814).
+SyncGroup: v1 throttle_time_ms; v3 group_instance_id; v4 flexible; v5 protocol type and name.
+Heartbeat: v1 throttle_time_ms; v3 group_instance_id; v4 flexible.
+LeaveGroup: v1 throttle_time_ms; v3 a batch of members with instance ids (KIP-345); v4 flexible;
+v5 reason.
+DescribeGroups: v1 throttle_time_ms; v3 authorized operations; v4 group_instance_id; v5 flexible.
 
 A new member joins with member_id ""; only the leader's JoinGroup response lists the members
 (with the metadata of their protocol), and only the leader's SyncGroup carries assignments.
@@ -38,67 +18,121 @@ A new member joins with member_id ""; only the leader's JoinGroup response lists
 from construct import Struct
 
 from protocol.api_keys import ApiKey
+from protocol.messages._declare import F, declare
 from protocol.messages._registry import register
-from protocol.primitives import Array, Bytes, Int16, Int32, String
+from protocol.primitives import Array, Int16, String
 
-JoinGroupRequestV2 = Struct(
-    "group_id" / String,
-    "session_timeout_ms" / Int32,
-    "rebalance_timeout_ms" / Int32,
-    "member_id" / String,
-    "protocol_type" / String,
-    "protocols" / Array(Struct("name" / String, "metadata" / Bytes)),
+JOIN_GROUP = declare(
+    ApiKey.JOIN_GROUP, valid="0-9", flexible="6+",
+    request=[
+        F("group_id", "string"),
+        F("session_timeout_ms", "int32"),
+        F("rebalance_timeout_ms", "int32", "1+", default=-1),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "5+", nullable="5+", default=None),
+        F("protocol_type", "string"),
+        F("protocols", "[]", fields=[F("name", "string"), F("metadata", "bytes")]),
+        F("reason", "string", "8+", nullable="8+", default=None),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "2+"),
+        F("error_code", "int16"),
+        F("generation_id", "int32", default=-1),
+        F("protocol_type", "string", "7+", nullable="7+", default=None),
+        F("protocol_name", "string", nullable="7+"),
+        F("leader", "string"),
+        F("skip_assignment", "bool", "9+"),
+        F("member_id", "string"),
+        F("members", "[]", fields=[
+            F("member_id", "string"),
+            F("group_instance_id", "string", "5+", nullable="5+", default=None),
+            F("metadata", "bytes"),
+        ]),
+    ],
 )
 
-JoinGroupResponseV2 = Struct(
-    "throttle_time_ms" / Int32,
-    "error_code" / Int16,
-    "generation_id" / Int32,
-    "protocol_name" / String,
-    "leader" / String,
-    "member_id" / String,
-    "members" / Array(Struct("member_id" / String, "metadata" / Bytes)),
+SYNC_GROUP = declare(
+    ApiKey.SYNC_GROUP, valid="0-5", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("protocol_type", "string", "5+", nullable="5+", default=None),
+        F("protocol_name", "string", "5+", nullable="5+", default=None),
+        F("assignments", "[]", fields=[F("member_id", "string"), F("assignment", "bytes")]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("protocol_type", "string", "5+", nullable="5+", default=None),
+        F("protocol_name", "string", "5+", nullable="5+", default=None),
+        F("assignment", "bytes"),
+    ],
 )
 
-JOIN_GROUP_V2 = register(ApiKey.JOIN_GROUP, 2, JoinGroupRequestV2, JoinGroupResponseV2)
-
-SyncGroupRequestV0 = Struct(
-    "group_id" / String,
-    "generation_id" / Int32,
-    "member_id" / String,
-    "assignments" / Array(Struct("member_id" / String, "assignment" / Bytes)),
+HEARTBEAT = declare(
+    ApiKey.HEARTBEAT, valid="0-4", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("generation_id", "int32"),
+        F("member_id", "string"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+    ],
+    response=[F("throttle_time_ms", "int32", "1+"), F("error_code", "int16")],
 )
 
-SyncGroupResponseV0 = Struct(
-    "error_code" / Int16,
-    "assignment" / Bytes,
+LEAVE_GROUP = declare(
+    ApiKey.LEAVE_GROUP, valid="0-5", flexible="4+",
+    request=[
+        F("group_id", "string"),
+        F("member_id", "string", "0-2"),
+        F("members", "[]", "3+", fields=[
+            F("member_id", "string"),
+            F("group_instance_id", "string", nullable="0+", default=None),
+            F("reason", "string", "5+", nullable="5+", default=None),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("error_code", "int16"),
+        F("members", "[]", "3+", fields=[
+            F("member_id", "string"),
+            F("group_instance_id", "string", nullable="0+", default=None),
+            F("error_code", "int16"),
+        ]),
+    ],
 )
 
-SYNC_GROUP_V0 = register(ApiKey.SYNC_GROUP, 0, SyncGroupRequestV0, SyncGroupResponseV0)
-
-HeartbeatRequestV0 = Struct(
-    "group_id" / String,
-    "generation_id" / Int32,
-    "member_id" / String,
+DESCRIBE_GROUPS = declare(
+    ApiKey.DESCRIBE_GROUPS, valid="0-5", flexible="5+",
+    request=[
+        F("groups", "[]string"),
+        F("include_authorized_operations", "bool", "3+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "1+"),
+        F("groups", "[]", fields=[
+            F("error_code", "int16"),
+            F("group_id", "string"),
+            F("group_state", "string"),
+            F("protocol_type", "string"),
+            F("protocol_data", "string"),
+            F("members", "[]", fields=[
+                F("member_id", "string"),
+                F("group_instance_id", "string", "4+", nullable="4+", default=None),
+                F("client_id", "string"),
+                F("client_host", "string"),
+                F("member_metadata", "bytes"),
+                F("member_assignment", "bytes"),
+            ]),
+            F("authorized_operations", "int32", "3+", default=-(2**31)),
+        ]),
+    ],
 )
 
-HeartbeatResponseV0 = Struct(
-    "error_code" / Int16,
-)
-
-HEARTBEAT_V0 = register(ApiKey.HEARTBEAT, 0, HeartbeatRequestV0, HeartbeatResponseV0)
-
-LeaveGroupRequestV0 = Struct(
-    "group_id" / String,
-    "member_id" / String,
-)
-
-LeaveGroupResponseV0 = Struct(
-    "error_code" / Int16,
-)
-
-LEAVE_GROUP_V0 = register(ApiKey.LEAVE_GROUP, 0, LeaveGroupRequestV0, LeaveGroupResponseV0)
-
+# ListGroups v0 (its declaration with every version comes with the admin APIs).
+# Request: (empty).  Response: error_code INT16, groups [group_id STRING, protocol_type STRING]
 ListGroupsRequestV0 = Struct()
 
 ListGroupsResponseV0 = Struct(
@@ -107,32 +141,3 @@ ListGroupsResponseV0 = Struct(
 )
 
 LIST_GROUPS_V0 = register(ApiKey.LIST_GROUPS, 0, ListGroupsRequestV0, ListGroupsResponseV0)
-
-DescribeGroupsRequestV0 = Struct(
-    "groups" / Array(String),
-)
-
-DescribeGroupsResponseV0 = Struct(
-    "groups" / Array(
-        Struct(
-            "error_code" / Int16,
-            "group_id" / String,
-            "group_state" / String,
-            "protocol_type" / String,
-            "protocol_data" / String,
-            "members" / Array(
-                Struct(
-                    "member_id" / String,
-                    "client_id" / String,
-                    "client_host" / String,
-                    "member_metadata" / Bytes,
-                    "member_assignment" / Bytes,
-                )
-            ),
-        )
-    ),
-)
-
-DESCRIBE_GROUPS_V0 = register(
-    ApiKey.DESCRIBE_GROUPS, 0, DescribeGroupsRequestV0, DescribeGroupsResponseV0
-)

@@ -1,47 +1,51 @@
-"""Metadata v4 (api key 3): topics and partitions, brokers, controller.
+"""Metadata (api key 3): topics and partitions, brokers, controller.
 
-Request:  topics [name STRING] (null = all topics), allow_auto_topic_creation BOOLEAN
-Response: throttle_time_ms INT32, brokers [node_id INT32, host STRING, port INT32, rack NULLABLE_STRING],
-          cluster_id NULLABLE_STRING, controller_id INT32,
-          topics [error_code INT16, name STRING, is_internal BOOLEAN,
-                  partitions [error_code INT16, partition_index INT32, leader_id INT32,
-                              replica_nodes [INT32], isr_nodes [INT32]]]
+v1: null topics = all topics (v0: empty = all), rack, controller_id, is_internal; v2 cluster_id;
+v3 throttle_time_ms; v4 allow_auto_topic_creation; v5 offline_replicas; v7 leader_epoch; v8
+authorized operations; v9 flexible; v10 topic ids; v11 drops the cluster authorized operations;
+v12 topic names nullable (a request by topic id).
 """
 
-from construct import Struct
-
 from protocol.api_keys import ApiKey
-from protocol.messages._registry import register
-from protocol.primitives import Array, Bool, Int16, Int32, NullableArray, NullableString, String
+from protocol.messages._declare import F, declare
 
-MetadataRequestV4 = Struct(
-    "topics" / NullableArray(Struct("name" / String)),
-    "allow_auto_topic_creation" / Bool,
+METADATA = declare(
+    ApiKey.METADATA, valid="0-12", flexible="9+",
+    request=[
+        F("topics", "[]", nullable="1+", fields=[
+            F("topic_id", "uuid", "10+"),
+            F("name", "string", nullable="10+"),
+        ]),
+        F("allow_auto_topic_creation", "bool", "4+", default=True),
+        F("include_cluster_authorized_operations", "bool", "8-10"),
+        F("include_topic_authorized_operations", "bool", "8+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32", "3+"),
+        F("brokers", "[]", fields=[
+            F("node_id", "int32"),
+            F("host", "string"),
+            F("port", "int32"),
+            F("rack", "string", "1+", nullable="1+", default=None),
+        ]),
+        F("cluster_id", "string", "2+", nullable="2+", default=None),
+        F("controller_id", "int32", "1+", default=-1),
+        F("topics", "[]", fields=[
+            F("error_code", "int16"),
+            F("name", "string", nullable="12+"),
+            F("topic_id", "uuid", "10+"),
+            F("is_internal", "bool", "1+"),
+            F("partitions", "[]", fields=[
+                F("error_code", "int16"),
+                F("partition_index", "int32"),
+                F("leader_id", "int32"),
+                F("leader_epoch", "int32", "7+", default=-1),
+                F("replica_nodes", "[]int32"),
+                F("isr_nodes", "[]int32"),
+                F("offline_replicas", "[]int32", "5+"),
+            ]),
+            F("topic_authorized_operations", "int32", "8+", default=-(2**31)),
+        ]),
+        F("cluster_authorized_operations", "int32", "8-10", default=-(2**31)),
+    ],
 )
-
-MetadataResponseV4 = Struct(
-    "throttle_time_ms" / Int32,
-    "brokers" / Array(
-        Struct("node_id" / Int32, "host" / String, "port" / Int32, "rack" / NullableString)
-    ),
-    "cluster_id" / NullableString,
-    "controller_id" / Int32,
-    "topics" / Array(
-        Struct(
-            "error_code" / Int16,
-            "name" / String,
-            "is_internal" / Bool,
-            "partitions" / Array(
-                Struct(
-                    "error_code" / Int16,
-                    "partition_index" / Int32,
-                    "leader_id" / Int32,
-                    "replica_nodes" / Array(Int32),
-                    "isr_nodes" / Array(Int32),
-                )
-            ),
-        )
-    ),
-)
-
-METADATA_V4 = register(ApiKey.METADATA, 4, MetadataRequestV4, MetadataResponseV4)

@@ -1,154 +1,116 @@
-"""Transaction APIs: AddPartitionsToTxn v0 (24), AddOffsetsToTxn v0 (25), EndTxn v0 (26),
-WriteTxnMarkers v0 (27), TxnOffsetCommit v0 (28).
+"""Transaction APIs: AddPartitionsToTxn (24), AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers
+(27), TxnOffsetCommit (28).
 
-AddPartitionsToTxn v0 (to the transaction coordinator, before transactional Produce)
-Request:  transactional_id STRING, producer_id INT64, producer_epoch INT16,
-          topics [name STRING, partitions [INT32]]
-Response: throttle_time_ms INT32, results [name STRING, results [partition_index INT32, error_code INT16]]
-
-AddOffsetsToTxn v0 (to the transaction coordinator: the group's offsets partition joins the txn)
-Request:  transactional_id STRING, producer_id INT64, producer_epoch INT16, group_id STRING
-Response: throttle_time_ms INT32, error_code INT16
-
-EndTxn v0 (to the transaction coordinator)
-Request:  transactional_id STRING, producer_id INT64, producer_epoch INT16,
-          committed BOOLEAN (true = commit, false = abort)
-Response: throttle_time_ms INT32, error_code INT16
-
-WriteTxnMarkers v0 (broker-internal: coordinator -> partition leader; not advertised)
-Request:  markers [producer_id INT64, producer_epoch INT16, transaction_result BOOLEAN (true = commit),
-                   topics [name STRING, partition_indexes [INT32]], coordinator_epoch INT32]
-Response: markers [producer_id INT64,
-                   topics [name STRING, partitions [partition_index INT32, error_code INT16]]]
-
-TxnOffsetCommit v0 (to the *group* coordinator; the offsets stay pending until the marker)
-Request:  transactional_id STRING, group_id STRING, producer_id INT64, producer_epoch INT16,
-          topics [name STRING, partitions [partition_index INT32, committed_offset INT64,
-                                           committed_metadata NULLABLE_STRING]]
-Response: throttle_time_ms INT32, topics [name STRING, partitions [partition_index INT32, error_code INT16]]
-
-Field names follow Kafka's schemas before KIP-890 renamed the v0-3 AddPartitionsToTxn fields
-(``V3AndBelowTransactionalId`` ...): the bytes are the same.
+AddPartitionsToTxn (to the transaction coordinator, before transactional Produce): v1 = v0
+(throttling); v2 may answer PRODUCER_FENCED (KIP-588); v3 flexible; v4+ are the broker-to-broker
+batched form (KIP-890: several transactions, verify_only) and not declared here. Field names are
+those of v0-3 (Kafka renamed them ``v3_and_below_*``; the bytes are the same).
+AddOffsetsToTxn (the group's offsets partition joins the transaction): v1 = v0; v2
+PRODUCER_FENCED; v3 flexible; v4 may answer TRANSACTION_ABORTABLE (KIP-890).
+EndTxn: v1 = v0; v2 PRODUCER_FENCED; v3 flexible; v4 TRANSACTION_ABORTABLE; v5 answers the
+producer id and epoch (transaction version 2, KIP-890 part 2).
+WriteTxnMarkers (broker-internal): v1 flexible.
+TxnOffsetCommit (to the *group* coordinator; the offsets stay pending until the marker): v1 = v0;
+v2 committed_leader_epoch; v3 flexible, with the consumer's generation, member id and instance id
+(KIP-447 fencing); v4 TRANSACTION_ABORTABLE.
 """
 
-from construct import Struct
-
 from protocol.api_keys import ApiKey
-from protocol.messages._registry import register
-from protocol.primitives import Array, Bool, Int16, Int32, Int64, NullableString, String
+from protocol.messages._declare import F, declare
 
-AddPartitionsToTxnRequestV0 = Struct(
-    "transactional_id" / String,
-    "producer_id" / Int64,
-    "producer_epoch" / Int16,
-    "topics" / Array(Struct("name" / String, "partitions" / Array(Int32))),
+ADD_PARTITIONS_TO_TXN = declare(
+    ApiKey.ADD_PARTITIONS_TO_TXN, valid="0-3", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("topics", "[]", fields=[F("name", "string"), F("partitions", "[]int32")]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("results", "[]", fields=[
+            F("name", "string"),
+            F("results", "[]", fields=[F("partition_index", "int32"), F("error_code", "int16")]),
+        ]),
+    ],
 )
 
-AddPartitionsToTxnResponseV0 = Struct(
-    "throttle_time_ms" / Int32,
-    "results" / Array(
-        Struct(
-            "name" / String,
-            "results" / Array(Struct("partition_index" / Int32, "error_code" / Int16)),
-        )
-    ),
+ADD_OFFSETS_TO_TXN = declare(
+    ApiKey.ADD_OFFSETS_TO_TXN, valid="0-4", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("group_id", "string"),
+    ],
+    response=[F("throttle_time_ms", "int32"), F("error_code", "int16")],
 )
 
-ADD_PARTITIONS_TO_TXN_V0 = register(
-    ApiKey.ADD_PARTITIONS_TO_TXN, 0, AddPartitionsToTxnRequestV0, AddPartitionsToTxnResponseV0
+END_TXN = declare(
+    ApiKey.END_TXN, valid="0-5", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("committed", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("producer_id", "int64", "5+", default=-1),
+        F("producer_epoch", "int16", "5+", default=-1),
+    ],
 )
 
-AddOffsetsToTxnRequestV0 = Struct(
-    "transactional_id" / String,
-    "producer_id" / Int64,
-    "producer_epoch" / Int16,
-    "group_id" / String,
+WRITE_TXN_MARKERS = declare(
+    ApiKey.WRITE_TXN_MARKERS, valid="0-1", flexible="1+",
+    request=[
+        F("markers", "[]", fields=[
+            F("producer_id", "int64"),
+            F("producer_epoch", "int16"),
+            F("transaction_result", "bool"),
+            F("topics", "[]", fields=[F("name", "string"), F("partition_indexes", "[]int32")]),
+            F("coordinator_epoch", "int32"),
+        ]),
+    ],
+    response=[
+        F("markers", "[]", fields=[
+            F("producer_id", "int64"),
+            F("topics", "[]", fields=[
+                F("name", "string"),
+                F("partitions", "[]", fields=[
+                    F("partition_index", "int32"), F("error_code", "int16"),
+                ]),
+            ]),
+        ]),
+    ],
 )
 
-AddOffsetsToTxnResponseV0 = Struct(
-    "throttle_time_ms" / Int32,
-    "error_code" / Int16,
-)
-
-ADD_OFFSETS_TO_TXN_V0 = register(
-    ApiKey.ADD_OFFSETS_TO_TXN, 0, AddOffsetsToTxnRequestV0, AddOffsetsToTxnResponseV0
-)
-
-EndTxnRequestV0 = Struct(
-    "transactional_id" / String,
-    "producer_id" / Int64,
-    "producer_epoch" / Int16,
-    "committed" / Bool,
-)
-
-EndTxnResponseV0 = Struct(
-    "throttle_time_ms" / Int32,
-    "error_code" / Int16,
-)
-
-END_TXN_V0 = register(ApiKey.END_TXN, 0, EndTxnRequestV0, EndTxnResponseV0)
-
-WriteTxnMarkersRequestV0 = Struct(
-    "markers" / Array(
-        Struct(
-            "producer_id" / Int64,
-            "producer_epoch" / Int16,
-            "transaction_result" / Bool,
-            "topics" / Array(Struct("name" / String, "partition_indexes" / Array(Int32))),
-            "coordinator_epoch" / Int32,
-        )
-    ),
-)
-
-WriteTxnMarkersResponseV0 = Struct(
-    "markers" / Array(
-        Struct(
-            "producer_id" / Int64,
-            "topics" / Array(
-                Struct(
-                    "name" / String,
-                    "partitions" / Array(
-                        Struct("partition_index" / Int32, "error_code" / Int16)
-                    ),
-                )
-            ),
-        )
-    ),
-)
-
-WRITE_TXN_MARKERS_V0 = register(
-    ApiKey.WRITE_TXN_MARKERS, 0, WriteTxnMarkersRequestV0, WriteTxnMarkersResponseV0
-)
-
-TxnOffsetCommitRequestV0 = Struct(
-    "transactional_id" / String,
-    "group_id" / String,
-    "producer_id" / Int64,
-    "producer_epoch" / Int16,
-    "topics" / Array(
-        Struct(
-            "name" / String,
-            "partitions" / Array(
-                Struct(
-                    "partition_index" / Int32,
-                    "committed_offset" / Int64,
-                    "committed_metadata" / NullableString,
-                )
-            ),
-        )
-    ),
-)
-
-TxnOffsetCommitResponseV0 = Struct(
-    "throttle_time_ms" / Int32,
-    "topics" / Array(
-        Struct(
-            "name" / String,
-            "partitions" / Array(Struct("partition_index" / Int32, "error_code" / Int16)),
-        )
-    ),
-)
-
-TXN_OFFSET_COMMIT_V0 = register(
-    ApiKey.TXN_OFFSET_COMMIT, 0, TxnOffsetCommitRequestV0, TxnOffsetCommitResponseV0
+TXN_OFFSET_COMMIT = declare(
+    ApiKey.TXN_OFFSET_COMMIT, valid="0-4", flexible="3+",
+    request=[
+        F("transactional_id", "string"),
+        F("group_id", "string"),
+        F("producer_id", "int64"),
+        F("producer_epoch", "int16"),
+        F("generation_id", "int32", "3+", default=-1),
+        F("member_id", "string", "3+"),
+        F("group_instance_id", "string", "3+", nullable="3+", default=None),
+        F("topics", "[]", fields=[
+            F("name", "string"),
+            F("partitions", "[]", fields=[
+                F("partition_index", "int32"),
+                F("committed_offset", "int64"),
+                F("committed_leader_epoch", "int32", "2+", default=-1),
+                F("committed_metadata", "string", nullable="0+"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("topics", "[]", fields=[
+            F("name", "string"),
+            F("partitions", "[]", fields=[F("partition_index", "int32"), F("error_code", "int16")]),
+        ]),
+    ],
 )

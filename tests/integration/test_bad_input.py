@@ -148,24 +148,36 @@ def test_unknown_api_key_closes_connection(broker):
 
 def test_unsupported_version_closes_connection(broker):
     with RawConnection(broker.port) as conn:
-        conn.send_request(ApiKey.PRODUCE, 9, b"\x00" * 20)
+        conn.send_request(ApiKey.PRODUCE, 2, b"\x00" * 20)  # below the served range (3+)
         assert conn.read_frame() is None
     assert_still_serving(broker)
 
 
-def test_api_versions_v3_gets_the_v0_fallback(broker):
+def test_api_versions_above_ours_gets_the_v0_fallback(broker):
     with RawConnection(broker.port) as conn:
-        conn.send_request(ApiKey.API_VERSIONS, 3, b"\x00garbage-we-never-parse")
+        conn.send_request(ApiKey.API_VERSIONS, 5, b"\x00garbage-we-never-parse")
         frame = conn.read_frame()
         error_code, count = struct.unpack_from(">hi", frame, 4)
         assert error_code == ErrorCode.UNSUPPORTED_VERSION
-        assert count == 1 and struct.unpack_from(">hhh", frame, 10) == (ApiKey.API_VERSIONS, 0, 0)
+        assert count == 1 and struct.unpack_from(">hhh", frame, 10) == (ApiKey.API_VERSIONS, 0, 4)
         versions = conn.request(ApiKey.API_VERSIONS, 0, b"")
         assert versions.error_code == ErrorCode.NONE
         advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert advertised[ApiKey.PRODUCE] == (0, 3)
-        assert advertised[ApiKey.METADATA] == (0, 4)
+        assert advertised[ApiKey.PRODUCE] == (3, 11)
+        assert advertised[ApiKey.API_VERSIONS] == (0, 4)
         assert ApiKey.WRITE_TXN_MARKERS not in advertised
+
+
+def test_api_versions_v3_checks_the_client_software_name(broker):
+    def body(name: str, version: str) -> bytes:
+        return (bytes([len(name) + 1]) + name.encode() + bytes([len(version) + 1])
+                + version.encode() + b"\x00")
+
+    with RawConnection(broker.port) as conn:
+        good = conn.request(ApiKey.API_VERSIONS, 3, body("librdkafka", "2.16.0"))
+        assert good.error_code == ErrorCode.NONE and len(good.api_keys) > 10
+        bad = conn.request(ApiKey.API_VERSIONS, 3, body("bad name!", "1"))
+        assert bad.error_code == ErrorCode.INVALID_REQUEST and list(bad.api_keys) == []
 
 
 def test_wrong_crc_is_corrupt_message(broker):
