@@ -32,16 +32,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from broker.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
 from protocol.errors import ErrorCode, KafkaError
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 INT16_MAX = 32767
 # Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
 EPOCH_EXHAUSTED = INT16_MAX - 1
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
