@@ -1,7 +1,8 @@
 """Run the real broker as a subprocess on a loopback port, for integration tests and benchmarks.
 
 The broker is stopped through its own Popen handle (SIGTERM, then SIGKILL); ``kill9()`` simulates a
-crash. Ports are chosen by the broker itself (``--port 0``) and read from its "listening on" line.
+crash. Every broker started here is tracked by ``tests.process_guard``, which fails the session if one
+is still running at its end. Ports are chosen by the broker itself (``--port 0``) and read from its "listening on" line.
 ``crash_at=POINT`` starts it through ``tests/crash_broker.py`` instead, which exits with 137 when
 EndTxn reaches that point; ``restart()`` then starts the plain broker.
 """
@@ -16,6 +17,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from tests.process_guard import popen
 
 _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
@@ -52,8 +55,9 @@ class BrokerProcess:
             *self.extra_args,
         ]
         self.output = []
-        self.proc = subprocess.Popen(
+        self.proc = popen(
             cmd,
+            what=f"broker on data dir {self.data_dir}",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
