@@ -89,6 +89,7 @@ ATTRIBUTES_OFFSET = 21  # int16; the CRC covers [21, end)
 # The low byte of the big-endian attributes: the compression, transactional and control bits.
 ATTRIBUTES_LOW_BYTE_OFFSET = ATTRIBUTES_OFFSET + 1
 LAST_OFFSET_DELTA_OFFSET = 23
+MAX_TIMESTAMP_OFFSET = 35
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
@@ -255,7 +256,6 @@ def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
     _INT64.pack_into(buf, pos, base_offset)
 
 
-_MAX_TIMESTAMP_OFFSET = 35
 
 
 def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
@@ -264,11 +264,11 @@ def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) 
     rewrite its CRC. Returns the new header. Consumers then read ``now_ms`` as the timestamp of
     every record of the batch."""
     attributes = header.attributes | TIMESTAMP_TYPE_BIT
-    _INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, attributes)
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now_ms)
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
     end = pos + header.length + LOG_OVERHEAD
-    crc = _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end])
-    _UINT32.pack_into(buf, pos + _CRC_OFFSET, crc)
+    crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc)
     return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
