@@ -40,10 +40,10 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from broker.log.recovery import CleanState, RecoveryReport, load_log
 from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.producer_state import (
     ProducerStateManager,
@@ -61,9 +61,6 @@ from protocol.records import (
     patch_base_offset,
     stamp_log_append_time,
 )
-
-if TYPE_CHECKING:
-    from broker.log.manager import LogConfig
 
 # DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
