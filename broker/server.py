@@ -24,7 +24,7 @@ from broker.context import Broker
 from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
-from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.framing import FrameDecoder
 
 log = logging.getLogger("minibroker.server")
 
@@ -215,7 +215,7 @@ class _Connection:
                 except FrameTooLargeError as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
-                if frame is NEED_DATA:
+                if not isinstance(frame, bytearray):  # NEED_DATA
                     break
                 try:
                     header, result = self.dispatch(frame)

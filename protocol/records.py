@@ -437,9 +437,8 @@ def _unsnappy(module: Any, data: memoryview) -> bytes:
 
 
 def _decompress(codec: Compression, data: memoryview) -> bytes:
-    if codec == Compression.GZIP:
-        module = None
-    else:
+    module: Any = None
+    if codec != Compression.GZIP:
         module = _codec_module(codec)
         if module is None:
             raise CorruptFrameError(

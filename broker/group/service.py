@@ -296,7 +296,7 @@ class GroupService:
 
     def join_group(
         self, client_id: str, client_host: str, request: Any, now_ms: int
-    ) -> JoinResult | Deferred:
+    ) -> JoinResult | Deferred[JoinResult]:
         outcome = self.coordinator.join_group(
             request.group_id, request.member_id, client_id, client_host,
             request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type,
@@ -304,7 +304,7 @@ class GroupService:
         )
         return self._reply(outcome, now_ms)
 
-    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred:
+    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred[SyncResult]:
         assignments = {a.member_id: a.assignment for a in request.assignments}
         outcome = self.coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments, now_ms
@@ -509,8 +509,9 @@ class GroupService:
         committed offset is the answer."""
         store = self.coordinator.offsets
         hw = self._high_watermark(group_id)
+        requested: list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]
         if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
             for (topic, index), value in sorted(store.committed(group_id, hw).items()):
                 by_topic.setdefault(topic, []).append((index, value))
             requested = [(topic, parts) for topic, parts in by_topic.items()]

@@ -90,6 +90,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
 def create_topics(broker: Broker, header, request) -> dict:
     results = []
     seen: set[str] = set()
+    message: str | None
     for topic in request.topics:
         if topic.name in seen:
             code, message = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from broker.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
@@ -91,7 +92,7 @@ class TxnMetadata:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
     def _target(self, state: TxnState, now_ms: int, **changes) -> TxnTransition:
-        values = dict(
+        values: dict[str, Any] = dict(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
