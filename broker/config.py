@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.log.manager import LogConfig
+from broker.log.topic_config import BROKER_KEYS, LogConfig
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -44,6 +44,9 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
+    # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
+    # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
+    static_keys: frozenset[str] = frozenset()
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -105,6 +108,20 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),
 }
 
+# Broker defaults of the remaining topic configs (cleanup policy, compaction, timestamp type):
+# parsed and checked by the topic-config table itself.
+for _key, _definition in BROKER_KEYS.items():
+    _PROPERTIES.setdefault(_key, ("log." + _definition.field, _definition.parse, None))
+
+
+def property_values(config: BrokerConfig) -> dict[str, object]:
+    """Every broker property this broker reads, with its current value (DescribeConfigs)."""
+    values: dict[str, object] = {}
+    for key, (name, _, _) in _PROPERTIES.items():
+        target = config.log if name.startswith("log.") else config
+        values[key] = getattr(target, name[4:] if name.startswith("log.") else name)
+    return values
+
 
 def read_properties(path: Path) -> dict[str, str]:
     """Parse a ``key=value`` file (``#`` comments, blank lines ignored)."""
@@ -144,14 +161,19 @@ def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
             log[name[4:]] = value
         else:
             top[name] = value
+    static = set(properties)
     for name, value in overrides.items():
         if value is None:
             continue
+        static.update(k for k, (field_name, _, _) in _PROPERTIES.items()
+                      if field_name in (name, "log." + name))
         if name == "flush":
             log["flush"] = value
         else:
             top[name] = value
     try:
-        return BrokerConfig(**top, log=dataclasses.replace(LogConfig(), **log))  # type: ignore[arg-type]
+        return BrokerConfig(
+            **top, log=dataclasses.replace(LogConfig(), **log), static_keys=frozenset(static)  # type: ignore[arg-type]
+        )
     except TypeError as exc:
         raise ConfigError(str(exc)) from None

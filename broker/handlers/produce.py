@@ -6,8 +6,9 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
-from broker.dispatcher import NO_RESPONSE, Pending, handles
+from broker.context import Broker
+from broker.dispatcher import NO_RESPONSE, after, handles
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import (
@@ -21,14 +22,14 @@ VALID_ACKS = (-1, 0, 1)
 @handles(ApiKey.PRODUCE, 3, raw=True)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
     request = decode_produce_request_v3_untrusted(frame, offset)
-    now = now_ms()
+    now = broker.clock.now_ms()
     transactions = broker.transactions
     flushes = []
     responses = []
     for topic in request.topics:
         partition_responses = []
         for part in topic.partitions:
-            error, base_offset = ErrorCode.NONE, -1
+            error, base_offset, log_append_time = ErrorCode.NONE, -1, -1
             try:
                 if request.acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -43,21 +44,16 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     transactions.verify_produce(partition, part.records, request.transactional_id)
                 result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
+                log_append_time = result.log_append_time
                 if flushed is not None:
                     flushes.append(flushed)
             except KafkaError as exc:
                 error = exc.code
-            partition_responses.append((part.index, error, base_offset, -1))
+            partition_responses.append((part.index, error, base_offset, log_append_time))
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
     response = encode_produce_response_v3(responses)
     if request.acks == -1 and flushes:
-
-        async def after_fsync():
-            for event in flushes:
-                await event.wait()
-            return response
-
-        return Pending(after_fsync)
+        return after(flushes, response)
     return response
