@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig
+from broker.data_dir_lock import lock_data_dir
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
@@ -120,6 +121,8 @@ class Broker:
         self.config = config
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything is read or written: a second broker on this dir stops here.
+        self._lock = lock_data_dir(data_dir)
         self.cluster_id = _load_cluster_id(data_dir)
         self.logs = LogManager(data_dir, config.log, now_ms() if now is None else now)
         self.producer_ids = ProducerIdManager(data_dir / "producer_ids")
@@ -175,7 +178,10 @@ class Broker:
             f.partition_syncs,
             f.seconds,
         )
-        self.logs.close()
+        try:
+            self.logs.close()
+        finally:
+            self._lock.release()
 
 
 def _load_cluster_id(data_dir: Path) -> str:

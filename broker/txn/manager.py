@@ -253,6 +253,8 @@ class TransactionManager:
     ) -> InitResult | Later:
         """The answer, or a coroutine function producing it once the markers of an aborted
         transaction are durable."""
+        if not self.log.available(transactional_id):
+            return InitResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         try:
             step = self.coordinator.prepare_init_producer_id(
                 transactional_id, transaction_timeout_ms, expected, now_ms
@@ -302,6 +304,8 @@ class TransactionManager:
         now_ms: int,
     ) -> ErrorCode:
         """Record partitions in the transaction, durably, before answering."""
+        if not self.log.available(transactional_id):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
             transition = self.coordinator.prepare_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now_ms
@@ -324,6 +328,8 @@ class TransactionManager:
     ) -> ErrorCode | Later:
         """PrepareCommit/PrepareAbort durable and the markers appended at once; the answer once
         the markers are durable and CompleteCommit/CompleteAbort is written."""
+        if not self.log.available(transactional_id):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         try:
             transition = self.coordinator.prepare_end_txn(
                 transactional_id, producer_id, producer_epoch, commit, now_ms
