@@ -51,12 +51,12 @@ from collections.abc import Iterator
 from broker.hashing import partition_for
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.topics import TRANSACTION_STATE_TOPIC
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-TOPIC = "__transaction_state"
 # Kafka's transaction.state.log.segment.bytes default.
 SEGMENT_BYTES = 100 * 1024 * 1024
 TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
@@ -180,7 +180,7 @@ class TxnLog:
 
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
         self.logs = logs
-        existing = logs.topics().get(TOPIC)
+        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
         # Partitions whose records could not all be decoded at the last replay -> why.
         self.unavailable: dict[int, str] = {}
@@ -189,9 +189,9 @@ class TxnLog:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TOPIC not in self.logs.topics():
-            self.logs.create_topic(TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
-        return self.logs.partition(TOPIC, index)
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+        return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
@@ -199,7 +199,7 @@ class TxnLog:
         index = self.partition_of(transition.transactional_id)
         if index in self.unavailable:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"{TOPIC}-{index} could not be loaded")
+                             f"{TRANSACTION_STATE_TOPIC}-{index} could not be loaded")
         partition = self._partition(index, now_ms)
         partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
         return partition
@@ -209,10 +209,10 @@ class TxnLog:
         transition or None for a tombstone)``. A partition with an undecodable record yields
         nothing and lands in ``unavailable`` (partition -> reason), with one error line."""
         self.unavailable.clear()
-        if TOPIC not in self.logs.topics():
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
             return
         for index in range(self.num_partitions):
-            partition = self.logs.partition(TOPIC, index)
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
             try:
                 records = list(self._replay_partition(index, partition))
             except CorruptTxnLogError as exc:
@@ -221,7 +221,7 @@ class TxnLog:
                     "%s; the transaction coordinator of %s-%d stays unavailable (transactional "
                     "ids there get COORDINATOR_NOT_AVAILABLE). Repair: stop the broker and run "
                     "`minibroker repair-log --data-dir %s --topic %s --partition %d --offset %d`",
-                    exc, TOPIC, index, self.logs.data_dir, TOPIC, index, exc.offset,
+                    exc, TRANSACTION_STATE_TOPIC, index, self.logs.data_dir, TRANSACTION_STATE_TOPIC, index, exc.offset,
                 )
                 continue
             yield from records
@@ -238,7 +238,7 @@ class TxnLog:
             try:
                 data = partition.read(offset, _READ_CHUNK, end)
             except KafkaError as exc:
-                raise CorruptTxnLogError(f"{TOPIC}-{index} at offset {offset}: {exc}",
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at offset {offset}: {exc}",
                                          offset) from exc
             if not data:
                 break
@@ -255,8 +255,8 @@ class TxnLog:
                     offset = header.last_offset + 1
             except (CorruptFrameError, CorruptTxnLogError) as exc:
                 raise CorruptTxnLogError(
-                    f"{TOPIC}-{index}: undecodable record at offset {offset}: {exc}", offset
+                    f"{TRANSACTION_STATE_TOPIC}-{index}: undecodable record at offset {offset}: {exc}", offset
                 ) from exc
             if offset == start:
-                raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at offset {offset}",
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at offset {offset}",
                                          offset)

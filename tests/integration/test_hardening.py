@@ -168,7 +168,8 @@ def _find_transaction_coordinator(port: int, transactional_id: str) -> int:
 @pytest.mark.slow
 def test_undecodable_transaction_log_record_takes_only_its_partition_offline(tmp_path):
     from broker.log.manager import LogConfig, LogManager
-    from broker.txn.txn_log import TOPIC, encode_key
+    from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
+    from broker.txn.txn_log import encode_key
 
     victim, bystander = "victim", "bystander"
     assert partition_for(victim, 50) != partition_for(bystander, 50)
