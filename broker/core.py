@@ -68,10 +68,18 @@ class FlushScheduler:
             # Let every request that is already runnable append first: one fsync then covers them.
             await trio.lowlevel.cancel_shielded_checkpoint()
             dirty, done = self._take_round()
+            small = _small_round(dirty)
             tickets = [(p, p.begin_flush()) for p in dirty]
             started = time.perf_counter()
-            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes anyway).
-            await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
+            if small:
+                # A few small appends (transaction-log records, markers, one-record batches):
+                # their fdatasync is shorter than a round trip through a worker thread, and it
+                # costs less CPU inline (bench/transactions.py).
+                _sync_all([t for _, t in tickets if t is not None])
+            else:
+                # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
+                # anyway).
+                await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
             self._finish_round(tickets, done, started)
 
     def flush_now(self) -> None:
@@ -97,6 +105,19 @@ class FlushScheduler:
         done.set()
         if tickets:
             self._data_arrived.notify()
+
+
+# A round is synced inline when it covers at most this many partitions and bytes, none of which
+# needs a directory sync (a new segment); bigger rounds go to a worker thread so that the loop
+# keeps reading the requests the next round will cover.
+_INLINE_PARTITIONS = 2
+_INLINE_BYTES = 8 * 1024
+
+
+def _small_round(dirty: list[Partition]) -> bool:
+    return len(dirty) <= _INLINE_PARTITIONS and all(
+        p.unsynced_bytes <= _INLINE_BYTES and not p.needs_directory_sync for p in dirty
+    )
 
 
 def _sync_all(tickets) -> None:

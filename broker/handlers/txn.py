@@ -63,18 +63,18 @@ def add_partitions_to_txn(broker: Broker, header, request):
         request.transactional_id, request.producer_id, request.producer_epoch, requested,
         broker.clock.now_ms(),
     )
-    return encode(lambda tp: result)
+    return reply(result, lambda code: encode(lambda tp: code))
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0)
 def add_offsets_to_txn(broker: Broker, header, request):
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
-    code = broker.transactions.add_partitions(
+    result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch,
         [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
     )
-    return {"throttle_time_ms": 0, "error_code": code}
+    return reply(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
 
 
 @handles(ApiKey.END_TXN, 0)

@@ -134,6 +134,7 @@ class Partition:
         )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
+        self.unsynced_bytes = 0  # how many (the flusher syncs small rounds inline)
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
@@ -174,6 +175,11 @@ class Partition:
     @property
     def dirty(self) -> bool:
         return self._dirty or self._dir_dirty or bool(self._unsynced)
+
+    @property
+    def needs_directory_sync(self) -> bool:
+        """A new segment or rolled segments are part of the next flush (a slow one)."""
+        return self._dir_dirty or bool(self._unsynced)
 
     @property
     def size_bytes(self) -> int:
@@ -353,6 +359,7 @@ class Partition:
         seg.next_offset = offset
         self.log_end_offset = offset
         self._dirty = True
+        self.unsynced_bytes += n
         if config.flush == "never":
             self.high_watermark = offset
         return offset - 1
@@ -413,6 +420,7 @@ class Partition:
         self._unsynced.clear()
         self._dirty = False
         self._dir_dirty = False
+        self.unsynced_bytes = 0
         return ticket
 
     def complete_flush(self, ticket: FlushTicket) -> None:
