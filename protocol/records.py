@@ -92,6 +92,10 @@ ATTRIBUTES_OFFSET = 21  # int16; the CRC covers [21, end)
 ATTRIBUTES_LOW_BYTE_OFFSET = ATTRIBUTES_OFFSET + 1
 LAST_OFFSET_DELTA_OFFSET = 23
 MAX_TIMESTAMP_OFFSET = 35
+# The first 43 bytes of a batch: baseOffset, length, partitionLeaderEpoch, magic, crc,
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp (enough to walk a log and answer
+# time lookups without parsing whole headers).
+HEADER_PREFIX = struct.Struct(">qiibIhiqq")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")

@@ -3,7 +3,7 @@
 The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
 is created: an existing topic keeps its count) and ``segment.bytes`` 100 MiB, as in Kafka; it is
 created on first use. A transactional id lives in partition ``partition_for(transactional_id, N)``
-(Java's ``String.hashCode``, ``broker/hashing.py``), so all records of one id are in one partition,
+(Java's ``String.hashCode``, ``broker/topics.py``), so all records of one id are in one partition,
 in order. Kafka compacts this topic; we do not compact, so time retention is switched off for it
 (``retention.ms=-1``): deleting an old segment could drop the only record of an idle id.
 
@@ -48,10 +48,9 @@ import logging
 import struct
 from collections.abc import Iterator
 
-from broker.hashing import partition_for
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
-from broker.topics import TRANSACTION_STATE_TOPIC
+from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
