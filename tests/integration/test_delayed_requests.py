@@ -31,16 +31,16 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from client import Producer
 from protocol.api_keys import ApiKey
 from tests.broker_process import BrokerProcess
-from tests.fault_proxy import FaultProxy
+from tests.fault_proxy import HoldingProxy
 
 ROUNDS = 3
 TIMEOUT_S = 1.5  # the clients' request timeout; the proxy holds EndTxn past it
 TOPIC = "delayed"
 
 
-def start(tmp_path: Path, transaction_version: int) -> tuple[FaultProxy, BrokerProcess]:
+def start(tmp_path: Path, transaction_version: int) -> tuple[HoldingProxy, BrokerProcess]:
     """The broker advertises the proxy's port, so every client connection goes through it."""
-    proxy = FaultProxy(("127.0.0.1", 1))
+    proxy = HoldingProxy(("127.0.0.1", 1))
     config = tmp_path / "server.properties"
     config.write_text(f"transaction.version={transaction_version}\n"
                       "transaction.abort.timed.out.transaction.cleanup.interval.ms=200\n")
@@ -124,7 +124,7 @@ def test_our_client_a_late_end_txn_never_acts_on_the_next_transaction(tmp_path,
         broker.stop()
 
 
-def _confluent_round(proxy: FaultProxy, producer: CProducer, config: dict, r: int,
+def _confluent_round(proxy: HoldingProxy, producer: CProducer, config: dict, r: int,
                      mitigate: bool) -> CProducer:
     producer.begin_transaction()
     for i in range(3):
