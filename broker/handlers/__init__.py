@@ -1,3 +1,11 @@
 """Request handlers, one module per API family; importing this package registers them all."""
 
-from broker.handlers import admin, fetch, groups, produce, producer_id, txn  # noqa: F401
+from broker.handlers import (  # noqa: F401
+    admin,
+    admin_apis,
+    fetch,
+    groups,
+    produce,
+    producer_id,
+    txn,
+)

@@ -1,5 +1,5 @@
 """Transactions: FindCoordinator v1, AddPartitionsToTxn v0, AddOffsetsToTxn v0, EndTxn v0,
-WriteTxnMarkers v0, DescribeTransactions v0, ListTransactions v0. (InitProducerId is in
+WriteTxnMarkers v0, DescribeTransactions v0. (ListTransactions: admin_apis.py.) (InitProducerId is in
 ``producer_id.py``.)
 
 Decode -> ``broker.transactions`` (``broker/txn/manager.py``) -> response. Requests that change
@@ -11,7 +11,6 @@ from __future__ import annotations
 from broker.core import Broker, now_ms
 from broker.dispatcher import Pending, handles
 from broker.txn.markers import write_markers_durably
-from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
@@ -160,26 +159,3 @@ def describe_transactions(broker: Broker, header, request) -> dict:
             "tagged_fields": {},
         })
     return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
-
-
-@handles(ApiKey.LIST_TRANSACTIONS, 0)
-def list_transactions(broker: Broker, header, request) -> dict:
-    wanted_states = set()
-    unknown = []
-    for name in request.state_filters:
-        state = TxnState.from_display_name(name)
-        if state is None:
-            unknown.append(name)
-        else:
-            wanted_states.add(state)
-    wanted_pids = set(request.producer_id_filters)
-    listed = [
-        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
-         "transaction_state": md.state.display_name, "tagged_fields": {}}
-        for md in sorted(broker.transactions.coordinator.transactions(),
-                         key=lambda m: m.transactional_id)
-        if (not request.state_filters or md.state in wanted_states)
-        and (not wanted_pids or md.producer_id in wanted_pids)
-    ]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "unknown_state_filters": unknown, "transaction_states": listed, "tagged_fields": {}}
