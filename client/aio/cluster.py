@@ -155,6 +155,8 @@ class Cluster:
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:
             await conn.connect(self._nursery, timeout)
+            if self._closed:  # aclose() ran while this connected: nobody would close it
+                raise BrokerConnectionError("client is closed")
         except BaseException:
             await conn.aclose()
             raise
