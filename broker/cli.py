@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import click
 import trio
 
-from broker.config import ConfigError, build_config, read_properties
+from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -51,7 +53,14 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
         _check_data_dir(config.data_dir)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    run_broker(config)
 
+
+def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = None) -> None:
+    """Serve ``config`` until SIGINT/SIGTERM, with the start-up lines ``serve`` prints.
+
+    ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
+    """
     from broker.server import run_until_signal  # imports trio handlers; keep --help fast
 
     def listening(broker, port: int) -> None:
@@ -72,7 +81,7 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
         )
 
     try:
-        trio.run(run_until_signal, config, listening)
+        trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
     except (OSError, BaseExceptionGroup) as exc:
         error = _first_os_error(exc)
         if error is None:

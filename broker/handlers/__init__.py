@@ -1,11 +1,6 @@
-"""Request handlers, one module per API family; importing this package registers them all."""
+"""Request handlers, one module per API family. Importing registers nothing: the composition root
+builds the table from ``MODULES`` (``broker.dispatcher.handler_table``)."""
 
-from broker.handlers import (  # noqa: F401
-    admin,
-    admin_apis,
-    fetch,
-    groups,
-    produce,
-    producer_id,
-    txn,
-)
+from broker.handlers import admin, admin_apis, fetch, groups, produce, producer_id, txn
+
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, txn)

@@ -11,9 +11,9 @@ import shutil
 
 from broker import configs
 from broker.configs import ConfigSource, ResourceType
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
-from broker.dispatcher import Pending, handles
-from broker.group.service import Deferred
+from broker.context import Broker
+from broker.dispatcher import handles, reply
+from broker.topics import INTERNAL_TOPICS
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -29,16 +29,6 @@ CLASSIC = "classic"
 def _versions(api_key: ApiKey) -> range:
     r = ADVERTISED[api_key]
     return range(r.min, r.max + 1)
-
-
-def _deferred(reply, encode):
-    if isinstance(reply, Deferred):
-
-        async def wait():
-            return encode(await reply.wait())
-
-        return Pending(wait)
-    return encode(reply)
 
 
 def _error(exc: KafkaError) -> tuple[ErrorCode, str | None]:
@@ -169,7 +159,7 @@ def create_partitions(broker: Broker, header, request) -> dict:
             if topic.assignments:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  "manual replica assignments are not supported")
-            broker.logs.create_partitions(topic.name, topic.count, now_ms(), request.validate_only)
+            broker.logs.create_partitions(topic.name, topic.count, broker.clock.now_ms(), request.validate_only)
         except KafkaError as exc:
             code, message = _error(exc)
         results.append({"name": topic.name, "error_code": code, "error_message": message})
@@ -204,8 +194,8 @@ def delete_records(broker: Broker, header, request) -> dict:
 @handles(ApiKey.DELETE_GROUPS, *_versions(ApiKey.DELETE_GROUPS))
 def delete_groups(broker: Broker, header, request):
     names = list(request.groups_names)
-    reply = broker.groups.delete_groups(list(dict.fromkeys(names)), now_ms())
-    return _deferred(reply, lambda result: {
+    result = broker.groups.delete_groups(list(dict.fromkeys(names)), broker.clock.now_ms())
+    return reply(result, lambda result: {
         "throttle_time_ms": 0,
         "results": [{"group_id": g, "error_code": result[g]} for g in dict.fromkeys(names)],
     })
@@ -214,7 +204,7 @@ def delete_groups(broker: Broker, header, request):
 @handles(ApiKey.OFFSET_DELETE, *_versions(ApiKey.OFFSET_DELETE))
 def offset_delete(broker: Broker, header, request):
     requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
-    reply = broker.groups.delete_offsets(request.group_id, requested, now_ms())
+    result = broker.groups.delete_offsets(request.group_id, requested, broker.clock.now_ms())
 
     def encode(result) -> dict:
         code, errors = result
@@ -228,7 +218,7 @@ def offset_delete(broker: Broker, header, request):
         ]
         return {"error_code": code, "throttle_time_ms": 0, "topics": topics}
 
-    return _deferred(reply, encode)
+    return reply(result, encode)
 
 
 @handles(ApiKey.LIST_GROUPS, *_versions(ApiKey.LIST_GROUPS))
@@ -240,7 +230,7 @@ def list_groups(broker: Broker, header, request) -> dict:
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     groups = []
     if not types or CLASSIC in types:
-        for group_id, protocol_type, state in sorted(broker.groups.list_groups(now_ms())):
+        for group_id, protocol_type, state in sorted(broker.groups.list_groups(broker.clock.now_ms())):
             if states and state.lower() not in states:
                 continue
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
@@ -346,7 +336,7 @@ def list_transactions(broker: Broker, header, request) -> dict:
             wanted_states.add(state)
     wanted_pids = set(request.producer_id_filters)
     duration = request.duration_filter if header.api_version >= 1 else -1
-    now = now_ms()
+    now = broker.clock.now_ms()
     listed = []
     for md in sorted(broker.transactions.coordinator.transactions(),
                      key=lambda m: m.transactional_id):

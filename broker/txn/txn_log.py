@@ -44,12 +44,12 @@ from collections.abc import Iterator
 from broker.hashing import partition_for
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.topics import TRANSACTION_STATE_TOPIC
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import CorruptFrameError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-TOPIC = "__transaction_state"
 # Kafka's transaction.state.log.segment.bytes default.
 SEGMENT_BYTES = 100 * 1024 * 1024
 TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
@@ -167,16 +167,16 @@ class TxnLog:
 
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
         self.logs = logs
-        existing = logs.topics().get(TOPIC)
+        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TOPIC not in self.logs.topics():
-            self.logs.create_topic(TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
-        return self.logs.partition(TOPIC, index)
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+        return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
@@ -188,10 +188,10 @@ class TxnLog:
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
         """Every record of every partition in log order: ``(transactional_id, transition or
         None for a tombstone)``."""
-        if TOPIC not in self.logs.topics():
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
             return
         for index in range(self.num_partitions):
-            partition = self.logs.partition(TOPIC, index)
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
             offset = partition.log_start_offset
             end = partition.log_end_offset
             while offset < end:
@@ -209,6 +209,6 @@ class TxnLog:
                             yield tid, (None if record.value is None
                                         else decode_value(tid, record.value))
                 except CorruptFrameError as exc:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index} at {offset}: {exc}") from exc
+                    raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at {offset}: {exc}") from exc
                 if offset == start:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at {offset}")
+                    raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at {offset}")
