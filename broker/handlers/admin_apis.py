@@ -8,6 +8,7 @@ handler serves them all and returns every field (the encoder skips the absent on
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 from broker import configs
 from broker.configs import ConfigSource, ResourceType
@@ -85,7 +86,7 @@ def describe_configs(broker: Broker, header, request) -> dict:
     return {"throttle_time_ms": 0, "results": results}
 
 
-def _alter_response(results: list[tuple[object, ErrorCode, str | None]]) -> dict:
+def _alter_response(results: list[tuple[Any, ErrorCode, str | None]]) -> dict:
     return {
         "throttle_time_ms": 0,
         "responses": [
@@ -195,10 +196,14 @@ def delete_records(broker: Broker, header, request) -> dict:
 def delete_groups(broker: Broker, header, request):
     names = list(request.groups_names)
     result = broker.groups.delete_groups(list(dict.fromkeys(names)), broker.clock.now_ms())
-    return reply(result, lambda result: {
-        "throttle_time_ms": 0,
-        "results": [{"group_id": g, "error_code": result[g]} for g in dict.fromkeys(names)],
-    })
+
+    def encode(codes: dict[str, ErrorCode]) -> dict:
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": codes[g]} for g in dict.fromkeys(names)],
+        }
+
+    return reply(result, encode)
 
 
 @handles(ApiKey.OFFSET_DELETE, *_versions(ApiKey.OFFSET_DELETE))
