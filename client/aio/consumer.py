@@ -1043,6 +1043,12 @@ class AsyncConsumer:
                 await trio.sleep(self._retry_backoff)
                 continue
             if join.error_code:
+                if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                    # KIP-394 (JoinGroup v4+): the coordinator gave us our member id; join
+                    # again with it at once, as Kafka's consumer does.
+                    log.info("group %s: joining again with member id %s", group_id, join.member_id)
+                    self._member_id = join.member_id
+                    continue
                 if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self._member_id = ""
                     continue
