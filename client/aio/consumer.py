@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from client._loop import require_trio
 from client.aio.cluster import GROUP, Cluster, is_coordinator_error
 from client.config import ClientConfig, consumer_config
 from client.errors import (
@@ -227,6 +228,7 @@ class AsyncConsumer:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncConsumer:
+        require_trio("AsyncConsumer", "Consumer")
         self._stack = AsyncExitStack()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._cluster = Cluster(self.config, self._nursery)
