@@ -16,6 +16,7 @@ from typing import Any
 
 import trio
 
+from broker.data_dir_lock import DataDirLock
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
 
@@ -133,12 +134,18 @@ class Storage:
     """
 
     def __init__(
-        self, logs: LogManager, flusher: FlushScheduler, data_arrived: DataArrived, durable: bool
+        self,
+        logs: LogManager,
+        flusher: FlushScheduler,
+        data_arrived: DataArrived,
+        durable: bool,
+        lock: DataDirLock | None = None,
     ) -> None:
         self.logs = logs
         self.flusher = flusher
         self.data_arrived = data_arrived
         self.durable = durable
+        self._lock = lock  # the data dir's, released by close()
 
     def partition(self, topic: str, index: int) -> Partition:
         return self.logs.partition(topic, index)
@@ -177,7 +184,11 @@ class Storage:
             f.partition_syncs,
             f.seconds,
         )
-        self.logs.close()
+        try:
+            self.logs.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 def load_cluster_id(data_dir: Path) -> str:

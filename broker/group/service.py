@@ -500,6 +500,10 @@ class GroupService:
         """TxnOffsetCommit v0: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``."""
         error = self.coordinator.validate_txn_offset_commit(request.group_id)
+        if error == ErrorCode.NONE and (request.producer_id < 0 or request.producer_epoch < 0):
+            # No producer, so no transaction these offsets could belong to (Kafka answers the same
+            # for a producer id its transaction coordinator does not map to the transactional id).
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
         topics, flushed = self._store(request.group_id, request.topics, error, now_ms, request)
         return _after(flushed, {"throttle_time_ms": 0, "topics": topics})
 

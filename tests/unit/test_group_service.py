@@ -11,8 +11,8 @@ from broker.clock import Clock, ManualClock, TrioClock
 from broker.config import build_config
 from broker.context import Broker
 from broker.dispatcher import Deferred
-from broker.hashing import partition_for
 from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS_TOPIC
+from broker.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import decode_request, encode_request

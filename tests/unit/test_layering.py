@@ -153,7 +153,7 @@ SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.m
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
-    "broker.group.coordinator", "broker.group.offsets", "broker.topics", "broker.hashing",
+    "broker.group.coordinator", "broker.group.offsets", "broker.topics",
 }
 # The storage domain: files, but no trio, no sockets, no clock.
 STORAGE_DOMAIN = {"broker.log", "broker.producer_state", "broker.txn.txn_log",
