@@ -138,17 +138,15 @@ def _check_data_dir(path: Path) -> None:
 
 
 def _add_tool_commands() -> None:
-    """The client tools (topics, produce, consume, groups) and the transactions admin commands.
+    """The client tools (topics, produce, consume, groups, transactions, ...), all on client/.
 
     This module is the composition root of the ``minibroker`` command, so it is the one place in
     broker/ that may import the client package (tests/unit/test_layering.py allows exactly this).
     """
-    from broker.txn_cli import transactions
     from client.cli import COMMANDS
 
     for command in COMMANDS:
         main.add_command(command)
-    main.add_command(transactions)
 
 
 _add_tool_commands()
