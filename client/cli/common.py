@@ -23,6 +23,7 @@ from typing import Any
 import click
 
 from client.admin import Admin
+from client.config import ADMIN, OPTIONS
 from client.errors import BrokerConnectionError, KafkaClientError, UnknownTopicOrPartitionError
 from protocol.properties import parse_properties
 
@@ -39,20 +40,23 @@ def client_options(fn: Callable) -> Callable:
                   type=click.Path(dir_okay=False, path_type=Path),
                   envvar="MINIBROKER_COMMAND_CONFIG", show_envvar=True,
                   help="Client properties file (Kafka keys, Java properties syntax).")
-    @click.option("-b", "--bootstrap-server", "bootstrap", default=DEFAULT_BOOTSTRAP,
-                  show_default=True, envvar="MINIBROKER_BOOTSTRAP_SERVER", show_envvar=True,
-                  help="host:port of a broker (comma-separated list).")
+    @click.option("-b", "--bootstrap-server", "bootstrap", default=None,
+                  envvar="MINIBROKER_BOOTSTRAP_SERVER", show_envvar=True,
+                  help="host:port of a broker (comma-separated list); wins over "
+                       f"--command-config.  [default: {DEFAULT_BOOTSTRAP}]")
     @functools.wraps(fn)
-    def wrapper(*args: Any, bootstrap: str, command_config: Path | None,
+    def wrapper(*args: Any, bootstrap: str | None, command_config: Path | None,
                 extra_config: Sequence[str], **kwargs: Any) -> Any:
         return fn(*args, conf=client_config(bootstrap, command_config, extra_config), **kwargs)
+
 
     return wrapper
 
 
-def client_config(bootstrap: str, command_config: Path | None,
+def client_config(bootstrap: str | None, command_config: Path | None,
                   extra: Iterable[str]) -> dict[str, Any]:
-    config: dict[str, Any] = {"bootstrap.servers": bootstrap}
+    """The file, then ``-b`` (or its environment variable), then ``-X``."""
+    config: dict[str, Any] = {"bootstrap.servers": DEFAULT_BOOTSTRAP}
     if command_config is not None:
         try:
             text = command_config.read_text(encoding="utf-8")
@@ -63,10 +67,19 @@ def client_config(bootstrap: str, command_config: Path | None,
             config.update(parse_properties(text, str(command_config)))
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--command-config") from None
+    if bootstrap:
+        config["bootstrap.servers"] = bootstrap
     for item in extra:
         key, value = key_value(item, "-X")
         config[key.strip()] = value
     return config
+
+
+def for_admin(conf: dict[str, Any]) -> dict[str, Any]:
+    """The settings of ``conf`` an admin client takes (a --command-config file is shared by the
+    producer, the consumer and the admin client of a command, as in Kafka's tools)."""
+    return {k: v for k, v in conf.items()
+            if k not in OPTIONS or ADMIN in OPTIONS[k].roles}
 
 
 def key_value(item: str, hint: str) -> tuple[str, str]:

@@ -10,6 +10,7 @@ from client.cli.common import (
     client_options,
     echo_json,
     echo_table,
+    for_admin,
     format_option,
     friendly_errors,
     parse_datetime,
@@ -32,7 +33,7 @@ def groups() -> None:
 @friendly_errors
 def groups_list(fmt, conf) -> None:
     """List group ids (with state)."""
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         listed = admin.list_groups()
         described = {g.group_id: g for g in admin.describe_groups([g.group_id for g in listed])}
     rows = [(g.group_id, described[g.group_id].state if g.group_id in described else None,
@@ -98,7 +99,7 @@ def groups_describe(group_ids, members, fmt, conf) -> None:
     read_committed consumer can reach). An unknown group is an error (exit 1).
     """
     result = []
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         for description in admin.describe_groups(group_ids):
             committed = admin.list_group_offsets(description.group_id)
             if description.state == "Dead" and not committed:
@@ -186,7 +187,7 @@ def groups_reset_offsets(group_id, topics, all_topics, to, to_offset, to_datetim
                                "--to-datetime, --shift-by")
     if bool(topics) == all_topics:
         raise click.UsageError("give --topic (repeatable) or --all-topics")
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         (description,) = admin.describe_groups([group_id])
         if description.state not in INACTIVE:
             raise click.ClickException(

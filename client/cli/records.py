@@ -21,11 +21,13 @@ from client.cli.common import (
     Progress,
     client_options,
     existing_partitions,
+    for_admin,
     friendly_errors,
     key_value,
     parse_datetime,
     with_defaults,
 )
+from client.config import consumer_config, producer_config
 from client.consumer import Consumer
 from client.producer import Producer
 from client.structs import ConsumerRecord, TopicPartition
@@ -59,7 +61,8 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
         if acks in ("0", "1"):
             settings["enable.idempotence"] = False
     config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
-    with Admin(conf) as admin:
+    producer_config(config)  # a bad key or value: its own message, before connecting
+    with Admin(for_admin(conf)) as admin:
         admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
     count = 0
     errors: list[BaseException] = []
@@ -287,10 +290,11 @@ def consume(topic, from_beginning, group, partitions, offset, isolation_level, m
         "enable.auto.commit": False if group else None,
     }
     config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
+    consumer_config(config)  # a bad key or value: its own message, before connecting
     printed = 0
     out = click.get_text_stream("stdout")
     assigned_at: list[float] = []
-    with Admin(conf) as admin, Consumer(config) as consumer:
+    with Admin(for_admin(conf)) as admin, Consumer(config) as consumer:
         numbers = existing_partitions(admin, topic, partitions, wait=idle_timeout)
         if group:
             consumer.subscribe([topic], on_assign=lambda tps: assigned_at.append(time.monotonic()))

@@ -12,6 +12,7 @@ from client.cli.common import (
     client_options,
     echo_json,
     existing_partitions,
+    for_admin,
     format_option,
     friendly_errors,
     key_value,
@@ -41,7 +42,7 @@ def topics_create(name, partitions, replication_factor, topic_config, if_not_exi
                   conf) -> None:
     """Create topic NAME."""
     configs = dict(key_value(item, "--topic-config") for item in topic_config)
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         results = admin.create_topics(
             [NewTopic(name, partitions or -1, replication_factor or -1, configs)]
         )
@@ -62,7 +63,7 @@ def topics_create(name, partitions, replication_factor, topic_config, if_not_exi
 @friendly_errors
 def topics_list(internal, fmt, conf) -> None:
     """List topic names."""
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         names = admin.list_topics(include_internal=internal)
     if fmt == "json":
         echo_json(names)
@@ -78,7 +79,7 @@ def topics_list(internal, fmt, conf) -> None:
 @friendly_errors
 def topics_describe(names, fmt, conf) -> None:
     """Show partitions, leaders and replicas (all topics without NAMES)."""
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         described = admin.describe_topics(names or None)
     if fmt == "json":
         echo_json([
@@ -112,7 +113,7 @@ def topics_describe(names, fmt, conf) -> None:
 @friendly_errors
 def topics_delete(names, conf) -> None:
     """Delete topics NAMES."""
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         results = admin.delete_topics(names)
     failed = {name: err for name, err in results.items() if err is not None}
     for name in names:
@@ -150,7 +151,7 @@ def get_offsets(topic, partitions, time_spec, isolation_level, fmt, conf) -> Non
     """Offsets of TOPIC's partitions at a time (kafka-get-offsets.sh): TOPIC:PARTITION:OFFSET."""
     spec = parse_time_spec(time_spec)
     wanted = _int_list(partitions, "--partitions")
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         chosen = existing_partitions(admin, topic, wanted)
         found = admin.list_offsets({(topic, p): spec for p in chosen},
                                    read_committed=isolation_level == "read_committed")

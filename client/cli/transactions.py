@@ -17,6 +17,7 @@ from client.cli.common import (
     client_options,
     echo_json,
     echo_table,
+    for_admin,
     format_option,
     friendly_errors,
     with_defaults,
@@ -91,7 +92,7 @@ def list_transactions(states, producer_ids, fmt, conf) -> None:
     if unknown:
         raise click.ClickException(f"unknown transaction state(s): {', '.join(unknown)} "
                                    f"(states: {', '.join(STATES)})")
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         listed = admin.list_transactions(states, producer_ids)
         described = admin.describe_transactions([t.transactional_id for t in listed])
     _echo(described, fmt)
@@ -104,7 +105,7 @@ def list_transactions(states, producer_ids, fmt, conf) -> None:
 @friendly_errors
 def describe_transaction(transactional_id, fmt, conf) -> None:
     """One transactional id: state, producer id, epoch, partitions, age, timeout."""
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         try:
             described = admin.describe_transactions([transactional_id])
         except TransactionalIdNotFoundError:
@@ -126,7 +127,7 @@ def abort_transaction(transactional_id, fmt, conf) -> None:
     Works as a new producer instance of that id would: InitProducerId bumps the epoch, which
     fences the old producer and aborts its transaction (ABORT markers, then CompleteAbort).
     """
-    with Admin(conf) as admin:
+    with Admin(for_admin(conf)) as admin:
         try:
             (before,) = admin.describe_transactions([transactional_id])
         except TransactionalIdNotFoundError:
