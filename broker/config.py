@@ -246,7 +246,9 @@ def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
             continue
         if key in _RETENTION_UNITS:
             # log.retention.ms wins over .minutes, which wins over .hours (as in Kafka).
-            if "log.retention.ms" in properties or _RETENTION_UNITS[key] < retention_unit:
+            if "log.retention.ms" in properties or (
+                retention_unit and _RETENTION_UNITS[key] > retention_unit
+            ):
                 continue
             try:
                 log["retention_ms"] = int(raw) * _RETENTION_UNITS[key]
