@@ -30,6 +30,7 @@ run: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 test-fast: $(TEST_STAMP)
@@ -37,6 +38,7 @@ test-fast: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(TEST_STAMP)
 	$(PY) bench/produce.py

@@ -7,6 +7,8 @@ import logging
 import os
 import socket
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import click
@@ -85,8 +87,11 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
     run_broker(config)
 
 
-def run_broker(config: BrokerConfig) -> None:
-    """Serve ``config`` until SIGINT/SIGTERM, logging listeners, data dir and recovery first."""
+def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = None) -> None:
+    """Serve ``config`` until SIGINT/SIGTERM, logging listeners, data dir and recovery first.
+
+    ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
+    """
     from broker.server import run_until_signal  # imports trio handlers; keep --help fast
 
     def listening(broker, port: int) -> None:
@@ -103,7 +108,7 @@ def run_broker(config: BrokerConfig) -> None:
         log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
     try:
-        trio.run(run_until_signal, config, listening)
+        trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
     except (OSError, BaseExceptionGroup) as exc:
         error = _first_os_error(exc)
         if error is None:

@@ -82,9 +82,18 @@ NO_SEQUENCE = -1
 
 INT32_MAX = 0x7FFF_FFFF
 
-_CRC_OFFSET = 17
-_ATTRIBUTES_OFFSET = 21  # the CRC covers [21, end)
-_PARTITION_LEADER_EPOCH_OFFSET = 12
+# Byte offsets of header fields from the start of a batch (see the layout above).
+PARTITION_LEADER_EPOCH_OFFSET = 12
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # int16; the CRC covers [21, end)
+# The low byte of the big-endian attributes: the compression, transactional and control bits.
+ATTRIBUTES_LOW_BYTE_OFFSET = ATTRIBUTES_OFFSET + 1
+LAST_OFFSET_DELTA_OFFSET = 23
+MAX_TIMESTAMP_OFFSET = 35
+# The first 43 bytes of a batch: baseOffset, length, partitionLeaderEpoch, magic, crc,
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp (enough to walk a log and answer
+# time lookups without parsing whole headers).
+HEADER_PREFIX = struct.Struct(">qiibIhiqq")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
@@ -243,7 +252,7 @@ def batch_crc_ok(buf: Any, pos: int, header: BatchHeader) -> bool:
     end = pos + header.length + LOG_OVERHEAD
     if end > len(buf):
         return False
-    return _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end]) == header.crc
+    return _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]) == header.crc
 
 
 def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
@@ -251,7 +260,6 @@ def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
     _INT64.pack_into(buf, pos, base_offset)
 
 
-_MAX_TIMESTAMP_OFFSET = 35
 
 
 def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
@@ -260,17 +268,17 @@ def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) 
     rewrite its CRC. Returns the new header. Consumers then read ``now_ms`` as the timestamp of
     every record of the batch."""
     attributes = header.attributes | TIMESTAMP_TYPE_BIT
-    _INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, attributes)
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now_ms)
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
     end = pos + header.length + LOG_OVERHEAD
-    crc = _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end])
-    _UINT32.pack_into(buf, pos + _CRC_OFFSET, crc)
+    crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc)
     return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
 def patch_partition_leader_epoch(buf: Any, pos: int, epoch: int) -> None:
     """Write partitionLeaderEpoch of the batch at ``pos`` in place. Not covered by the CRC."""
-    _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,9 +453,8 @@ def _unsnappy(module: Any, data: memoryview) -> bytes:
 
 
 def _decompress(codec: Compression, data: memoryview) -> bytes:
-    if codec == Compression.GZIP:
-        module = None
-    else:
+    module: Any = None
+    if codec != Compression.GZIP:
         module = _codec_module(codec)
         if module is None:
             raise CorruptFrameError(
@@ -578,7 +585,7 @@ def _build_batch(
         )
     except struct.error as exc:
         raise ValueError(f"record batch field out of range: {exc}") from exc
-    _UINT32.pack_into(out, _CRC_OFFSET, _crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 

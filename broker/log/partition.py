@@ -40,10 +40,10 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from broker.log.recovery import CleanState, RecoveryReport, load_log
 from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.producer_state import (
     ProducerStateManager,
@@ -61,9 +61,6 @@ from protocol.records import (
     patch_base_offset,
     stamp_log_append_time,
 )
-
-if TYPE_CHECKING:
-    from broker.log.manager import LogConfig
 
 # DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
@@ -137,6 +134,7 @@ class Partition:
         )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
+        self.unsynced_bytes = 0  # how many (the flusher syncs small rounds inline)
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
@@ -177,6 +175,11 @@ class Partition:
     @property
     def dirty(self) -> bool:
         return self._dirty or self._dir_dirty or bool(self._unsynced)
+
+    @property
+    def needs_directory_sync(self) -> bool:
+        """A new segment or rolled segments are part of the next flush (a slow one)."""
+        return self._dir_dirty or bool(self._unsynced)
 
     @property
     def size_bytes(self) -> int:
@@ -356,6 +359,7 @@ class Partition:
         seg.next_offset = offset
         self.log_end_offset = offset
         self._dirty = True
+        self.unsynced_bytes += n
         if config.flush == "never":
             self.high_watermark = offset
         return offset - 1
@@ -416,6 +420,7 @@ class Partition:
         self._unsynced.clear()
         self._dirty = False
         self._dir_dirty = False
+        self.unsynced_bytes = 0
         return ticket
 
     def complete_flush(self, ticket: FlushTicket) -> None:

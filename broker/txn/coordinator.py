@@ -31,17 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from broker.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
 from protocol.errors import ErrorCode, KafkaError
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 INT16_MAX = 32767
 # Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
 EPOCH_EXHAUSTED = INT16_MAX - 1
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class TxnMetadata:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
     def _target(self, state: TxnState, now_ms: int, **changes) -> TxnTransition:
-        values = dict(
+        values: dict[str, Any] = dict(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.

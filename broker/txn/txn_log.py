@@ -3,7 +3,7 @@
 The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
 is created: an existing topic keeps its count) and ``segment.bytes`` 100 MiB, as in Kafka; it is
 created on first use. A transactional id lives in partition ``partition_for(transactional_id, N)``
-(Java's ``String.hashCode``, ``broker/hashing.py``), so all records of one id are in one partition,
+(Java's ``String.hashCode``, ``broker/topics.py``), so all records of one id are in one partition,
 in order. Kafka compacts this topic; we do not compact, so time retention is switched off for it
 (``retention.ms=-1``): deleting an old segment could drop the only record of an idle id.
 
@@ -41,15 +41,14 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 
-from broker.hashing import partition_for
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import CorruptFrameError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-TOPIC = "__transaction_state"
 # Kafka's transaction.state.log.segment.bytes default.
 SEGMENT_BYTES = 100 * 1024 * 1024
 TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
@@ -167,16 +166,16 @@ class TxnLog:
 
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
         self.logs = logs
-        existing = logs.topics().get(TOPIC)
+        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TOPIC not in self.logs.topics():
-            self.logs.create_topic(TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
-        return self.logs.partition(TOPIC, index)
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+        return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
@@ -188,10 +187,10 @@ class TxnLog:
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
         """Every record of every partition in log order: ``(transactional_id, transition or
         None for a tombstone)``."""
-        if TOPIC not in self.logs.topics():
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
             return
         for index in range(self.num_partitions):
-            partition = self.logs.partition(TOPIC, index)
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
             offset = partition.log_start_offset
             end = partition.log_end_offset
             while offset < end:
@@ -209,6 +208,6 @@ class TxnLog:
                             yield tid, (None if record.value is None
                                         else decode_value(tid, record.value))
                 except CorruptFrameError as exc:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index} at {offset}: {exc}") from exc
+                    raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at {offset}: {exc}") from exc
                 if offset == start:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at {offset}")
+                    raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at {offset}")
