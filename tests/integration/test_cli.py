@@ -143,11 +143,14 @@ def test_ctrl_c_during_transactional_produce_aborts(broker, b):
         proc.stdin.flush()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # until the coordinator has the partition
-            state = json.loads(ok(run("transactions", "describe", "ctrl-c", "--format", "json",
-                                      *b)).stdout)[0]
-            if state["state"] == "Ongoing" and state["partitions"]:
-                break
+            described = run("transactions", "describe", "ctrl-c", "--format", "json", *b)
+            if described.returncode == 0:  # not found before the producer's InitProducerId
+                state = json.loads(described.stdout)[0]
+                if state["state"] == "Ongoing" and state["partitions"]:
+                    break
             time.sleep(0.2)
+        else:
+            pytest.fail("the transaction never started")
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:
