@@ -250,6 +250,7 @@ def test_groups_describe_shows_every_partition_member_and_log_end(broker, b):
     assert (rows[2]["current_offset"], rows[2]["log_end_offset"], rows[2]["lag"]) == (None, 1,
                                                                                       None)
     assert {r["client_id"] for r in rows.values()} == {"my-client"}
+    assert {r["host"] for r in rows.values()} == {"/127.0.0.1"}
     assert all(r["consumer_id"] for r in rows.values())
     assert "CURRENT-OFFSET  LOG-END-OFFSET  LAG" in text and "my-client" in text
     one_line_error(run("groups", "describe", "no-such-group", *b),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -138,3 +139,35 @@ def test_wildcard_host_advertises_the_host_name(tmp_path):
         assert f"(advertised {socket.gethostname()}:" in "".join(broker.output)
     finally:
         broker.stop()
+
+
+def test_a_second_listener_advertises_its_own_address(tmp_path):
+    import re
+
+    from protocol.api_keys import ApiKey
+    from tests.raw_client import RawConnection
+
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "listeners=INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0\n"
+        "advertised.listeners=EXTERNAL://outside.example:19092\n"
+    )
+    broker = BrokerProcess(tmp_path / "d", "--config", str(config))
+    broker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            found = re.search(r"listener EXTERNAL on 127\.0\.0\.1:(\d+)", "".join(broker.output))
+            if found:
+                break
+            time.sleep(0.05)
+        assert found, broker.output
+        body = {"topics": [], "allow_auto_topic_creation": False}
+        with RawConnection(int(found.group(1))) as conn:
+            (external,) = conn.request(ApiKey.METADATA, 4, body).brokers
+        with RawConnection(broker.port) as conn:
+            (internal,) = conn.request(ApiKey.METADATA, 4, body).brokers
+        assert (external.host, external.port) == ("outside.example", 19092)
+        assert (internal.host, internal.port) == ("127.0.0.1", broker.port)
+    finally:
+        assert broker.stop() == 0
