@@ -79,6 +79,7 @@ def one_line_error(result: subprocess.CompletedProcess, needle: str) -> None:
 # -- item 1: the console consumer commits every assigned position --------------------------------
 
 
+@pytest.mark.slow
 def test_group_consumer_commits_every_assigned_partition(broker, b):
     create(broker, "orders", 2)
     produce(broker, "orders", [(1, b"only-in-1")])
@@ -133,6 +134,7 @@ def test_transactions_abort_finishes_what_a_killed_producer_left(broker, b):
                    "transactional id 'nobody' not found")
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_transactional_produce_aborts(broker, b):
     create(broker, "tx-ctrl-c", 1)
     proc = popen([*minibroker_argv(), "produce", "tx-ctrl-c", "--transactional-id", "ctrl-c", *b],
@@ -198,6 +200,7 @@ def test_broker_down_fails_fast_with_one_line(command):
     assert time.monotonic() - started < 15
 
 
+@pytest.mark.slow
 def test_group_join_delay_does_not_eat_the_timeout(broker, b):
     create(broker, "joined", 1)
     produce(broker, "joined", [(0, b"a"), (0, b"b")])
@@ -227,6 +230,7 @@ def test_every_command_has_dash_h(command):
     assert result.stdout.startswith("Usage:")
 
 
+@pytest.mark.slow
 def test_groups_describe_shows_every_partition_member_and_log_end(broker, b):
     create(broker, "described", 3)
     produce(broker, "described", [(0, b"x")] * 4 + [(2, b"y")])
@@ -257,6 +261,7 @@ def test_groups_describe_shows_every_partition_member_and_log_end(broker, b):
                    "consumer group 'no-such-group' does not exist")
 
 
+@pytest.mark.slow
 def test_groups_reset_offsets_dry_run_and_execute(broker, b):
     create(broker, "resettable", 2)
     produce(broker, "resettable", [(0, b"a")] * 5 + [(1, b"b")] * 3)
