@@ -20,6 +20,7 @@ from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
 from broker.core import DataArrived, FlushScheduler, Storage, load_cluster_id
+from broker.data_dir_lock import lock_data_dir
 from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
@@ -44,11 +45,14 @@ def build_broker(
     clock = clock or WallClock()
     data_dir = Path(config.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
+    # Before anything is read or written: a second broker on this dir stops here
+    # (DataDirLocked); the lock is held until storage.close().
+    lock = lock_data_dir(data_dir)
     cluster_id = load_cluster_id(data_dir)
     logs = LogManager(data_dir, config.log, clock.now_ms())
     data_arrived = DataArrived()
     storage = Storage(logs, FlushScheduler(data_arrived), data_arrived,
-                      durable=config.log.flush == "always")
+                      durable=config.log.flush == "always", lock=lock)
     producer_ids = ProducerIdManager(data_dir / "producer_ids")
 
     cross = CrossService()

@@ -107,14 +107,51 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         adv_host, adv_port = broker.config.advertised
         log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
+    from broker.data_dir_lock import DataDirLocked
+
     try:
         trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
+    except DataDirLocked as exc:
+        click.echo(f"minibroker: error: {exc}", err=True)
+        sys.exit(2)
     except (OSError, BaseExceptionGroup) as exc:
         error = _first_os_error(exc)
         if error is None:
             raise
         log.error("%s (%s:%s)", error.strerror or error, config.host, config.port)
         sys.exit(1)
+
+
+@main.command("repair-log")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
+@click.option("--topic", required=True, help="e.g. __transaction_state")
+@click.option("--partition", type=click.IntRange(0), required=True)
+@click.option("--offset", type=click.IntRange(0), required=True, help="The first offset to remove.")
+def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
+    """Offline repair: truncate one partition's log before OFFSET (the broker must be stopped).
+
+    For a record the broker reported as undecodable at start (the log line names the partition
+    and offset). Everything from that batch on is removed from the partition.
+    """
+    from broker.data_dir_lock import DataDirLocked, lock_data_dir
+    from broker.log.manager import CLEAN_SHUTDOWN_FILE
+    from broker.log.recovery import truncate_before
+
+    directory = data_dir / f"{topic}-{partition}"
+    if not directory.is_dir():
+        raise click.UsageError(f"no partition directory {directory}")
+    try:
+        lock = lock_data_dir(data_dir)
+    except DataDirLocked as exc:
+        click.echo(f"minibroker: {exc}", err=True)
+        sys.exit(2)
+    try:
+        # The next start must rescan (rebuild indexes and producer state).
+        (data_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        end = truncate_before(directory, offset)
+    finally:
+        lock.release()
+    click.echo(f"minibroker: {topic}-{partition} now ends at offset {end}")
 
 
 def _first_os_error(exc: BaseException) -> OSError | None:

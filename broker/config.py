@@ -12,6 +12,7 @@ import difflib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from broker.log.topic_config import BROKER_KEYS, LogConfig
 from protocol.properties import parse_properties
@@ -231,7 +232,7 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
     top["extra_listeners"] = tuple(extra)
 
 
-def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
+def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}

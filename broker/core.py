@@ -16,8 +16,9 @@ from typing import Any
 
 import trio
 
+from broker.data_dir_lock import DataDirLock
 from broker.log.manager import LogManager
-from broker.log.partition import AppendResult, Partition
+from broker.log.partition import AppendResult, FlushTicket, Partition
 
 log = logging.getLogger("minibroker")
 
@@ -95,7 +96,9 @@ class FlushScheduler:
         done, self._round = self._round, trio.Event()
         return list(dirty.values()), done
 
-    def _finish_round(self, tickets, done: trio.Event, started: float) -> None:
+    def _finish_round(
+        self, tickets: list[tuple[Partition, FlushTicket | None]], done: trio.Event, started: float
+    ) -> None:
         for partition, ticket in tickets:
             if ticket is not None:
                 partition.complete_flush(ticket)
@@ -120,7 +123,7 @@ def _small_round(dirty: list[Partition]) -> bool:
     )
 
 
-def _sync_all(tickets) -> None:
+def _sync_all(tickets: list[FlushTicket]) -> None:
     for ticket in tickets:
         ticket.sync()
 
@@ -133,12 +136,18 @@ class Storage:
     """
 
     def __init__(
-        self, logs: LogManager, flusher: FlushScheduler, data_arrived: DataArrived, durable: bool
+        self,
+        logs: LogManager,
+        flusher: FlushScheduler,
+        data_arrived: DataArrived,
+        durable: bool,
+        lock: DataDirLock | None = None,
     ) -> None:
         self.logs = logs
         self.flusher = flusher
         self.data_arrived = data_arrived
         self.durable = durable
+        self._lock = lock  # the data dir's, released by close()
 
     def partition(self, topic: str, index: int) -> Partition:
         return self.logs.partition(topic, index)
@@ -177,7 +186,11 @@ class Storage:
             f.partition_syncs,
             f.seconds,
         )
-        self.logs.close()
+        try:
+            self.logs.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
 def load_cluster_id(data_dir: Path) -> str:

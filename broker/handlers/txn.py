@@ -11,7 +11,7 @@ from __future__ import annotations
 from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
-from broker.txn.state import TxnState
+from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
@@ -26,6 +26,10 @@ def find_coordinator(broker: Broker, header, request) -> dict:
     if request.key_type not in COORDINATOR_KEY_TYPES:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown key type {request.key_type}",
+                "node_id": -1, "host": "", "port": -1}
+    if request.key_type == 1 and not broker.transactions.log.available(request.key):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "its transaction log partition could not be loaded",
                 "node_id": -1, "host": "", "port": -1}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "node_id": broker.config.node_id, "host": host, "port": port}
@@ -90,16 +94,31 @@ def end_txn(broker: Broker, header, request):
 @handles(ApiKey.WRITE_TXN_MARKERS, 0)
 def write_txn_markers(broker: Broker, header, request):
     """The broker-internal marker API: the same path the coordinator uses for its own markers.
-    Answers once every marker written is durable."""
+    Answers once every marker written is durable. A marker that does not belong to a transaction
+    this coordinator runs (or targets ``__transaction_state``) gets CLUSTER_AUTHORIZATION_FAILED
+    and writes nothing: a client may not forge markers or write into the internal logs."""
+
+    coordinator = broker.transactions.coordinator
 
     async def write_all() -> dict:
         markers = []
         for marker in request.markers:
-            partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-            errors = await broker.transactions.markers.write_durably(
-                marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                marker.coordinator_epoch, partitions, broker.clock.now_ms(),
-            )
+            pid, epoch, commit = marker.producer_id, marker.producer_epoch, marker.transaction_result
+            errors: dict = {}
+            partitions = []
+            for t in marker.topics:
+                for p in t.partition_indexes:
+                    tp = (t.name, p)
+                    # Only markers of a transaction the coordinator runs, never into its own log.
+                    if t.name == TXN_LOG_TOPIC or not coordinator.knows_marker(pid, epoch, commit, tp):
+                        errors[tp] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    else:
+                        partitions.append(tp)
+            if partitions:
+                errors.update(await broker.transactions.markers.write_durably(
+                    pid, epoch, commit, marker.coordinator_epoch, partitions,
+                    broker.clock.now_ms(),
+                ))
             markers.append({
                 "producer_id": marker.producer_id,
                 "topics": [
@@ -149,26 +168,3 @@ def describe_transactions(broker: Broker, header, request) -> dict:
             "tagged_fields": {},
         })
     return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
-
-
-@handles(ApiKey.LIST_TRANSACTIONS, 0)
-def list_transactions(broker: Broker, header, request) -> dict:
-    wanted_states = set()
-    unknown = []
-    for name in request.state_filters:
-        state = TxnState.from_display_name(name)
-        if state is None:
-            unknown.append(name)
-        else:
-            wanted_states.add(state)
-    wanted_pids = set(request.producer_id_filters)
-    listed = [
-        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
-         "transaction_state": md.state.display_name, "tagged_fields": {}}
-        for md in sorted(broker.transactions.coordinator.transactions(),
-                         key=lambda m: m.transactional_id)
-        if (not request.state_filters or md.state in wanted_states)
-        and (not wanted_pids or md.producer_id in wanted_pids)
-    ]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "unknown_state_filters": unknown, "transaction_states": listed, "tagged_fields": {}}

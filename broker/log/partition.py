@@ -60,6 +60,7 @@ from protocol.records import (
     parse_header_untrusted,
     patch_base_offset,
     stamp_log_append_time,
+    validate_records_untrusted,
 )
 
 # DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
@@ -190,8 +191,8 @@ class Partition:
     def append_untrusted(self, buf: bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate and append the batches of a Produce request, patching base offsets in place.
 
-        All or nothing: every batch is checked (header, size, CRC, not a control batch, producer
-        id/epoch/sequence) before anything is written. A retry of batches already in the log
+        All or nothing: every batch is checked (header, size, CRC, record framing, not a control
+        batch, producer id/epoch/sequence) before anything is written. A retry of batches already in the log
         returns their original offsets with ``duplicate=True`` and writes nothing.
         Raises ``KafkaError``: CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT, MESSAGE_TOO_LARGE,
         INVALID_RECORD, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -242,6 +243,11 @@ class Partition:
                 )
             if not batch_crc_ok(mv, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in record batch at {pos}")
+            try:
+                # A valid CRC over malformed records is a poison pill for consumers: refuse it.
+                validate_records_untrusted(mv, pos, header)
+            except CorruptFrameError as exc:
+                raise KafkaError(ErrorCode.INVALID_RECORD, str(exc)) from None
             batches.append((pos, header))
             pos += size
 
@@ -304,6 +310,9 @@ class Partition:
             coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms,
         )
         offset = self.append_control_batch(batch, now_ms)
+        marked = self.producers.get(producer_id)
+        if marked is not None:
+            marked.coordinator_epoch = coordinator_epoch
         first = self.producers.complete_txn(producer_id)
         if first is not None:
             if offset >= self.high_watermark:

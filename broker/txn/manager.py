@@ -127,7 +127,7 @@ class TransactionManager:
         if done is None:
             return None
 
-        async def again():
+        async def again() -> Any:
             await done.wait()
             result = retry(self._clock.now_ms())
             return await result.wait() if isinstance(result, Deferred) else result
@@ -276,6 +276,8 @@ class TransactionManager:
     ) -> InitResult | Deferred[InitResult]:
         """The answer, or a coroutine function producing it once the markers of an aborted
         transaction are durable."""
+        if not self.log.available(transactional_id):
+            return InitResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         waiting = self._after_completion(transactional_id, lambda now: self.init_producer_id(
             transactional_id, transaction_timeout_ms, expected, now))
         if waiting is not None:
@@ -322,6 +324,8 @@ class TransactionManager:
         now_ms: int,
     ) -> ErrorCode | Deferred[ErrorCode]:
         """Record partitions in the transaction, durably, before answering."""
+        if not self.log.available(transactional_id):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partitions = list(partitions)
         waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
             transactional_id, producer_id, producer_epoch, partitions, now))
@@ -355,6 +359,8 @@ class TransactionManager:
         read_committed readers (and ListOffsets) when commit returns, and the next transaction
         never waits for the previous one's markers. The price is one fsync of latency per commit
         (bench/transactions.py: about 10-20% of back-to-back one-record transactions)."""
+        if not self.log.available(transactional_id):
+            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now))
         if waiting is not None:
