@@ -354,7 +354,8 @@ class AsyncAdmin:
             conn = await cluster.connection(node)
             response = await conn.request(
                 ApiKey.LIST_TRANSACTIONS,
-                {"state_filters": list(states), "producer_id_filters": list(producer_ids)},
+                {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                 "duration_filter": -1},  # v1 (KIP-994): -1 = any duration
             )
             if response.error_code:
                 raise error_for(response.error_code, f"ListTransactions on broker {node}")
