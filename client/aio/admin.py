@@ -199,7 +199,10 @@ class AsyncAdmin:
         groups: dict[str, GroupListing] = {}
         for node in sorted(cluster.brokers):
             conn = await cluster.connection(node)
-            response = await conn.request(ApiKey.LIST_GROUPS, {})
+            # v4+ (KIP-518) and v5+ (KIP-848) filters: empty lists = every group
+            response = await conn.request(
+                ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []}
+            )
             if response.error_code:
                 raise error_for(response.error_code, f"ListGroups on broker {node}")
             for g in response.groups:
