@@ -4,6 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# `make run HOST=0.0.0.0 PORT=19092 DATA_DIR=/var/lib/minibroker ARGS="--metrics-port 9308"`
+HOST ?= 127.0.0.1
+PORT ?= 9092
+DATA_DIR ?= ./data
+ARGS ?=
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test test-fast lint bench clean
@@ -21,10 +26,11 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 run: $(STAMP)
-	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 9092 --data-dir ./data
+	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 test-fast: $(TEST_STAMP)
@@ -32,6 +38,7 @@ test-fast: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(TEST_STAMP)
 	$(PY) bench/produce.py

@@ -1,7 +1,6 @@
-"""Request handlers, one module per API family; importing this package registers them all and
-checks that they serve exactly the served-versions table (``broker.dispatcher.check_served``)."""
+"""Request handlers, one module per API family. Importing registers nothing: the composition root
+builds the table from ``MODULES`` (``broker.dispatcher.handler_table``)."""
 
-from broker.dispatcher import check_served
-from broker.handlers import admin, fetch, groups, produce, producer_id, txn  # noqa: F401
+from broker.handlers import admin, admin_apis, fetch, groups, produce, producer_id, txn
 
-check_served()
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, txn)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
+from broker import peer
+from broker.context import Broker
 from broker.dispatcher import handles
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
@@ -33,7 +35,7 @@ def api_versions(broker: Broker, header, request) -> dict:
 @handles(ApiKey.METADATA)
 def metadata(broker: Broker, header, request) -> dict:
     node = broker.config.node_id
-    host, port = broker.config.advertised
+    host, port = peer.advertised(broker.config.advertised)
     if request.topics is None or (header.api_version == 0 and not request.topics):
         # null = every topic (v0: an empty list)
         names = sorted(broker.logs.topics())
@@ -90,7 +92,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
         if validate_only:
             broker.logs.validate_topic(topic.name, count, overrides)
         else:
-            broker.logs.create_topic(topic.name, count, overrides, now_ms())
+            broker.logs.create_topic(topic.name, count, overrides, broker.clock.now_ms())
     except KafkaError as exc:
         return exc.code, exc.message or None
     return ErrorCode.NONE, None
@@ -100,6 +102,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
 def create_topics(broker: Broker, header, request) -> dict:
     results = []
     seen: set[str] = set()
+    message: str | None
     for topic in request.topics:
         if topic.name in seen:
             code, message = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"

@@ -1,35 +1,31 @@
-"""Consumer groups and committed offsets: JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+"""Consumer groups and committed offsets: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 DescribeGroups, OffsetCommit, OffsetFetch, TxnOffsetCommit (the versions: ``SERVED``).
 
 Decode -> ``broker.groups`` (``broker/group/service.py``) -> response dict. JoinGroup and SyncGroup
-may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return
-``Pending``.
+may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return a
+``Deferred``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from broker.core import Broker, now_ms
-from broker.dispatcher import Pending, handles
+from broker import peer
+from broker.context import Broker
+from broker.dispatcher import handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.group.service import Deferred
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
-# The handlers do not see the peer address; DescribeGroups shows this as the client host.
-UNKNOWN_CLIENT_HOST = ""
 
-
-def _join_response(result: JoinResult) -> dict:
+def _join_response(result: JoinResult, version: int) -> dict:
     instance_ids = result.member_instance_ids or (None,) * len(result.members)
+    ok = result.error == ErrorCode.NONE
     return {
         "throttle_time_ms": 0,
         "error_code": result.error,
         "generation_id": result.generation_id,
-        # v7+: the protocol type and name (null on errors, as Kafka)
+        # v7+: the protocol type and name, null on errors (as Kafka); older versions: ""
         "protocol_type": result.protocol_type or None,
-        "protocol_name": result.protocol_name if result.error == ErrorCode.NONE else None,
+        "protocol_name": result.protocol_name if ok or version < 7 else None,
         "leader": result.leader,
         "skip_assignment": result.skip_assignment,
         "member_id": result.member_id,
@@ -40,36 +36,14 @@ def _join_response(result: JoinResult) -> dict:
     }
 
 
-def _null_for_old(response: dict, version: int, first_nullable: int, *fields: str) -> dict:
-    """Fields that are nullable only from ``first_nullable`` on: "" below it."""
-    if version < first_nullable:
-        for name in fields:
-            if response[name] is None:
-                response[name] = ""
-    return response
-
-
-def _maybe_pending(reply: Any, encode) -> Any:
-    if isinstance(reply, Deferred):
-
-        async def wait() -> dict:
-            return encode(await reply.wait())
-
-        return Pending(wait)
-    return encode(reply)
-
-
 @handles(ApiKey.JOIN_GROUP)
 def join_group(broker: Broker, header, request):
     version = header.api_version
-    reply = broker.groups.join_group(
-        header.client_id or "", UNKNOWN_CLIENT_HOST, request, now_ms(),
+    result = broker.groups.join_group(
+        header.client_id or "", peer.client_host(), request, broker.clock.now_ms(),
         require_known_member_id=version >= 4,  # KIP-394
     )
-    return _maybe_pending(
-        reply,
-        lambda r: _null_for_old(_join_response(r), version, 7, "protocol_name"),
-    )
+    return reply(result, lambda r: _join_response(r, version))
 
 
 @handles(ApiKey.SYNC_GROUP)
@@ -81,27 +55,27 @@ def sync_group(broker: Broker, header, request):
         response = {"throttle_time_ms": 0, "error_code": result.error,
                     "assignment": result.assignment}
         if version >= 5 and result.error == ErrorCode.NONE:
-            summary = broker.groups.describe_group(group_id, now_ms())
+            summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
             response["protocol_type"] = summary.protocol_type
             response["protocol_name"] = summary.protocol
         return response
 
     if version >= 5:
         # v5 (KIP-559): the protocol type and name must match the group's.
-        summary = broker.groups.describe_group(group_id, now_ms())
+        summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
         if summary.state != "Dead" and (
             (request.protocol_type is not None and request.protocol_type != summary.protocol_type)
             or (request.protocol_name is not None and summary.protocol
                 and request.protocol_name != summary.protocol)
         ):
             return {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
-    return _maybe_pending(broker.groups.sync_group(request, now_ms()), encode)
+    return reply(broker.groups.sync_group(request, broker.clock.now_ms()), encode)
 
 
 @handles(ApiKey.HEARTBEAT)
 def heartbeat(broker: Broker, header, request) -> dict:
     error = broker.groups.heartbeat(
-        request.group_id, request.generation_id, request.member_id, now_ms(),
+        request.group_id, request.generation_id, request.member_id, broker.clock.now_ms(),
         request.group_instance_id,
     )
     return {"throttle_time_ms": 0, "error_code": error}
@@ -109,31 +83,23 @@ def heartbeat(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.LEAVE_GROUP)
 def leave_group(broker: Broker, header, request) -> dict:
+    now = broker.clock.now_ms()
     if header.api_version < 3:
-        return {"throttle_time_ms": 0, "error_code": broker.groups.leave_group(
-            request.group_id, request.member_id, now_ms())}
+        return {"throttle_time_ms": 0,
+                "error_code": broker.groups.leave_group(request.group_id, request.member_id, now)}
     # v3+ (KIP-345): a batch of members, each by member id and/or group.instance.id
     members = [
         {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
          "error_code": broker.groups.leave_group(
-             request.group_id, m.member_id, now_ms(), m.group_instance_id)}
+             request.group_id, m.member_id, now, m.group_instance_id)}
         for m in request.members
     ]
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "members": members}
 
 
-@handles(ApiKey.LIST_GROUPS)
-def list_groups(broker: Broker, header, request) -> dict:
-    groups = broker.groups.list_groups(now_ms())
-    return {
-        "error_code": ErrorCode.NONE,
-        "groups": [{"group_id": g, "protocol_type": t} for g, t, _ in sorted(groups)],
-    }
-
-
 @handles(ApiKey.DESCRIBE_GROUPS)
 def describe_groups(broker: Broker, header, request) -> dict:
-    now = now_ms()
+    now = broker.clock.now_ms()
     groups = []
     for group_id in request.groups:
         summary = broker.groups.describe_group(group_id, now)
@@ -162,12 +128,12 @@ def describe_groups(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.OFFSET_COMMIT)
 def offset_commit(broker: Broker, header, request):
-    return _maybe_pending(broker.groups.commit_offsets(request, now_ms()), lambda r: r)
+    return broker.groups.commit_offsets(request, broker.clock.now_ms())
 
 
 @handles(ApiKey.OFFSET_FETCH)
 def offset_fetch(broker: Broker, header, request) -> dict:
-    now = now_ms()
+    now = broker.clock.now_ms()
     stable = request.require_stable
     if header.api_version < 8:
         response = broker.groups.fetch_offsets(request.group_id, request.topics, now, stable)
@@ -181,4 +147,4 @@ def offset_fetch(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.TXN_OFFSET_COMMIT)
 def txn_offset_commit(broker: Broker, header, request):
-    return _maybe_pending(broker.groups.txn_commit_offsets(request, now_ms()), lambda r: r)
+    return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())

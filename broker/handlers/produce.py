@@ -6,8 +6,9 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
-from broker.dispatcher import NO_RESPONSE, Pending, handles
+from broker.context import Broker
+from broker.dispatcher import NO_RESPONSE, after, handles
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
@@ -19,7 +20,7 @@ VALID_ACKS = (-1, 0, 1)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
     version = header.api_version
     request = decode_produce_request_untrusted(frame, offset, version)
-    now = now_ms()
+    now = broker.clock.now_ms()
     transactions = broker.transactions
     flushes = []
     responses = []
@@ -41,8 +42,8 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     transactions.verify_produce(partition, part.records, request.transactional_id)
                 result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
-                log_start = partition.log_start_offset
                 log_append_time = result.log_append_time
+                log_start = partition.log_start_offset
                 if flushed is not None:
                     flushes.append(flushed)
             except KafkaError as exc:
@@ -55,11 +56,5 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
         return NO_RESPONSE
     response = encode_produce_response(version, responses)
     if request.acks == -1 and flushes:
-
-        async def after_fsync():
-            for event in flushes:
-                await event.wait()
-            return response
-
-        return Pending(after_fsync)
+        return after(flushes, response)
     return response

@@ -1,5 +1,5 @@
 """InitProducerId v0-4 (v1 = v0; v2 flexible; v3 carries producer id and epoch; v4 answers
-PRODUCER_FENCED instead of INVALID_PRODUCER_EPOCH).
+PRODUCER_FENCED instead of INVALID_PRODUCER_EPOCH, KIP-588).
 
 Without a transactional.id (idempotent producers): a fresh producer id, epoch 0, from a counter
 reserved on disk in blocks, so an id is never handed out twice, even across a kill -9.
@@ -12,14 +12,12 @@ epoch after an abortable error (KIP-360). The answer waits until the change is d
 
 from __future__ import annotations
 
-from broker.core import Broker, now_ms
-from broker.dispatcher import Pending, handles
+from broker.context import Broker
+from broker.dispatcher import handles, reply
 from broker.txn.manager import InitResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 
 def _response(result: InitResult, version: int) -> dict:
@@ -48,12 +46,6 @@ def init_producer_id(broker: Broker, header, request):
         if producer_id != NO_PRODUCER_ID:
             expected = (producer_id, producer_epoch)
     result = broker.transactions.init_producer_id(
-        request.transactional_id, request.transaction_timeout_ms, expected, now_ms()
+        request.transactional_id, request.transaction_timeout_ms, expected, broker.clock.now_ms()
     )
-    if isinstance(result, InitResult):
-        return _response(result, version)
-
-    async def wait() -> dict:
-        return _response(await result(), version)
-
-    return Pending(wait)
+    return reply(result, lambda r: _response(r, version))

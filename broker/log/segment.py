@@ -21,17 +21,14 @@ so nothing else moves ``size`` during a call.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from broker.log.index import OffsetIndex
+from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD
 
-# First 43 header bytes: baseOffset, length, partitionLeaderEpoch, magic, crc, attributes,
-# lastOffsetDelta, baseTimestamp, maxTimestamp. Enough to walk batches and answer time lookups.
-_WALK_HEADER = struct.Struct(">qiibIhiqq")
+_WALK_HEADER = HEADER_PREFIX
 _WALK_SIZE = _WALK_HEADER.size
-_MIN_BATCH_SIZE = 61
 _WALK_CHUNK = 16 * 1024
 
 _PREALLOCATE_MIN_STEP = 1 << 20
@@ -227,8 +224,8 @@ class Segment:
                 if len(buf) < _WALK_SIZE:
                     raise CorruptLogError(f"{self.log_path}: batch header at {pos} runs past the file")
             base, length, _, magic, _, _, last_delta, _, max_ts = unpack(buf, rel)
-            size = length + 12
-            if magic != 2 or size < _MIN_BATCH_SIZE or pos + size > end:
+            size = length + LOG_OVERHEAD
+            if magic != 2 or size < HEADER_SIZE or pos + size > end:
                 raise CorruptLogError(f"{self.log_path}: no valid batch at position {pos}")
             yield pos, base, size, last_delta, max_ts
             pos += size

@@ -3,7 +3,7 @@
 The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
 is created: an existing topic keeps its count) and ``segment.bytes`` 100 MiB, as in Kafka; it is
 created on first use. A transactional id lives in partition ``partition_for(transactional_id, N)``
-(Java's ``String.hashCode``, ``broker/hashing.py``), so all records of one id are in one partition,
+(Java's ``String.hashCode``, ``broker/topics.py``), so all records of one id are in one partition,
 in order. Kafka compacts this topic; we do not compact, so time retention is switched off for it
 (``retention.ms=-1``): deleting an old segment could drop the only record of an idle id.
 
@@ -14,12 +14,15 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
     key (version 0)
       key_version          int16    0
       transactional_id     string   int16 length + UTF-8
-    value (version 0); a null value is a tombstone: the id expired (state Dead)
-      value_version        int16    0
+    value (version 1; version 0 ends after txn_last_update_ms); a null value is a tombstone:
+    the id expired (state Dead)
+      value_version        int16    1
       producer_id          int64
-      last_producer_id     int64    the producer id before this transition (KIP-360 retries)
+      last_producer_id     int64    the producer id before this transition (KIP-360 retries, and
+                                    the one a transaction-version-2 EndTxn named)
       producer_epoch       int16
-      last_producer_epoch  int16    -1, or the epoch before a client-requested bump
+      last_producer_epoch  int16    -1, or the epoch before a client-requested bump (KIP-360, or
+                                    the one a transaction-version-2 EndTxn named)
       txn_timeout_ms       int32
       state                int8     TxnState id: 0 Empty, 1 Ongoing, 2 PrepareCommit,
                                     3 PrepareAbort, 4 CompleteCommit, 5 CompleteAbort
@@ -30,42 +33,59 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
         partition          int32    (partition_count times)
       txn_start_ms         int64    -1 when no transaction is open
       txn_last_update_ms   int64
+      next_producer_id     int64    -1, or the id a version-2 Prepare that exhausted the epoch
+                                    hands over to at Complete (KIP-890 part 2)
+      txn_version          int8     1, or 2: the last EndTxn bumped the epoch (retries of it
+                                    are recognised by last_producer_id/last_producer_epoch)
 
 Replay at start reads every partition from its log start to its end and keeps the last record of
-each id (a tombstone removes it). The batches were CRC-checked by log recovery; a record that still
-does not decode stops the broker (``CorruptTxnLogError``) rather than silently lose a transaction.
+each id (a tombstone removes it). The batches were CRC-checked by log recovery; a partition with a
+record that still does not decode is not loaded at all: it is reported in ``TxnLog.unavailable``
+(one error line naming the partition and offset, with the repair), the coordinator answers
+COORDINATOR_NOT_AVAILABLE for the transactional ids of that partition, and everything else is served
+(Kafka likewise leaves a transaction-log partition it cannot load offline). Repair: stop the broker,
+then ``minibroker repair-log --data-dir DIR --topic __transaction_state --partition N --offset O``
+truncates that partition before the bad record (the transactions whose last record came after it
+are forgotten; their producers re-initialise).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterator
 
-from broker.hashing import partition_for
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-TOPIC = "__transaction_state"
 # Kafka's transaction.state.log.segment.bytes default.
 SEGMENT_BYTES = 100 * 1024 * 1024
 TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSION = 1  # version 0 (no transaction-version-2 fields) is still read
 _READ_CHUNK = 4 << 20
+
+log = logging.getLogger("minibroker.txn")
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
 _TIMES = struct.Struct(">qq")
+_TV2 = struct.Struct(">qb")  # value version 1: next_producer_id, txn_version
 _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
 
 
 class CorruptTxnLogError(Exception):
-    """A record of ``__transaction_state`` that cannot be decoded."""
+    """A record of ``__transaction_state`` that cannot be decoded (``offset``: where, if known)."""
+
+    def __init__(self, message: str, offset: int = -1) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 def _string(s: str) -> bytes:
@@ -96,6 +116,7 @@ def encode_value(t: TxnTransition) -> bytes | None:
         parts.append(_I32.pack(len(partitions)))
         parts.append(struct.pack(f">{len(partitions)}i", *partitions))
     parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
+    parts.append(_TV2.pack(t.next_producer_id, t.txn_version))
     return b"".join(parts)
 
 
@@ -135,7 +156,7 @@ def decode_key(key: bytes) -> str:
 def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
     r = _Reader(value)
     version, pid, last_pid, epoch, last_epoch, timeout, state_id = r.unpack(_VALUE_HEAD)
-    if version != VALUE_VERSION:
+    if version not in (0, VALUE_VERSION):
         raise CorruptTxnLogError(f"unknown value version {version}")
     try:
         state = TxnState(state_id)
@@ -154,8 +175,11 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
             raise CorruptTxnLogError(f"bad partition count {count}")
         partitions.update((topic, p) for p in r.unpack(struct.Struct(f">{count}i")))
     start, last_update = r.unpack(_TIMES)
+    next_pid, txn_version = r.unpack(_TV2) if version >= 1 else (-1, 1)
+    if txn_version not in (1, 2):
+        raise CorruptTxnLogError(f"unknown transaction version {txn_version}")
     return TxnTransition(transactional_id, pid, last_pid, epoch, last_epoch, timeout, state,
-                         frozenset(partitions), start, last_update)
+                         frozenset(partitions), start, last_update, next_pid, txn_version)
 
 
 def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:
@@ -167,48 +191,83 @@ class TxnLog:
 
     def __init__(self, logs: LogManager, num_partitions: int) -> None:
         self.logs = logs
-        existing = logs.topics().get(TOPIC)
+        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
+        # Partitions whose records could not all be decoded at the last replay -> why.
+        self.unavailable: dict[int, str] = {}
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TOPIC not in self.logs.topics():
-            self.logs.create_topic(TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
-        return self.logs.partition(TOPIC, index)
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+        return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
         Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
-        partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
+        index = self.partition_of(transition.transactional_id)
+        if index in self.unavailable:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"{TRANSACTION_STATE_TOPIC}-{index} could not be loaded")
+        partition = self._partition(index, now_ms)
         partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
         return partition
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
-        """Every record of every partition in log order: ``(transactional_id, transition or
-        None for a tombstone)``."""
-        if TOPIC not in self.logs.topics():
+        """Every record of every loadable partition in log order: ``(transactional_id,
+        transition or None for a tombstone)``. A partition with an undecodable record yields
+        nothing and lands in ``unavailable`` (partition -> reason), with one error line."""
+        self.unavailable.clear()
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
             return
         for index in range(self.num_partitions):
-            partition = self.logs.partition(TOPIC, index)
-            offset = partition.log_start_offset
-            end = partition.log_end_offset
-            while offset < end:
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
+            try:
+                records = list(self._replay_partition(index, partition))
+            except CorruptTxnLogError as exc:
+                self.unavailable[index] = str(exc)
+                log.error(
+                    "%s; the transaction coordinator of %s-%d stays unavailable (transactional "
+                    "ids there get COORDINATOR_NOT_AVAILABLE). Repair: stop the broker and run "
+                    "`minibroker repair-log --data-dir %s --topic %s --partition %d --offset %d`",
+                    exc, TRANSACTION_STATE_TOPIC, index, self.logs.data_dir, TRANSACTION_STATE_TOPIC, index, exc.offset,
+                )
+                continue
+            yield from records
+
+    def available(self, transactional_id: str) -> bool:
+        return not self.unavailable or self.partition_of(transactional_id) not in self.unavailable
+
+    def _replay_partition(
+        self, index: int, partition: Partition
+    ) -> Iterator[tuple[str, TxnTransition | None]]:
+        offset = partition.log_start_offset
+        end = partition.log_end_offset
+        while offset < end:
+            try:
                 data = partition.read(offset, _READ_CHUNK, end)
-                if not data:
-                    break
-                start = offset
-                try:
-                    for header, records in decode_batches_untrusted(data):
-                        offset = header.last_offset + 1
-                        for record in records:
-                            if record.key is None:
-                                raise CorruptTxnLogError("record without a key")
-                            tid = decode_key(record.key)
-                            yield tid, (None if record.value is None
-                                        else decode_value(tid, record.value))
-                except CorruptFrameError as exc:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index} at {offset}: {exc}") from exc
-                if offset == start:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at {offset}")
+            except KafkaError as exc:
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at offset {offset}: {exc}",
+                                         offset) from exc
+            if not data:
+                break
+            start = offset
+            try:
+                for header, records in decode_batches_untrusted(data):
+                    offset = header.base_offset
+                    for record in records:
+                        if record.key is None:
+                            raise CorruptTxnLogError("record without a key")
+                        tid = decode_key(record.key)
+                        yield tid, (None if record.value is None
+                                    else decode_value(tid, record.value))
+                    offset = header.last_offset + 1
+            except (CorruptFrameError, CorruptTxnLogError) as exc:
+                raise CorruptTxnLogError(
+                    f"{TRANSACTION_STATE_TOPIC}-{index}: undecodable record at offset {offset}: {exc}", offset
+                ) from exc
+            if offset == start:
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at offset {offset}",
+                                         offset)

@@ -11,6 +11,7 @@ the declared codecs by tests; ``api_versions.SERVED`` is the table of served ver
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)
     admin,
+    admin_apis,
     api_versions,
     describe_transactions,
     fetch,
@@ -18,7 +19,6 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     groups,
     init_producer_id,
     list_offsets,
-    list_transactions,
     metadata,
     offsets,
     produce,

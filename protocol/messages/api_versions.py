@@ -86,7 +86,8 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.SYNC_GROUP: Served(VersionRange(0, 5), "all of Kafka's"),
     ApiKey.DESCRIBE_GROUPS: Served(VersionRange(0, 5),
         "to v5: v6 is the consumer protocol's (KIP-848) error messages"),
-    ApiKey.LIST_GROUPS: Served(VersionRange(0, 0), "the admin APIs extend it"),
+    ApiKey.LIST_GROUPS: Served(VersionRange(0, 5),
+        "all of Kafka's: v4 filters by state, v5 by type (classic groups only)"),
     ApiKey.API_VERSIONS: Served(VersionRange(0, 4),
         "all of Kafka's; v3+ carries the client's name and version (KIP-511)"),
     ApiKey.CREATE_TOPICS: Served(VersionRange(0, 6), "to v6: v7 answers topic ids"),
@@ -101,7 +102,20 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.TXN_OFFSET_COMMIT: Served(VersionRange(0, 4),
         "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
     ApiKey.DESCRIBE_TRANSACTIONS: Served(VersionRange(0, 0), "Kafka's only version (KIP-664)"),
-    ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 0), "the admin APIs extend it"),
+    ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
+        "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),
+    # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x),
+    # declared per field version in admin_apis.py.
+    ApiKey.DELETE_RECORDS: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.DESCRIBE_CONFIGS: Served(VersionRange(0, 4), "all of Kafka's"),
+    ApiKey.ALTER_CONFIGS: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.DESCRIBE_LOG_DIRS: Served(VersionRange(0, 4), "all of Kafka's"),
+    ApiKey.CREATE_PARTITIONS: Served(VersionRange(0, 3), "all of Kafka's"),
+    ApiKey.DELETE_GROUPS: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: Served(VersionRange(0, 1), "all of Kafka's"),
+    ApiKey.OFFSET_DELETE: Served(VersionRange(0, 0), "all of Kafka's"),
+    ApiKey.DESCRIBE_CLUSTER: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.DESCRIBE_PRODUCERS: Served(VersionRange(0, 0), "all of Kafka's"),
 }
 
 # Served but never advertised: broker-internal (ClusterAction in Kafka), see PROTOCOL.md 2.

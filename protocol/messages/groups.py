@@ -1,5 +1,5 @@
 """Classic consumer-group APIs: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13),
-DescribeGroups (15), ListGroups (16).
+DescribeGroups (15). (ListGroups: admin_apis.py.)
 
 JoinGroup: v1 rebalance_timeout_ms (v0: the session timeout); v2 throttle_time_ms; v4 a new
 member (member_id "") is answered MEMBER_ID_REQUIRED with its id and rejoins with it (KIP-394);
@@ -15,12 +15,8 @@ A new member joins with member_id ""; only the leader's JoinGroup response lists
 (with the metadata of their protocol), and only the leader's SyncGroup carries assignments.
 """
 
-from construct import Struct
-
 from protocol.api_keys import ApiKey
 from protocol.messages._declare import F, declare
-from protocol.messages._registry import register
-from protocol.primitives import Array, Int16, String
 
 JOIN_GROUP = declare(
     ApiKey.JOIN_GROUP, valid="0-9", flexible="6+",
@@ -131,13 +127,4 @@ DESCRIBE_GROUPS = declare(
     ],
 )
 
-# ListGroups v0 (its declaration with every version comes with the admin APIs).
-# Request: (empty).  Response: error_code INT16, groups [group_id STRING, protocol_type STRING]
-ListGroupsRequestV0 = Struct()
-
-ListGroupsResponseV0 = Struct(
-    "error_code" / Int16,
-    "groups" / Array(Struct("group_id" / String, "protocol_type" / String)),
-)
-
-LIST_GROUPS_V0 = register(ApiKey.LIST_GROUPS, 0, ListGroupsRequestV0, ListGroupsResponseV0)
+# ListGroups (all versions) is declared with the admin APIs (admin_apis.py).

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
@@ -74,7 +74,7 @@ FIRST_FLEXIBLE = 9
 
 
 class ProducePartition(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # Kafka's field name; shadows tuple.index
     # A view into the request frame (writable when the frame is a bytearray); None for null.
     records: memoryview | None
 
@@ -98,6 +98,10 @@ _ACKS_TIMEOUT = struct.Struct(">hi")
 _INDEX_SIZE = struct.Struct(">ii")  # partition index, records length
 
 
+@overload
+def _string_at(frame, pos: int, end: int, nullable: Literal[False]) -> tuple[str, int]: ...
+@overload
+def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, int]: ...
 def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, int]:
     (n,) = _I16.unpack_from(frame, pos)
     pos += 2
