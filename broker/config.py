@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.log.manager import LogConfig
+from broker.log.manager import LogConfig, parse_cleanup_policy
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -34,6 +34,13 @@ class BrokerConfig:
     socket_request_max_bytes: int = 100 * 1024 * 1024
     log: LogConfig = field(default_factory=LogConfig)
     log_retention_check_interval_ms: int = 300_000
+    # The log cleaner (broker/log/cleaner.py): Kafka's log.cleaner.* keys.
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15_000  # sleep when no partition needs cleaning
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # bounds the key -> offset map
+    # Bounded I/O: bytes read + written per second by the cleaner (Kafka's default: unlimited).
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
     producer_id_expiration_ms: int = DAY_MS
     # Transactions (issue 3) and groups use these; they are read here so one file configures all.
     transaction_max_timeout_ms: int = 900_000
@@ -41,6 +48,11 @@ class BrokerConfig:
     transaction_state_log_num_partitions: int = 50
     transaction_abort_timed_out_interval_ms: int = 10_000
     offsets_topic_num_partitions: int = 50
+    # Segment sizes of the compacted internal topics. Kafka's default is 100 MiB; ours is small
+    # so that cleaning (which never touches the active segment) keeps the logs, and the replay at
+    # start, proportional to the live state: see README "Log compaction".
+    transaction_state_log_segment_bytes: int = 64 * 1024
+    offsets_topic_segment_bytes: int = 64 * 1024
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
@@ -60,6 +72,13 @@ def _bool(value: str) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _ratio(value: str) -> float:
+    ratio = float(value)
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"expected a ratio in [0, 1], got {value!r}")
+    return ratio
 
 
 def _flush(value: str) -> str:
@@ -90,6 +109,18 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "log.preallocate": ("log.preallocate", _bool, None),
     "log.flush": ("log.flush", _flush, None),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int, 1),
+    "log.cleanup.policy": ("log.cleanup_policy", parse_cleanup_policy, None),
+    "log.cleaner.min.cleanable.ratio": ("log.min_cleanable_dirty_ratio", _ratio, None),
+    "log.cleaner.delete.retention.ms": ("log.delete_retention_ms", int, 0),
+    "log.cleaner.min.compaction.lag.ms": ("log.min_compaction_lag_ms", int, 0),
+    "log.cleaner.max.compaction.lag.ms": ("log.max_compaction_lag_ms", int, 1),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool, None),
+    "log.cleaner.threads": ("log_cleaner_threads", int, 1),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 1),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int, 1024),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", float, None),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", int, 14),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", int, 14),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", int, 1),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int, 1),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int, 1),

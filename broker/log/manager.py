@@ -38,7 +38,9 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
-_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".txnindex", ".tmp")
+_OUR_SUFFIXES = (
+    ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".cleaned", ".swap", ".checkpoint",
+)
 
 
 @dataclass(frozen=True)
@@ -55,12 +57,55 @@ class LogConfig:
     # needs no metadata update; applies only with flush="always" (segment.py has the numbers).
     preallocate: bool = True
     flush: str = "always"  # "always": HW moves after fdatasync; "never": HW = LEO at once
+    # Log compaction (cleaner.py). log.cleanup.policy / cleanup.policy: "delete", "compact" or
+    # "compact,delete" (both: compacted, and old segments deleted by retention too).
+    cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio
+    delete_retention_ms: int = 24 * 3600 * 1000  # log.cleaner.delete.retention.ms
+    min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = (1 << 63) - 1  # log.cleaner.max.compaction.lag.ms
 
     def __post_init__(self) -> None:
         if self.flush not in ("always", "never"):
             raise ValueError(f"flush must be 'always' or 'never', not {self.flush!r}")
         if self.segment_bytes < 14 or self.segment_ms < 1 or self.index_interval_bytes < 0:
             raise ValueError(f"invalid log config {self}")
+        if self.cleanup_policy not in CLEANUP_POLICIES:
+            raise ValueError(f"cleanup.policy must be one of {sorted(CLEANUP_POLICIES)}")
+        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
+            raise ValueError("min.cleanable.dirty.ratio must be in [0, 1]")
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
+            raise ValueError("min.compaction.lag.ms is above max.compaction.lag.ms")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention by time and size applies (policy ``delete`` or ``compact,delete``)."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """Age at which the active segment rolls: ``segment.ms``, and for a compacted topic no
+        later than ``max.compaction.lag.ms`` (KIP-354: the active segment is never cleaned)."""
+        if self.compact:
+            return min(self.segment_ms, max(self.max_compaction_lag_ms, 1))
+        return self.segment_ms
+
+
+# Accepted spellings of cleanup.policy, normalised (Kafka takes a list; order does not matter).
+CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete"})
+
+
+def parse_cleanup_policy(raw: str) -> str:
+    """``compact``, ``delete`` or ``compact,delete`` (any order, spaces allowed); ValueError."""
+    parts = sorted({p.strip().lower() for p in str(raw).split(",") if p.strip()})
+    value = ",".join(parts)
+    if value not in CLEANUP_POLICIES:
+        raise ValueError(f"{raw!r}: expected compact, delete or compact,delete")
+    return value
 
 
 # Topic-level keys accepted in CreateTopics: Kafka key -> (LogConfig field, minimum value).
@@ -71,6 +116,9 @@ _INT_OVERRIDES: dict[str, tuple[str, int]] = {
     "retention.ms": ("retention_ms", -1),
     "max.message.bytes": ("max_message_bytes", 0),
     "index.interval.bytes": ("index_interval_bytes", 0),
+    "delete.retention.ms": ("delete_retention_ms", 0),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1),
 }
 _INT_MAX = (1 << 31) - 1
 _LONG_MAX = (1 << 63) - 1
@@ -107,6 +155,19 @@ def apply_overrides(base: LogConfig, overrides: dict[str, str] | None) -> LogCon
                     ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [{minimum}, {maximum}]"
                 )
             changes[field] = value
+        elif key == "cleanup.policy":
+            try:
+                changes["cleanup_policy"] = parse_cleanup_policy(raw)
+            except ValueError as exc:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={exc}") from None
+        elif key == "min.cleanable.dirty.ratio":
+            try:
+                ratio = float(str(raw).strip())
+            except ValueError:
+                ratio = -1.0
+            if not 0.0 <= ratio <= 1.0:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [0, 1]")
+            changes["min_cleanable_dirty_ratio"] = ratio
         elif key == "preallocate":
             text = str(raw).strip().lower()
             if text not in ("true", "false"):
@@ -114,7 +175,10 @@ def apply_overrides(base: LogConfig, overrides: dict[str, str] | None) -> LogCon
             changes["preallocate"] = text == "true"
         else:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}")
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    try:
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    except ValueError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
 def _partition_dir_name(topic: str, index: int) -> str:

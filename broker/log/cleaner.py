@@ -1,0 +1,695 @@
+"""Log compaction: keep the latest record per key, transaction-aware, in a background thread.
+
+Theory of operation (Kafka's LogCleaner, KIP-58 lags, KIP-354, KIP-98 transactions):
+
+- **What may be cleaned.** Only whole closed segments below the *first uncleanable offset*:
+  ``min(last stable offset, high watermark, base of the active segment)``, and not past the first
+  segment holding a record newer than ``min.compaction.lag.ms``. So nothing undecided (an open
+  transaction, data not yet durable) is ever touched. The *clean* part of the log is what an earlier
+  cleaning produced (up to the offset in ``cleaner.checkpoint``); the rest of the cleanable
+  segments is *dirty*. A partition is cleaned when dirty / cleanable bytes reaches
+  ``min.cleanable.dirty.ratio``, or when its oldest dirty segment is older than
+  ``max.compaction.lag.ms``; the dirtiest partition goes first.
+- **Offset map.** One pass over the dirty segments builds ``key -> last offset``, skipping control
+  batches and the batches of aborted transactions (their records never count as a newer value).
+- **Cleaning pass.** Every cleanable segment, from the log start, is rewritten in groups of at most
+  ``segment.bytes`` into one new segment per group. Per batch:
+  - a data batch of an aborted transaction (from the aborted-transaction index) loses all records;
+  - otherwise a record stays if it is the latest of its key (its offset is at least the map's), has
+    a key, and is not a tombstone (null value) older than ``delete.retention.ms`` that has already
+    been through one cleaning;
+  - a transaction marker stays while data of its transaction is still in the log before it (the
+    replay at recovery must see the transaction end) and, once its data is gone, until it is older
+    than ``delete.retention.ms`` in the clean part; dropped ABORT markers leave the index;
+  - a batch whose records all went still stays, as an empty batch (recordsCount 0, same offsets and
+    sequence range), when it is the last batch of a producer the partition knows (so the
+    producer's sequence numbers survive a rebuild of the producer state) or the last batch of its
+    group (so every segment still ends where the next begins);
+  - kept batches keep their base offset, lastOffsetDelta, producer fields and timestamps.
+- **Atomic swap, crash-safe.** A group is written to ``<base>.log.cleaned`` and fsync'd, renamed to
+  ``<base>.log.swap`` and the directory fsync'd (the commit point). Then the old indexes and the
+  other old segment files are deleted, the directory fsync'd, the swap renamed to ``<base>.log``,
+  the new index written. After kill -9, start-up deletes ``.cleaned`` files (nothing happened) and
+  completes every ``.swap`` (``segment.complete_swap``): any crash point leaves either the old
+  segments or the cleaned one, never a mix, never a loss.
+- **Never blocks the event loop.** The event loop only takes a snapshot of what to clean (segment
+  descriptors duplicated, the aborted transactions, the producers' last offsets) and, at the end,
+  swaps the segment objects in memory. All reading, writing and fsyncs run in a worker thread,
+  throttled to ``log.cleaner.io.max.bytes.per.second``. Readers keep reading the old files through
+  their open descriptors until the swap; retention leaves a partition alone while it is cleaned.
+
+Consumers that were reading a segment that got cleaned simply see offset gaps: a Fetch at an
+offset that no longer exists returns the next batch after it (``Segment.find_batch``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import trio
+
+from broker.log.index import OffsetIndex
+from broker.log.segment import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    Segment,
+    atomic_write,
+    complete_swap,
+    fsync_dir,
+    log_path,
+)
+from broker.log.txn_index import AbortedTxn
+from protocol.errors import CorruptFrameError
+from protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    ControlType,
+    decode_records_untrusted,
+    parse_control_record,
+    parse_header_untrusted,
+    rebuild_batch,
+    record_spans_untrusted,
+    records_section_untrusted,
+)
+
+if TYPE_CHECKING:
+    from broker.log.partition import Partition
+
+log = logging.getLogger("minibroker.cleaner")
+
+CHECKPOINT_FILE = "cleaner.checkpoint"
+_READ_CHUNK = 4 << 20
+_WRITE_CHUNK = 1 << 20
+# Estimated memory of one offset-map entry (a dict slot, a bytes key, an int): bounds the map
+# from log.cleaner.dedupe.buffer.size.
+MAP_ENTRY_BYTES = 128
+
+# Where a test may stop the process (CrashHook): each step of cleaning one group.
+CRASH_POINTS = (
+    "cleaned_written",  # .cleaned complete and fsync'd, not yet renamed
+    "swap_renamed",  # .swap in place (the commit point), old segments untouched
+    "old_deleted",  # old indexes and segments but the first deleted, swap not yet renamed
+    "swap_completed",  # swap renamed over the first old segment, index not written
+    "index_written",  # the group is done
+    "checkpoint_written",  # the whole cleaning is done
+)
+CrashHook = Callable[[str], None]
+
+
+class CleaningAborted(Exception):
+    """The partition went away (deleted, shutting down) while it was being cleaned."""
+
+
+# -- checkpoint ----------------------------------------------------------------------------------
+
+
+def read_checkpoint(directory: Path) -> int:
+    """The first dirty offset recorded by the last cleaning (0 if none or unreadable)."""
+    try:
+        doc = json.loads((directory / CHECKPOINT_FILE).read_bytes())
+        return int(doc["first_dirty_offset"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return 0
+
+
+def write_checkpoint(directory: Path, first_dirty_offset: int) -> None:
+    body = json.dumps({"version": 1, "first_dirty_offset": first_dirty_offset}).encode()
+    atomic_write(directory / CHECKPOINT_FILE, body)
+
+
+# -- planning (event loop) -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SegmentView:
+    """What the worker needs of one segment: a private descriptor and the facts in memory."""
+
+    base_offset: int
+    fd: int  # a duplicate, closed by the worker
+    size: int
+    next_offset: int
+    mtime_ms: int
+
+
+@dataclass
+class CleanJob:
+    """A snapshot of one partition, taken on the event loop, for the worker thread."""
+
+    topic: str
+    partition: int
+    directory: Path
+    segments: list[SegmentView]  # the cleanable segments, from the log start
+    first_dirty: int
+    aborted: list[AbortedTxn]
+    producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
+    delete_retention_ms: int
+    now_ms: int
+    segment_bytes: int
+    index_interval_bytes: int
+    max_map_entries: int
+
+
+@dataclass
+class Replacement:
+    old_bases: list[int]
+    new: Segment
+
+
+@dataclass
+class CleanResult:
+    replacements: list[Replacement] = field(default_factory=list)
+    dropped_abort_markers: list[int] = field(default_factory=list)
+    first_dirty: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    seconds: float = 0.0
+    # Set when cleaning stopped early; the replacements done before it still must be applied.
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class Cleanability:
+    segments: list[Segment]  # cleanable, from the log start
+    dirty_bytes: int
+    total_bytes: int
+    first_dirty: int
+    due: bool  # dirty ratio reached or max.compaction.lag.ms passed
+
+
+def cleanability(partition: Partition, first_dirty: int, now_ms: int) -> Cleanability | None:
+    """Which segments of a compacted partition may be cleaned now, and whether they should be."""
+    config = partition.config
+    if not config.compact:
+        return None
+    segments = partition.segments
+    uncleanable = min(partition.last_stable_offset, partition.high_watermark,
+                      segments[-1].base_offset)
+    lag_limit = now_ms - config.min_compaction_lag_ms
+    cleanable: list[Segment] = []
+    for seg in segments[:-1]:
+        if seg.next_offset > uncleanable:
+            break
+        if config.min_compaction_lag_ms > 0 and seg.max_timestamp > lag_limit:
+            break
+        cleanable.append(seg)
+    if not cleanable:
+        return None
+    first_dirty = max(first_dirty, cleanable[0].base_offset)
+    dirty = [s for s in cleanable if s.base_offset >= first_dirty]
+    if not dirty:
+        return None
+    dirty_bytes = sum(s.size for s in dirty)
+    total = sum(s.size for s in cleanable)
+    ratio_due = total > 0 and dirty_bytes / total >= config.min_cleanable_dirty_ratio
+    oldest = dirty[0].max_timestamp
+    lag_due = oldest >= 0 and now_ms - oldest > config.max_compaction_lag_ms
+    return Cleanability(cleanable, dirty_bytes, total, first_dirty, ratio_due or lag_due)
+
+
+def make_job(partition: Partition, plan: Cleanability, now_ms: int, max_map_entries: int) -> CleanJob:
+    """Snapshot ``partition`` for the worker (event loop; cheap: no reads)."""
+    views = []
+    for seg in plan.segments:
+        st = os.fstat(seg.fd)
+        views.append(SegmentView(seg.base_offset, os.dup(seg.fd), seg.size, seg.next_offset,
+                                 st.st_mtime_ns // 1_000_000))
+    last_offsets = {
+        pid: entry.batches[-1].last_offset
+        for pid, entry in partition.producers.producers.items()
+        if entry.batches
+    }
+    config = partition.config
+    return CleanJob(
+        topic=partition.topic,
+        partition=partition.index,
+        directory=partition.dir,
+        segments=views,
+        first_dirty=plan.first_dirty,
+        aborted=partition.txn_index.entries,
+        producer_last_offsets=last_offsets,
+        delete_retention_ms=config.delete_retention_ms,
+        now_ms=now_ms,
+        segment_bytes=config.segment_bytes,
+        index_interval_bytes=config.index_interval_bytes,
+        max_map_entries=max_map_entries,
+    )
+
+
+# -- the worker ----------------------------------------------------------------------------------
+
+
+class Throttle:
+    """Bounds the cleaner's I/O rate (bytes read + written per second) by sleeping."""
+
+    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.rate = bytes_per_second
+        self._clock = clock
+        self._sleep = sleep
+        self._start = clock()
+        self._bytes = 0
+
+    def add(self, nbytes: int) -> None:
+        if self.rate == float("inf"):
+            return
+        self._bytes += nbytes
+        ahead = self._bytes / self.rate - (self._clock() - self._start)
+        if ahead > 0:
+            self._sleep(ahead)
+
+
+class _AbortedRanges:
+    """``producer_id -> [(first_offset, marker_offset)]`` of aborted transactions."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._ranges: dict[int, tuple[list[int], list[int]]] = {}
+        for txn in sorted(aborted, key=lambda t: t.first_offset):
+            firsts, lasts = self._ranges.setdefault(txn.producer_id, ([], []))
+            firsts.append(txn.first_offset)
+            lasts.append(txn.last_offset)
+
+    def contains(self, producer_id: int, offset: int) -> bool:
+        ranges = self._ranges.get(producer_id)
+        if ranges is None:
+            return False
+        i = bisect_right(ranges[0], offset) - 1
+        return i >= 0 and offset < ranges[1][i]
+
+
+def _iter_batches(view: SegmentView, throttle: Throttle, abort: threading.Event
+                  ) -> Iterator[tuple[bytes, int, BatchHeader]]:
+    """``(buffer, position in buffer, header)`` of each batch of the segment, read in chunks."""
+    pos = 0
+    while pos < view.size:
+        if abort.is_set():
+            raise CleaningAborted()
+        chunk = os.pread(view.fd, min(_READ_CHUNK, view.size - pos), pos)
+        throttle.add(len(chunk))
+        rel = 0
+        n = len(chunk)
+        while rel + HEADER_SIZE <= n:
+            header = parse_header_untrusted(chunk, rel)
+            size = header.length + LOG_OVERHEAD
+            if rel + size > n:
+                break
+            yield chunk, rel, header
+            rel += size
+        if rel == 0:
+            # One batch larger than the chunk: read it whole.
+            header = parse_header_untrusted(os.pread(view.fd, HEADER_SIZE, pos), 0)
+            size = header.length + LOG_OVERHEAD
+            if pos + size > view.size:
+                raise CorruptFrameError(f"batch at {pos} runs past the segment")
+            whole = os.pread(view.fd, size, pos)
+            throttle.add(len(whole))
+            yield whole, 0, header
+            rel = size
+        pos += rel
+
+
+def build_offset_map(job: CleanJob, aborted: _AbortedRanges, throttle: Throttle,
+                     abort: threading.Event) -> tuple[dict[bytes, int], int]:
+    """``(key -> last offset, end)`` over the dirty segments; ``end`` is the offset after the
+    last segment mapped (fewer than all when the map is full)."""
+    offsets: dict[bytes, int] = {}
+    end = job.first_dirty
+    for view in job.segments:
+        if view.base_offset < job.first_dirty:
+            continue
+        for buf, pos, header in _iter_batches(view, throttle, abort):
+            if header.is_control:
+                continue
+            if header.is_transactional and aborted.contains(header.producer_id, header.base_offset):
+                continue
+            for record in decode_records_untrusted(buf, pos, header):
+                if record.key is not None:
+                    offsets[record.key] = record.offset
+        end = view.next_offset
+        if len(offsets) >= job.max_map_entries:
+            break
+    return offsets, end
+
+
+class _Output:
+    """The ``.cleaned`` file of one group being written, and its index."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval: int,
+                 throttle: Throttle) -> None:
+        self.path = directory / (log_path(directory, base_offset).name + CLEANED_SUFFIX)
+        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self.base_offset = base_offset
+        self.index = OffsetIndex()
+        self.index_interval = index_interval
+        self.size = 0
+        self.max_timestamp = -1
+        self.next_offset = base_offset
+        self.bytes_since_index = 0
+        self._pending = bytearray()
+        self._throttle = throttle
+
+    def add(self, batch: bytes | memoryview, header: BatchHeader) -> None:
+        n = len(batch)
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+        if self.size == 0 or self.bytes_since_index >= self.index_interval:
+            self.index.append(header.base_offset, self.size, self.max_timestamp)
+            self.bytes_since_index = 0
+        self.bytes_since_index += n
+        self.size += n
+        self.next_offset = header.base_offset + header.last_offset_delta + 1
+        self._pending += batch
+        if len(self._pending) >= _WRITE_CHUNK:
+            self._flush()
+
+    def _flush(self) -> None:
+        view = memoryview(self._pending)
+        while view:
+            view = view[os.write(self.fd, view):]
+        self._throttle.add(len(self._pending))
+        self._pending = bytearray()
+
+    def finish(self, mtime_ms: int) -> None:
+        self._flush()
+        os.fsync(self.fd)
+        os.close(self.fd)
+        self.fd = -1
+        os.utime(self.path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.path.unlink(missing_ok=True)
+
+
+def _groups(views: list[SegmentView], end: int, max_bytes: int) -> list[list[SegmentView]]:
+    """Consecutive segments below ``end`` in groups of at most ``max_bytes`` (at least one)."""
+    groups: list[list[SegmentView]] = []
+    current: list[SegmentView] = []
+    size = 0
+    for view in views:
+        if view.next_offset > end:
+            break
+        if current and size + view.size > max_bytes:
+            groups.append(current)
+            current, size = [], 0
+        current.append(view)
+        size += view.size
+    if current:
+        groups.append(current)
+    return groups
+
+
+def clean(job: CleanJob, throttle: Throttle, abort: threading.Event,
+          crash_hook: CrashHook | None = None) -> CleanResult:
+    """Clean the job's segments (worker thread; see the module docstring). Closes the job's
+    descriptors. Raises ``CleaningAborted``, ``CorruptFrameError`` or ``OSError``; a failure before
+    a group's commit point leaves that group untouched, after it the group is swapped."""
+    started = time.perf_counter()
+    hook = crash_hook or (lambda point: None)
+    result = CleanResult(first_dirty=job.first_dirty)
+    try:
+        aborted = _AbortedRanges(job.aborted)
+        offset_map, end = build_offset_map(job, aborted, throttle, abort)
+        horizon = job.now_ms - job.delete_retention_ms
+        open_retained: set[int] = set()  # producers with kept transactional data, no marker yet
+        for group in _groups(job.segments, end, job.segment_bytes):
+            _clean_group(job, group, offset_map, aborted, horizon, open_retained, throttle,
+                         abort, hook, result)
+        result.first_dirty = end
+        write_checkpoint(job.directory, end)
+        hook("checkpoint_written")
+    except (CleaningAborted, CorruptFrameError, OSError, ValueError) as exc:
+        result.error = exc
+    finally:
+        for view in job.segments:
+            os.close(view.fd)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _clean_group(job: CleanJob, group: list[SegmentView], offset_map: dict[bytes, int],
+                 aborted: _AbortedRanges, horizon: int, open_retained: set[int],
+                 throttle: Throttle, abort: threading.Event, hook: CrashHook,
+                 result: CleanResult) -> None:
+    out = _Output(job.directory, group[0].base_offset, job.index_interval_bytes, throttle)
+    last_offsets = job.producer_last_offsets
+    try:
+        for i, view in enumerate(group):
+            # Tombstones and finished markers go only from segments already cleaned once and
+            # older than delete.retention.ms (consumers had that long to see them).
+            retain_deletes = view.base_offset >= job.first_dirty or view.mtime_ms > horizon
+            last_in_group = i == len(group) - 1
+            for buf, pos, header in _iter_batches(view, throttle, abort):
+                result.bytes_read += header.length + LOG_OVERHEAD
+                is_last = last_in_group and header.last_offset + 1 == view.next_offset
+                batch = _clean_batch(buf, pos, header, offset_map, aborted, retain_deletes,
+                                     open_retained, last_offsets, is_last, result)
+                if batch is not None:
+                    out.add(batch, header)
+        out.finish(max(v.mtime_ms for v in group))
+    except BaseException:
+        out.discard()
+        raise
+    result.bytes_written += out.size
+    hook("cleaned_written")
+    directory = job.directory
+    swap = directory / (log_path(directory, out.base_offset).name + SWAP_SUFFIX)
+    os.replace(out.path, swap)
+    fsync_dir(directory)
+    hook("swap_renamed")
+    _swap(directory, swap, hook)
+    fd = os.open(log_path(directory, out.base_offset), os.O_RDWR)
+    segment = Segment(directory, out.base_offset, fd, out.size)
+    segment.index = out.index
+    segment.next_offset = out.next_offset
+    segment.max_timestamp = out.max_timestamp
+    segment.bytes_since_index = out.bytes_since_index
+    segment.save_index(fsync=True)
+    hook("index_written")
+    result.replacements.append(Replacement([v.base_offset for v in group], segment))
+
+
+def _swap(directory: Path, swap: Path, hook: CrashHook) -> None:
+    """``complete_swap`` with the crash points of the tests between its steps."""
+    complete_swap(directory, swap, before_rename=lambda: hook("old_deleted"))
+    hook("swap_completed")
+    fsync_dir(directory)
+
+
+def _placeholder(header: BatchHeader) -> bytes:
+    """An empty plain batch over the offsets of ``header``'s batch: keeps a segment ending where
+    the next one begins when its last batch goes (no producer, not transactional)."""
+    plain = header._replace(attributes=header.attributes & TIMESTAMP_TYPE_BIT, producer_id=-1,
+                            producer_epoch=-1, base_sequence=-1)
+    return rebuild_batch(plain, b"", [])
+
+
+def _clean_batch(buf: bytes, pos: int, header: BatchHeader, offset_map: dict[bytes, int],
+                 aborted: _AbortedRanges, retain_deletes: bool, open_retained: set[int],
+                 last_offsets: dict[int, int], is_last: bool, result: CleanResult
+                 ) -> bytes | memoryview | None:
+    """The batch as it stays in the log (itself, rebuilt with fewer records, or empty), or None."""
+    size = header.length + LOG_OVERHEAD
+    pid = header.producer_id
+    if header.is_control:
+        keep = pid in open_retained or retain_deletes
+        open_retained.discard(pid)
+        if keep:
+            return memoryview(buf)[pos:pos + size]
+        result.records_removed += header.records_count
+        for record in decode_records_untrusted(buf, pos, header):
+            if parse_control_record(record)[0] is ControlType.ABORT:
+                result.dropped_abort_markers.append(header.base_offset)
+        return _placeholder(header) if is_last else None
+    records = decode_records_untrusted(buf, pos, header)
+    if header.is_transactional and aborted.contains(pid, header.base_offset):
+        kept: list[int] = []
+    else:
+        kept = [
+            i for i, r in enumerate(records)
+            if r.key is not None
+            and offset_map.get(r.key, -1) <= r.offset
+            and (r.value is not None or retain_deletes)
+        ]
+    result.records_removed += len(records) - len(kept)
+    if len(kept) == len(records) and records:
+        batch: bytes | memoryview | None = memoryview(buf)[pos:pos + size]
+    elif kept:
+        section = records_section_untrusted(buf, pos, header)
+        spans = record_spans_untrusted(section, header.records_count)
+        batch = rebuild_batch(header, section, [spans[i] for i in kept])
+    elif pid >= 0 and last_offsets.get(pid) == header.last_offset:
+        batch = rebuild_batch(header, b"", [])
+    elif is_last:
+        return _placeholder(header)
+    else:
+        batch = None
+    if batch is not None and header.is_transactional:
+        open_retained.add(pid)
+    return batch
+
+
+def apply_result(partition: Partition, result: CleanResult) -> bool:
+    """Swap the cleaned segments in (event loop). Groups swapped on disk are swapped in memory
+    even if a later one failed. False if the partition was closed or deleted meanwhile."""
+    if partition.closed:
+        for r in result.replacements:
+            r.new.close()
+        return False
+    for r in result.replacements:
+        partition.replace_segments(r.old_bases, r.new)
+    if result.error is None:
+        partition.txn_index.remove(result.dropped_abort_markers)
+    return True
+
+
+def clean_now(partition: Partition, now_ms: int, *, force: bool = True,
+              max_map_entries: int = 1 << 20, crash_hook: CrashHook | None = None
+              ) -> CleanResult | None:
+    """Clean ``partition`` synchronously in the calling thread (tools and tests); ``force``
+    ignores the dirty ratio. None if there is nothing cleanable."""
+    plan = cleanability(partition, read_checkpoint(partition.dir), now_ms)
+    if plan is None or not (plan.due or force):
+        return None
+    job = make_job(partition, plan, now_ms, max_map_entries)
+    result = clean(job, Throttle(float("inf")), threading.Event(), crash_hook)
+    apply_result(partition, result)
+    if result.error is not None:
+        raise result.error
+    return result
+
+
+# -- the service (trio) --------------------------------------------------------------------------
+
+
+@dataclass
+class CleanerStats:
+    cleanings: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    seconds: float = 0.0
+    errors: int = 0
+
+
+class LogCleaner:
+    """The background cleaner: picks the dirtiest compacted partition, cleans it in a worker
+    thread, swaps the result in on the event loop. Collaborators are passed in: ``partitions``
+    lists the partitions to consider, ``clock`` gives now in ms."""
+
+    def __init__(
+        self,
+        partitions: Callable[[], Iterable[Partition]],
+        clock: Callable[[], int],
+        *,
+        threads: int = 1,
+        backoff_ms: int = 15_000,
+        dedupe_buffer_size: int = 128 * 1024 * 1024,
+        io_max_bytes_per_second: float = float("inf"),
+        crash_hook: CrashHook | None = None,
+    ) -> None:
+        """``crash_hook(point)`` is called at each step of CRASH_POINTS (tests only: it may end
+        the process there)."""
+        self._partitions = partitions
+        self._clock = clock
+        self.threads = max(threads, 1)
+        self.backoff_s = backoff_ms / 1000
+        self.max_map_entries = max(dedupe_buffer_size // MAP_ENTRY_BYTES, 1)
+        self.io_max_bytes_per_second = io_max_bytes_per_second
+        self._crash_hook = crash_hook
+        self._abort = threading.Event()
+        self._first_dirty: dict[Path, int] = {}
+        self._in_progress: set[int] = set()
+        self._failed: set[int] = set()  # partitions whose data could not be read: left alone
+        self.stats = CleanerStats()
+
+    def first_dirty(self, partition: Partition) -> int:
+        offset = self._first_dirty.get(partition.dir)
+        if offset is None:
+            offset = self._first_dirty[partition.dir] = read_checkpoint(partition.dir)
+        return offset
+
+    def _pick(self, now_ms: int) -> tuple[Partition, Cleanability] | None:
+        best = None
+        best_ratio = -1.0
+        for p in self._partitions():
+            if id(p) in self._in_progress or id(p) in self._failed or not p.config.compact:
+                continue
+            plan = cleanability(p, self.first_dirty(p), now_ms)
+            if plan is None or not plan.due:
+                continue
+            ratio = plan.dirty_bytes / max(plan.total_bytes, 1)
+            if ratio > best_ratio:
+                best, best_ratio = (p, plan), ratio
+        return best
+
+    async def run(self) -> None:
+        """Clean forever (until cancelled); ``threads`` partitions at a time."""
+        async with trio.open_nursery() as nursery:
+            for _ in range(self.threads):
+                nursery.start_soon(self._loop)
+
+    async def _loop(self) -> None:
+        while True:
+            if not await self.clean_once():
+                await trio.sleep(self.backoff_s)
+
+    async def clean_once(self) -> bool:
+        """Clean the dirtiest partition that is due, if any; True if one was cleaned."""
+        now = self._clock()
+        picked = self._pick(now)
+        if picked is None:
+            return False
+        partition, plan = picked
+        await self.clean_partition(partition, plan, now)
+        return True
+
+    async def clean_partition(self, partition: Partition, plan: Cleanability, now_ms: int
+                              ) -> CleanResult | None:
+        job = make_job(partition, plan, now_ms, self.max_map_entries)
+        self._in_progress.add(id(partition))
+        partition.cleaning = True
+        try:
+            result = await trio.to_thread.run_sync(
+                clean, job, Throttle(self.io_max_bytes_per_second), self._abort, self._crash_hook
+            )
+        finally:
+            partition.cleaning = False
+            self._in_progress.discard(id(partition))
+        if not apply_result(partition, result):
+            return None
+        if result.error is not None:
+            if not isinstance(result.error, CleaningAborted):
+                self._failed.add(id(partition))
+                self.stats.errors += 1
+                log.error("cleaning %s-%d failed, left alone until restart: %r",
+                          partition.topic, partition.index, result.error)
+            return None
+        self._first_dirty[partition.dir] = result.first_dirty
+        stats = self.stats
+        stats.cleanings += 1
+        stats.bytes_read += result.bytes_read
+        stats.bytes_written += result.bytes_written
+        stats.seconds += result.seconds
+        log.info(
+            "cleaned %s-%d: %d -> %d bytes, %d records removed, %.3f s",
+            partition.topic, partition.index, result.bytes_read, result.bytes_written,
+            result.records_removed, result.seconds,
+        )
+        return result
+
+    def abort(self) -> None:
+        """Make cleanings under way stop soon (shutdown); the thread leaves nothing half done."""
+        self._abort.set()
