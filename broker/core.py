@@ -16,6 +16,7 @@ import trio
 
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
+from broker.log.cleaner import CrashHook, LogCleaner
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
 from broker.txn.manager import TransactionManager
@@ -116,12 +117,32 @@ def _sync_all(tickets) -> None:
 class Broker:
     """Everything a request handler may touch."""
 
-    def __init__(self, config: BrokerConfig, now: int | None = None) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        now: int | None = None,
+        cleaner_crash_hook: CrashHook | None = None,
+    ) -> None:
+        """``cleaner_crash_hook`` is for the crash tests only (``LogCleaner``)."""
         self.config = config
         data_dir = Path(config.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         self.cluster_id = _load_cluster_id(data_dir)
         self.logs = LogManager(data_dir, config.log, now_ms() if now is None else now)
+        # Log compaction in the background (server.py runs it); None with log.cleaner.enable=false.
+        self.cleaner: LogCleaner | None = (
+            LogCleaner(
+                self.logs.all_partitions,
+                now_ms,
+                threads=config.log_cleaner_threads,
+                backoff_ms=config.log_cleaner_backoff_ms,
+                dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+                crash_hook=cleaner_crash_hook,
+            )
+            if config.log_cleaner_enable
+            else None
+        )
         self.producer_ids = ProducerIdManager(data_dir / "producer_ids")
         self.data_arrived = DataArrived()
         self.flusher = FlushScheduler(self.data_arrived)

@@ -54,6 +54,8 @@ async def serve(
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
+            if broker.cleaner is not None:
+                nursery.start_soon(broker.cleaner.run)
             task_status.started(port)
             with listener:
                 await _accept_loop(listener, broker, nursery)
@@ -275,12 +277,15 @@ async def _serve_with(config: BrokerConfig, broker: Broker, task_status=trio.TAS
     await serve(config, broker=broker, task_status=task_status)
 
 
-async def run_until_signal(config: BrokerConfig, on_listening=None) -> None:
+async def run_until_signal(
+    config: BrokerConfig, on_listening=None, broker: Broker | None = None
+) -> None:
     """Serve until SIGINT or SIGTERM, then shut down cleanly (flush, snapshots, clean marker).
 
-    ``on_listening(broker, port)`` runs once the socket is bound.
+    ``on_listening(broker, port)`` runs once the socket is bound. ``broker``: one built by the
+    caller (tests that inject faults), else built from ``config``.
     """
-    broker = Broker(config)
+    broker = broker or Broker(config)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:

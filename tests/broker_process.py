@@ -19,7 +19,13 @@ _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, *extra_args: str, port: int = 0) -> None:
+    def __init__(
+        self, data_dir: Path, *extra_args: str, port: int = 0,
+        entry: str = "from broker.cli import main; main()",
+    ) -> None:
+        """``entry``: the Python code run with ``serve ...`` as arguments (the CLI; tests that
+        inject faults run a wrapper around it)."""
+        self.entry = entry
         self.data_dir = Path(data_dir)
         self.extra_args = list(extra_args)
         self.port = port
@@ -34,7 +40,7 @@ class BrokerProcess:
         cmd = [
             sys.executable,
             "-c",
-            "from broker.cli import main; main()",
+            self.entry,
             "serve",
             "--host",
             "127.0.0.1",

@@ -51,13 +51,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("minibroker.group")
 
-# Kafka's offsets.topic.segment.bytes. No retention: without compaction, deleting old segments
-# would lose committed offsets at the next replay.
-OFFSETS_TOPIC_CONFIG = {
-    "segment.bytes": str(100 * 1024 * 1024),
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-}
+# Compacted, as in Kafka (broker/log/cleaner.py): the latest commit of each (group, topic,
+# partition) stays, tombstones go after delete.retention.ms; the segment size
+# (offsets.topic.segment.bytes, small by default) bounds what is left uncleaned.
+
+
+def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+
+
 # A waiting reply re-examines the coordinator's timers at least this often.
 MAX_TIMER_SLEEP_S = 1.0
 _REPLAY_CHUNK = 1 << 20
@@ -129,7 +131,7 @@ class GroupService:
         if OFFSETS_TOPIC not in logs.topics():
             logs.create_topic(
                 OFFSETS_TOPIC, self._broker.config.offsets_topic_num_partitions,
-                OFFSETS_TOPIC_CONFIG, now_ms,
+                offsets_topic_config(self._broker.config.offsets_topic_segment_bytes), now_ms,
             )
             log.info("created %s with %d partitions", OFFSETS_TOPIC,
                      self._broker.config.offsets_topic_num_partitions)

@@ -661,10 +661,26 @@ class LogCleaner:
         job = make_job(partition, plan, now_ms, self.max_map_entries)
         self._in_progress.add(id(partition))
         partition.cleaning = True
+        finished = False
+
+        async def abort_on_cancel() -> None:
+            # A shutdown cancels us while the thread runs: ask it to stop at the next batch (the
+            # thread itself cannot be cancelled; a group past its commit point is completed).
+            try:
+                await trio.sleep_forever()
+            finally:
+                if not finished:
+                    self._abort.set()
+
         try:
-            result = await trio.to_thread.run_sync(
-                clean, job, Throttle(self.io_max_bytes_per_second), self._abort, self._crash_hook
-            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(abort_on_cancel)
+                result = await trio.to_thread.run_sync(
+                    clean, job, Throttle(self.io_max_bytes_per_second), self._abort,
+                    self._crash_hook,
+                )
+                finished = True
+                nursery.cancel_scope.cancel()
         finally:
             partition.cleaning = False
             self._in_progress.discard(id(partition))

@@ -106,7 +106,8 @@ class TransactionManager:
             TxnConfig(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms),
             broker.producer_ids.next_id,
         )
-        self.log = TxnLog(broker.logs, config.transaction_state_log_num_partitions)
+        self.log = TxnLog(broker.logs, config.transaction_state_log_num_partitions,
+                          config.transaction_state_log_segment_bytes)
         self._completing: set[str] = set()  # ids whose markers are being written right now
         crash_at = os.environ.get(CRASH_ENV) or None
         if crash_at is not None and crash_at not in CRASH_POINTS:
