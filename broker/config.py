@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.log.manager import LogConfig, parse_cleanup_policy
+from broker.log.topic_config import BROKER_KEYS, LogConfig
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -56,6 +56,9 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
+    # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
+    # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
+    static_keys: frozenset[str] = frozenset()
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -72,13 +75,6 @@ def _bool(value: str) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
-
-
-def _ratio(value: str) -> float:
-    ratio = float(value)
-    if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"expected a ratio in [0, 1], got {value!r}")
-    return ratio
 
 
 def _flush(value: str) -> str:
@@ -109,11 +105,6 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "log.preallocate": ("log.preallocate", _bool, None),
     "log.flush": ("log.flush", _flush, None),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int, 1),
-    "log.cleanup.policy": ("log.cleanup_policy", parse_cleanup_policy, None),
-    "log.cleaner.min.cleanable.ratio": ("log.min_cleanable_dirty_ratio", _ratio, None),
-    "log.cleaner.delete.retention.ms": ("log.delete_retention_ms", int, 0),
-    "log.cleaner.min.compaction.lag.ms": ("log.min_compaction_lag_ms", int, 0),
-    "log.cleaner.max.compaction.lag.ms": ("log.max_compaction_lag_ms", int, 1),
     "log.cleaner.enable": ("log_cleaner_enable", _bool, None),
     "log.cleaner.threads": ("log_cleaner_threads", int, 1),
     "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 1),
@@ -135,6 +126,20 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 0),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),
 }
+
+# Broker defaults of the remaining topic configs (cleanup policy, compaction, timestamp type):
+# parsed and checked by the topic-config table itself.
+for _key, _definition in BROKER_KEYS.items():
+    _PROPERTIES.setdefault(_key, ("log." + _definition.field, _definition.parse, None))
+
+
+def property_values(config: BrokerConfig) -> dict[str, object]:
+    """Every broker property this broker reads, with its current value (DescribeConfigs)."""
+    values: dict[str, object] = {}
+    for key, (name, _, _) in _PROPERTIES.items():
+        target = config.log if name.startswith("log.") else config
+        values[key] = getattr(target, name[4:] if name.startswith("log.") else name)
+    return values
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -175,14 +180,19 @@ def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
             log[name[4:]] = value
         else:
             top[name] = value
+    static = set(properties)
     for name, value in overrides.items():
         if value is None:
             continue
+        static.update(k for k, (field_name, _, _) in _PROPERTIES.items()
+                      if field_name in (name, "log." + name))
         if name == "flush":
             log["flush"] = value
         else:
             top[name] = value
     try:
-        return BrokerConfig(**top, log=dataclasses.replace(LogConfig(), **log))  # type: ignore[arg-type]
+        return BrokerConfig(
+            **top, log=dataclasses.replace(LogConfig(), **log), static_keys=frozenset(static)  # type: ignore[arg-type]
+        )
     except TypeError as exc:
         raise ConfigError(str(exc)) from None

@@ -425,6 +425,10 @@ class GroupIdNotFoundError(BrokerResponseError):
     code = ErrorCode.GROUP_ID_NOT_FOUND
 
 
+class GroupSubscribedToTopicError(BrokerResponseError):
+    code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+
+
 class InvalidRecordError(BrokerResponseError):
     code = ErrorCode.INVALID_RECORD
 

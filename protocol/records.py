@@ -90,6 +90,7 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
 _UINT32 = struct.Struct(">I")
+_INT16 = struct.Struct(">h")
 _CONTROL_KEY = struct.Struct(">hh")  # version, type
 _CONTROL_VALUE = struct.Struct(">hi")  # version, coordinator_epoch
 
@@ -248,6 +249,23 @@ def batch_crc_ok(buf: Any, pos: int, header: BatchHeader) -> bool:
 def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
     """Write baseOffset of the batch at ``pos`` in place. The CRC stays valid (not covered)."""
     _INT64.pack_into(buf, pos, base_offset)
+
+
+_MAX_TIMESTAMP_OFFSET = 35
+
+
+def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
+    """Mark the batch at ``pos`` as LogAppendTime with maxTimestamp ``now_ms`` in place (what a
+    topic with ``message.timestamp.type=LogAppendTime`` does to every batch it stores), and
+    rewrite its CRC. Returns the new header. Consumers then read ``now_ms`` as the timestamp of
+    every record of the batch."""
+    attributes = header.attributes | TIMESTAMP_TYPE_BIT
+    _INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now_ms)
+    end = pos + header.length + LOG_OVERHEAD
+    crc = _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(buf, pos + _CRC_OFFSET, crc)
+    return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
 def patch_partition_leader_epoch(buf: Any, pos: int, epoch: int) -> None:

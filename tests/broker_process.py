@@ -1,7 +1,8 @@
 """Run the real broker as a subprocess on a loopback port, for integration tests and benchmarks.
 
 The broker is stopped through its own Popen handle (SIGTERM, then SIGKILL); ``kill9()`` simulates a
-crash. Ports are chosen by the broker itself (``--port 0``) and read from its "listening on" line.
+crash. Every broker started here is tracked by ``tests.process_guard``, which fails the session if one
+is still running at its end. Ports are chosen by the broker itself (``--port 0``) and read from its "listening on" line.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+from tests.process_guard import popen
 
 _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
@@ -51,8 +54,9 @@ class BrokerProcess:
             *self.extra_args,
         ]
         self.output = []
-        self.proc = subprocess.Popen(
+        self.proc = popen(
             cmd,
+            what=f"broker on data dir {self.data_dir}",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

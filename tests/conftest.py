@@ -7,6 +7,9 @@ import trio
 
 from broker.config import build_config
 from tests.broker_process import BrokerProcess
+from tests.process_guard import pytest_sessionfinish  # noqa: F401  (fails a session that leaks a process)
+
+pytest_plugins = ["pytester"]
 
 
 @pytest.fixture

@@ -38,11 +38,13 @@ JoinGroup v2 / SyncGroup v0 / Heartbeat v0 / LeaveGroup v0 belong to; states in 
 
 from __future__ import annotations
 
+import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from broker.group.group_metadata import GroupMetadataRecord, MemberRecord
 from broker.group.offsets import OffsetStore
 from broker.group.state import GroupState, check_transition
 from protocol.errors import ErrorCode
@@ -122,6 +124,7 @@ class Member:
     protocols: tuple[tuple[str, bytes], ...]
     last_heartbeat_ms: int
     assignment: bytes = b""
+    group_instance_id: str | None = None  # static membership (KIP-345)
     join_waiter: int | None = None
     sync_waiter: int | None = None
 
@@ -182,6 +185,9 @@ class GroupCoordinator:
         self.offsets = OffsetStore()
         self._new_member_id = new_member_id
         self._next_waiter = 0
+        # Groups whose metadata record must be written (a settled generation, a group that
+        # became Empty, or a removed group: tombstone), in order; see take_to_store().
+        self._to_store: dict[str, None] = {}
 
     # -- state changes -----------------------------------------------------------------------
 
@@ -244,7 +250,9 @@ class GroupCoordinator:
         group.generation_id += 1
         if not group.members:
             group.protocol = None
+            group.leader_id = None
             self._transition(group, GroupState.EMPTY)
+            self._to_store[group.group_id] = None
             return
         group.protocol = self._select_protocol(group)
         self._transition(group, GroupState.COMPLETING_REBALANCE)
@@ -360,6 +368,8 @@ class GroupCoordinator:
         for group in dead:
             self._transition(group, GroupState.DEAD)
             del self.groups[group.group_id]
+            if group.generation_id > 0:
+                self._to_store[group.group_id] = None  # it may have a record: tombstone
         return [g.group_id for g in dead]
 
     # -- requests ----------------------------------------------------------------------------
@@ -507,6 +517,7 @@ class GroupCoordinator:
             for m in group.members.values():
                 m.assignment = bytes(assignments.get(m.member_id, b""))
             self._transition(group, GroupState.STABLE)
+            self._to_store[group.group_id] = None
             for m in group.members.values():
                 if m.sync_waiter is not None:
                     out.append((m.sync_waiter, SyncResult(ErrorCode.NONE, m.assignment)))
@@ -625,9 +636,112 @@ class GroupCoordinator:
             out,
         )
 
-    def list_groups(self) -> list[tuple[str, str]]:
-        """``(group_id, protocol_type)`` of every group this coordinator knows."""
-        return [(g.group_id, g.protocol_type or "") for g in self.groups.values()]
+    def list_groups(self) -> list[tuple[str, str, str]]:
+        """``(group_id, protocol_type, state)`` of every group this coordinator knows."""
+        return [(g.group_id, g.protocol_type or "", g.state.value) for g in self.groups.values()]
+
+    def delete_groups(self, group_ids: Iterable[str], now_ms: int) -> dict[str, ErrorCode]:
+        """DeleteGroups: an Empty group goes (Dead, forgotten, its record tombstoned; the
+        caller tombstones its offsets); one with members is NON_EMPTY_GROUP, an unknown one
+        GROUP_ID_NOT_FOUND, as Kafka answers."""
+        out: list[Completion] = []
+        result: dict[str, ErrorCode] = {}
+        for group_id in group_ids:
+            if not group_id:
+                result[group_id] = ErrorCode.INVALID_GROUP_ID
+                continue
+            group = self._known(group_id, now_ms, out)
+            if group is None or group.state is GroupState.DEAD:
+                result[group_id] = ErrorCode.GROUP_ID_NOT_FOUND
+            elif group.state is not GroupState.EMPTY:
+                result[group_id] = ErrorCode.NON_EMPTY_GROUP
+            else:
+                self._transition(group, GroupState.DEAD)
+                del self.groups[group_id]
+                self._to_store[group_id] = None
+                result[group_id] = ErrorCode.NONE
+        return result
+
+    def subscribed_topics(self, group_id: str) -> set[str]:
+        """Topics the members of a "consumer" group subscribe to (their subscriptions for the
+        chosen protocol; an undecodable one counts as none)."""
+        group = self.groups.get(group_id)
+        topics: set[str] = set()
+        if group is None:
+            return topics
+        for member in group.members.values():
+            topics.update(_subscription_topics(member.metadata_for(group.protocol or "")))
+        return topics
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def take_to_store(self) -> list[str]:
+        """Groups whose metadata record (``group_record``) must be written now; clears the list."""
+        ids, self._to_store = list(self._to_store), {}
+        return ids
+
+    def group_record(self, group_id: str, now_ms: int) -> GroupMetadataRecord | None:
+        """The group's metadata record as of its last settled generation; None (a tombstone)
+        for a group that is gone."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return None
+        protocol = group.protocol or ""
+        return GroupMetadataRecord(
+            protocol_type=group.protocol_type or "",
+            generation_id=group.generation_id,
+            protocol=group.protocol,
+            leader=group.leader_id if group.members else None,
+            current_state_timestamp=now_ms,
+            members=tuple(
+                MemberRecord(
+                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                    m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata_for(protocol),
+                    m.assignment,
+                )
+                for m in group.members.values()
+            ),
+        )
+
+    def load_group(self, group_id: str, record: GroupMetadataRecord, now_ms: int) -> Group:
+        """Restore a group from its last record (broker start): Stable with its members, their
+        assignments and generation if it had members, else Empty. Sessions restart at
+        ``now_ms``, so members that do not heartbeat expire as usual."""
+        group = self.groups[group_id] = Group(group_id)
+        group.generation_id = record.generation_id
+        group.protocol_type = record.protocol_type or None
+        if record.members and record.protocol:
+            group.protocol = record.protocol
+            for m in record.members:
+                group.members[m.member_id] = Member(
+                    m.member_id, m.client_id, m.client_host, m.session_timeout_ms,
+                    m.rebalance_timeout_ms, record.protocol_type,
+                    ((record.protocol, m.subscription),), now_ms, m.assignment,
+                    m.group_instance_id,
+                )
+            group.leader_id = (
+                record.leader if record.leader in group.members else next(iter(group.members))
+            )
+            # Loaded, not transitioned: the generation was settled before the restart.
+            group.state = GroupState.STABLE
+        return group
 
     def group_ids(self) -> Iterable[str]:
         return self.groups.keys()
+
+
+def _subscription_topics(metadata: bytes) -> list[str]:
+    """The topic list of a consumer-protocol subscription (``version int16, topics [str],
+    ...``); [] if it does not decode."""
+    try:
+        (count,) = struct.unpack_from(">i", metadata, 2)
+        pos, topics = 6, []
+        for _ in range(max(count, 0)):
+            (n,) = struct.unpack_from(">h", metadata, pos)
+            if n < 0 or pos + 2 + n > len(metadata):
+                return []
+            topics.append(metadata[pos + 2 : pos + 2 + n].decode("utf-8"))
+            pos += 2 + n
+        return topics
+    except (struct.error, UnicodeDecodeError):
+        return []

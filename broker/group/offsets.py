@@ -155,6 +155,19 @@ def build_offset_batch(
     )
 
 
+def build_offset_tombstones(
+    group_id: str, partitions: Sequence[tuple[str, int]], now_ms: int
+) -> bytearray:
+    """One batch deleting the committed offset of each ``(topic, partition)`` (null values;
+    record ``i`` gets log offset ``base_offset + i``)."""
+    return bytearray(
+        encode_batch([
+            (encode_offset_key(group_id, topic, partition), None, (), now_ms)
+            for topic, partition in partitions
+        ])
+    )
+
+
 # -- the table ----------------------------------------------------------------------------------
 
 

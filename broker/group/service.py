@@ -12,8 +12,14 @@
   validation, producer-state checks and group-commit fsync apply, and answer once it is durable.
   A TxnOffsetCommit batch also passes the transaction check of transactional Produce (the
   partition must be in the producer's ongoing transaction).
+- Group metadata: when a generation is settled (the leader's SyncGroup), when a rebalance ends
+  without members and when a group is deleted or expires, the group's metadata record
+  (``group_metadata.py``) is appended to its ``__consumer_offsets`` partition; the JoinGroup and
+  SyncGroup answers that this produced wait until it is durable, as Kafka's do.
 - Replay: the constructor reads every ``__consumer_offsets`` partition back into the offset store
-  (before the broker accepts connections, so there is no loading state).
+  and restores each group from its latest metadata record, members and assignments included, so
+  members keep heartbeating across a restart (before the broker accepts connections, so there is
+  no loading state).
 """
 
 from __future__ import annotations
@@ -35,15 +41,25 @@ from broker.group.coordinator import (
     SyncResult,
     Waiting,
 )
+from broker.group.group_metadata import (
+    GroupMetadataRecord,
+    build_group_metadata_batch,
+    decode_group_metadata_key_untrusted,
+    decode_group_metadata_value_untrusted,
+)
 from broker.group.offsets import (
     MAX_METADATA_BYTES,
     OFFSETS_TOPIC,
     OffsetAndMetadata,
     build_offset_batch,
+    build_offset_tombstones,
 )
+from broker.group.state import GroupState
 from broker.hashing import partition_for
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_untrusted
+
+INT64_MAX = (1 << 63) - 1  # a "high watermark" that shows values not yet durable too
 
 if TYPE_CHECKING:
     from broker.core import Broker
@@ -82,11 +98,13 @@ def wall_clock_ms() -> int:
 
 
 class _Slot:
-    __slots__ = ("event", "result")
+    __slots__ = ("event", "result", "durable")
 
     def __init__(self) -> None:
         self.event = trio.Event()
         self.result: Any = None
+        # Set with the result when it must wait for a group metadata record to be durable.
+        self.durable: list[trio.Event] = []
 
 
 class Deferred:
@@ -147,17 +165,26 @@ class GroupService:
         logs = self._broker.logs
         count = logs.topics().get(OFFSETS_TOPIC, 0)
         batches = 0
+        groups: dict[str, GroupMetadataRecord | None] = {}
         for index in range(count):
-            batches += self._replay_partition(logs.partition(OFFSETS_TOPIC, index))
+            batches += self._replay_partition(logs.partition(OFFSETS_TOPIC, index), groups)
+        now = self._clock()
+        restored = 0
+        for group_id, record in groups.items():
+            if record is not None:
+                self.coordinator.load_group(group_id, record, now)
+                restored += bool(record.members)
         store = self.coordinator.offsets
         for group_id in store.group_ids():
             self.coordinator.ensure_group(group_id)
         if batches:
-            log.info("loaded offsets of %d groups from %d batches of %s",
-                     len(store.group_ids()), batches, OFFSETS_TOPIC)
+            log.info("loaded offsets of %d groups and %d groups with members from %d batches "
+                     "of %s", len(store.group_ids()), restored, batches, OFFSETS_TOPIC)
         return batches
 
-    def _replay_partition(self, partition: Partition) -> int:
+    def _replay_partition(
+        self, partition: Partition, groups: dict[str, GroupMetadataRecord | None]
+    ) -> int:
         store = self.coordinator.offsets
         offset, end = partition.log_start_offset, partition.high_watermark
         batches = 0
@@ -166,10 +193,18 @@ class GroupService:
             if not data:
                 break
             for pos, header in iter_batches_untrusted(data):
+                if header.base_offset + header.last_offset_delta < offset:
+                    continue  # below a log start offset inside the first batch read
                 try:
-                    store.replay_batch(
-                        partition.index, header, decode_records_untrusted(data, pos, header), end
-                    )
+                    records = list(decode_records_untrusted(data, pos, header))
+                    store.replay_batch(partition.index, header, records, end)
+                    if not header.is_control and not header.is_transactional:
+                        for record in records:
+                            group_id = decode_group_metadata_key_untrusted(record.key)
+                            if group_id is not None:
+                                groups[group_id] = decode_group_metadata_value_untrusted(
+                                    record.value
+                                )
                 except CorruptFrameError as exc:
                     # Recovery already checked every CRC, so this is a record we cannot read:
                     # skip it rather than refuse to start.
@@ -181,17 +216,52 @@ class GroupService:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def _resolve(self, completions: list[Completion]) -> None:
+    def _resolve(self, completions: list[Completion], durable: list[trio.Event]) -> None:
         for waiter, result in completions:
             slot = self._slots.pop(waiter, None)
             if slot is not None:
                 slot.result = result
+                slot.durable = durable
                 slot.event.set()
 
-    def _reply(self, outcome: Outcome) -> Any:
-        self._resolve(outcome.completions)
+    def _store_groups(self, now_ms: int) -> list[trio.Event]:
+        """Append the metadata records the coordinator asked for; the events are set once
+        they are durable. A failed append is logged: the group lives on in memory, and the next
+        settled generation writes a record again."""
+        ids = self.coordinator.take_to_store()
+        if not ids:
+            return []
+        by_partition: dict[int, list[tuple[str, GroupMetadataRecord | None]]] = {}
+        for group_id in ids:
+            record = self.coordinator.group_record(group_id, now_ms)
+            by_partition.setdefault(self.partition_for(group_id), []).append((group_id, record))
+        events = []
+        for records in by_partition.values():
+            try:
+                partition = self.offsets_partition(records[0][0], now_ms)
+                batch = build_group_metadata_batch(records, now_ms)
+                _, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+            except (KafkaError, ValueError) as exc:
+                log.error("could not store the metadata of groups %s: %s",
+                          [g for g, _ in records], exc)
+                continue
+            if flushed is not None:
+                events.append(flushed)
+        return events
+
+    def _reply(self, outcome: Outcome, now_ms: int | None = None) -> Any:
+        durable = self._store_groups(self._clock() if now_ms is None else now_ms)
+        self._resolve(outcome.completions, durable)
         reply = outcome.reply
         if not isinstance(reply, Waiting):
+            if durable and isinstance(reply, JoinResult | SyncResult):
+
+                async def after_store() -> Any:
+                    for event in durable:
+                        await event.wait()
+                    return reply
+
+                return Deferred(after_store)
             return reply
         slot = self._slots[reply.waiter] = _Slot()
 
@@ -206,18 +276,22 @@ class GroupService:
                     await slot.event.wait()
                 if slot.result is None:
                     self.run_timers(self._clock())
+            for event in slot.durable:
+                await event.wait()
             return slot.result
 
         return Deferred(wait)
 
     def run_timers(self, now_ms: int) -> None:
         """Expire sessions and end rebalances that are due at ``now_ms``."""
-        self._resolve(self.coordinator.tick(now_ms))
+        completions = self.coordinator.tick(now_ms)
+        self._resolve(completions, self._store_groups(now_ms))
 
     def tick(self, now_ms: int) -> None:
         """Housekeeping: run every due timer, forget Empty groups that hold no offsets."""
         self.run_timers(now_ms)
         self.coordinator.remove_empty_groups()
+        self._store_groups(now_ms)
 
     # -- membership --------------------------------------------------------------------------
 
@@ -229,29 +303,97 @@ class GroupService:
             request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], now_ms,
         )
-        return self._reply(outcome)
+        return self._reply(outcome, now_ms)
 
     def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred:
         assignments = {a.member_id: a.assignment for a in request.assignments}
         outcome = self.coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments, now_ms
         )
-        return self._reply(outcome)
+        return self._reply(outcome, now_ms)
 
     def heartbeat(self, group_id: str, generation_id: int, member_id: str, now_ms: int) -> ErrorCode:
-        return self._reply(self.coordinator.heartbeat(group_id, generation_id, member_id, now_ms))
+        return self._reply(
+            self.coordinator.heartbeat(group_id, generation_id, member_id, now_ms), now_ms
+        )
 
     def leave_group(self, group_id: str, member_id: str, now_ms: int) -> ErrorCode:
-        return self._reply(self.coordinator.leave_group(group_id, member_id, now_ms))
+        return self._reply(self.coordinator.leave_group(group_id, member_id, now_ms), now_ms)
 
     def describe_group(self, group_id: str, now_ms: int) -> GroupSummary:
         summary, completions = self.coordinator.describe_group(group_id, now_ms)
-        self._resolve(completions)
+        self._resolve(completions, self._store_groups(now_ms))
         return summary
 
-    def list_groups(self, now_ms: int) -> list[tuple[str, str]]:
+    def list_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
+        """``(group_id, protocol_type, state)`` of every group."""
         self.run_timers(now_ms)
         return self.coordinator.list_groups()
+
+    def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode] | Deferred:
+        """DeleteGroups: ``group_id -> error``, answered once the tombstones of the deleted
+        groups (their metadata record and every committed offset) are durable."""
+        store = self.coordinator.offsets
+        result = self.coordinator.delete_groups(group_ids, now_ms)
+        flushes = self._store_groups(now_ms)
+        for group_id, code in result.items():
+            if code is not ErrorCode.NONE:
+                continue
+            partitions = sorted(store.committed(group_id, INT64_MAX))
+            if not partitions:
+                continue
+            try:
+                flushes += self._tombstone_offsets(group_id, partitions, now_ms)
+            except KafkaError as exc:
+                result[group_id] = _APPEND_ERRORS.get(exc.code, exc.code)
+        return _after_all(flushes, result)
+
+    def _tombstone_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]], now_ms: int
+    ) -> list[trio.Event]:
+        partition = self.offsets_partition(group_id, now_ms)
+        batch = build_offset_tombstones(group_id, partitions, now_ms)
+        result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+        hw = partition.high_watermark
+        for i, tp in enumerate(partitions):
+            self.coordinator.offsets.put(group_id, tp, result.base_offset + i, None, hw)
+        return [] if flushed is None else [flushed]
+
+    def delete_offsets(
+        self, group_id: str, requested: list[tuple[str, int]], now_ms: int
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]] | Deferred:
+        """OffsetDelete: ``(group error, (topic, partition) -> error)``.
+
+        GROUP_ID_NOT_FOUND for an unknown group; a group with members may lose only the offsets
+        of topics none of them subscribes to (GROUP_SUBSCRIBED_TO_TOPIC for the others; a group
+        of another protocol type than "consumer" with members: NON_EMPTY_GROUP). Partitions
+        without a committed offset are answered NONE, as Kafka does."""
+        self.run_timers(now_ms)
+        group = self.coordinator.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if group.members:
+            if group.protocol_type != "consumer":
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            subscribed = self.coordinator.subscribed_topics(group_id)
+        errors: dict[tuple[str, int], ErrorCode] = {}
+        committed = self.coordinator.offsets.committed(group_id, INT64_MAX)
+        delete = []
+        for tp in requested:
+            if tp[0] in subscribed:
+                errors[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                errors[tp] = ErrorCode.NONE
+                if tp in committed:
+                    delete.append(tp)
+        flushes: list[trio.Event] = []
+        if delete:
+            try:
+                flushes = self._tombstone_offsets(group_id, sorted(set(delete)), now_ms)
+            except KafkaError as exc:
+                return _APPEND_ERRORS.get(exc.code, exc.code), {}
+        return _after_all(flushes, (ErrorCode.NONE, errors))
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -351,7 +493,7 @@ class GroupService:
         outcome = self.coordinator.validate_offset_commit(
             request.group_id, request.generation_id, request.member_id, now_ms
         )
-        error = self._reply(outcome)
+        error = self._reply(outcome, now_ms)
         topics, flushed = self._store(request.group_id, request.topics, error, now_ms)
         return _after(flushed, {"topics": topics})
 
@@ -417,6 +559,18 @@ def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) 
         return 0
     last = entry.last_seq
     return 0 if last == INT32_MAX else last + 1
+
+
+def _after_all(flushes: list[trio.Event], response: Any) -> Any:
+    if not flushes:
+        return response
+
+    async def wait() -> Any:
+        for event in flushes:
+            await event.wait()
+        return response
+
+    return Deferred(wait)
 
 
 def _after(flushed: trio.Event | None, response: dict) -> dict | Deferred:

@@ -78,7 +78,7 @@ def list_groups(broker: Broker, header, request) -> dict:
     groups = broker.groups.list_groups(now_ms())
     return {
         "error_code": ErrorCode.NONE,
-        "groups": [{"group_id": g, "protocol_type": t} for g, t in sorted(groups)],
+        "groups": [{"group_id": g, "protocol_type": t} for g, t, _ in sorted(groups)],
     }
 
 

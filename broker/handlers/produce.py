@@ -28,7 +28,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     for topic in request.topics:
         partition_responses = []
         for part in topic.partitions:
-            error, base_offset = ErrorCode.NONE, -1
+            error, base_offset, log_append_time = ErrorCode.NONE, -1, -1
             try:
                 if request.acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
@@ -43,11 +43,12 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     transactions.verify_produce(partition, part.records, request.transactional_id)
                 result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
+                log_append_time = result.log_append_time
                 if flushed is not None:
                     flushes.append(flushed)
             except KafkaError as exc:
                 error = exc.code
-            partition_responses.append((part.index, error, base_offset, -1))
+            partition_responses.append((part.index, error, base_offset, log_append_time))
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE

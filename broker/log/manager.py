@@ -19,17 +19,16 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from broker.log.partition import Partition
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
 from protocol.errors import ErrorCode, KafkaError
 
 TOPICS_FILE = "topics.json"
@@ -39,90 +38,8 @@ MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 _OUR_SUFFIXES = (
-    ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".cleaned", ".swap", ".checkpoint",
+    ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint", ".cleaned", ".swap",
 )
-
-
-@dataclass(frozen=True)
-class LogConfig:
-    """Per-topic log settings; Kafka's names in the comments."""
-
-    segment_bytes: int = 1 << 30  # log.segment.bytes / segment.bytes
-    segment_ms: int = 7 * 24 * 3600 * 1000  # log.roll.ms / segment.ms
-    retention_bytes: int = -1  # log.retention.bytes / retention.bytes (-1 unlimited)
-    retention_ms: int = 7 * 24 * 3600 * 1000  # log.retention.ms / retention.ms (-1 unlimited)
-    index_interval_bytes: int = 4096  # log.index.interval.bytes / index.interval.bytes
-    max_message_bytes: int = 1048588  # message.max.bytes / max.message.bytes (one batch)
-    # log.preallocate / preallocate: zero-fill the active segment ahead of the data so fdatasync
-    # needs no metadata update; applies only with flush="always" (segment.py has the numbers).
-    preallocate: bool = True
-    flush: str = "always"  # "always": HW moves after fdatasync; "never": HW = LEO at once
-    # Log compaction (cleaner.py). log.cleanup.policy / cleanup.policy: "delete", "compact" or
-    # "compact,delete" (both: compacted, and old segments deleted by retention too).
-    cleanup_policy: str = "delete"
-    min_cleanable_dirty_ratio: float = 0.5  # log.cleaner.min.cleanable.ratio
-    delete_retention_ms: int = 24 * 3600 * 1000  # log.cleaner.delete.retention.ms
-    min_compaction_lag_ms: int = 0  # log.cleaner.min.compaction.lag.ms
-    max_compaction_lag_ms: int = (1 << 63) - 1  # log.cleaner.max.compaction.lag.ms
-
-    def __post_init__(self) -> None:
-        if self.flush not in ("always", "never"):
-            raise ValueError(f"flush must be 'always' or 'never', not {self.flush!r}")
-        if self.segment_bytes < 14 or self.segment_ms < 1 or self.index_interval_bytes < 0:
-            raise ValueError(f"invalid log config {self}")
-        if self.cleanup_policy not in CLEANUP_POLICIES:
-            raise ValueError(f"cleanup.policy must be one of {sorted(CLEANUP_POLICIES)}")
-        if not 0.0 <= self.min_cleanable_dirty_ratio <= 1.0:
-            raise ValueError("min.cleanable.dirty.ratio must be in [0, 1]")
-        if self.min_compaction_lag_ms > self.max_compaction_lag_ms:
-            raise ValueError("min.compaction.lag.ms is above max.compaction.lag.ms")
-
-    @property
-    def compact(self) -> bool:
-        return "compact" in self.cleanup_policy
-
-    @property
-    def delete(self) -> bool:
-        """Retention by time and size applies (policy ``delete`` or ``compact,delete``)."""
-        return "delete" in self.cleanup_policy
-
-    @property
-    def roll_ms(self) -> int:
-        """Age at which the active segment rolls: ``segment.ms``, and for a compacted topic no
-        later than ``max.compaction.lag.ms`` (KIP-354: the active segment is never cleaned)."""
-        if self.compact:
-            return min(self.segment_ms, max(self.max_compaction_lag_ms, 1))
-        return self.segment_ms
-
-
-# Accepted spellings of cleanup.policy, normalised (Kafka takes a list; order does not matter).
-CLEANUP_POLICIES = frozenset({"delete", "compact", "compact,delete"})
-
-
-def parse_cleanup_policy(raw: str) -> str:
-    """``compact``, ``delete`` or ``compact,delete`` (any order, spaces allowed); ValueError."""
-    parts = sorted({p.strip().lower() for p in str(raw).split(",") if p.strip()})
-    value = ",".join(parts)
-    if value not in CLEANUP_POLICIES:
-        raise ValueError(f"{raw!r}: expected compact, delete or compact,delete")
-    return value
-
-
-# Topic-level keys accepted in CreateTopics: Kafka key -> (LogConfig field, minimum value).
-_INT_OVERRIDES: dict[str, tuple[str, int]] = {
-    "segment.bytes": ("segment_bytes", 14),  # Kafka's minimum
-    "segment.ms": ("segment_ms", 1),
-    "retention.bytes": ("retention_bytes", -1),
-    "retention.ms": ("retention_ms", -1),
-    "max.message.bytes": ("max_message_bytes", 0),
-    "index.interval.bytes": ("index_interval_bytes", 0),
-    "delete.retention.ms": ("delete_retention_ms", 0),
-    "min.compaction.lag.ms": ("min_compaction_lag_ms", 0),
-    "max.compaction.lag.ms": ("max_compaction_lag_ms", 1),
-}
-_INT_MAX = (1 << 31) - 1
-_LONG_MAX = (1 << 63) - 1
-_INT_FIELDS = {"segment_bytes", "max_message_bytes", "index_interval_bytes"}  # int32 in Kafka
 
 
 def validate_topic_name(name: str) -> None:
@@ -132,53 +49,6 @@ def validate_topic_name(name: str) -> None:
             ErrorCode.INVALID_TOPIC_EXCEPTION,
             f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'",
         )
-
-
-def apply_overrides(base: LogConfig, overrides: dict[str, str] | None) -> LogConfig:
-    """``base`` with Kafka topic-config overrides applied; INVALID_CONFIG for unknown keys or bad
-    values."""
-    if not overrides:
-        return base
-    changes: dict[str, object] = {}
-    for key, raw in overrides.items():
-        if key in _INT_OVERRIDES:
-            field, minimum = _INT_OVERRIDES[key]
-            try:
-                value = int(str(raw).strip())
-            except (TypeError, ValueError):
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG, f"{key}={raw!r} is not an integer"
-                ) from None
-            maximum = _INT_MAX if field in _INT_FIELDS else _LONG_MAX
-            if not minimum <= value <= maximum:
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [{minimum}, {maximum}]"
-                )
-            changes[field] = value
-        elif key == "cleanup.policy":
-            try:
-                changes["cleanup_policy"] = parse_cleanup_policy(raw)
-            except ValueError as exc:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={exc}") from None
-        elif key == "min.cleanable.dirty.ratio":
-            try:
-                ratio = float(str(raw).strip())
-            except ValueError:
-                ratio = -1.0
-            if not 0.0 <= ratio <= 1.0:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={raw!r} outside [0, 1]")
-            changes["min_cleanable_dirty_ratio"] = ratio
-        elif key == "preallocate":
-            text = str(raw).strip().lower()
-            if text not in ("true", "false"):
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"{key}={raw!r} is not true/false")
-            changes["preallocate"] = text == "true"
-        else:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"unknown or unsupported topic config {key!r}")
-    try:
-        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
-    except ValueError as exc:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
 def _partition_dir_name(topic: str, index: int) -> str:
@@ -307,8 +177,8 @@ class LogManager:
                 ErrorCode.INVALID_PARTITIONS,
                 f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
             )
-        config = apply_overrides(self.default_config, overrides)
-        stored_overrides = {k: str(v) for k, v in (overrides or {}).items()}
+        stored_overrides = normalize_overrides(overrides)
+        config = apply_overrides(self.default_config, stored_overrides)
         parts: list[Partition] = []
         try:
             for i in range(num_partitions):
@@ -330,6 +200,79 @@ class LogManager:
         self._topics = topics
         self._configs[name] = config
         self._partitions[name] = parts
+
+    def topic_overrides(self, topic: str) -> dict[str, str]:
+        """The topic's config overrides as stored (Kafka key -> string value)."""
+        try:
+            return dict(self._topics[topic].get("config") or {})
+        except KeyError:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}") from None
+
+    def alter_topic_config(
+        self, topic: str, overrides: dict[str, str], validate_only: bool = False
+    ) -> LogConfig:
+        """Replace the topic's overrides durably and apply them to its partitions at once.
+
+        Returns the new config. Raises UNKNOWN_TOPIC_OR_PARTITION or INVALID_CONFIG; with
+        ``validate_only`` nothing changes."""
+        self.topic_overrides(topic)  # raises for an unknown topic
+        stored = normalize_overrides(overrides)
+        config = apply_overrides(self.default_config, stored)
+        if validate_only:
+            return config
+        topics = dict(self._topics)
+        topics[topic] = {**topics[topic], "config": stored}
+        self._write_topics(topics)  # the commit point
+        self._topics = topics
+        self._configs[topic] = config
+        for p in self._partitions[topic]:
+            p.config = config
+        return config
+
+    def create_partitions(
+        self, topic: str, count: int, now_ms: int, validate_only: bool = False
+    ) -> None:
+        """Grow ``topic`` to ``count`` partitions durably (CreatePartitions).
+
+        Raises UNKNOWN_TOPIC_OR_PARTITION, or INVALID_PARTITIONS when ``count`` is not above the
+        current count (Kafka never shrinks a topic) or above the limit."""
+        current = len(self._partitions.get(topic, ()))
+        if topic not in self._topics:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if count == current:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+        if count < current:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"Topic currently has {current} partitions, which is higher than the requested "
+                f"{count}.",
+            )
+        if count > MAX_PARTITIONS:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS}"
+            )
+        if validate_only:
+            return
+        config = self._configs[topic]
+        parts: list[Partition] = []
+        try:
+            for i in range(current, count):
+                directory = self.data_dir / _partition_dir_name(topic, i)
+                if directory.exists():
+                    shutil.rmtree(directory)  # left by an interrupted create: not ours
+                p = Partition(topic, i, directory, config, now_ms)
+                p.flush()
+                parts.append(p)
+            fsync_dir(self.data_dir)
+            topics = dict(self._topics)
+            topics[topic] = {**topics[topic], "partitions": count}
+            self._write_topics(topics)  # the commit point
+        except BaseException:
+            for p in parts:
+                p.delete()
+            raise
+        self._topics = topics
+        self._partitions[topic] = self._partitions[topic] + parts
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its files. UNKNOWN_TOPIC_OR_PARTITION if there is none."""

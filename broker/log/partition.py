@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.log.recovery import CleanState, RecoveryReport, load_log
-from broker.log.segment import CorruptLogError, Segment, fsync_dir
+from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.producer_state import (
     ProducerStateManager,
@@ -60,11 +60,14 @@ from protocol.records import (
     encode_control_batch,
     parse_header_untrusted,
     patch_base_offset,
+    stamp_log_append_time,
 )
 
 if TYPE_CHECKING:
     from broker.log.manager import LogConfig
 
+# DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
+LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 # Producer-state snapshots kept per partition: the newest is the recovery point, the one before is
 # the fallback if the newest turns out to lie beyond the recovered log.
 SNAPSHOTS_RETAINED = 2
@@ -76,7 +79,7 @@ class AppendResult:
     base_offset: int  # first offset of the append (the ORIGINAL one for a duplicate)
     last_offset: int
     duplicate: bool  # True: idempotent retry of batches already in the log; nothing appended
-    log_append_time: int = -1  # CreateTime only: -1, as Kafka answers
+    log_append_time: int = -1  # the broker time stamped on a LogAppendTime topic; else -1
 
 
 @dataclass
@@ -127,8 +130,12 @@ class Partition:
         self.segments: list[Segment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self.segments]
         self.producers: ProducerStateManager = loaded.producers
-        self.log_start_offset = self.segments[0].base_offset
         self.log_end_offset = self.segments[-1].next_offset
+        # DeleteRecords moves the log start inside the first segment; the file keeps it.
+        self.log_start_offset = max(
+            self.segments[0].base_offset,
+            min(_read_log_start_checkpoint(directory), self.log_end_offset),
+        )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
         self._dir_dirty = created  # directory entries not yet fsync'd
@@ -247,9 +254,14 @@ class Partition:
             dup = producers.check_all([h for _, h in batches], now_ms)
         if dup is not None:
             return AppendResult(dup.base_offset, dup.last_offset, True)
+        log_append_time = -1
+        if self.config.log_append_time:
+            log_append_time = now_ms
+            batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
+                       for pos, header in batches]
         base_offset = self.log_end_offset
         last_offset = self._write(mv, batches, now_ms)
-        return AppendResult(base_offset, last_offset, False)
+        return AppendResult(base_offset, last_offset, False, log_append_time)
 
     def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """A compacted topic keeps the latest record per key: a record without one is refused
@@ -471,7 +483,9 @@ class Partition:
         config = self.config
         deleted = 0
         if not config.delete or self.cleaning:
-            return 0  # compact-only topics keep every key; never under the cleaner's feet
+            # cleanup.policy=compact alone: segments go only through the cleaner; and never
+            # under the cleaner's feet (it is rewriting the oldest segments).
+            return 0
         if config.retention_ms >= 0:
             while True:
                 seg = self.segments[0]
@@ -505,7 +519,39 @@ class Partition:
         if seg in self._unsynced:
             self._unsynced.remove(seg)
         seg.delete()
-        self.log_start_offset = self.segments[0].base_offset
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords: make ``offset`` the log start offset (-1: the high watermark), durably,
+        and delete the segments wholly below it. Returns the new log start offset (the "low
+        watermark"); an offset at or below the current start changes nothing. Raises
+        OFFSET_OUT_OF_RANGE above the high watermark or below -1, KAFKA_STORAGE_ERROR if the
+        checkpoint cannot be written."""
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise KafkaError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"cannot delete records of {self.topic}-{self.index} up to {offset}: the high "
+                f"watermark is {self.high_watermark}",
+            )
+        if offset <= self.log_start_offset:
+            return self.log_start_offset
+        try:
+            atomic_write(self.dir / LOG_START_CHECKPOINT, f"{offset}\n".encode())
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        self.log_start_offset = offset
+        deleted = False
+        # While the cleaner rewrites the oldest segments they stay; the next call (or the next
+        # cleaning, which keeps nothing below the log start) frees them.
+        while (not self.cleaning and len(self.segments) > 1
+               and self.segments[1].base_offset <= offset):
+            self._delete_oldest()
+            deleted = True
+        if deleted:
+            self.txn_index.drop_before(self.segments[0].base_offset)
+        return offset
 
     def replace_segments(self, old_bases: list[int], new: Segment) -> None:
         """Put the cleaned segment ``new`` in place of the segments at ``old_bases`` (consecutive,
@@ -560,3 +606,10 @@ class Partition:
             seg.close()
         self._closed = True
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _read_log_start_checkpoint(directory: Path) -> int:
+    try:
+        return int((directory / LOG_START_CHECKPOINT).read_text(encoding="ascii").strip())
+    except (FileNotFoundError, ValueError, UnicodeDecodeError):
+        return 0

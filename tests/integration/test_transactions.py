@@ -23,6 +23,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
 from tests.broker_process import BrokerProcess
+from tests.process_guard import popen
 from tests.raw_client import RawConnection
 
 kafka = pytest.importorskip("kafka")
@@ -329,8 +330,8 @@ DYING_PRODUCER = textwrap.dedent("""
 def test_producer_killed_mid_transaction_is_aborted_after_its_timeout(broker):
     bootstrap = broker.bootstrap
     create_topic(bootstrap, "dying", 1)
-    child = subprocess.Popen([sys.executable, "-c", DYING_PRODUCER, bootstrap],
-                             stdout=subprocess.PIPE, text=True)
+    child = popen([sys.executable, "-c", DYING_PRODUCER, bootstrap],
+                  what="dying transactional producer", stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline().strip() == "ready"
         child.kill()  # SIGKILL: no abort, no close

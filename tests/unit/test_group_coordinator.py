@@ -543,7 +543,9 @@ def test_describe_and_list() -> None:
     assert summary.state == "PreparingRebalance" and summary.protocol == ""
     assert all(m.metadata == b"" and m.assignment == b"" for m in summary.members)
     commit(h, -1, "", group="manual")
-    assert sorted(h.c.list_groups()) == [("g", "consumer"), ("manual", "")]
+    assert sorted(h.c.list_groups()) == [
+        ("g", "consumer", "PreparingRebalance"), ("manual", "", "Empty")
+    ]
 
 
 def test_txn_offset_commit_group_checks() -> None:

@@ -121,7 +121,7 @@ async def test_offsets_topic_layout(tmp_path) -> None:
     assert broker.logs.topics()[OFFSETS_TOPIC] == OFFSETS_PARTITIONS
     config = broker.logs.topic_config(OFFSETS_TOPIC)
     assert config.segment_bytes == broker.config.offsets_topic_segment_bytes
-    assert config.cleanup_policy == "compact"
+    assert config.compact and not config.delete
     index = partition_for("my-group", OFFSETS_PARTITIONS)
     assert broker.groups.partition_for("my-group") == index
     sizes = {p: broker.logs.partition(OFFSETS_TOPIC, p).log_end_offset
@@ -144,7 +144,7 @@ async def test_offsets_survive_a_restart(tmp_path) -> None:
     everything = again.groups.fetch_offsets("other", None, NOW)
     assert everything["topics"] == [{"name": "orders", "partitions": [
         {"partition_index": 2, "committed_offset": 7, "metadata": "hello", "error_code": 0}]}]
-    assert sorted(again.groups.list_groups(NOW)) == [("g", ""), ("other", "")]
+    assert sorted(again.groups.list_groups(NOW)) == [("g", "", "Empty"), ("other", "", "Empty")]
     again.close()
 
 
@@ -279,7 +279,7 @@ async def test_txn_commit_for_unknown_group_creates_it(tmp_path, nursery) -> Non
     pid, epoch = await begin_txn(broker, groups=("fresh",))
     r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("fresh", {0: 1}, pid, epoch), NOW))
     assert codes(r) == [ErrorCode.NONE]
-    assert ("fresh", "") in broker.groups.list_groups(NOW)
+    assert ("fresh", "", "Empty") in broker.groups.list_groups(NOW)
     r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("", {0: 1}, pid, epoch), NOW))
     assert codes(r) == [ErrorCode.INVALID_GROUP_ID]
     broker.close()
@@ -334,6 +334,7 @@ async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, a
     leader = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
         "group_id": "g", "generation_id": 1, "member_id": a,
         "assignments": [{"member_id": b, "assignment": b"B"}]}), virtual_ms())
+    leader = await settle(broker, leader)  # answered once the group's record is durable
     assert leader.error == ErrorCode.NONE and (await sync_b.wait()).assignment == b"B"
 
     # a rejoins; b goes silent: the rebalance completes when b's session (10 s) expires, even

@@ -1,0 +1,322 @@
+"""Topic configuration: the one table of topic-level keys, their broker defaults and validation.
+
+Every per-topic setting the broker honours is a field of ``LogConfig``; ``TOPIC_CONFIGS`` maps
+Kafka's topic key (``retention.ms``) to that field, its type, the broker property that supplies the
+default (``log.retention.ms``), and how a value is parsed and checked (Kafka's ``LogConfig``
+validators). A topic stores only its *overrides*, as the strings it was given (``topics.json``,
+``manager.py``); ``apply_overrides`` turns the broker default plus the overrides into the topic's
+``LogConfig``, so a topic without an override follows the broker default, as in Kafka.
+
+Readers: the log (segment roll, retention, max.message.bytes, message.timestamp.type), the log
+cleaner (cleanup.policy and the compaction settings) and the config admin APIs (DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs, CreateTopics). Nothing else keeps a copy of these values.
+
+Bad keys or values raise ``KafkaError(INVALID_CONFIG)`` with a message naming the key, as Kafka's
+``InvalidConfigurationException`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from protocol.errors import ErrorCode, KafkaError
+
+INT_MAX = (1 << 31) - 1
+LONG_MAX = (1 << 63) - 1
+CLEANUP_POLICIES = ("compact", "delete")
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """Per-topic log settings; Kafka's topic key and broker key in the comments."""
+
+    segment_bytes: int = 1 << 30  # segment.bytes / log.segment.bytes
+    segment_ms: int = 7 * 24 * 3600 * 1000  # segment.ms / log.roll.ms
+    retention_bytes: int = -1  # retention.bytes / log.retention.bytes (-1 unlimited)
+    retention_ms: int = 7 * 24 * 3600 * 1000  # retention.ms / log.retention.ms (-1 unlimited)
+    index_interval_bytes: int = 4096  # index.interval.bytes / log.index.interval.bytes
+    max_message_bytes: int = 1048588  # max.message.bytes / message.max.bytes (one batch)
+    # preallocate / log.preallocate: zero-fill the active segment ahead of the data so fdatasync
+    # needs no metadata update; applies only with flush="always" (segment.py has the numbers).
+    preallocate: bool = True
+    flush: str = "always"  # "always": HW moves after fdatasync; "never": HW = LEO at once
+    # cleanup.policy / log.cleanup.policy: "delete" (retention), "compact" (the cleaner), or both
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    # message.timestamp.type / log.message.timestamp.type: LogAppendTime makes the broker stamp
+    # every batch with its own clock
+    message_timestamp_type: str = "CreateTime"
+    # Compaction (the log cleaner reads these):
+    min_cleanable_dirty_ratio: float = 0.5  # min.cleanable.dirty.ratio / log.cleaner.min.cleanable.ratio
+    delete_retention_ms: int = 86_400_000  # delete.retention.ms / log.cleaner.delete.retention.ms
+    min_compaction_lag_ms: int = 0  # min.compaction.lag.ms / log.cleaner.min.compaction.lag.ms
+    max_compaction_lag_ms: int = LONG_MAX  # max.compaction.lag.ms / log.cleaner.max.compaction.lag.ms
+
+    def __post_init__(self) -> None:
+        if self.flush not in ("always", "never"):
+            raise ValueError(f"flush must be 'always' or 'never', not {self.flush!r}")
+        if self.segment_bytes < 14 or self.segment_ms < 1 or self.index_interval_bytes < 0:
+            raise ValueError(f"invalid log config {self}")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy
+
+    @property
+    def delete(self) -> bool:
+        """Retention (by time and size) applies."""
+        return "delete" in self.cleanup_policy
+
+    @property
+    def roll_ms(self) -> int:
+        """Age at which the active segment rolls: ``segment.ms``, and for a compacted topic no
+        later than ``max.compaction.lag.ms`` (KIP-354: the cleaner never touches the active
+        segment, so it must close for the lag to hold)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+class ConfigType(enum.IntEnum):
+    """DescribeConfigs v3+ ``config_type`` (Kafka's ConfigDef types)."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    SHORT = 4
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+# -- parsers: str -> value, ValueError with the reason ---------------------------------------------
+
+
+def _int_range(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            raise ValueError("not a number") from None
+        if not minimum <= value <= maximum:
+            if value < minimum:
+                raise ValueError(f"value must be at least {minimum}")
+            raise ValueError(f"value must be at most {maximum}")
+        return value
+
+    return parse
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ValueError("not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("value must be between 0 and 1")
+    return value
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError("expected true or false")
+    return lowered == "true"
+
+
+def _cleanup_policy(text: str) -> tuple[str, ...]:
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise ValueError(f"expected a list of {', '.join(CLEANUP_POLICIES)}")
+    for item in items:
+        if item not in CLEANUP_POLICIES:
+            raise ValueError(f"string must be one of: {', '.join(CLEANUP_POLICIES)}")
+    return tuple(dict.fromkeys(items))
+
+
+def _timestamp_type(text: str) -> str:
+    value = text.strip()
+    if value not in TIMESTAMP_TYPES:
+        raise ValueError(f"string must be one of: {', '.join(TIMESTAMP_TYPES)}")
+    return value
+
+
+def render(value: object) -> str:
+    """A value as DescribeConfigs shows it (Kafka's rendering)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class TopicConfigDef:
+    key: str  # the topic-level key
+    field: str  # the LogConfig field
+    type: ConfigType
+    broker_key: str  # the broker property that gives the default (a synonym in DescribeConfigs)
+    parse: Callable[[str], object]
+    doc: str
+
+
+def _def(key, field, type_, broker_key, parse, doc) -> TopicConfigDef:
+    return TopicConfigDef(key, field, type_, broker_key, parse, doc)
+
+
+TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
+    d.key: d
+    for d in (
+        _def("cleanup.policy", "cleanup_policy", ConfigType.LIST, "log.cleanup.policy",
+             _cleanup_policy,
+             "delete: old segments go by retention.ms/retention.bytes; compact: the log keeps "
+             "the latest record of each key; both may be given."),
+        _def("delete.retention.ms", "delete_retention_ms", ConfigType.LONG,
+             "log.cleaner.delete.retention.ms", _int_range(0, LONG_MAX),
+             "How long tombstones of a compacted topic stay readable."),
+        _def("index.interval.bytes", "index_interval_bytes", ConfigType.INT,
+             "log.index.interval.bytes", _int_range(0, INT_MAX),
+             "Bytes between two offset index entries."),
+        _def("max.compaction.lag.ms", "max_compaction_lag_ms", ConfigType.LONG,
+             "log.cleaner.max.compaction.lag.ms", _int_range(1, LONG_MAX),
+             "The longest a record stays uncompacted."),
+        _def("max.message.bytes", "max_message_bytes", ConfigType.INT, "message.max.bytes",
+             _int_range(0, INT_MAX), "The largest record batch the topic accepts."),
+        _def("message.timestamp.type", "message_timestamp_type", ConfigType.STRING,
+             "log.message.timestamp.type", _timestamp_type,
+             "CreateTime keeps the producer's timestamps; LogAppendTime stamps batches with the "
+             "broker's clock."),
+        _def("min.cleanable.dirty.ratio", "min_cleanable_dirty_ratio", ConfigType.DOUBLE,
+             "log.cleaner.min.cleanable.ratio", _ratio,
+             "The uncompacted share of the log above which the cleaner compacts it."),
+        _def("min.compaction.lag.ms", "min_compaction_lag_ms", ConfigType.LONG,
+             "log.cleaner.min.compaction.lag.ms", _int_range(0, LONG_MAX),
+             "The least time a record stays uncompacted."),
+        _def("preallocate", "preallocate", ConfigType.BOOLEAN, "log.preallocate", _bool,
+             "Zero-fill segment files ahead of the data."),
+        _def("retention.bytes", "retention_bytes", ConfigType.LONG, "log.retention.bytes",
+             _int_range(-1, LONG_MAX),
+             "Size per partition above which the oldest segments are deleted; -1: no limit."),
+        _def("retention.ms", "retention_ms", ConfigType.LONG, "log.retention.ms",
+             _int_range(-1, LONG_MAX),
+             "Age above which a segment is deleted; -1: no limit."),
+        _def("segment.bytes", "segment_bytes", ConfigType.INT, "log.segment.bytes",
+             _int_range(14, INT_MAX), "Size of one segment file."),
+        _def("segment.ms", "segment_ms", ConfigType.LONG, "log.roll.ms",
+             _int_range(1, LONG_MAX), "Age after which the active segment is rolled."),
+    )
+}
+BROKER_KEYS: dict[str, TopicConfigDef] = {d.broker_key: d for d in TOPIC_CONFIGS.values()}
+
+
+def parse_value(key: str, raw: object) -> object:
+    """The typed value of topic config ``key``; INVALID_CONFIG if unknown or invalid."""
+    definition = TOPIC_CONFIGS.get(key)
+    if definition is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+    if raw is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {key}")
+    try:
+        return definition.parse(str(raw))
+    except ValueError as exc:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG, f"Invalid value {raw} for configuration {key}: {exc}"
+        ) from None
+
+
+def apply_overrides(base: LogConfig, overrides: Mapping[str, object] | None) -> LogConfig:
+    """``base`` (the broker defaults) with topic overrides applied; INVALID_CONFIG for unknown
+    keys, bad values or contradicting ones."""
+    if not overrides:
+        return base
+    changes: dict[str, object] = {}
+    for key, raw in overrides.items():
+        value = parse_value(key, raw)
+        changes[TOPIC_CONFIGS[key].field] = value
+    config = dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise KafkaError(
+            ErrorCode.INVALID_CONFIG,
+            f"conflict: min.compaction.lag.ms {config.min_compaction_lag_ms} is greater than "
+            f"max.compaction.lag.ms {config.max_compaction_lag_ms}",
+        )
+    return config
+
+
+def normalize_overrides(overrides: Mapping[str, object] | None) -> dict[str, str]:
+    """Overrides as stored: every key known and every value valid (else INVALID_CONFIG), values
+    as the strings given, stripped."""
+    result: dict[str, str] = {}
+    for key, raw in (overrides or {}).items():
+        parse_value(key, raw)
+        result[key] = str(raw).strip()
+    return result
+
+
+# -- IncrementalAlterConfigs ---------------------------------------------------------------------
+
+
+class AlterOp(enum.IntEnum):
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+def incremental_overrides(
+    current: Mapping[str, str],
+    defaults: LogConfig,
+    ops: list[tuple[str, int, str | None]],
+) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs ``ops`` ``(key, op, value)``, validated.
+
+    SET stores the value, DELETE removes the override (back to the broker default), APPEND and
+    SUBTRACT add or remove items of a LIST config starting from its current value (the default
+    when not overridden). INVALID_CONFIG for unknown keys, bad values, list ops on other types;
+    INVALID_REQUEST for an unknown operation or a key given twice (as Kafka).
+    """
+    result = dict(current)
+    seen: set[str] = set()
+    for key, op, value in ops:
+        if key in seen:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {key}")
+        seen.add(key)
+        definition = TOPIC_CONFIGS.get(key)
+        if definition is None:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        if op == AlterOp.SET:
+            parse_value(key, value)
+            result[key] = str(value).strip()
+        elif op == AlterOp.DELETE:
+            result.pop(key, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            if definition.type is not ConfigType.LIST:
+                raise KafkaError(
+                    ErrorCode.INVALID_CONFIG,
+                    f"Config value append is not allowed for config key: {key}"
+                    if op == AlterOp.APPEND
+                    else f"Config value subtract is not allowed for config key: {key}",
+                )
+            if key in result:
+                items = [i.strip() for i in result[key].split(",") if i.strip()]
+            else:
+                items = list(getattr(defaults, definition.field))
+            given = [i.strip() for i in (value or "").split(",") if i.strip()]
+            if op == AlterOp.APPEND:
+                items += [i for i in given if i not in items]
+            else:
+                items = [i for i in items if i not in given]
+            joined = ",".join(items)
+            parse_value(key, joined)
+            result[key] = joined
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
+    apply_overrides(defaults, result)  # the combination must hold too
+    return result
