@@ -4,9 +4,9 @@
     .venv/bin/python bench/compaction.py cleaner          # cleaner MB/s and produce during it
 
 growth (issue 13's table): N transactions from 4 transactional ids (one thread each, our client),
-each writing one keyed record to a compacted topic and its consumer offset in the transaction
-(AddOffsetsToTxn + TxnOffsetCommit, one group), plus one plain OffsetCommit per transaction in the
-same group. Then it waits until the cleaner has nothing left to do, reports the bytes on disk of
+each writing one keyed record to a compacted topic and a consumer offset (its partition of topic
+``source``) in the transaction (AddOffsetsToTxn + TxnOffsetCommit, one group), plus one plain
+OffsetCommit per transaction in the same group. Then it waits until the cleaner has nothing left to do, reports the bytes on disk of
 ``__transaction_state`` and ``__consumer_offsets`` (every file of their partition directories),
 kills the broker with SIGKILL and times the restart (process start to "listening"), next to an
 empty broker's start measured in the same run. ``--baseline`` adds the same run with
@@ -132,6 +132,7 @@ def run_transactions(bootstrap: str, n: int, ids: int = IDS) -> float:
         admin.create_topic(DATA_TOPIC, 1, configs={"cleanup.policy": "compact",
                                                    "segment.bytes": str(64 * 1024)},
                            exist_ok=True)
+        admin.create_topic("source", ids, exist_ok=True)  # the offsets committed are on it
     errors: list[BaseException] = []
 
     def worker(index: int, count: int) -> None:
@@ -145,9 +146,9 @@ def run_transactions(bootstrap: str, n: int, ids: int = IDS) -> float:
                 for i in range(count):
                     producer.begin_transaction()
                     producer.send(DATA_TOPIC, b"v%d" % i, key=b"key-%d" % index)
-                    producer.send_offsets_to_transaction({(DATA_TOPIC, 0): i + 1}, GROUP)
+                    producer.send_offsets_to_transaction({("source", index): i + 1}, GROUP)
                     producer.commit_transaction()
-                    consumer.commit({(f"source-{index}", 0): i + 1})
+                    consumer.commit({("source", index): i + 1})
         except BaseException as exc:  # reported by the caller
             errors.append(exc)
 

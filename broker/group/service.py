@@ -56,6 +56,7 @@ from broker.group.offsets import (
 )
 from broker.group.state import GroupState
 from broker.hashing import partition_for
+from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_untrusted
 
@@ -73,7 +74,8 @@ log = logging.getLogger("minibroker.group")
 
 
 def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
+            "delete.retention.ms": str(INTERNAL_DELETE_RETENTION_MS)}
 
 
 # A waiting reply re-examines the coordinator's timers at least this often.

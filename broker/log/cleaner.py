@@ -44,11 +44,13 @@ offset that no longer exists returns the next batch after it (``Segment.find_bat
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import threading
 import time
+import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -89,6 +91,11 @@ if TYPE_CHECKING:
 log = logging.getLogger("minibroker.cleaner")
 
 CHECKPOINT_FILE = "cleaner.checkpoint"
+# delete.retention.ms of __transaction_state and __consumer_offsets (set when they are created;
+# alterable like any topic config). Their only reader is the broker, once, at start, so tombstones
+# and finished transaction markers need not wait Kafka's default day: with it, a broker committing
+# hundreds of transactions a second would keep a day of markers in __consumer_offsets.
+INTERNAL_DELETE_RETENTION_MS = 5_000
 _READ_CHUNK = 4 << 20
 _WRITE_CHUNK = 1 << 20
 # Estimated memory of one offset-map entry (a dict slot, a bytes key, an int): bounds the map
@@ -114,17 +121,64 @@ class CleaningAborted(Exception):
 # -- checkpoint ----------------------------------------------------------------------------------
 
 
-def read_checkpoint(directory: Path) -> int:
-    """The first dirty offset recorded by the last cleaning (0 if none or unreadable)."""
+@dataclass(frozen=True)
+class Checkpoint:
+    """What the cleaner remembers of a partition (``cleaner.checkpoint``, JSON, atomically
+    replaced): where the dirty part begins, and when each range of offsets was cleaned for the
+    first time. The delete horizon of a tombstone or a finished marker runs from that first
+    cleaning (KIP-534's rule, kept beside the log instead of in the batch header), so it goes
+    ``delete.retention.ms`` after the cleaner first saw it, however often its segment is
+    rewritten later."""
+
+    first_dirty_offset: int = 0
+    # (end_offset, cleaned_at_ms), ascending: the offsets below end_offset (and at or above the
+    # previous entry's end_offset) were first cleaned at cleaned_at_ms.
+    cleaned: tuple[tuple[int, int], ...] = ()
+
+    def first_cleaned_ms(self, offset: int) -> int | None:
+        """When ``offset`` was first cleaned; None if it is still dirty."""
+        i = bisect_right([end for end, _ in self.cleaned], offset)
+        return self.cleaned[i][1] if i < len(self.cleaned) else None
+
+    def after_cleaning(self, end: int, now_ms: int, delete_retention_ms: int) -> Checkpoint:
+        """The checkpoint once everything below ``end`` is clean. Ranges whose horizon passed
+        are merged into one, so the list stays as short as the cleanings within
+        ``delete.retention.ms``."""
+        cleaned = list(self.cleaned)
+        if end > self.first_dirty_offset:
+            cleaned.append((end, now_ms))
+        horizon = now_ms - delete_retention_ms
+        old = [entry for entry in cleaned if entry[1] <= horizon]
+        if len(old) > 1:
+            cleaned = [old[-1]] + cleaned[len(old):]
+        return Checkpoint(max(end, self.first_dirty_offset), tuple(cleaned))
+
+
+def read_checkpoint(directory: Path) -> Checkpoint:
+    """The partition's checkpoint (empty if none or unreadable: everything is dirty)."""
     try:
         doc = json.loads((directory / CHECKPOINT_FILE).read_bytes())
-        return int(doc["first_dirty_offset"])
+        return Checkpoint(
+            int(doc["first_dirty_offset"]),
+            tuple((int(end), int(at)) for end, at in doc["cleaned"]),
+        )
     except (FileNotFoundError, ValueError, KeyError, TypeError):
-        return 0
+        return Checkpoint()
 
 
-def write_checkpoint(directory: Path, first_dirty_offset: int) -> None:
-    body = json.dumps({"version": 1, "first_dirty_offset": first_dirty_offset}).encode()
+def valid_checkpoint(checkpoint: Checkpoint, partition: Partition) -> Checkpoint:
+    """``checkpoint``, or an empty one if it lies beyond the log (recovery cut the log since:
+    offsets past the cut will be given to new data, which is dirty)."""
+    if checkpoint.first_dirty_offset > partition.log_end_offset:
+        return Checkpoint()
+    return checkpoint
+
+
+def write_checkpoint(directory: Path, checkpoint: Checkpoint) -> None:
+    body = json.dumps({
+        "version": 1, "first_dirty_offset": checkpoint.first_dirty_offset,
+        "cleaned": [list(entry) for entry in checkpoint.cleaned],
+    }).encode()
     atomic_write(directory / CHECKPOINT_FILE, body)
 
 
@@ -139,7 +193,6 @@ class SegmentView:
     fd: int  # a duplicate, closed by the worker
     size: int
     next_offset: int
-    mtime_ms: int
 
 
 @dataclass
@@ -150,7 +203,7 @@ class CleanJob:
     partition: int
     directory: Path
     segments: list[SegmentView]  # the cleanable segments, from the log start
-    first_dirty: int
+    checkpoint: Checkpoint
     aborted: list[AbortedTxn]
     producer_last_offsets: dict[int, int]  # producer id -> last offset of its last data batch
     delete_retention_ms: int
@@ -170,7 +223,7 @@ class Replacement:
 class CleanResult:
     replacements: list[Replacement] = field(default_factory=list)
     dropped_abort_markers: list[int] = field(default_factory=list)
-    first_dirty: int = 0
+    checkpoint: Checkpoint = Checkpoint()
     bytes_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0
@@ -188,8 +241,13 @@ class Cleanability:
     due: bool  # dirty ratio reached or max.compaction.lag.ms passed
 
 
-def cleanability(partition: Partition, first_dirty: int, now_ms: int) -> Cleanability | None:
-    """Which segments of a compacted partition may be cleaned now, and whether they should be."""
+def cleanability(partition: Partition, checkpoint: Checkpoint, now_ms: int
+                 ) -> Cleanability | None:
+    """Which segments of a compacted partition may be cleaned now, and whether they should be:
+    the dirty ratio is reached, the oldest dirty segment is older than max.compaction.lag.ms, or
+    a range cleaned earlier has just passed its delete horizon (its tombstones and finished
+    markers can go; without this they would wait for the next write)."""
+    first_dirty = checkpoint.first_dirty_offset
     config = partition.config
     if not config.compact:
         return None
@@ -208,23 +266,25 @@ def cleanability(partition: Partition, first_dirty: int, now_ms: int) -> Cleanab
         return None
     first_dirty = max(first_dirty, cleanable[0].base_offset)
     dirty = [s for s in cleanable if s.base_offset >= first_dirty]
-    if not dirty:
+    # The first range cleaned after the merged old one has passed its horizon.
+    cleaned = checkpoint.cleaned
+    deletes_due = len(cleaned) > 1 and cleaned[1][1] <= now_ms - config.delete_retention_ms
+    if not dirty and not deletes_due:
         return None
     dirty_bytes = sum(s.size for s in dirty)
     total = sum(s.size for s in cleanable)
-    ratio_due = total > 0 and dirty_bytes / total >= config.min_cleanable_dirty_ratio
-    oldest = dirty[0].max_timestamp
+    ratio_due = bool(dirty) and dirty_bytes / total >= config.min_cleanable_dirty_ratio
+    oldest = dirty[0].max_timestamp if dirty else -1
     lag_due = oldest >= 0 and now_ms - oldest > config.max_compaction_lag_ms
-    return Cleanability(cleanable, dirty_bytes, total, first_dirty, ratio_due or lag_due)
+    return Cleanability(cleanable, dirty_bytes, total, first_dirty,
+                        ratio_due or lag_due or deletes_due)
 
 
-def make_job(partition: Partition, plan: Cleanability, now_ms: int, max_map_entries: int) -> CleanJob:
+def make_job(partition: Partition, plan: Cleanability, checkpoint: Checkpoint, now_ms: int,
+             max_map_entries: int) -> CleanJob:
     """Snapshot ``partition`` for the worker (event loop; cheap: no reads)."""
-    views = []
-    for seg in plan.segments:
-        st = os.fstat(seg.fd)
-        views.append(SegmentView(seg.base_offset, os.dup(seg.fd), seg.size, seg.next_offset,
-                                 st.st_mtime_ns // 1_000_000))
+    views = [SegmentView(seg.base_offset, os.dup(seg.fd), seg.size, seg.next_offset)
+             for seg in plan.segments]
     last_offsets = {
         pid: entry.batches[-1].last_offset
         for pid, entry in partition.producers.producers.items()
@@ -236,7 +296,7 @@ def make_job(partition: Partition, plan: Cleanability, now_ms: int, max_map_entr
         partition=partition.index,
         directory=partition.dir,
         segments=views,
-        first_dirty=plan.first_dirty,
+        checkpoint=dataclasses.replace(checkpoint, first_dirty_offset=plan.first_dirty),
         aborted=partition.txn_index.entries,
         producer_last_offsets=last_offsets,
         delete_retention_ms=config.delete_retention_ms,
@@ -324,9 +384,10 @@ def build_offset_map(job: CleanJob, aborted: _AbortedRanges, throttle: Throttle,
     """``(key -> last offset, end)`` over the dirty segments; ``end`` is the offset after the
     last segment mapped (fewer than all when the map is full)."""
     offsets: dict[bytes, int] = {}
-    end = job.first_dirty
+    first_dirty = job.checkpoint.first_dirty_offset
+    end = first_dirty
     for view in job.segments:
-        if view.base_offset < job.first_dirty:
+        if view.base_offset < first_dirty:
             continue
         for buf, pos, header in _iter_batches(view, throttle, abort):
             if header.is_control:
@@ -380,12 +441,11 @@ class _Output:
         self._throttle.add(len(self._pending))
         self._pending = bytearray()
 
-    def finish(self, mtime_ms: int) -> None:
+    def finish(self) -> None:
         self._flush()
         os.fsync(self.fd)
         os.close(self.fd)
         self.fd = -1
-        os.utime(self.path, ns=(mtime_ms * 1_000_000, mtime_ms * 1_000_000))
 
     def discard(self) -> None:
         if self.fd >= 0:
@@ -419,17 +479,17 @@ def clean(job: CleanJob, throttle: Throttle, abort: threading.Event,
     a group's commit point leaves that group untouched, after it the group is swapped."""
     started = time.perf_counter()
     hook = crash_hook or (lambda point: None)
-    result = CleanResult(first_dirty=job.first_dirty)
+    result = CleanResult(checkpoint=job.checkpoint)
     try:
         aborted = _AbortedRanges(job.aborted)
         offset_map, end = build_offset_map(job, aborted, throttle, abort)
-        horizon = job.now_ms - job.delete_retention_ms
         open_retained: set[int] = set()  # producers with kept transactional data, no marker yet
         for group in _groups(job.segments, end, job.segment_bytes):
-            _clean_group(job, group, offset_map, aborted, horizon, open_retained, throttle,
-                         abort, hook, result)
-        result.first_dirty = end
-        write_checkpoint(job.directory, end)
+            _clean_group(job, group, offset_map, aborted, open_retained, throttle, abort, hook,
+                         result)
+        checkpoint = job.checkpoint.after_cleaning(end, job.now_ms, job.delete_retention_ms)
+        write_checkpoint(job.directory, checkpoint)
+        result.checkpoint = checkpoint
         hook("checkpoint_written")
     except (CleaningAborted, CorruptFrameError, OSError, ValueError) as exc:
         result.error = exc
@@ -441,25 +501,28 @@ def clean(job: CleanJob, throttle: Throttle, abort: threading.Event,
 
 
 def _clean_group(job: CleanJob, group: list[SegmentView], offset_map: dict[bytes, int],
-                 aborted: _AbortedRanges, horizon: int, open_retained: set[int],
+                 aborted: _AbortedRanges, open_retained: set[int],
                  throttle: Throttle, abort: threading.Event, hook: CrashHook,
                  result: CleanResult) -> None:
     out = _Output(job.directory, group[0].base_offset, job.index_interval_bytes, throttle)
     last_offsets = job.producer_last_offsets
+    checkpoint = job.checkpoint
+    horizon = job.now_ms - job.delete_retention_ms
     try:
         for i, view in enumerate(group):
-            # Tombstones and finished markers go only from segments already cleaned once and
-            # older than delete.retention.ms (consumers had that long to see them).
-            retain_deletes = view.base_offset >= job.first_dirty or view.mtime_ms > horizon
             last_in_group = i == len(group) - 1
             for buf, pos, header in _iter_batches(view, throttle, abort):
                 result.bytes_read += header.length + LOG_OVERHEAD
                 is_last = last_in_group and header.last_offset + 1 == view.next_offset
+                # Tombstones and finished markers go only once delete.retention.ms passed since
+                # the cleaning that first saw them (consumers had that long to read them).
+                cleaned_at = checkpoint.first_cleaned_ms(header.base_offset)
+                retain_deletes = cleaned_at is None or cleaned_at > horizon
                 batch = _clean_batch(buf, pos, header, offset_map, aborted, retain_deletes,
                                      open_retained, last_offsets, is_last, result)
                 if batch is not None:
                     out.add(batch, header)
-        out.finish(max(v.mtime_ms for v in group))
+        out.finish()
     except BaseException:
         out.discard()
         raise
@@ -561,10 +624,11 @@ def clean_now(partition: Partition, now_ms: int, *, force: bool = True,
               ) -> CleanResult | None:
     """Clean ``partition`` synchronously in the calling thread (tools and tests); ``force``
     ignores the dirty ratio. None if there is nothing cleanable."""
-    plan = cleanability(partition, read_checkpoint(partition.dir), now_ms)
+    checkpoint = valid_checkpoint(read_checkpoint(partition.dir), partition)
+    plan = cleanability(partition, checkpoint, now_ms)
     if plan is None or not (plan.due or force):
         return None
-    job = make_job(partition, plan, now_ms, max_map_entries)
+    job = make_job(partition, plan, checkpoint, now_ms, max_map_entries)
     result = clean(job, Throttle(float("inf")), threading.Event(), crash_hook)
     apply_result(partition, result)
     if result.error is not None:
@@ -610,24 +674,28 @@ class LogCleaner:
         self.io_max_bytes_per_second = io_max_bytes_per_second
         self._crash_hook = crash_hook
         self._abort = threading.Event()
-        self._first_dirty: dict[Path, int] = {}
-        self._in_progress: set[int] = set()
-        self._failed: set[int] = set()  # partitions whose data could not be read: left alone
+        # Per partition object (a topic deleted and created again is a new one).
+        self._checkpoints: weakref.WeakKeyDictionary[Partition, Checkpoint] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._in_progress: weakref.WeakSet[Partition] = weakref.WeakSet()
+        # Partitions whose cleaning failed (unreadable data, a full disk): left alone until restart.
+        self._failed: weakref.WeakSet[Partition] = weakref.WeakSet()
         self.stats = CleanerStats()
 
-    def first_dirty(self, partition: Partition) -> int:
-        offset = self._first_dirty.get(partition.dir)
-        if offset is None:
-            offset = self._first_dirty[partition.dir] = read_checkpoint(partition.dir)
-        return offset
+    def checkpoint(self, partition: Partition) -> Checkpoint:
+        checkpoint = self._checkpoints.get(partition)
+        if checkpoint is None:
+            checkpoint = self._checkpoints[partition] = read_checkpoint(partition.dir)
+        return valid_checkpoint(checkpoint, partition)
 
     def _pick(self, now_ms: int) -> tuple[Partition, Cleanability] | None:
         best = None
         best_ratio = -1.0
         for p in self._partitions():
-            if id(p) in self._in_progress or id(p) in self._failed or not p.config.compact:
+            if p in self._in_progress or p in self._failed or not p.config.compact:
                 continue
-            plan = cleanability(p, self.first_dirty(p), now_ms)
+            plan = cleanability(p, self.checkpoint(p), now_ms)
             if plan is None or not plan.due:
                 continue
             ratio = plan.dirty_bytes / max(plan.total_bytes, 1)
@@ -658,8 +726,8 @@ class LogCleaner:
 
     async def clean_partition(self, partition: Partition, plan: Cleanability, now_ms: int
                               ) -> CleanResult | None:
-        job = make_job(partition, plan, now_ms, self.max_map_entries)
-        self._in_progress.add(id(partition))
+        job = make_job(partition, plan, self.checkpoint(partition), now_ms, self.max_map_entries)
+        self._in_progress.add(partition)
         partition.cleaning = True
         finished = False
 
@@ -683,17 +751,20 @@ class LogCleaner:
                 nursery.cancel_scope.cancel()
         finally:
             partition.cleaning = False
-            self._in_progress.discard(id(partition))
-        if not apply_result(partition, result):
-            return None
+            self._in_progress.discard(partition)
+        try:
+            if not apply_result(partition, result):
+                return None
+        except Exception as exc:  # a bug, not bad data: keep the broker up, leave it alone
+            result.error = exc
         if result.error is not None:
             if not isinstance(result.error, CleaningAborted):
-                self._failed.add(id(partition))
+                self._failed.add(partition)
                 self.stats.errors += 1
                 log.error("cleaning %s-%d failed, left alone until restart: %r",
                           partition.topic, partition.index, result.error)
             return None
-        self._first_dirty[partition.dir] = result.first_dirty
+        self._checkpoints[partition] = result.checkpoint
         stats = self.stats
         stats.cleanings += 1
         stats.bytes_read += result.bytes_read

@@ -45,6 +45,7 @@ import struct
 from collections.abc import Iterator
 
 from broker.hashing import partition_for
+from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.txn.coordinator import TxnTransition
@@ -57,7 +58,8 @@ SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig h
 
 
 def topic_config(segment_bytes: int = SEGMENT_BYTES) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
+    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
+            "delete.retention.ms": str(INTERNAL_DELETE_RETENTION_MS)}
 
 
 TOPIC_CONFIG = topic_config()

@@ -3,7 +3,6 @@ tombstones, markers, producer state, crash points of the swap and restarts."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -145,10 +144,8 @@ def test_tombstones_and_markers_go_after_delete_retention(tmp_path):
     first = _read_all(p, True)
     assert first[0][b"c"] is None
     assert any(kind is ControlType.ABORT for _, kind, _ in first[1])
-    # Age every segment past delete.retention.ms and clean again.
+    # delete.retention.ms (1 s) after the first cleaning, clean again.
     later = NOW + 10_000
-    for seg in p.segments:
-        os.utime(seg.log_path, ns=(NOW * 1_000_000, NOW * 1_000_000))
     _produce(p, [(b"g", b"g1")], now=later)
     _roll(p, now=later)
     clean_now(p, later)
@@ -157,8 +154,6 @@ def test_tombstones_and_markers_go_after_delete_retention(tmp_path):
     assert any(kind is ControlType.ABORT for _, kind, _ in _read_all(p, True)[1])
     assert b"b2-aborted" not in _dump(p)
     p.expire_producers(later + 1, 1)
-    for seg in p.segments:
-        os.utime(seg.log_path, ns=(NOW * 1_000_000, NOW * 1_000_000))
     _roll(p, now=later)
     clean_now(p, later)
     latest, markers, _ = _read_all(p, True)
@@ -300,4 +295,22 @@ def test_crash_at_each_step_of_cleaning_loses_nothing(tmp_path, point):
     p.close()
     p = _open(directory)
     assert _read_all(p, True)[0] == expected
-    assert read_checkpoint(directory) > 0
+    assert read_checkpoint(directory).first_dirty_offset > 0
+
+
+def test_tombstone_kept_until_retention_after_its_first_cleaning(tmp_path):
+    """The horizon runs from the first cleaning that saw the tombstone, not from the segment's
+    age: rewriting its segment again and again does not extend it, nor does an old segment that
+    was never cleaned lose it early."""
+    p = _open(tmp_path / "t-0")
+    _produce(p, [(b"x", b"1")])
+    _produce(p, [(b"x", None)])
+    _roll(p)
+    clean_now(p, NOW + 100_000)  # first cleaning, long after the write: the tombstone stays
+    assert b"x" in _read_all(p, True)[0]
+    _roll(p)
+    clean_now(p, NOW + 100_500)  # 0.5 s later: still within delete.retention.ms
+    assert b"x" in _read_all(p, True)[0]
+    _roll(p)
+    clean_now(p, NOW + 101_500)
+    assert b"x" not in _read_all(p, True)[0]
