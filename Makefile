@@ -25,6 +25,7 @@ run: $(STAMP)
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 	$(PY) -m pytest
 
 test-fast: $(TEST_STAMP)
@@ -32,6 +33,7 @@ test-fast: $(TEST_STAMP)
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 bench: $(TEST_STAMP)
 	$(PY) bench/produce.py

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import click
 import trio
 
-from broker.config import ConfigError, build_config, read_properties
+from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 
@@ -51,7 +53,14 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
         _check_data_dir(config.data_dir)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
+    run_broker(config)
 
+
+def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = None) -> None:
+    """Serve ``config`` until SIGINT/SIGTERM, with the start-up lines ``serve`` prints.
+
+    ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
+    """
     from broker.server import run_until_signal  # imports trio handlers; keep --help fast
 
     def listening(broker, port: int) -> None:
@@ -71,14 +80,51 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
             err=True,
         )
 
+    from broker.data_dir_lock import DataDirLocked
+
     try:
-        trio.run(run_until_signal, config, listening)
+        trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
+    except DataDirLocked as exc:
+        click.echo(f"minibroker: error: {exc}", err=True)
+        sys.exit(2)
     except (OSError, BaseExceptionGroup) as exc:
         error = _first_os_error(exc)
         if error is None:
             raise
         click.echo(f"minibroker: error: {error.strerror or error} ({config.host}:{config.port})", err=True)
         sys.exit(1)
+
+
+@main.command("repair-log")
+@click.option("--data-dir", type=click.Path(path_type=Path, exists=True, file_okay=False), required=True)
+@click.option("--topic", required=True, help="e.g. __transaction_state")
+@click.option("--partition", type=click.IntRange(0), required=True)
+@click.option("--offset", type=click.IntRange(0), required=True, help="The first offset to remove.")
+def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
+    """Offline repair: truncate one partition's log before OFFSET (the broker must be stopped).
+
+    For a record the broker reported as undecodable at start (the log line names the partition
+    and offset). Everything from that batch on is removed from the partition.
+    """
+    from broker.data_dir_lock import DataDirLocked, lock_data_dir
+    from broker.log.manager import CLEAN_SHUTDOWN_FILE
+    from broker.log.recovery import truncate_before
+
+    directory = data_dir / f"{topic}-{partition}"
+    if not directory.is_dir():
+        raise click.UsageError(f"no partition directory {directory}")
+    try:
+        lock = lock_data_dir(data_dir)
+    except DataDirLocked as exc:
+        click.echo(f"minibroker: {exc}", err=True)
+        sys.exit(2)
+    try:
+        # The next start must rescan (rebuild indexes and producer state).
+        (data_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+        end = truncate_before(directory, offset)
+    finally:
+        lock.release()
+    click.echo(f"minibroker: {topic}-{partition} now ends at offset {end}")
 
 
 def _first_os_error(exc: BaseException) -> OSError | None:

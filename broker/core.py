@@ -1,8 +1,9 @@
-"""The broker's state, shared by all connections: logs, producer ids, and the two waiting points.
+"""The log's trio side, shared by all connections: group commit and the two waiting points.
 
 Domain objects (``LogManager``, partitions, producer state) are synchronous and take ``now_ms``.
-This module adds what needs trio: group commit of fsyncs (``FlushScheduler``) and waking long-poll
-fetches when the high watermark moves (``DataArrived``).
+This module adds what needs trio: group commit of fsyncs (``FlushScheduler``), waking long-poll
+fetches when the high watermark moves (``DataArrived``), and ``Storage``, the log as the services
+write to it (built by ``broker/app.py``).
 """
 
 from __future__ import annotations
@@ -11,25 +12,15 @@ import logging
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import trio
 
-from broker.config import BrokerConfig
-from broker.group.service import GroupService
-from broker.log.cleaner import CrashHook, LogCleaner
+from broker.data_dir_lock import DataDirLock
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
-from broker.txn.manager import TransactionManager
-from broker.txn.producer_ids import ProducerIdManager
-from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("minibroker")
-
-INTERNAL_TOPICS = frozenset({"__transaction_state", "__consumer_offsets"})
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class DataArrived:
@@ -78,10 +69,18 @@ class FlushScheduler:
             # Let every request that is already runnable append first: one fsync then covers them.
             await trio.lowlevel.cancel_shielded_checkpoint()
             dirty, done = self._take_round()
+            small = _small_round(dirty)
             tickets = [(p, p.begin_flush()) for p in dirty]
             started = time.perf_counter()
-            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes anyway).
-            await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
+            if small:
+                # A few small appends (transaction-log records, markers, one-record batches):
+                # their fdatasync is shorter than a round trip through a worker thread, and it
+                # costs less CPU inline (bench/transactions.py).
+                _sync_all([t for _, t in tickets if t is not None])
+            else:
+                # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
+                # anyway).
+                await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
             self._finish_round(tickets, done, started)
 
     def flush_now(self) -> None:
@@ -109,69 +108,50 @@ class FlushScheduler:
             self._data_arrived.notify()
 
 
+# A round is synced inline when it covers at most this many partitions and bytes, none of which
+# needs a directory sync (a new segment); bigger rounds go to a worker thread so that the loop
+# keeps reading the requests the next round will cover.
+_INLINE_PARTITIONS = 2
+_INLINE_BYTES = 8 * 1024
+
+
+def _small_round(dirty: list[Partition]) -> bool:
+    return len(dirty) <= _INLINE_PARTITIONS and all(
+        p.unsynced_bytes <= _INLINE_BYTES and not p.needs_directory_sync for p in dirty
+    )
+
+
 def _sync_all(tickets) -> None:
     for ticket in tickets:
         ticket.sync()
 
 
-class Broker:
-    """Everything a request handler may touch."""
+class Storage:
+    """The log as the services write to it: partitions, and appends with group commit.
+
+    ``append_untrusted`` is the one append path of Produce and OffsetCommit; ``mark_dirty`` puts
+    a partition written some other way (markers, coordinator records) into the next fsync round.
+    """
 
     def __init__(
         self,
-        config: BrokerConfig,
-        now: int | None = None,
-        cleaner_crash_hook: CrashHook | None = None,
+        logs: LogManager,
+        flusher: FlushScheduler,
+        data_arrived: DataArrived,
+        durable: bool,
+        lock: DataDirLock | None = None,
     ) -> None:
-        """``cleaner_crash_hook`` is for the crash tests only (``LogCleaner``)."""
-        self.config = config
-        data_dir = Path(config.data_dir)
-        data_dir.mkdir(parents=True, exist_ok=True)
-        self.cluster_id = _load_cluster_id(data_dir)
-        self.logs = LogManager(data_dir, config.log, now_ms() if now is None else now)
-        # Log compaction in the background (server.py runs it); None with log.cleaner.enable=false.
-        self.cleaner: LogCleaner | None = (
-            LogCleaner(
-                self.logs.all_partitions,
-                now_ms,
-                threads=config.log_cleaner_threads,
-                backoff_ms=config.log_cleaner_backoff_ms,
-                dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
-                io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
-                crash_hook=cleaner_crash_hook,
-            )
-            if config.log_cleaner_enable
-            else None
-        )
-        self.producer_ids = ProducerIdManager(data_dir / "producer_ids")
-        self.data_arrived = DataArrived()
-        self.flusher = FlushScheduler(self.data_arrived)
-        # Groups and committed offsets; replays __consumer_offsets. Housekeeping: groups.tick(now).
-        self.groups = GroupService(self)
-        # Transaction coordinator; replays __transaction_state and completes prepared
-        # transactions (after the groups, which then see the markers it writes).
-        self.transactions = TransactionManager(self, now_ms() if now is None else now, now_ms)
-
-    @property
-    def durable(self) -> bool:
-        return self.config.log.flush == "always"
+        self.logs = logs
+        self.flusher = flusher
+        self.data_arrived = data_arrived
+        self.durable = durable
+        self._lock = lock  # the data dir's, released by close()
 
     def partition(self, topic: str, index: int) -> Partition:
         return self.logs.partition(topic, index)
 
-    def ensure_topic(self, topic: str, allow_create: bool) -> int:
-        """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""
-        count = self.logs.topics().get(topic)
-        if count is not None:
-            return count
-        if not (allow_create and self.config.auto_create_topics) or topic in INTERNAL_TOPICS:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic)
-        self.logs.create_topic(topic, self.config.num_partitions, None, now_ms())
-        log.info("auto-created topic %s with %d partitions", topic, self.config.num_partitions)
-        return self.config.num_partitions
-
     def append_untrusted(
-        self, partition: Partition, records, now: int
+        self, partition: Partition, records: Any, now: int
     ) -> tuple[AppendResult, trio.Event | None]:
         """Append a Produce request's batches: ``(result, event set once they are durable)``.
 
@@ -187,6 +167,14 @@ class Broker:
             return result, None
         return result, self.flusher.mark(partition)
 
+    def mark_dirty(self, partition: Partition) -> trio.Event:
+        """Flush ``partition`` in the next round (whatever ``durable`` says): the event is set
+        once that round is done."""
+        return self.flusher.mark(partition)
+
+    def flush_now(self) -> None:
+        self.flusher.flush_now()
+
     def close(self) -> None:
         self.flusher.flush_now()
         f = self.flusher
@@ -196,10 +184,14 @@ class Broker:
             f.partition_syncs,
             f.seconds,
         )
-        self.logs.close()
+        try:
+            self.logs.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
 
 
-def _load_cluster_id(data_dir: Path) -> str:
+def load_cluster_id(data_dir: Path) -> str:
     path = data_dir / "meta.properties"
     if path.exists():
         for line in path.read_text(encoding="utf-8").splitlines():

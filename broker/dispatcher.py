@@ -1,21 +1,28 @@
 """From a request frame to a reply: header, version check, decode, handler, encode.
 
-Handlers register with ``@handles(api_key, version...)`` and receive ``(broker, header, request)``
-where ``request`` is the decoded Container (or, for ``raw=True`` handlers, ``(frame, body_offset)``
-so that Produce can decode its records without copying them). A handler returns one of:
+Handlers are marked with ``@handles(api_key, version...)``; marking registers nothing. The
+composition root builds the table explicitly (``handler_table(*modules)``) and a ``Dispatcher``
+over it. A handler receives ``(broker, header, request)`` where ``request`` is the decoded
+Container (or, for ``raw=True`` handlers, ``(frame, body_offset)`` so that Produce can decode its
+records without copying them). A handler returns one of:
 
 - a dict/Container: the response, encoded here with the registered schema;
 - ``bytes`` or a list of byte chunks: an already encoded response body;
-- ``Pending(async_fn)``: the reply comes later (acks=all fsync, long-poll fetch); the connection
-  awaits it in request order and ``async_fn()`` returns one of the above;
+- ``Deferred(async_fn)``: the reply comes later (acks=all fsync, long-poll fetch, a rebalance, the
+  markers of EndTxn); the connection awaits it in request order and ``async_fn()`` returns one of
+  the above;
 - ``NO_RESPONSE`` (Produce with acks=0).
+
+``Deferred`` is the one type for "a reply that comes later": the services return their results as
+``T | Deferred[T]`` and the handlers turn them into responses with ``reply(result, encode)``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from types import ModuleType
+from typing import Any, Generic, Protocol, TypeVar
 
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
@@ -29,13 +36,50 @@ Body = bytes | bytearray | memoryview
 Chunks = list[Body]
 
 
-class Pending:
-    """A reply that needs waiting for; awaited by the connection in request order."""
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Deferred(Generic[T]):
+    """A result that needs waiting for; a reply of this type is awaited by the connection in
+    request order."""
 
     __slots__ = ("wait",)
 
-    def __init__(self, wait: Callable[[], Awaitable[Any]]) -> None:
+    def __init__(self, wait: Callable[[], Awaitable[T]]) -> None:
         self.wait = wait
+
+    def then(self, fn: Callable[[T], U]) -> Deferred[U]:
+        """The deferred result of ``fn`` applied to this one's."""
+        wait = self.wait
+
+        async def mapped() -> U:
+            return fn(await wait())
+
+        return Deferred(mapped)
+
+
+class _Waitable(Protocol):
+    async def wait(self) -> Any: ...
+
+
+def after(events: Iterable[_Waitable], value: T) -> Deferred[T]:
+    """``value``, once every event is set (e.g. the group-commit fsyncs a reply waits for)."""
+    pending = list(events)
+
+    async def wait() -> T:
+        for event in pending:
+            await event.wait()
+        return value
+
+    return Deferred(wait)
+
+
+def reply(result: T | Deferred[T], encode: Callable[[T], U]) -> U | Deferred[U]:
+    """``encode(result)`` now, or once a deferred result is there."""
+    if isinstance(result, Deferred):
+        return result.then(encode)
+    return encode(result)
 
 
 NO_RESPONSE = object()
@@ -46,19 +90,51 @@ class CloseConnection(Exception):
 
 
 Handler = Callable[..., Any]
-_HANDLERS: dict[tuple[int, int], tuple[Handler, bool]] = {}
+HandlerTable = dict[tuple[int, int], tuple[Handler, bool]]
+_MARK = "__handles__"
 
 
 def handles(api_key: ApiKey, *versions: int, raw: bool = False) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for version in versions:
-            _HANDLERS[(int(api_key), version)] = (fn, raw)
+    """Mark ``fn`` as the handler of ``api_key`` at ``versions`` (``handler_table`` collects it)."""
+
+    def mark(fn: Handler) -> Handler:
+        marks = getattr(fn, _MARK, [])
+        marks.extend((int(api_key), version, raw) for version in versions)
+        setattr(fn, _MARK, marks)
         return fn
 
-    return register
+    return mark
 
 
-def dispatch(broker: Any, frame: bytearray) -> tuple[RequestHeader, Any]:
+def handler_table(*modules: ModuleType) -> HandlerTable:
+    """The ``(api_key, version) -> (handler, raw)`` table of the marked functions of ``modules``."""
+    table: HandlerTable = {}
+    for module in modules:
+        for fn in vars(module).values():
+            for key, version, raw in getattr(fn, _MARK, ()) if callable(fn) else ():
+                if (key, version) in table:
+                    raise ValueError(f"two handlers for {ApiKey(key).name} v{version}")
+                table[(key, version)] = (fn, raw)
+    return table
+
+
+def implemented(table: HandlerTable) -> frozenset[tuple[int, int]]:
+    """(api_key, version) pairs that have both a schema and a handler."""
+    return frozenset(k for k in table if k in SCHEMAS)
+
+
+class Dispatcher:
+    """Runs the handler of one request frame, with ``context`` (what handlers may touch)."""
+
+    def __init__(self, table: HandlerTable, context: Any) -> None:
+        self.table = table
+        self.context = context
+
+    def dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any]:
+        return dispatch(self.table, self.context, frame)
+
+
+def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader, Any]:
     """Run the handler for one request frame: ``(header, handler result)``.
 
     Raises CloseConnection for requests that cannot be answered.
@@ -68,7 +144,7 @@ def dispatch(broker: Any, frame: bytearray) -> tuple[RequestHeader, Any]:
     except CorruptFrameError as exc:
         raise CloseConnection(f"bad request header: {exc}") from None
     key, version = header.api_key, header.api_version
-    entry = _HANDLERS.get((key, version))
+    entry = table.get((key, version))
     if entry is None:
         if key == ApiKey.API_VERSIONS:
             # librdkafka and kafka-python open with ApiVersions v3/v4: answer in v0 with
@@ -104,8 +180,3 @@ def encode_reply(header: RequestHeader, result: Any) -> Chunks | None:
     head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
     size = len(head) + sum(len(c) for c in chunks)
     return [size.to_bytes(4, "big") + head, *chunks]
-
-
-def implemented() -> frozenset[tuple[int, int]]:
-    """(api_key, version) pairs that have both a schema and a handler."""
-    return frozenset(k for k in _HANDLERS if k in SCHEMAS)

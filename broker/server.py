@@ -18,12 +18,13 @@ from collections.abc import Sequence
 
 import trio
 
-import broker.handlers  # noqa: F401  (registers the handlers)
+from broker.app import build_broker, build_dispatcher
 from broker.config import BrokerConfig
-from broker.core import Broker, now_ms
-from broker.dispatcher import CloseConnection, Pending, dispatch, encode_reply
+from broker.context import Broker
+from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
-from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.framing import FrameDecoder
 
 log = logging.getLogger("minibroker.server")
 
@@ -40,7 +41,8 @@ async def serve(
 ) -> None:
     """Run the broker until cancelled; ``task_status.started(port)`` once it is listening."""
     owned = broker is None
-    broker = broker or Broker(config)
+    broker = broker or build_broker(config)
+    dispatcher = build_dispatcher(broker)
     try:
         listener = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
         listener.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
@@ -58,13 +60,15 @@ async def serve(
                 nursery.start_soon(broker.cleaner.run)
             task_status.started(port)
             with listener:
-                await _accept_loop(listener, broker, nursery)
+                await _accept_loop(listener, broker, dispatcher, nursery)
     finally:
         if owned:
             broker.close()
 
 
-async def _accept_loop(listener, broker: Broker, nursery: trio.Nursery) -> None:
+async def _accept_loop(
+    listener, broker: Broker, dispatcher: Dispatcher, nursery: trio.Nursery
+) -> None:
     while True:
         try:
             sock, _ = await listener.accept()
@@ -77,7 +81,7 @@ async def _accept_loop(listener, broker: Broker, nursery: trio.Nursery) -> None:
         raw = stdsocket.socket(fileno=sock.detach())
         raw.setblocking(False)
         raw.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
-        nursery.start_soon(_serve_connection, _Socket(raw), broker)
+        nursery.start_soon(_serve_connection, _Socket(raw), broker, dispatcher)
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -85,7 +89,7 @@ async def _housekeeping(broker: Broker) -> None:
     interval = broker.config.log_retention_check_interval_ms / 1000
     while True:
         await trio.sleep(interval)
-        now = now_ms()
+        now = broker.clock.now_ms()
         deleted = broker.logs.enforce_retention(now)
         if deleted:
             log.info("retention deleted %d segments", deleted)
@@ -100,13 +104,13 @@ async def _transaction_housekeeping(broker: Broker) -> None:
     while True:
         await trio.sleep(interval)
         try:
-            await broker.transactions.housekeeping(now_ms())
+            await broker.transactions.housekeeping(broker.clock.now_ms())
         except Exception:
             log.exception("transaction housekeeping failed")  # retried at the next interval
 
 
-async def _serve_connection(sock: _Socket, broker: Broker) -> None:
-    connection = _Connection(sock, broker)
+async def _serve_connection(sock: _Socket, broker: Broker, dispatcher: Dispatcher) -> None:
+    connection = _Connection(sock, broker, dispatcher)
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(connection.write_queued, nursery.cancel_scope)
@@ -184,14 +188,15 @@ class _Connection:
     """One client connection: requests run in arrival order, replies leave in the same order.
 
     A reply that is ready while nothing is queued is sent by the reader itself, together with
-    the other ready replies of the same receive (one sendmsg). Once a reply must wait (Pending),
+    the other ready replies of the same receive (one sendmsg). Once a reply must wait (Deferred),
     it and every later reply go through ``queue``, which ``write_queued`` sends in order; the
-    queue holds ready chunk lists or ``(header, Pending)``.
+    queue holds ready chunk lists or ``(header, Deferred)``.
     """
 
-    def __init__(self, sock: _Socket, broker: Broker) -> None:
+    def __init__(self, sock: _Socket, broker: Broker, dispatcher: Dispatcher) -> None:
         self.sock = sock
         self.broker = broker
+        self.dispatch = dispatcher.dispatch
         self.peer = sock.peer_name()
         self.queue: deque = deque()
         self._queued = trio.Event()
@@ -212,14 +217,14 @@ class _Connection:
                 except FrameTooLargeError as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
-                if frame is NEED_DATA:
+                if not isinstance(frame, bytearray):  # NEED_DATA
                     break
                 try:
-                    header, result = dispatch(self.broker, frame)
+                    header, result = self.dispatch(frame)
                 except CloseConnection as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
-                if isinstance(result, Pending):
+                if isinstance(result, Deferred):
                     if ready:
                         self._enqueue(ready)
                         ready = []
@@ -278,14 +283,14 @@ async def _serve_with(config: BrokerConfig, broker: Broker, task_status=trio.TAS
 
 
 async def run_until_signal(
-    config: BrokerConfig, on_listening=None, broker: Broker | None = None
+    config: BrokerConfig, on_listening=None, *, crash_hook: CrashHook | None = None
 ) -> None:
     """Serve until SIGINT or SIGTERM, then shut down cleanly (flush, snapshots, clean marker).
 
-    ``on_listening(broker, port)`` runs once the socket is bound. ``broker``: one built by the
-    caller (tests that inject faults), else built from ``config``.
+    ``on_listening(broker, port)`` runs once the socket is bound. ``crash_hook``: tests only
+    (``broker/app.py``).
     """
-    broker = broker or Broker(config)
+    broker = build_broker(config, crash_hook=crash_hook)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:

@@ -50,8 +50,9 @@ class FrameDecoder:
         if not self._filling_frame() and self._end == len(self._buf):
             # May move a partial large frame into a buffer of its own: check again below.
             self._compact()
-        if self._filling_frame():
-            return memoryview(self._frame)[self._frame_filled :]
+        frame = self._frame
+        if frame is not None and self._frame_filled < len(frame):  # _filling_frame()
+            return memoryview(frame)[self._frame_filled :]
         return memoryview(self._buf)[self._end :]
 
     def advance(self, n: int) -> None:

@@ -47,9 +47,11 @@ Layout (``PROTOCOL.md`` section 4; big-endian; offsets from the start of the bat
       key   = version int16 (0), type int16 (0 ABORT, 1 COMMIT)
       value = version int16 (0), coordinatorEpoch int32
 
-The broker never parses records (header + CRC only); producers and consumers use the record codec,
-so ``encode_batch`` and ``decode_records_untrusted`` are written for speed: one buffer, varints
-inlined with lookup tables for the common short forms, no per-record helper layers.
+The broker does not decode records: it checks their framing with ``validate_records_untrusted``
+(a poison batch with a valid CRC must never be stored); producers and consumers use the record
+codec, so ``encode_batch``, ``decode_records_untrusted`` and the validator are written for speed:
+one buffer, varints inlined with lookup tables for the common short forms, no per-record helper
+layers.
 """
 
 from __future__ import annotations
@@ -82,9 +84,18 @@ NO_SEQUENCE = -1
 
 INT32_MAX = 0x7FFF_FFFF
 
-_CRC_OFFSET = 17
-_ATTRIBUTES_OFFSET = 21  # the CRC covers [21, end)
-_PARTITION_LEADER_EPOCH_OFFSET = 12
+# Byte offsets of header fields from the start of a batch (see the layout above).
+PARTITION_LEADER_EPOCH_OFFSET = 12
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21  # int16; the CRC covers [21, end)
+# The low byte of the big-endian attributes: the compression, transactional and control bits.
+ATTRIBUTES_LOW_BYTE_OFFSET = ATTRIBUTES_OFFSET + 1
+LAST_OFFSET_DELTA_OFFSET = 23
+MAX_TIMESTAMP_OFFSET = 35
+# The first 43 bytes of a batch: baseOffset, length, partitionLeaderEpoch, magic, crc,
+# attributes, lastOffsetDelta, baseTimestamp, maxTimestamp (enough to walk a log and answer
+# time lookups without parsing whole headers).
+HEADER_PREFIX = struct.Struct(">qiibIhiqq")
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
@@ -243,7 +254,7 @@ def batch_crc_ok(buf: Any, pos: int, header: BatchHeader) -> bool:
     end = pos + header.length + LOG_OVERHEAD
     if end > len(buf):
         return False
-    return _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end]) == header.crc
+    return _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]) == header.crc
 
 
 def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
@@ -251,7 +262,6 @@ def patch_base_offset(buf: Any, pos: int, base_offset: int) -> None:
     _INT64.pack_into(buf, pos, base_offset)
 
 
-_MAX_TIMESTAMP_OFFSET = 35
 
 
 def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) -> BatchHeader:
@@ -260,17 +270,17 @@ def stamp_log_append_time(buf: Any, pos: int, header: BatchHeader, now_ms: int) 
     rewrite its CRC. Returns the new header. Consumers then read ``now_ms`` as the timestamp of
     every record of the batch."""
     attributes = header.attributes | TIMESTAMP_TYPE_BIT
-    _INT16.pack_into(buf, pos + _ATTRIBUTES_OFFSET, attributes)
-    _INT64.pack_into(buf, pos + _MAX_TIMESTAMP_OFFSET, now_ms)
+    _INT16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attributes)
+    _INT64.pack_into(buf, pos + MAX_TIMESTAMP_OFFSET, now_ms)
     end = pos + header.length + LOG_OVERHEAD
-    crc = _crc32c.crc32c(memoryview(buf)[pos + _ATTRIBUTES_OFFSET : end])
-    _UINT32.pack_into(buf, pos + _CRC_OFFSET, crc)
+    crc = _crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end])
+    _UINT32.pack_into(buf, pos + CRC_OFFSET, crc)
     return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
 def patch_partition_leader_epoch(buf: Any, pos: int, epoch: int) -> None:
     """Write partitionLeaderEpoch of the batch at ``pos`` in place. Not covered by the CRC."""
-    _INT32.pack_into(buf, pos + _PARTITION_LEADER_EPOCH_OFFSET, epoch)
+    _INT32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,20 +385,20 @@ def _compress(codec: Compression, data: bytes | bytearray) -> bytes:
     return module.ZstdCompressor().compress(bytes(data))
 
 
-def _too_large() -> CorruptFrameError:
-    return CorruptFrameError(f"compressed records expand beyond {_MAX_UNCOMPRESSED_SIZE} bytes")
+def _too_large(limit: int) -> CorruptFrameError:
+    return CorruptFrameError(f"compressed records expand beyond {limit} bytes")
 
 
-def _gunzip(data: memoryview) -> bytes:
+def _gunzip(data: memoryview, limit: int) -> bytes:
     # Concatenated gzip members are legal (Java's GZIPInputStream reads them); zlib-wrapped
     # deflate is accepted too (wbits 47 = detect gzip or zlib).
     out = bytearray()
     rest: Any = data
     while True:
         dec = zlib.decompressobj(47)
-        out += dec.decompress(rest, _MAX_UNCOMPRESSED_SIZE + 1 - len(out))
-        if len(out) > _MAX_UNCOMPRESSED_SIZE:
-            raise _too_large()
+        out += dec.decompress(rest, limit + 1 - len(out))
+        if len(out) > limit:
+            raise _too_large(limit)
         if not dec.eof:
             raise CorruptFrameError("gzip data is truncated")
         rest = dec.unused_data
@@ -396,7 +406,7 @@ def _gunzip(data: memoryview) -> bytes:
             return bytes(out)
 
 
-def _unsnappy_raw(module: Any, block: bytes) -> bytes:
+def _unsnappy_raw(module: Any, block: bytes, limit: int) -> bytes:
     # The raw format starts with the uncompressed length (unsigned LEB128): check it before the
     # library allocates that much.
     length = shift = 0
@@ -405,15 +415,15 @@ def _unsnappy_raw(module: Any, block: bytes) -> bytes:
         if block[i] < 0x80:
             break
         shift += 7
-    if length > _MAX_UNCOMPRESSED_SIZE:
-        raise _too_large()
+    if length > limit:
+        raise _too_large(limit)
     return module.decompress(block)
 
 
-def _unsnappy(module: Any, data: memoryview) -> bytes:
+def _unsnappy(module: Any, data: memoryview, limit: int) -> bytes:
     raw = bytes(data)
     if not raw.startswith(_XERIAL_MAGIC):
-        return _unsnappy_raw(module, raw)  # librdkafka may send unframed snappy
+        return _unsnappy_raw(module, raw, limit)  # librdkafka may send unframed snappy
     out = bytearray()
     pos = len(_XERIAL_HEADER)
     if len(raw) < pos:
@@ -425,17 +435,20 @@ def _unsnappy(module: Any, data: memoryview) -> bytes:
         pos += 4
         if n < 0 or pos + n > len(raw):
             raise CorruptFrameError("xerial snappy block runs past the batch")
-        out += _unsnappy_raw(module, raw[pos : pos + n])
+        out += _unsnappy_raw(module, raw[pos : pos + n], limit - len(out))
         pos += n
-        if len(out) > _MAX_UNCOMPRESSED_SIZE:
-            raise _too_large()
+        if len(out) > limit:
+            raise _too_large(limit)
     return bytes(out)
 
 
-def _decompress(codec: Compression, data: memoryview) -> bytes:
-    if codec == Compression.GZIP:
-        module = None
-    else:
+def _decompress(codec: Compression, data: memoryview, limit: int | None = None) -> bytes:
+    """The decompressed records section; ``CorruptFrameError`` if bad or beyond ``limit`` bytes
+    (checked while decompressing: a bomb never costs more than ``limit`` bytes of memory)."""
+    if limit is None:
+        limit = _MAX_UNCOMPRESSED_SIZE
+    module: Any = None
+    if codec != Compression.GZIP:
         module = _codec_module(codec)
         if module is None:
             raise CorruptFrameError(
@@ -444,13 +457,13 @@ def _decompress(codec: Compression, data: memoryview) -> bytes:
             )
     try:
         if codec == Compression.GZIP:
-            out = _gunzip(data)
+            out = _gunzip(data, limit)
         elif codec == Compression.SNAPPY:
-            out = _unsnappy(module, data)
+            out = _unsnappy(module, data, limit)
         elif codec == Compression.LZ4:
             dec = module.LZ4FrameDecompressor()
-            out = dec.decompress(bytes(data), _MAX_UNCOMPRESSED_SIZE + 1)
-            if not dec.eof and len(out) <= _MAX_UNCOMPRESSED_SIZE:
+            out = dec.decompress(bytes(data), limit + 1)
+            if not dec.eof and len(out) <= limit:
                 raise CorruptFrameError("lz4 frame is truncated")
         else:
             # A stream reader copes with frames that do not state their content size (librdkafka
@@ -458,13 +471,13 @@ def _decompress(codec: Compression, data: memoryview) -> bytes:
             with module.ZstdDecompressor().stream_reader(
                 bytes(data), read_across_frames=True
             ) as reader:
-                out = reader.read(_MAX_UNCOMPRESSED_SIZE + 1)
+                out = reader.read(limit + 1)
     except CorruptFrameError:
         raise
     except Exception as exc:  # each codec library has its own error types
         raise CorruptFrameError(f"cannot decompress {codec.name.lower()} records: {exc}") from exc
-    if len(out) > _MAX_UNCOMPRESSED_SIZE:
-        raise _too_large()
+    if len(out) > limit:
+        raise _too_large(limit)
     return out
 
 
@@ -567,7 +580,7 @@ def _build_batch(
         )
     except struct.error as exc:
         raise ValueError(f"record batch field out of range: {exc}") from exc
-    _UINT32.pack_into(out, _CRC_OFFSET, _crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
 
 
@@ -834,6 +847,179 @@ def _decode_headers(
     return tuple(headers), p
 
 
+# ---------------------------------------------------------------------------------------------
+# Validation (the broker, before it stores a batch)
+
+# The broker's default bound on a compressed batch's records once decompressed (see
+# ``validate_records_untrusted``).
+MAX_UNCOMPRESSED_BATCH_BYTES = 16 * 1024 * 1024
+
+
+def validate_records_untrusted(
+    buf: Any, pos: int, header: BatchHeader, max_uncompressed: int = MAX_UNCOMPRESSED_BATCH_BYTES
+) -> None:
+    """Check the record framing of the whole batch at ``buf[pos:]`` without building records.
+
+    What a consumer needs to read the batch back (Kafka's broker checks the same before it stores
+    a batch): exactly ``recordsCount`` records filling the records section, each record's length
+    equal to its fields, varints of at most 5 bytes (10 for timestampDelta) and within int32,
+    offset deltas 0, 1, ... in order, key/value lengths -1 or within the record, header keys UTF-8.
+    A compressed batch is decompressed within ``max_uncompressed`` bytes (a decompression bomb is
+    refused when it gets there, not after). ``header`` must come from ``parse_header_untrusted``
+    and the whole batch must be present. Raises only ``CorruptFrameError``.
+    """
+    end = pos + header.length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptFrameError("record batch is truncated")
+    count = header.records_count
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        if count > max_uncompressed // _MIN_RECORD_SIZE:
+            raise CorruptFrameError(f"records count {count} cannot fit in {max_uncompressed} bytes")
+        data = _decompress(Compression(codec), memoryview(buf)[pos + HEADER_SIZE : end],
+                           max_uncompressed)
+        _check_records(data, 0, len(data), count)
+    else:
+        _check_records(buf, pos + HEADER_SIZE, end, count)
+
+
+def _varint32_untrusted(data: Any, p: int) -> tuple[int, int]:
+    """A zig-zag varint that Kafka reads as an int32: at most 5 bytes, within 32 bits."""
+    result = 0
+    shift = 0
+    while True:
+        b = data[p]
+        p += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        shift += 7
+        if shift > 28:
+            raise CorruptFrameError("varint longer than 5 bytes")
+    if result >> 32:
+        raise CorruptFrameError("varint exceeds 32 bits")
+    return (result >> 1) ^ -(result & 1), p
+
+
+def _check_records(data: Any, p: int, n: int, count: int) -> None:
+    # The hot path of every Produce: one- and two-byte varints inlined (lengths up to 8191),
+    # fields that only need skipping are skipped. IndexError means a read past the data.
+    if count > (n - p) // _MIN_RECORD_SIZE:
+        raise CorruptFrameError(f"records count {count} does not fit in {n - p} bytes of records")
+    zz = _ZIGZAG1
+    v32 = _varint32_untrusted
+    try:
+        for i in range(count):
+            b = data[p]
+            if b < 0x80:
+                length = zz[b]
+                p += 1
+            else:
+                c = data[p + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    length = (u >> 1) ^ -(u & 1)
+                    p += 2
+                else:
+                    length, p = v32(data, p)
+            rec_end = p + length
+            if length < _MIN_RECORD_BODY or rec_end > n:
+                raise CorruptFrameError(f"record {i}: bad length {length}")
+            q = p + 1  # after the attributes byte: timestampDelta, a varlong of up to 10 bytes
+            if data[q] < 0x80:
+                q += 1
+            else:
+                limit = q + 9
+                q += 1
+                while data[q] >= 0x80:
+                    q += 1
+                    if q >= limit:
+                        raise CorruptFrameError(f"record {i}: timestamp delta over 10 bytes")
+                q += 1
+            b = data[q]
+            if b < 0x80:
+                delta = zz[b]
+                q += 1
+            else:
+                c = data[q + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    delta = (u >> 1) ^ -(u & 1)
+                    q += 2
+                else:
+                    delta, q = v32(data, q)
+            if delta != i:
+                raise CorruptFrameError(f"record {i} has offset delta {delta}")
+            b = data[q]
+            if b < 0x80:
+                k = zz[b]
+                q += 1
+            else:
+                c = data[q + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    k = (u >> 1) ^ -(u & 1)
+                    q += 2
+                else:
+                    k, q = v32(data, q)
+            if k > 0:
+                q += k
+            elif k < -1:
+                raise CorruptFrameError(f"record {i}: bad key length {k}")
+            b = data[q]
+            if b < 0x80:
+                k = zz[b]
+                q += 1
+            else:
+                c = data[q + 1]
+                if c < 0x80:
+                    u = (b & 0x7F) | (c << 7)
+                    k = (u >> 1) ^ -(u & 1)
+                    q += 2
+                else:
+                    k, q = v32(data, q)
+            if k > 0:
+                q += k
+            elif k < -1:
+                raise CorruptFrameError(f"record {i}: bad value length {k}")
+            if q >= rec_end:
+                raise CorruptFrameError(f"record {i}: fields run past its length {length}")
+            if data[q] == 0:
+                q += 1
+            else:
+                q = _check_headers(data, q, rec_end, i)
+            if q != rec_end:
+                raise CorruptFrameError(f"record {i}: length {length} disagrees with its fields")
+            p = rec_end
+    except IndexError:
+        raise CorruptFrameError("record runs past the end of the batch") from None
+    if p != n:
+        raise CorruptFrameError(f"{n - p} bytes left after {count} records")
+
+
+def _check_headers(data: Any, q: int, rec_end: int, i: int) -> int:
+    count, q = _varint32_untrusted(data, q)
+    if count < 0 or count > (rec_end - q) // 2:
+        raise CorruptFrameError(f"record {i}: bad header count {count}")
+    for _ in range(count):
+        k, q = _varint32_untrusted(data, q)
+        if k < 0 or q + k > rec_end:
+            raise CorruptFrameError(f"record {i}: bad header key length {k}")
+        try:
+            bytes(data[q : q + k]).decode()
+        except UnicodeDecodeError:
+            raise CorruptFrameError(f"record {i}: header key is not UTF-8") from None
+        q += k
+        k, q = _varint32_untrusted(data, q)
+        if k > 0:
+            q += k
+        elif k < -1:
+            raise CorruptFrameError(f"record {i}: bad header value length {k}")
+        if q > rec_end:
+            raise CorruptFrameError(f"record {i}: header runs past the end of its record")
+    return q
+
+
 def decode_batches_untrusted(buf: Any) -> Iterator[tuple[BatchHeader, list[Record]]]:
     """Decode the batches of a Fetch ``records`` blob, checking each batch's CRC.
 
@@ -938,5 +1124,5 @@ def rebuild_batch(
         attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp,
         header.producer_id, header.producer_epoch, header.base_sequence, len(spans),
     )
-    _UINT32.pack_into(out, _CRC_OFFSET, _crc32c.crc32c(memoryview(out)[_ATTRIBUTES_OFFSET:]))
+    _UINT32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)

@@ -3,6 +3,8 @@
 The broker is stopped through its own Popen handle (SIGTERM, then SIGKILL); ``kill9()`` simulates a
 crash. Every broker started here is tracked by ``tests.process_guard``, which fails the session if one
 is still running at its end. Ports are chosen by the broker itself (``--port 0``) and read from its "listening on" line.
+``crash_at=POINT`` starts it through ``tests/crash_broker.py`` instead, which exits with 137 when
+EndTxn reaches that point; ``restart()`` then starts the plain broker.
 """
 
 from __future__ import annotations
@@ -23,13 +25,10 @@ _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
 
 class BrokerProcess:
     def __init__(
-        self, data_dir: Path, *extra_args: str, port: int = 0,
-        entry: str = "from broker.cli import main; main()",
+        self, data_dir: Path, *extra_args: str, port: int = 0, crash_at: str | None = None
     ) -> None:
-        """``entry``: the Python code run with ``serve ...`` as arguments (the CLI; tests that
-        inject faults run a wrapper around it)."""
-        self.entry = entry
         self.data_dir = Path(data_dir)
+        self.crash_at = crash_at
         self.extra_args = list(extra_args)
         self.port = port
         self.proc: subprocess.Popen | None = None
@@ -40,11 +39,13 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30.0) -> BrokerProcess:
+        if self.crash_at is None:
+            entry = ["-c", "from broker.cli import main; main()", "serve"]
+        else:
+            entry = ["-m", "tests.crash_broker", self.crash_at]
         cmd = [
             sys.executable,
-            "-c",
-            self.entry,
-            "serve",
+            *entry,
             "--host",
             "127.0.0.1",
             "--port",
@@ -109,6 +110,7 @@ class BrokerProcess:
 
     def restart(self, timeout: float = 30.0) -> BrokerProcess:
         """Start again on the same port and data dir (after stop() or kill9())."""
+        self.crash_at = None
         deadline = time.monotonic() + timeout
         while True:
             try:

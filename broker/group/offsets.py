@@ -35,16 +35,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from broker.topics import TopicPartition
 from protocol.errors import CorruptFrameError
 from protocol.records import BatchHeader, ControlType, Record, encode_batch, parse_control_record
 
-OFFSETS_TOPIC = "__consumer_offsets"
 OFFSET_KEY_VERSION = 1
 OFFSET_VALUE_VERSION = 0
 # offset.metadata.max.bytes: longer metadata is refused with OFFSET_METADATA_TOO_LARGE
 MAX_METADATA_BYTES = 4096
-
-TopicPartition = tuple[str, int]
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")

@@ -2,16 +2,17 @@
 
 ``GroupCoordinator`` (pure) decides; this class does what needs the outside world:
 
-- Waiting: a JoinGroup or SyncGroup that must wait gets a ``Deferred``; the handler returns it as
-  ``Pending``. The coordinator's completions set the matching slot. While it waits, a reply also
+- Waiting: a JoinGroup or SyncGroup that must wait gets a ``Deferred`` (the dispatcher's), which
+  the handler returns. The coordinator's completions set the matching slot. While it waits, a reply also
   drives the coordinator's clock: it sleeps until the coordinator's next deadline (at most
   ``MAX_TIMER_SLEEP_S``) and then runs the due timers, so a rebalance completes on time without a
   background task. ``tick(now_ms)`` (housekeeping) runs every timer and forgets empty groups.
 - Offsets: OffsetCommit and TxnOffsetCommit append one batch to the group's partition of
-  ``__consumer_offsets`` (created on first use) through ``Broker.append_untrusted``, so the normal
+  ``__consumer_offsets`` (created on first use) through ``Storage.append_untrusted``, so the normal
   validation, producer-state checks and group-commit fsync apply, and answer once it is durable.
   A TxnOffsetCommit batch also passes the transaction check of transactional Produce (the
-  partition must be in the producer's ongoing transaction).
+  partition must be in the producer's ongoing transaction): ``verify_txn_produce``, a step the
+  composition root passes in (this package never sees the transaction coordinator).
 - Group metadata: when a generation is settled (the leader's SyncGroup), when a rebalance ends
   without members and when a group is deleted or expires, the group's metadata record
   (``group_metadata.py``) is appended to its ``__consumer_offsets`` partition; the JoinGroup and
@@ -25,12 +26,15 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import trio
 
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.core import Storage
+from broker.dispatcher import Deferred, after
 from broker.group.coordinator import (
     Completion,
     GroupConfig,
@@ -49,22 +53,23 @@ from broker.group.group_metadata import (
 )
 from broker.group.offsets import (
     MAX_METADATA_BYTES,
-    OFFSETS_TOPIC,
     OffsetAndMetadata,
     build_offset_batch,
     build_offset_tombstones,
 )
 from broker.group.state import GroupState
-from broker.hashing import partition_for
 from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
+from broker.log.partition import Partition
+from broker.topics import (
+    CONSUMER_OFFSETS_TOPIC,
+    TopicPartition,
+    offsets_partition,
+    offsets_partition_count,
+)
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_untrusted
 
 INT64_MAX = (1 << 63) - 1  # a "high watermark" that shows values not yet durable too
-
-if TYPE_CHECKING:
-    from broker.core import Broker
-    from broker.log.partition import Partition
 
 log = logging.getLogger("minibroker.group")
 
@@ -94,9 +99,9 @@ _APPEND_ERRORS = {
     ErrorCode.INVALID_FETCH_SIZE: ErrorCode.INVALID_COMMIT_OFFSET_SIZE,
 }
 
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
+# (partition, batches, transactional id): raises KafkaError unless the batches' producer has an
+# Ongoing transaction holding the partition (the KIP-890 check of transactional Produce).
+VerifyTxnProduce = Callable[[Partition, Any, str | None], None]
 
 
 class _Slot:
@@ -109,20 +114,22 @@ class _Slot:
         self.durable: list[trio.Event] = []
 
 
-class Deferred:
-    """A reply that is not ready yet; ``await wait()`` returns it."""
-
-    def __init__(self, wait: Callable[[], Any]) -> None:
-        self.wait = wait
-
-
 class GroupService:
     """Everything about groups that the handlers and the broker call."""
 
-    def __init__(self, broker: Broker, clock: Callable[[], int] = wall_clock_ms) -> None:
-        self._broker = broker
+    def __init__(
+        self,
+        config: BrokerConfig,
+        storage: Storage,
+        clock: Clock,
+        verify_txn_produce: VerifyTxnProduce,
+    ) -> None:
+        self._storage = storage
+        self._logs = storage.logs
         self._clock = clock
-        config = broker.config
+        self._verify_txn_produce = verify_txn_produce
+        self._offsets_partitions = config.offsets_topic_num_partitions
+        self._offsets_segment_bytes = config.offsets_topic_segment_bytes
         self.coordinator = GroupCoordinator(
             GroupConfig(
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -137,40 +144,42 @@ class GroupService:
 
     def offsets_partition_count(self) -> int:
         """Partitions of ``__consumer_offsets``: the topic's if it exists, else the config's."""
-        count = self._broker.logs.topics().get(OFFSETS_TOPIC)
-        return count if count else self._broker.config.offsets_topic_num_partitions
+        return offsets_partition_count(self._logs.topics(), self._offsets_partitions)
 
-    def partition_for(self, group_id: str) -> int:
+    def offsets_topic_partition(self, group_id: str) -> TopicPartition:
         """The ``__consumer_offsets`` partition that holds ``group_id``'s offsets (the one
         AddOffsetsToTxn adds to a transaction)."""
-        return partition_for(group_id, self.offsets_partition_count())
+        return offsets_partition(group_id, self.offsets_partition_count())
+
+    def partition_for(self, group_id: str) -> int:
+        return self.offsets_topic_partition(group_id)[1]
 
     def offsets_partition(self, group_id: str, now_ms: int) -> Partition:
         """The group's ``__consumer_offsets`` partition, creating the topic on first use."""
-        logs = self._broker.logs
-        if OFFSETS_TOPIC not in logs.topics():
+        logs = self._logs
+        if CONSUMER_OFFSETS_TOPIC not in logs.topics():
             logs.create_topic(
-                OFFSETS_TOPIC, self._broker.config.offsets_topic_num_partitions,
-                offsets_topic_config(self._broker.config.offsets_topic_segment_bytes), now_ms,
+                CONSUMER_OFFSETS_TOPIC, self._offsets_partitions,
+                offsets_topic_config(self._offsets_segment_bytes), now_ms,
             )
-            log.info("created %s with %d partitions", OFFSETS_TOPIC,
-                     self._broker.config.offsets_topic_num_partitions)
-        return logs.partition(OFFSETS_TOPIC, self.partition_for(group_id))
+            log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC,
+                     self._offsets_partitions)
+        return logs.partition(*self.offsets_topic_partition(group_id))
 
     def _high_watermark(self, group_id: str) -> int:
-        logs = self._broker.logs
-        if OFFSETS_TOPIC not in logs.topics():
+        logs = self._logs
+        if CONSUMER_OFFSETS_TOPIC not in logs.topics():
             return 0
-        return logs.partition(OFFSETS_TOPIC, self.partition_for(group_id)).high_watermark
+        return logs.partition(*self.offsets_topic_partition(group_id)).high_watermark
 
     def _replay(self) -> int:
-        logs = self._broker.logs
-        count = logs.topics().get(OFFSETS_TOPIC, 0)
+        logs = self._logs
+        count = logs.topics().get(CONSUMER_OFFSETS_TOPIC, 0)
         batches = 0
         groups: dict[str, GroupMetadataRecord | None] = {}
         for index in range(count):
-            batches += self._replay_partition(logs.partition(OFFSETS_TOPIC, index), groups)
-        now = self._clock()
+            batches += self._replay_partition(logs.partition(CONSUMER_OFFSETS_TOPIC, index), groups)
+        now = self._clock.now_ms()
         restored = 0
         for group_id, record in groups.items():
             if record is not None:
@@ -181,7 +190,7 @@ class GroupService:
             self.coordinator.ensure_group(group_id)
         if batches:
             log.info("loaded offsets of %d groups and %d groups with members from %d batches "
-                     "of %s", len(store.group_ids()), restored, batches, OFFSETS_TOPIC)
+                     "of %s", len(store.group_ids()), restored, batches, CONSUMER_OFFSETS_TOPIC)
         return batches
 
     def _replay_partition(
@@ -211,7 +220,7 @@ class GroupService:
                     # Recovery already checked every CRC, so this is a record we cannot read:
                     # skip it rather than refuse to start.
                     log.error("%s-%d: skipping undecodable batch at offset %d: %s",
-                              OFFSETS_TOPIC, partition.index, header.base_offset, exc)
+                              CONSUMER_OFFSETS_TOPIC, partition.index, header.base_offset, exc)
                 batches += 1
                 offset = header.base_offset + header.last_offset_delta + 1
         return batches
@@ -236,13 +245,13 @@ class GroupService:
         by_partition: dict[int, list[tuple[str, GroupMetadataRecord | None]]] = {}
         for group_id in ids:
             record = self.coordinator.group_record(group_id, now_ms)
-            by_partition.setdefault(self.partition_for(group_id), []).append((group_id, record))
+            by_partition.setdefault(self.offsets_topic_partition(group_id)[1], []).append((group_id, record))
         events = []
         for records in by_partition.values():
             try:
                 partition = self.offsets_partition(records[0][0], now_ms)
                 batch = build_group_metadata_batch(records, now_ms)
-                _, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+                _, flushed = self._storage.append_untrusted(partition, batch, now_ms)
             except (KafkaError, ValueError) as exc:
                 log.error("could not store the metadata of groups %s: %s",
                           [g for g, _ in records], exc)
@@ -252,18 +261,12 @@ class GroupService:
         return events
 
     def _reply(self, outcome: Outcome, now_ms: int | None = None) -> Any:
-        durable = self._store_groups(self._clock() if now_ms is None else now_ms)
+        durable = self._store_groups(self._clock.now_ms() if now_ms is None else now_ms)
         self._resolve(outcome.completions, durable)
         reply = outcome.reply
         if not isinstance(reply, Waiting):
             if durable and isinstance(reply, JoinResult | SyncResult):
-
-                async def after_store() -> Any:
-                    for event in durable:
-                        await event.wait()
-                    return reply
-
-                return Deferred(after_store)
+                return after(durable, reply)
             return reply
         slot = self._slots[reply.waiter] = _Slot()
 
@@ -273,11 +276,11 @@ class GroupService:
                 deadline = self.coordinator.next_deadline()
                 if deadline is not None:
                     # +1 ms: never wake before the deadline's millisecond has passed.
-                    timeout = min(timeout, max(deadline - self._clock() + 1, 0) / 1000)
+                    timeout = min(timeout, max(deadline - self._clock.now_ms() + 1, 0) / 1000)
                 with trio.move_on_after(timeout):
                     await slot.event.wait()
                 if slot.result is None:
-                    self.run_timers(self._clock())
+                    self.run_timers(self._clock.now_ms())
             for event in slot.durable:
                 await event.wait()
             return slot.result
@@ -299,7 +302,7 @@ class GroupService:
 
     def join_group(
         self, client_id: str, client_host: str, request: Any, now_ms: int
-    ) -> JoinResult | Deferred:
+    ) -> JoinResult | Deferred[JoinResult]:
         outcome = self.coordinator.join_group(
             request.group_id, request.member_id, client_id, client_host,
             request.session_timeout_ms, request.rebalance_timeout_ms, request.protocol_type,
@@ -307,7 +310,7 @@ class GroupService:
         )
         return self._reply(outcome, now_ms)
 
-    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred:
+    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred[SyncResult]:
         assignments = {a.member_id: a.assignment for a in request.assignments}
         outcome = self.coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments, now_ms
@@ -355,7 +358,7 @@ class GroupService:
     ) -> list[trio.Event]:
         partition = self.offsets_partition(group_id, now_ms)
         batch = build_offset_tombstones(group_id, partitions, now_ms)
-        result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+        result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
         hw = partition.high_watermark
         for i, tp in enumerate(partitions):
             self.coordinator.offsets.put(group_id, tp, result.base_offset + i, None, hw)
@@ -400,7 +403,7 @@ class GroupService:
     # -- offsets -----------------------------------------------------------------------------
 
     def _check_partition(self, topic: str, partition: int, metadata: str | None) -> ErrorCode:
-        count = self._broker.logs.topics().get(topic)
+        count = self._logs.topics().get(topic)
         if count is None or not 0 <= partition < count:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:
@@ -467,7 +470,7 @@ class GroupService:
         store = self.coordinator.offsets
         if txn is None:
             batch = build_offset_batch(group_id, offsets, now_ms)
-            result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+            result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
             hw = partition.high_watermark
             for i, (topic, index, value) in enumerate(offsets):
                 store.put(group_id, (topic, index), result.base_offset + i, value, hw)
@@ -481,8 +484,8 @@ class GroupService:
         )
         # The Produce path's KIP-890 check: the producer's ongoing transaction must hold this
         # partition (AddOffsetsToTxn added it), else INVALID_TXN_STATE.
-        self._broker.transactions.verify_produce(partition, batch, txn.transactional_id)
-        result, flushed = self._broker.append_untrusted(partition, batch, now_ms)
+        self._verify_txn_produce(partition, batch, txn.transactional_id)
+        result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
         for i, (topic, index, value) in enumerate(offsets):
             store.add_pending(
                 partition.index, txn.producer_id, group_id, (topic, index),
@@ -503,6 +506,10 @@ class GroupService:
         """TxnOffsetCommit v0: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``."""
         error = self.coordinator.validate_txn_offset_commit(request.group_id)
+        if error == ErrorCode.NONE and (request.producer_id < 0 or request.producer_epoch < 0):
+            # No producer, so no transaction these offsets could belong to (Kafka answers the same
+            # for a producer id its transaction coordinator does not map to the transactional id).
+            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
         topics, flushed = self._store(request.group_id, request.topics, error, now_ms, request)
         return _after(flushed, {"throttle_time_ms": 0, "topics": topics})
 
@@ -512,8 +519,9 @@ class GroupService:
         committed offset is the answer."""
         store = self.coordinator.offsets
         hw = self._high_watermark(group_id)
+        requested: list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]
         if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata]]] = {}
+            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
             for (topic, index), value in sorted(store.committed(group_id, hw).items()):
                 by_topic.setdefault(topic, []).append((index, value))
             requested = [(topic, parts) for topic, parts in by_topic.items()]
@@ -564,23 +572,8 @@ def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) 
 
 
 def _after_all(flushes: list[trio.Event], response: Any) -> Any:
-    if not flushes:
-        return response
-
-    async def wait() -> Any:
-        for event in flushes:
-            await event.wait()
-        return response
-
-    return Deferred(wait)
+    return after(flushes, response) if flushes else response
 
 
-def _after(flushed: trio.Event | None, response: dict) -> dict | Deferred:
-    if flushed is None:
-        return response
-
-    async def wait() -> dict:
-        await flushed.wait()
-        return response
-
-    return Deferred(wait)
+def _after(flushed: trio.Event | None, response: dict) -> dict | Deferred[dict]:
+    return response if flushed is None else after([flushed], response)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
+from broker.context import Broker
 from broker.dispatcher import handles
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
@@ -79,7 +80,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
         if validate_only:
             broker.logs.validate_topic(topic.name, count, overrides)
         else:
-            broker.logs.create_topic(topic.name, count, overrides, now_ms())
+            broker.logs.create_topic(topic.name, count, overrides, broker.clock.now_ms())
     except KafkaError as exc:
         return exc.code, exc.message or None
     return ErrorCode.NONE, None
@@ -89,6 +90,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
 def create_topics(broker: Broker, header, request) -> dict:
     results = []
     seen: set[str] = set()
+    message: str | None
     for topic in request.topics:
         if topic.name in seen:
             code, message = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"

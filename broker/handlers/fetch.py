@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import trio
 
-from broker.core import Broker
-from broker.dispatcher import Pending, handles
+from broker.context import Broker
+from broker.dispatcher import Deferred, handles
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.fetch import encode_fetch_response_v4_parts
@@ -67,7 +67,7 @@ def fetch(broker: Broker, header, request):
             topics, total = _read_partitions(broker, request)
         return encode_fetch_response_v4_parts(0, topics)
 
-    return Pending(long_poll)
+    return Deferred(long_poll)
 
 
 def _has_error(topics) -> bool:

@@ -2,18 +2,15 @@
 ListGroups v0, DescribeGroups v0, OffsetCommit v2, OffsetFetch v2, TxnOffsetCommit v0.
 
 Decode -> ``broker.groups`` (``broker/group/service.py``) -> response dict. JoinGroup and SyncGroup
-may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return
-``Pending``.
+may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return a
+``Deferred``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from broker.core import Broker, now_ms
-from broker.dispatcher import Pending, handles
+from broker.context import Broker
+from broker.dispatcher import handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.group.service import Deferred
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -37,45 +34,36 @@ def _sync_response(result: SyncResult) -> dict:
     return {"error_code": result.error, "assignment": result.assignment}
 
 
-def _maybe_pending(reply: Any, encode) -> Any:
-    if isinstance(reply, Deferred):
-
-        async def wait() -> dict:
-            return encode(await reply.wait())
-
-        return Pending(wait)
-    return encode(reply)
-
-
 @handles(ApiKey.JOIN_GROUP, 2)
 def join_group(broker: Broker, header, request):
-    reply = broker.groups.join_group(
-        header.client_id or "", UNKNOWN_CLIENT_HOST, request, now_ms()
+    result = broker.groups.join_group(
+        header.client_id or "", UNKNOWN_CLIENT_HOST, request, broker.clock.now_ms()
     )
-    return _maybe_pending(reply, _join_response)
+    return reply(result, _join_response)
 
 
 @handles(ApiKey.SYNC_GROUP, 0)
 def sync_group(broker: Broker, header, request):
-    return _maybe_pending(broker.groups.sync_group(request, now_ms()), _sync_response)
+    return reply(broker.groups.sync_group(request, broker.clock.now_ms()), _sync_response)
 
 
 @handles(ApiKey.HEARTBEAT, 0)
 def heartbeat(broker: Broker, header, request) -> dict:
     error = broker.groups.heartbeat(
-        request.group_id, request.generation_id, request.member_id, now_ms()
+        request.group_id, request.generation_id, request.member_id, broker.clock.now_ms()
     )
     return {"error_code": error}
 
 
 @handles(ApiKey.LEAVE_GROUP, 0)
 def leave_group(broker: Broker, header, request) -> dict:
-    return {"error_code": broker.groups.leave_group(request.group_id, request.member_id, now_ms())}
+    now = broker.clock.now_ms()
+    return {"error_code": broker.groups.leave_group(request.group_id, request.member_id, now)}
 
 
 @handles(ApiKey.LIST_GROUPS, 0)
 def list_groups(broker: Broker, header, request) -> dict:
-    groups = broker.groups.list_groups(now_ms())
+    groups = broker.groups.list_groups(broker.clock.now_ms())
     return {
         "error_code": ErrorCode.NONE,
         "groups": [{"group_id": g, "protocol_type": t} for g, t, _ in sorted(groups)],
@@ -84,7 +72,7 @@ def list_groups(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0)
 def describe_groups(broker: Broker, header, request) -> dict:
-    now = now_ms()
+    now = broker.clock.now_ms()
     groups = []
     for group_id in request.groups:
         summary = broker.groups.describe_group(group_id, now)
@@ -112,14 +100,14 @@ def describe_groups(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.OFFSET_COMMIT, 2)
 def offset_commit(broker: Broker, header, request):
-    return _maybe_pending(broker.groups.commit_offsets(request, now_ms()), lambda r: r)
+    return broker.groups.commit_offsets(request, broker.clock.now_ms())
 
 
 @handles(ApiKey.OFFSET_FETCH, 2)
 def offset_fetch(broker: Broker, header, request) -> dict:
-    return broker.groups.fetch_offsets(request.group_id, request.topics, now_ms())
+    return broker.groups.fetch_offsets(request.group_id, request.topics, broker.clock.now_ms())
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0)
 def txn_offset_commit(broker: Broker, header, request):
-    return _maybe_pending(broker.groups.txn_commit_offsets(request, now_ms()), lambda r: r)
+    return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())

@@ -6,8 +6,9 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
-from broker.core import INTERNAL_TOPICS, Broker, now_ms
-from broker.dispatcher import NO_RESPONSE, Pending, handles
+from broker.context import Broker
+from broker.dispatcher import NO_RESPONSE, after, handles
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import (
@@ -21,7 +22,7 @@ VALID_ACKS = (-1, 0, 1)
 @handles(ApiKey.PRODUCE, 3, raw=True)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
     request = decode_produce_request_v3_untrusted(frame, offset)
-    now = now_ms()
+    now = broker.clock.now_ms()
     transactions = broker.transactions
     flushes = []
     responses = []
@@ -54,11 +55,5 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
         return NO_RESPONSE
     response = encode_produce_response_v3(responses)
     if request.acks == -1 and flushes:
-
-        async def after_fsync():
-            for event in flushes:
-                await event.wait()
-            return response
-
-        return Pending(after_fsync)
+        return after(flushes, response)
     return response

@@ -11,14 +11,12 @@ epoch after an abortable error (KIP-360). The answer waits until the change is d
 
 from __future__ import annotations
 
-from broker.core import Broker, now_ms
-from broker.dispatcher import Pending, handles
+from broker.context import Broker
+from broker.dispatcher import handles, reply
 from broker.txn.manager import InitResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 
 def _response(result: InitResult) -> dict:
@@ -44,12 +42,6 @@ def init_producer_id(broker: Broker, header, request):
         if producer_id != NO_PRODUCER_ID:
             expected = (producer_id, producer_epoch)
     result = broker.transactions.init_producer_id(
-        request.transactional_id, request.transaction_timeout_ms, expected, now_ms()
+        request.transactional_id, request.transaction_timeout_ms, expected, broker.clock.now_ms()
     )
-    if isinstance(result, InitResult):
-        return _response(result)
-
-    async def wait() -> dict:
-        return _response(await result())
-
-    return Pending(wait)
+    return reply(result, _response)

@@ -3,14 +3,14 @@ WriteTxnMarkers v0, DescribeTransactions v0, ListTransactions v0. (InitProducerI
 ``producer_id.py``.)
 
 Decode -> ``broker.transactions`` (``broker/txn/manager.py``) -> response. Requests that change
-the transaction log answer once the change is durable (``Pending``).
+the transaction log answer once the change is durable (a ``Deferred`` reply).
 """
 
 from __future__ import annotations
 
-from broker.core import Broker, now_ms
-from broker.dispatcher import Pending, handles
-from broker.txn.markers import write_markers_durably
+from broker.context import Broker
+from broker.dispatcher import Deferred, handles, reply
+from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -27,19 +27,12 @@ def find_coordinator(broker: Broker, header, request) -> dict:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown key type {request.key_type}",
                 "node_id": -1, "host": "", "port": -1}
+    if request.key_type == 1 and not broker.transactions.log.available(request.key):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                "error_message": "its transaction log partition could not be loaded",
+                "node_id": -1, "host": "", "port": -1}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "node_id": broker.config.node_id, "host": host, "port": port}
-
-
-def _later(result, encode):
-    """``result`` is a value or a coroutine function: the reply now, or a Pending one."""
-    if callable(result):
-
-        async def wait():
-            return encode(await result())
-
-        return Pending(wait)
-    return encode(result)
 
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0)
@@ -72,45 +65,60 @@ def add_partitions_to_txn(broker: Broker, header, request):
         return encode(lambda tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                       else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, requested, now_ms()
+        request.transactional_id, request.producer_id, request.producer_epoch, requested,
+        broker.clock.now_ms(),
     )
-    return _later(result, lambda code: encode(lambda tp: code))
+    return reply(result, lambda code: encode(lambda tp: code))
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0)
 def add_offsets_to_txn(broker: Broker, header, request):
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
-    transactions = broker.transactions
-    result = transactions.add_partitions(
+    result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch,
-        [transactions.offsets_partition(request.group_id)], now_ms(),
+        [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
     )
-    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+    return reply(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
 
 
 @handles(ApiKey.END_TXN, 0)
 def end_txn(broker: Broker, header, request):
     result = broker.transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
-        request.committed, now_ms(),
+        request.committed, broker.clock.now_ms(),
     )
-    return _later(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
+    return reply(result, lambda code: {"throttle_time_ms": 0, "error_code": code})
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 0)
 def write_txn_markers(broker: Broker, header, request):
     """The broker-internal marker API: the same path the coordinator uses for its own markers.
-    Answers once every marker written is durable."""
+    Answers once every marker written is durable. A marker that does not belong to a transaction
+    this coordinator runs (or targets ``__transaction_state``) gets CLUSTER_AUTHORIZATION_FAILED
+    and writes nothing: a client may not forge markers or write into the internal logs."""
+
+    coordinator = broker.transactions.coordinator
 
     async def write_all() -> dict:
         markers = []
         for marker in request.markers:
-            partitions = [(t.name, p) for t in marker.topics for p in t.partition_indexes]
-            errors = await write_markers_durably(
-                broker, marker.producer_id, marker.producer_epoch, marker.transaction_result,
-                marker.coordinator_epoch, partitions, now_ms(),
-            )
+            pid, epoch, commit = marker.producer_id, marker.producer_epoch, marker.transaction_result
+            errors: dict = {}
+            partitions = []
+            for t in marker.topics:
+                for p in t.partition_indexes:
+                    tp = (t.name, p)
+                    # Only markers of a transaction the coordinator runs, never into its own log.
+                    if t.name == TXN_LOG_TOPIC or not coordinator.knows_marker(pid, epoch, commit, tp):
+                        errors[tp] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    else:
+                        partitions.append(tp)
+            if partitions:
+                errors.update(await broker.transactions.markers.write_durably(
+                    pid, epoch, commit, marker.coordinator_epoch, partitions,
+                    broker.clock.now_ms(),
+                ))
             markers.append({
                 "producer_id": marker.producer_id,
                 "topics": [
@@ -126,7 +134,7 @@ def write_txn_markers(broker: Broker, header, request):
             })
         return {"markers": markers}
 
-    return Pending(write_all)
+    return Deferred(write_all)
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0)

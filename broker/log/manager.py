@@ -160,6 +160,23 @@ class LogManager:
         except KeyError:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}") from None
 
+    def validate_topic(
+        self, name: str, num_partitions: int, overrides: dict[str, str] | None = None
+    ) -> dict[str, str]:
+        """What ``create_topic`` checks, without creating anything (CreateTopics with
+        validate_only): the normalized overrides, or the KafkaError it would raise."""
+        validate_topic_name(name)
+        if name in self._topics:
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
+            raise KafkaError(
+                ErrorCode.INVALID_PARTITIONS,
+                f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
+            )
+        stored = normalize_overrides(overrides)
+        apply_overrides(self.default_config, stored)  # the combined checks (INVALID_CONFIG)
+        return stored
+
     def create_topic(
         self,
         name: str,
@@ -169,15 +186,7 @@ class LogManager:
     ) -> None:
         """Create a topic durably. Raises KafkaError TOPIC_ALREADY_EXISTS,
         INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS or INVALID_CONFIG."""
-        validate_topic_name(name)
-        if name in self._topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
-        if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
-            raise KafkaError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
-            )
-        stored_overrides = normalize_overrides(overrides)
+        stored_overrides = self.validate_topic(name, num_partitions, overrides)
         config = apply_overrides(self.default_config, stored_overrides)
         parts: list[Partition] = []
         try:

@@ -40,10 +40,10 @@ import shutil
 from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from broker.log.recovery import CleanState, RecoveryReport, load_log
 from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.producer_state import (
     ProducerStateManager,
@@ -61,10 +61,8 @@ from protocol.records import (
     parse_header_untrusted,
     patch_base_offset,
     stamp_log_append_time,
+    validate_records_untrusted,
 )
-
-if TYPE_CHECKING:
-    from broker.log.manager import LogConfig
 
 # DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
@@ -138,6 +136,7 @@ class Partition:
         )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
+        self.unsynced_bytes = 0  # how many (the flusher syncs small rounds inline)
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
@@ -181,6 +180,11 @@ class Partition:
         return self._dirty or self._dir_dirty or bool(self._unsynced)
 
     @property
+    def needs_directory_sync(self) -> bool:
+        """A new segment or rolled segments are part of the next flush (a slow one)."""
+        return self._dir_dirty or bool(self._unsynced)
+
+    @property
     def size_bytes(self) -> int:
         return sum(s.size for s in self.segments)
 
@@ -189,8 +193,8 @@ class Partition:
     def append_untrusted(self, buf: bytearray | memoryview, now_ms: int) -> AppendResult:
         """Validate and append the batches of a Produce request, patching base offsets in place.
 
-        All or nothing: every batch is checked (header, size, CRC, not a control batch, producer
-        id/epoch/sequence) before anything is written. A retry of batches already in the log
+        All or nothing: every batch is checked (header, size, CRC, record framing, not a control
+        batch, producer id/epoch/sequence) before anything is written. A retry of batches already in the log
         returns their original offsets with ``duplicate=True`` and writes nothing.
         Raises ``KafkaError``: CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT, MESSAGE_TOO_LARGE,
         INVALID_RECORD, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
@@ -241,6 +245,11 @@ class Partition:
                 )
             if not batch_crc_ok(mv, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in record batch at {pos}")
+            try:
+                # A valid CRC over malformed records is a poison pill for consumers: refuse it.
+                validate_records_untrusted(mv, pos, header)
+            except CorruptFrameError as exc:
+                raise KafkaError(ErrorCode.INVALID_RECORD, str(exc)) from None
             batches.append((pos, header))
             pos += size
 
@@ -375,6 +384,7 @@ class Partition:
         seg.next_offset = offset
         self.log_end_offset = offset
         self._dirty = True
+        self.unsynced_bytes += n
         if config.flush == "never":
             self.high_watermark = offset
         return offset - 1
@@ -435,6 +445,7 @@ class Partition:
         self._unsynced.clear()
         self._dirty = False
         self._dir_dirty = False
+        self.unsynced_bytes = 0
         return ticket
 
     def complete_flush(self, ticket: FlushTicket) -> None:

@@ -340,3 +340,51 @@ def _finish(segments: list[Segment], now_ms: int) -> None:
     active = segments[-1]
     if active.size:
         active.roll_base_ms = now_ms
+
+
+def truncate_before(directory: Path, offset: int) -> int:
+    """Offline repair: cut the partition in ``directory`` so that its log ends before the batch
+    holding ``offset`` (that batch and everything after it go). The broker must not be running.
+
+    Later segments are deleted, the segment holding the offset is truncated at that batch, its
+    index and any producer-state snapshot beyond the cut are removed, so the next start rebuilds
+    them by a scan. Returns the new log end offset.
+    """
+    bases = list_segments(directory)
+    new_end = offset
+    for i, base in reversed(list(enumerate(bases))):
+        if base >= offset and i > 0:
+            _delete_segment_files(directory, base)
+            continue
+        path = directory / f"{base:020d}.log"
+        fd = os.open(path, os.O_RDWR)
+        try:
+            size = os.fstat(fd).st_size
+            pos, new_end = 0, base
+            while pos + LOG_OVERHEAD <= size:
+                head = os.pread(fd, LOG_OVERHEAD, pos)
+                batch_base = int.from_bytes(head[:8], "big", signed=True)
+                length = int.from_bytes(head[8:12], "big", signed=True)
+                if batch_base >= offset or length < HEADER_SIZE - LOG_OVERHEAD or (
+                    batch_base == 0 and length == 0
+                ):
+                    break
+                header = os.pread(fd, HEADER_SIZE, pos)
+                if len(header) < HEADER_SIZE:
+                    break
+                last = batch_base + int.from_bytes(header[23:27], "big", signed=True)
+                if last >= offset:
+                    break
+                pos += length + LOG_OVERHEAD
+                new_end = last + 1
+            os.ftruncate(fd, pos)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        (directory / f"{base:020d}.index").unlink(missing_ok=True)
+        break
+    for snapshot in list_snapshots(directory):
+        if snapshot > new_end:
+            snapshot_path(directory, snapshot).unlink(missing_ok=True)
+    fsync_dir(directory)
+    return new_end

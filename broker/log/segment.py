@@ -21,17 +21,14 @@ so nothing else moves ``size`` during a call.
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.log.index import OffsetIndex
+from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD
 
-# First 43 header bytes: baseOffset, length, partitionLeaderEpoch, magic, crc, attributes,
-# lastOffsetDelta, baseTimestamp, maxTimestamp. Enough to walk batches and answer time lookups.
-_WALK_HEADER = struct.Struct(">qiibIhiqq")
+_WALK_HEADER = HEADER_PREFIX
 _WALK_SIZE = _WALK_HEADER.size
-_MIN_BATCH_SIZE = 61
 _WALK_CHUNK = 16 * 1024
 
 _PREALLOCATE_MIN_STEP = 1 << 20
@@ -69,10 +66,10 @@ def _walk_end_offset(path: Path) -> int | None:
             base, length, _, magic, _, _, last_delta, _, _ = _WALK_HEADER.unpack(
                 os.pread(fd, _WALK_SIZE, pos)
             )
-            if magic != 2 or length + 12 < _MIN_BATCH_SIZE:
+            if magic != 2 or length + LOG_OVERHEAD < HEADER_SIZE:
                 break
             end = base + last_delta + 1
-            pos += length + 12
+            pos += length + LOG_OVERHEAD
         return end
     finally:
         os.close(fd)
@@ -278,8 +275,8 @@ class Segment:
                 if len(buf) < _WALK_SIZE:
                     raise CorruptLogError(f"{self.log_path}: batch header at {pos} runs past the file")
             base, length, _, magic, _, _, last_delta, _, max_ts = unpack(buf, rel)
-            size = length + 12
-            if magic != 2 or size < _MIN_BATCH_SIZE or pos + size > end:
+            size = length + LOG_OVERHEAD
+            if magic != 2 or size < HEADER_SIZE or pos + size > end:
                 raise CorruptLogError(f"{self.log_path}: no valid batch at position {pos}")
             yield pos, base, size, last_delta, max_ts
             pos += size

@@ -31,17 +31,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
+from broker.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
 from protocol.errors import ErrorCode, KafkaError
+from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 INT16_MAX = 32767
 # Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
 EPOCH_EXHAUSTED = INT16_MAX - 1
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True)
@@ -93,7 +92,7 @@ class TxnMetadata:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
     def _target(self, state: TxnState, now_ms: int, **changes) -> TxnTransition:
-        values = dict(
+        values: dict[str, Any] = dict(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
@@ -374,6 +373,23 @@ class TransactionCoordinator:
         if md is None or md.pending is not None or md.state not in EXPIRABLE_STATES:
             return None
         return self._prepare(md, md._target(TxnState.DEAD, md.txn_last_update_ms))
+
+    def knows_marker(
+        self, producer_id: int, producer_epoch: int, commit: bool, tp: TopicPartition
+    ) -> bool:
+        """Whether a WriteTxnMarkers marker matches a transaction this coordinator runs: same
+        producer id and epoch, the partition in the transaction, and an outcome the transaction
+        can still have (Ongoing: either; PrepareCommit: COMMIT; PrepareAbort: ABORT). Anything
+        else would be a forged marker (WriteTxnMarkers is inter-broker in Kafka)."""
+        allowed = {
+            TxnState.ONGOING: (True, False),
+            TxnState.PREPARE_COMMIT: (True,),
+            TxnState.PREPARE_ABORT: (False,),
+        }
+        for md in self._txns.values():
+            if md.producer_id == producer_id and md.producer_epoch == producer_epoch:
+                return commit in allowed.get(md.state, ()) and tp in md.partitions
+        return False
 
     # -- the periodic task -------------------------------------------------------------------
 

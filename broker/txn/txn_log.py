@@ -3,7 +3,7 @@
 The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
 is created: an existing topic keeps its count); it is created on first use. A transactional id lives
 in partition ``partition_for(transactional_id, N)`` (Java's ``String.hashCode``,
-``broker/hashing.py``), so all records of one id are in one partition, in order. As in Kafka the
+``broker/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
 topic is compacted (``cleanup.policy=compact``, ``broker/log/cleaner.py``): only the latest record
 of each id stays, and the tombstone of an expired id goes after ``delete.retention.ms``, so the log
 and the replay at start follow the live ids, not the history. Its segments are
@@ -35,25 +35,31 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
       txn_last_update_ms   int64
 
 Replay at start reads every partition from its log start to its end and keeps the last record of
-each id (a tombstone removes it). The batches were CRC-checked by log recovery; a record that still
-does not decode stops the broker (``CorruptTxnLogError``) rather than silently lose a transaction.
+each id (a tombstone removes it). The batches were CRC-checked by log recovery; a partition with a
+record that still does not decode is not loaded at all: it is reported in ``TxnLog.unavailable``
+(one error line naming the partition and offset, with the repair), the coordinator answers
+COORDINATOR_NOT_AVAILABLE for the transactional ids of that partition, and everything else is served
+(Kafka likewise leaves a transaction-log partition it cannot load offline). Repair: stop the broker,
+then ``minibroker repair-log --data-dir DIR --topic __transaction_state --partition N --offset O``
+truncates that partition before the bad record (the transactions whose last record came after it
+are forgotten; their producers re-initialise).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Iterator
 
-from broker.hashing import partition_for
 from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-TOPIC = "__transaction_state"
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
 
@@ -67,6 +73,8 @@ KEY_VERSION = 0
 VALUE_VERSION = 0
 _READ_CHUNK = 4 << 20
 
+log = logging.getLogger("minibroker.txn")
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
@@ -75,7 +83,11 @@ _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FE
 
 
 class CorruptTxnLogError(Exception):
-    """A record of ``__transaction_state`` that cannot be decoded."""
+    """A record of ``__transaction_state`` that cannot be decoded (``offset``: where, if known)."""
+
+    def __init__(self, message: str, offset: int = -1) -> None:
+        super().__init__(message)
+        self.offset = offset
 
 
 def _string(s: str) -> bytes:
@@ -179,48 +191,84 @@ class TxnLog:
                  segment_bytes: int = SEGMENT_BYTES) -> None:
         self.logs = logs
         self.topic_config = topic_config(segment_bytes)
-        existing = logs.topics().get(TOPIC)
+        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
+        # Partitions whose records could not all be decoded at the last replay -> why.
+        self.unavailable: dict[int, str] = {}
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TOPIC not in self.logs.topics():
-            self.logs.create_topic(TOPIC, self.num_partitions, self.topic_config, now_ms)
-        return self.logs.partition(TOPIC, index)
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.topic_config,
+                                   now_ms)
+        return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
         Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
-        partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
+        index = self.partition_of(transition.transactional_id)
+        if index in self.unavailable:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"{TRANSACTION_STATE_TOPIC}-{index} could not be loaded")
+        partition = self._partition(index, now_ms)
         partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
         return partition
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
-        """Every record of every partition in log order: ``(transactional_id, transition or
-        None for a tombstone)``."""
-        if TOPIC not in self.logs.topics():
+        """Every record of every loadable partition in log order: ``(transactional_id,
+        transition or None for a tombstone)``. A partition with an undecodable record yields
+        nothing and lands in ``unavailable`` (partition -> reason), with one error line."""
+        self.unavailable.clear()
+        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
             return
         for index in range(self.num_partitions):
-            partition = self.logs.partition(TOPIC, index)
-            offset = partition.log_start_offset
-            end = partition.log_end_offset
-            while offset < end:
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
+            try:
+                records = list(self._replay_partition(index, partition))
+            except CorruptTxnLogError as exc:
+                self.unavailable[index] = str(exc)
+                log.error(
+                    "%s; the transaction coordinator of %s-%d stays unavailable (transactional "
+                    "ids there get COORDINATOR_NOT_AVAILABLE). Repair: stop the broker and run "
+                    "`minibroker repair-log --data-dir %s --topic %s --partition %d --offset %d`",
+                    exc, TRANSACTION_STATE_TOPIC, index, self.logs.data_dir, TRANSACTION_STATE_TOPIC, index, exc.offset,
+                )
+                continue
+            yield from records
+
+    def available(self, transactional_id: str) -> bool:
+        return not self.unavailable or self.partition_of(transactional_id) not in self.unavailable
+
+    def _replay_partition(
+        self, index: int, partition: Partition
+    ) -> Iterator[tuple[str, TxnTransition | None]]:
+        offset = partition.log_start_offset
+        end = partition.log_end_offset
+        while offset < end:
+            try:
                 data = partition.read(offset, _READ_CHUNK, end)
-                if not data:
-                    break
-                start = offset
-                try:
-                    for header, records in decode_batches_untrusted(data):
-                        offset = header.last_offset + 1
-                        for record in records:
-                            if record.key is None:
-                                raise CorruptTxnLogError("record without a key")
-                            tid = decode_key(record.key)
-                            yield tid, (None if record.value is None
-                                        else decode_value(tid, record.value))
-                except CorruptFrameError as exc:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index} at {offset}: {exc}") from exc
-                if offset == start:
-                    raise CorruptTxnLogError(f"{TOPIC}-{index}: no whole batch at {offset}")
+            except KafkaError as exc:
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at offset {offset}: {exc}",
+                                         offset) from exc
+            if not data:
+                break
+            start = offset
+            try:
+                for header, records in decode_batches_untrusted(data):
+                    offset = header.base_offset
+                    for record in records:
+                        if record.key is None:
+                            raise CorruptTxnLogError("record without a key")
+                        tid = decode_key(record.key)
+                        yield tid, (None if record.value is None
+                                    else decode_value(tid, record.value))
+                    offset = header.last_offset + 1
+            except (CorruptFrameError, CorruptTxnLogError) as exc:
+                raise CorruptTxnLogError(
+                    f"{TRANSACTION_STATE_TOPIC}-{index}: undecodable record at offset {offset}: {exc}", offset
+                ) from exc
+            if offset == start:
+                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at offset {offset}",
+                                         offset)

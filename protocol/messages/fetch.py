@@ -83,9 +83,9 @@ _I32 = struct.Struct(">i")
 _PARTITION_HEAD = struct.Struct(">ihqqi")  # index, error, HW, LSO, aborted_transactions count
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
-AbortedTransaction = tuple[int, int]  # (producer_id, first_offset)
+AbortedPair = tuple[int, int]  # (producer_id, first_offset)
 FetchPartitionData = tuple[
-    int, int, int, int, Sequence[AbortedTransaction] | None, bytes | bytearray | memoryview | None
+    int, int, int, int, Sequence[AbortedPair] | None, bytes | bytearray | memoryview | None
 ]  # (partition_index, error_code, high_watermark, last_stable_offset, aborted, records)
 
 
@@ -131,7 +131,7 @@ def encode_fetch_response_v4_parts(
             else:
                 size = len(records)
             head += _I32.pack(size)
-            if size:
+            if size and records is not None:
                 parts.append(head)
                 parts.append(records)
                 head = bytearray()

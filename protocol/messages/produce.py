@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Literal, NamedTuple, overload
 
 from construct import Struct
 
@@ -68,7 +68,7 @@ PRODUCE_V3 = register(ApiKey.PRODUCE, 3, ProduceRequestV3, ProduceResponseV3)
 
 
 class ProducePartition(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # Kafka's field name; shadows tuple.index
     # A view into the request frame (writable when the frame is a bytearray); None for null.
     records: memoryview | None
 
@@ -91,6 +91,10 @@ _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # acks, timeout_ms, topic_data coun
 _INDEX_SIZE = struct.Struct(">ii")  # partition index, records length
 
 
+@overload
+def _string_at(frame, pos: int, end: int, nullable: Literal[False]) -> tuple[str, int]: ...
+@overload
+def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, int]: ...
 def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, int]:
     (n,) = _I16.unpack_from(frame, pos)
     pos += 2

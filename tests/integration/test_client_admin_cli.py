@@ -105,8 +105,8 @@ def test_cli_errors_are_one_line_and_nonzero(broker_proc):
 
 
 def test_cli_transactional_produce(broker_proc):
-    from client.testing import broker_supports
     from protocol.api_keys import ApiKey
+    from tests.fault_proxy import broker_supports
 
     if not broker_supports(broker_proc.bootstrap, ApiKey.END_TXN, ApiKey.ADD_PARTITIONS_TO_TXN):
         pytest.skip("the broker's ApiVersions does not list EndTxn yet")

@@ -16,9 +16,9 @@ import trio
 from client import Admin, Consumer, Producer, TopicPartition
 from client.aio import AsyncConsumer, AsyncProducer
 from client.errors import IllegalStateError, NoOffsetForPartitionError, OffsetOutOfRangeError
-from client.testing import FaultyProxy, broker_supports
 from protocol.api_keys import ApiKey
 from tests.broker_process import BrokerProcess
+from tests.fault_proxy import FaultyProxy, broker_supports
 
 kafka = pytest.importorskip("kafka")
 

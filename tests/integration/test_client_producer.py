@@ -14,8 +14,8 @@ import pytest
 from client import Admin, Consumer, Producer
 from client.errors import IllegalStateError, MessageTooLargeError
 from client.partitioner import partition_for_key
-from client.testing import FaultyProxy
 from tests.broker_process import BrokerProcess
+from tests.fault_proxy import FaultyProxy
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")

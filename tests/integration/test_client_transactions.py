@@ -17,9 +17,9 @@ from client.errors import (
     ProducerFencedError,
     TransactionAbortedError,
 )
-from client.testing import FaultyProxy, broker_supports
 from protocol.api_keys import ApiKey
 from tests.broker_process import BrokerProcess
+from tests.fault_proxy import FaultyProxy, broker_supports
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")

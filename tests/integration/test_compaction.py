@@ -198,18 +198,14 @@ def test_kill_at_each_step_of_cleaning_then_restart_and_read_everything(tmp_path
         expected = latest(ours(proc.bootstrap, "read_committed"))
     finally:
         proc.stop()
-    crashing = BrokerProcess(
-        data, "--config", str(on), port=proc.port,
-        entry=f"import sys; sys.argv.insert(1, {point!r}); "
-        "from tests.cleaner_crash_broker import main; main()",
-    ).restart()
+    crashing = BrokerProcess(data, "--config", str(on), crash_at=point).start()
     deadline = time.monotonic() + 30
     while crashing.proc.poll() is None:
         assert time.monotonic() < deadline, "".join(crashing.output)
         time.sleep(0.05)
     assert crashing.proc.returncode == 137, "".join(crashing.output)
     crashing.kill9()
-    proc = BrokerProcess(data, port=proc.port).restart()
+    proc = BrokerProcess(data).start()
     try:
         assert latest(ours(proc.bootstrap, "read_committed")) == expected
         assert latest(theirs(proc.bootstrap, "read_committed")) == expected

@@ -37,10 +37,10 @@ BROKER_CONFIG = {
 }
 
 
-def start_broker(tmp_path: Path, **extra: str) -> BrokerProcess:
+def start_broker(tmp_path: Path, crash_at: str | None = None, **extra: str) -> BrokerProcess:
     config = tmp_path / "server.properties"
     config.write_text("".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items()))
-    return BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    return BrokerProcess(tmp_path / "data", "--config", str(config), crash_at=crash_at).start()
 
 
 @pytest.fixture
@@ -434,10 +434,8 @@ def test_consume_transform_produce_copies_every_record_exactly_once(broker):
 
 
 @pytest.mark.parametrize("point", ["after_prepare_commit", "after_markers"])
-def test_kill9_between_end_txn_and_markers_then_restart(tmp_path, monkeypatch, point):
-    monkeypatch.setenv("MINIBROKER_TEST_CRASH_AT", point)
-    proc = start_broker(tmp_path)
-    monkeypatch.delenv("MINIBROKER_TEST_CRASH_AT")
+def test_kill9_between_end_txn_and_markers_then_restart(tmp_path, point):
+    proc = start_broker(tmp_path, crash_at=point)
     producer = None
     try:
         bootstrap = proc.bootstrap

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-import broker.handlers  # noqa: F401  (registers the handlers)
-from broker.dispatcher import implemented
+import types
+
+import pytest
+
+from broker import handlers
+from broker.app import build_handler_table
+from broker.dispatcher import handler_table, handles
+from broker.dispatcher import implemented as implemented_by
 from protocol.api_keys import ApiKey
 from protocol.messages.api_versions import ADVERTISED, IMPLEMENTED
+
+
+def implemented():
+    return implemented_by(build_handler_table())
 
 
 def test_every_advertised_pin_has_a_schema_and_a_handler():
@@ -21,3 +31,21 @@ def test_every_handler_is_reachable():
 def test_write_txn_markers_is_served_but_not_advertised():
     assert ApiKey.WRITE_TXN_MARKERS not in ADVERTISED
     assert (int(ApiKey.WRITE_TXN_MARKERS), 0) in implemented()
+
+
+def test_importing_the_handlers_registers_nothing():
+    assert handler_table() == {}
+    assert handler_table(handlers.fetch).keys() == {(int(ApiKey.FETCH), 4),
+                                                    (int(ApiKey.LIST_OFFSETS), 2)}
+
+
+def test_two_handlers_for_one_version_are_refused():
+    twice = types.ModuleType("twice")
+
+    @handles(ApiKey.FETCH, 4)
+    def again(broker, header, request):
+        return {}
+
+    twice.again = again  # type: ignore[attr-defined]
+    with pytest.raises(ValueError, match="two handlers for FETCH v4"):
+        handler_table(handlers.fetch, twice)

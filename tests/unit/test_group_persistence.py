@@ -8,8 +8,10 @@ import struct
 import pytest
 import trio
 
+from broker.clock import TrioClock
 from broker.config import build_config
-from broker.core import Broker
+from broker.context import Broker
+from broker.dispatcher import Deferred
 from broker.group.group_metadata import (
     GroupMetadataRecord,
     MemberRecord,
@@ -19,7 +21,7 @@ from broker.group.group_metadata import (
     encode_group_metadata_value,
 )
 from broker.group.offsets import decode_offset_key_untrusted
-from broker.group.service import Deferred, GroupService
+from broker.group.service import GroupService
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 from tests.unit.test_group_service import (
@@ -28,15 +30,15 @@ from tests.unit.test_group_service import (
     codes,
     commit_request,
     make_broker,
+    open_broker,
     request,
     settle,
-    virtual_ms,
 )
 
 
 def reopen(tmp_path, **props) -> Broker:
     properties = {"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), **props}
-    return Broker(build_config(properties, data_dir=tmp_path / "data"), now=NOW)
+    return open_broker(build_config(properties, data_dir=tmp_path / "data"))
 
 
 def fetched(service: GroupService, group: str, topic: str = "orders") -> dict[int, int]:
@@ -95,7 +97,7 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
     results = {}
 
     async def join(name: str) -> None:
-        reply = service.join_group(name, "", join_request(), virtual_ms())
+        reply = service.join_group(name, "", join_request(), broker.clock.now_ms())
         results[name] = await reply.wait() if isinstance(reply, Deferred) else reply
 
     async with trio.open_nursery() as nursery:
@@ -105,11 +107,11 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
     follower = next(r.member_id for r in results.values() if r.member_id != leader)
     follower_sync = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
         "group_id": "g", "generation_id": 1, "member_id": follower, "assignments": []}),
-        virtual_ms())
+        broker.clock.now_ms())
     reply = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
         "group_id": "g", "generation_id": 1, "member_id": leader,
         "assignments": [{"member_id": leader, "assignment": b"L"},
-                        {"member_id": follower, "assignment": b"F"}]}), virtual_ms())
+                        {"member_id": follower, "assignment": b"F"}]}), broker.clock.now_ms())
     assert isinstance(reply, Deferred)  # waits for the group's record to be durable
     assert (await settle(broker, reply)).assignment == b"L"
     assert (await follower_sync.wait()).assignment == b"F"
@@ -118,8 +120,8 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
 
 async def test_members_survive_a_restart(tmp_path, autojump_clock) -> None:
     props = {"group.initial.rebalance.delay.ms": "100"}
-    broker = make_broker(tmp_path, **props)
-    service = GroupService(broker, clock=virtual_ms)
+    broker = make_broker(tmp_path, TrioClock(NOW), **props)
+    service = broker.groups
     leader, follower = await stable_group(broker, service)
     broker.close()
 
@@ -141,25 +143,25 @@ async def test_members_survive_a_restart(tmp_path, autojump_clock) -> None:
 
 async def test_delete_groups_tombstones_survive_a_restart(tmp_path, autojump_clock) -> None:
     props = {"group.initial.rebalance.delay.ms": "100"}
-    broker = make_broker(tmp_path, **props)
-    service = GroupService(broker, clock=virtual_ms)
+    broker = make_broker(tmp_path, TrioClock(NOW), **props)
+    service = broker.groups
     leader, follower = await stable_group(broker, service)
     await settle(broker, service.commit_offsets(
-        commit_request("g", {0: 5}, generation=1, member=leader), virtual_ms()))
-    await settle(broker, service.commit_offsets(commit_request("idle", {1: 9}), virtual_ms()))
+        commit_request("g", {0: 5}, generation=1, member=leader), broker.clock.now_ms()))
+    await settle(broker, service.commit_offsets(commit_request("idle", {1: 9}), broker.clock.now_ms()))
     assert fetched(service, "idle") == {0: -1, 1: 9, 2: -1}
     assert fetched(service, "g") == {0: 5, 1: -1, 2: -1}
-    result = await settle(broker, service.delete_groups(["g", "idle", "nope", ""], virtual_ms()))
+    result = await settle(broker, service.delete_groups(["g", "idle", "nope", ""], broker.clock.now_ms()))
     assert result == {"g": ErrorCode.NON_EMPTY_GROUP, "idle": ErrorCode.NONE,
                       "nope": ErrorCode.GROUP_ID_NOT_FOUND, "": ErrorCode.INVALID_GROUP_ID}
     assert fetched(service, "idle") == {0: -1, 1: -1, 2: -1}
     assert fetched(service, "g") == {0: 5, 1: -1, 2: -1}
     for member in (leader, follower):
-        assert service.leave_group("g", member, virtual_ms()) == ErrorCode.NONE
+        assert service.leave_group("g", member, broker.clock.now_ms()) == ErrorCode.NONE
     # the rebalance without members wrote an Empty record; the group still holds offsets
-    assert (await settle(broker, service.delete_groups(["g"], virtual_ms()))) == {
+    assert (await settle(broker, service.delete_groups(["g"], broker.clock.now_ms()))) == {
         "g": ErrorCode.NONE}
-    assert service.describe_group("g", virtual_ms()).state == "Dead"
+    assert service.describe_group("g", broker.clock.now_ms()).state == "Dead"
     broker.close()
 
     again = reopen(tmp_path, **props)
@@ -172,18 +174,18 @@ async def test_delete_groups_tombstones_survive_a_restart(tmp_path, autojump_clo
 
 async def test_offset_delete(tmp_path, autojump_clock) -> None:
     props = {"group.initial.rebalance.delay.ms": "100"}
-    broker = make_broker(tmp_path, **props)
+    broker = make_broker(tmp_path, TrioClock(NOW), **props)
     broker.logs.create_topic("other", 1, None, NOW)
-    service = GroupService(broker, clock=virtual_ms)
-    assert service.delete_offsets("g", [("orders", 0)], virtual_ms()) == (
+    service = broker.groups
+    assert service.delete_offsets("g", [("orders", 0)], broker.clock.now_ms()) == (
         ErrorCode.GROUP_ID_NOT_FOUND, {})
     leader, _ = await stable_group(broker, service)
     for topic, offsets in [("orders", {0: 5, 1: 6}), ("other", {0: 7})]:
         response = await settle(broker, service.commit_offsets(
-            commit_request("g", offsets, generation=1, member=leader, topic=topic), virtual_ms()))
+            commit_request("g", offsets, generation=1, member=leader, topic=topic), broker.clock.now_ms()))
         assert set(codes(response)) == {ErrorCode.NONE}
     code, errors = await settle(broker, service.delete_offsets(
-        "g", [("orders", 0), ("other", 0)], virtual_ms()))
+        "g", [("orders", 0), ("other", 0)], broker.clock.now_ms()))
     # the members subscribe to "orders" (see join_request): only "other" may go
     assert code == ErrorCode.NONE
     assert errors == {("orders", 0): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC,

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import trio
 
+from broker.app import build_broker
+from broker.clock import Clock, ManualClock, TrioClock
 from broker.config import build_config
-from broker.core import Broker
-from broker.group.offsets import OFFSETS_TOPIC
-from broker.group.service import Deferred, GroupService
-from broker.hashing import partition_for
+from broker.context import Broker
+from broker.dispatcher import Deferred
+from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS_TOPIC
+from broker.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages import decode_request, encode_request
@@ -19,9 +21,13 @@ NOW = 1_700_000_000_000
 OFFSETS_PARTITIONS = 5
 
 
-def make_broker(tmp_path, **props) -> Broker:
+def open_broker(config, clock: Clock | None = None) -> Broker:
+    return build_broker(config, clock=clock or ManualClock(NOW))
+
+
+def make_broker(tmp_path, clock: Clock | None = None, **props) -> Broker:
     properties = {"offsets.topic.num.partitions": str(OFFSETS_PARTITIONS), **props}
-    broker = Broker(build_config(properties, data_dir=tmp_path / "data"), now=NOW)
+    broker = open_broker(build_config(properties, data_dir=tmp_path / "data"), clock)
     broker.logs.create_topic("orders", 3, None, NOW)
     return broker
 
@@ -78,7 +84,7 @@ async def settle(broker: Broker, reply) -> dict:
 
 async def later(result):
     """The transaction manager answers now, or with a coroutine function once durable."""
-    return await result() if callable(result) else result
+    return await result.wait() if isinstance(result, Deferred) else result
 
 
 async def begin_txn(broker: Broker, groups=("g",), transactional_id: str = "tx") -> tuple[int, int]:
@@ -87,7 +93,7 @@ async def begin_txn(broker: Broker, groups=("g",), transactional_id: str = "tx")
     txns = broker.transactions
     init = await later(txns.init_producer_id(transactional_id, 60_000, None, NOW))
     assert init.error_code == ErrorCode.NONE
-    partitions = [txns.offsets_partition(g) for g in groups]
+    partitions = [broker.cross.offsets_partition(g) for g in groups]
     added = await later(txns.add_partitions(transactional_id, init.producer_id,
                                             init.producer_epoch, partitions, NOW))
     assert added == ErrorCode.NONE
@@ -138,7 +144,7 @@ async def test_offsets_survive_a_restart(tmp_path) -> None:
         commit_request("other", {2: 7}, metadata="hello"), NOW))
     broker.close()
 
-    again = Broker(broker.config, now=NOW)
+    again = open_broker(broker.config)
     assert again.groups.replayed_batches == 3
     assert fetched(again, "g") == {0: 15, 1: 20, 2: -1}
     everything = again.groups.fetch_offsets("other", None, NOW)
@@ -154,7 +160,7 @@ async def test_unflushed_commit_survives_a_crash_only_if_flushed(tmp_path) -> No
     broker.groups.commit_offsets(commit_request("g", {0: 99}), NOW)  # never answered
     # no close(): as after kill -9 (the page cache survives a process crash, so recovery may
     # keep the unflushed record; either value is a valid outcome, a torn one is not)
-    again = Broker(broker.config, now=NOW)
+    again = open_broker(broker.config)
     assert fetched(again, "g")[0] in (10, 99)
     again.close()
 
@@ -237,7 +243,7 @@ async def test_pending_txn_offsets_survive_a_restart_and_resolve_later(tmp_path)
         nursery.cancel_scope.cancel()
     broker.close()  # the transaction is still open
 
-    again = Broker(broker.config, now=NOW)
+    again = open_broker(broker.config)
     assert fetched(again, "g")[0] == -1
     index = again.groups.partition_for("g")
     assert again.groups.coordinator.offsets.pending_producers(index) == [pid]
@@ -248,7 +254,7 @@ async def test_pending_txn_offsets_survive_a_restart_and_resolve_later(tmp_path)
     assert fetched(again, "g")[0] == 50
     again.close()
 
-    third = Broker(broker.config, now=NOW)  # replay: the COMMIT marker resolves the records
+    third = open_broker(broker.config)  # replay: the COMMIT marker resolves the records
     assert fetched(third, "g")[0] == 50
     assert third.groups.coordinator.offsets.pending("g") == {}
     third.close()
@@ -296,15 +302,12 @@ def join_request(member_id: str = "", session: int = 10_000):
     })
 
 
-def virtual_ms() -> int:
-    return int(trio.current_time() * 1000)
-
-
 async def test_waiting_join_completes_after_the_initial_delay(tmp_path, autojump_clock) -> None:
-    broker = make_broker(tmp_path)  # group.initial.rebalance.delay.ms defaults to 3000
-    service = GroupService(broker, clock=virtual_ms)
+    clock = TrioClock(NOW)
+    broker = make_broker(tmp_path, clock)  # group.initial.rebalance.delay.ms defaults to 3000
+    service = broker.groups
     start = trio.current_time()
-    reply = service.join_group("client", "", join_request(), virtual_ms())
+    reply = service.join_group("client", "", join_request(), clock.now_ms())
     assert isinstance(reply, Deferred)
     result = await reply.wait()
     assert result.error == ErrorCode.NONE and result.generation_id == 1
@@ -314,12 +317,13 @@ async def test_waiting_join_completes_after_the_initial_delay(tmp_path, autojump
 
 
 async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, autojump_clock) -> None:
-    broker = make_broker(tmp_path, **{"group.initial.rebalance.delay.ms": "100"})
-    service = GroupService(broker, clock=virtual_ms)
+    clock = TrioClock(NOW)
+    broker = make_broker(tmp_path, clock, **{"group.initial.rebalance.delay.ms": "100"})
+    service = broker.groups
     results = {}
 
     async def join(name: str, member_id: str = "") -> None:
-        reply = service.join_group(name, "", join_request(member_id), virtual_ms())
+        reply = service.join_group(name, "", join_request(member_id), clock.now_ms())
         results[name] = await reply.wait() if isinstance(reply, Deferred) else reply
 
     async with trio.open_nursery() as nursery:
@@ -329,11 +333,11 @@ async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, a
     a = results["a"].leader  # whichever joined first leads
     b = results["b"].member_id if a == results["a"].member_id else results["a"].member_id
     sync_b = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": b, "assignments": []}), virtual_ms())
+        "group_id": "g", "generation_id": 1, "member_id": b, "assignments": []}), clock.now_ms())
     assert isinstance(sync_b, Deferred)
     leader = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
         "group_id": "g", "generation_id": 1, "member_id": a,
-        "assignments": [{"member_id": b, "assignment": b"B"}]}), virtual_ms())
+        "assignments": [{"member_id": b, "assignment": b"B"}]}), clock.now_ms())
     leader = await settle(broker, leader)  # answered once the group's record is durable
     assert leader.error == ErrorCode.NONE and (await sync_b.wait()).assignment == b"B"
 
@@ -344,18 +348,19 @@ async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, a
     assert 10.0 <= trio.current_time() - start < 10.2
     assert results["a"].generation_id == 2
     assert [m for m, _ in results["a"].members] == [a]
-    assert service.heartbeat("g", 1, b, virtual_ms()) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert service.heartbeat("g", 1, b, clock.now_ms()) == ErrorCode.UNKNOWN_MEMBER_ID
     broker.close()
 
 
 async def test_tick_forgets_empty_groups_without_offsets(tmp_path, autojump_clock) -> None:
-    broker = make_broker(tmp_path, **{"group.initial.rebalance.delay.ms": "0"})
-    service = GroupService(broker, clock=virtual_ms)
-    reply = service.join_group("c", "", join_request(), virtual_ms())
+    clock = TrioClock(NOW)
+    broker = make_broker(tmp_path, clock, **{"group.initial.rebalance.delay.ms": "0"})
+    service = broker.groups
+    reply = service.join_group("c", "", join_request(), clock.now_ms())
     member = (await reply.wait()).member_id
-    assert service.leave_group("g", member, virtual_ms()) == ErrorCode.NONE
-    assert service.describe_group("g", virtual_ms()).state == "Empty"
-    service.tick(virtual_ms())
-    assert service.describe_group("g", virtual_ms()).state == "Dead"
-    assert service.list_groups(virtual_ms()) == []
+    assert service.leave_group("g", member, clock.now_ms()) == ErrorCode.NONE
+    assert service.describe_group("g", clock.now_ms()).state == "Empty"
+    service.tick(clock.now_ms())
+    assert service.describe_group("g", clock.now_ms()).state == "Dead"
+    assert service.list_groups(clock.now_ms()) == []
     broker.close()

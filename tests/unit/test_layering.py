@@ -132,3 +132,139 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
         "protocol/bad.py imports broker.core",
         "protocol/bad.py imports broker.core.Broker",
     ]
+
+
+# -- inside broker/: pure domain, services, and the composition root -----------------------------
+#
+# broker/ has three layers. The domain (state tables, coordinators, offsets, the log, producer
+# state) is synchronous and takes time as an argument: no trio, no sockets, no clock. The services
+# (group/service.py, txn/manager.py, txn/markers.py, core.py) put the domain on trio and the disk;
+# the transaction and group services never import each other. The shell and the composition root
+# (app.py builds, wiring.py joins the two services, context.py is what handlers see, dispatcher,
+# handlers, server, cli) sit on top. Nothing imports upwards, and there are no import cycles, not
+# even under ``if TYPE_CHECKING:`` (the scanner sees those imports too).
+
+ROOT_AND_SHELL = {
+    "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
+    "broker.handlers", "broker.dispatcher", "broker.txn_cli", "broker.blocking_client",
+}
+SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
+            "broker.txn.markers"}
+# Pure: no I/O of any kind, no clock.
+PURE_DOMAIN = {
+    "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
+    "broker.group.coordinator", "broker.group.offsets", "broker.topics",
+}
+# The storage domain: files, but no trio, no sockets, no clock.
+STORAGE_DOMAIN = {"broker.log", "broker.producer_state", "broker.txn.txn_log",
+                  "broker.txn.producer_ids"}
+NO_TRIO_OR_NETWORK = {"trio", "socket", "asyncio", "selectors", "threading", "time"}
+NO_IO = NO_TRIO_OR_NETWORK | {"os", "io", "pathlib", "shutil", "mmap", "tempfile", "json"}
+
+
+def broker_modules() -> dict[str, set[str]]:
+    """``{module: modules it imports}`` for every module of broker/ (names as written)."""
+    graph = {}
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        is_init = rel.name == "__init__"
+        module = ".".join(rel.parts[:-1] if is_init else rel.parts)
+        source = path.read_text(encoding="utf-8")
+        graph[module] = imported_modules(source, module + ".__init__" if is_init else module)
+    return graph
+
+
+def _in(module: str, group: set[str]) -> bool:
+    return any(module == g or module.startswith(g + ".") for g in group)
+
+
+def _internal_edges(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Edges between broker modules only (``from broker.x import y`` counts as broker.x, or as
+    broker.x.y when that is a module); a package's own __init__ is not an edge to its parent."""
+    edges: dict[str, set[str]] = {}
+    for module, imports in graph.items():
+        targets = set()
+        for name in imports:
+            if name in graph and name != module and not module.startswith(name + "."):
+                targets.add(name)
+        edges[module] = targets
+    return edges
+
+
+@pytest.mark.parametrize(("layer", "forbidden"), [
+    (PURE_DOMAIN, NO_IO),
+    (STORAGE_DOMAIN, NO_TRIO_OR_NETWORK),
+])
+def test_domain_imports_no_io_and_nothing_above_it(layer: set[str], forbidden: set[str]) -> None:
+    graph = broker_modules()
+    assert any(_in(m, layer) for m in graph)
+    bad = []
+    for module, imports in graph.items():
+        if not _in(module, layer):
+            continue
+        for name in sorted(imports):
+            if name.split(".")[0] in forbidden or _in(name, ROOT_AND_SHELL | SERVICES):
+                bad.append(f"{module} imports {name}")
+    assert bad == []
+
+
+def test_services_do_not_see_each_other_or_the_root() -> None:
+    graph = broker_modules()
+    bad = []
+    for module, imports in graph.items():
+        if not _in(module, SERVICES):
+            continue
+        for name in sorted(imports):
+            crossing = (module.startswith("broker.group.") and name.startswith("broker.txn")) or (
+                module.startswith("broker.txn.") and name.startswith("broker.group"))
+            # The services' one upward import: the dispatcher's Deferred reply type.
+            upward = _in(name, ROOT_AND_SHELL) and name not in ("broker.dispatcher",
+                                                                 "broker.dispatcher.Deferred",
+                                                                 "broker.dispatcher.after")
+            if crossing or upward:
+                bad.append(f"{module} imports {name}")
+    assert bad == []
+
+
+def test_only_the_shell_imports_the_composition_root() -> None:
+    graph = broker_modules()
+    importers = sorted(m for m, imports in graph.items()
+                       if any(_in(n, {"broker.app"}) for n in imports))
+    assert importers == ["broker.server"]
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle, as a path that starts and ends at the same module, or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def test_broker_has_no_import_cycles() -> None:
+    assert find_cycle(_internal_edges(broker_modules())) is None
+
+
+def test_cycle_finder_sees_a_type_checking_cycle() -> None:
+    source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from broker.a import A\n"
+    graph = {"broker.a": {"broker.b"}, "broker.b": imported_modules(source, "broker.b")}
+    assert find_cycle(_internal_edges(graph)) == ["broker.a", "broker.b", "broker.a"]

@@ -239,3 +239,20 @@ def test_compact_only_topics_are_not_deleted_by_retention(tmp_path: Path) -> Non
     assert p.enforce_retention(NOW + 10_000) == 0
     mgr.alter_topic_config("t", {"cleanup.policy": "compact,delete", "retention.ms": "1"})
     assert p.enforce_retention(NOW + 10_000) > 0
+
+
+def test_validate_topic_checks_what_create_checks_and_creates_nothing(tmp_path: Path) -> None:
+    mgr = make(tmp_path)
+    assert mgr.validate_topic("v", 2, {"retention.ms": " 5 "}) == {"retention.ms": "5"}
+    assert "v" not in mgr.topics()
+    mgr.create_topic("t", 1)
+    for name, count, overrides, code in [
+        ("t", 1, None, ErrorCode.TOPIC_ALREADY_EXISTS),
+        ("bad/name", 1, None, ErrorCode.INVALID_TOPIC_EXCEPTION),
+        ("v", 0, None, ErrorCode.INVALID_PARTITIONS),
+        ("v", 1, {"retention.ms": "soon"}, ErrorCode.INVALID_CONFIG),
+    ]:
+        with pytest.raises(KafkaError) as err:
+            mgr.validate_topic(name, count, overrides)
+        assert err.value.code == code
+    assert sorted(mgr.topics()) == ["t"]

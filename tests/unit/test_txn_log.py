@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.hashing import partition_for
 from broker.log.manager import LogConfig, LogManager
+from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
+from broker.topics import partition_for
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig, TxnTransition
 from broker.txn.state import TxnState
 from broker.txn.txn_log import (
     SEGMENT_BYTES,
-    TOPIC,
     CorruptTxnLogError,
     TxnLog,
     decode_key,

@@ -1,18 +1,19 @@
 """The coordinator's trio side on a real Broker (data dir on disk, no sockets): EndTxn with its
 markers, the KIP-890 produce check, the periodic task with a driven clock, and recovery after a
-crash at each point of EndTxn (the test-only crash hook, with os._exit replaced)."""
+crash at each point of EndTxn (the test-only crash hook, raising instead of exiting)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
+from broker.app import build_broker
+from broker.clock import ManualClock
 from broker.config import build_config
-from broker.core import Broker
-from broker.txn.manager import InitResult
+from broker.context import Broker
+from broker.dispatcher import Deferred
+from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
+from broker.txn.manager import CrashHook, InitResult
 from broker.txn.state import TxnState
-from broker.txn.txn_log import TOPIC
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     ControlType,
@@ -26,13 +27,22 @@ TIMEOUT = 10_000
 
 
 class Crashed(BaseException):
-    """os._exit in the crash hook, turned into an exception the test catches."""
+    """The crash hook's exit, as an exception the test catches."""
 
 
-def make_broker(tmp_path, **props) -> Broker:
+def crash_at(point: str) -> CrashHook:
+    def hook(reached: str) -> None:
+        if reached == point:
+            raise Crashed(137)
+
+    return hook
+
+
+def make_broker(tmp_path, crash_hook: CrashHook | None = None, **props) -> Broker:
     properties = {"transaction.state.log.num.partitions": "3", **props}
-    broker = Broker(build_config(properties, data_dir=tmp_path / "data"), now=NOW)
-    broker.transactions.clock = lambda: NOW  # the time of the records the coordinator writes
+    # The clock stays at NOW: the time of the records the coordinator writes.
+    broker = build_broker(build_config(properties, data_dir=tmp_path / "data"),
+                          clock=ManualClock(NOW), crash_hook=crash_hook)
     if "t" not in broker.logs.topics():
         broker.logs.create_topic("t", 2, None, NOW)
     return broker
@@ -47,7 +57,7 @@ def crash(broker: Broker) -> None:
 
 
 async def run(result):
-    return await result() if callable(result) else result
+    return await result.wait() if isinstance(result, Deferred) else result
 
 
 async def begin(broker: Broker, tid: str = "tx", partitions=(("t", 0), ("t", 1))) -> tuple[int, int]:
@@ -176,19 +186,13 @@ async def test_housekeeping_aborts_timed_out_transactions_and_expires_ids(tmp_pa
     ("after_markers", True),
 ])
 async def test_recovery_completes_a_transaction_interrupted_by_a_crash(
-    tmp_path, nursery, monkeypatch, point: str, commit: bool
+    tmp_path, nursery, point: str, commit: bool
 ) -> None:
-    broker = make_broker(tmp_path)
+    broker = make_broker(tmp_path, crash_hook=crash_at(point))
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await begin(broker)
     await produce(broker, "tx", pid, epoch, 0, 0)
     await produce(broker, "tx", pid, epoch, 1, 0, n=3)
-
-    def exit_now(status: int) -> None:
-        raise Crashed(status)
-
-    monkeypatch.setattr(os, "_exit", exit_now)
-    broker.transactions._crash_at = point
     with pytest.raises(Crashed):
         await run(broker.transactions.end_txn("tx", pid, epoch, commit, NOW))
     written = {i: markers(broker, i) for i in (0, 1)}

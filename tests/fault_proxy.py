@@ -16,22 +16,20 @@ import threading
 from collections import Counter, deque
 
 from protocol.api_keys import ApiKey
+from protocol.errors import CorruptFrameError
+from protocol.framing import encode_frame
 from protocol.headers import RequestHeader, encode_request_header
 from protocol.messages import decode_response
+from tests.raw_client import SocketFrames
 
-_SIZE = struct.Struct(">i")
 _API_KEY = struct.Struct(">h")
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
-    chunks = []
-    while n:
-        chunk = sock.recv(n)
-        if not chunk:
-            raise ConnectionError("connection closed")
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
+def _next_frame(frames: SocketFrames) -> bytearray:
+    frame = frames.next_frame()
+    if frame is None:
+        raise ConnectionError("connection closed")
+    return frame
 
 
 def broker_api_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
@@ -39,9 +37,8 @@ def broker_api_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tupl
     host, _, port = bootstrap.rpartition(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         header = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "probe"))
-        sock.sendall(_SIZE.pack(len(header)) + header)
-        (size,) = _SIZE.unpack(_recv_exactly(sock, 4))
-        frame = _recv_exactly(sock, size)
+        sock.sendall(encode_frame(header))
+        frame = _next_frame(SocketFrames(sock))
     response = decode_response(ApiKey.API_VERSIONS, 0, frame, 4)
     return {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
@@ -96,26 +93,26 @@ class FaultyProxy:
             ).start()
 
     def _requests(self, client: socket.socket, server: socket.socket, api_keys: deque[int]) -> None:
+        frames = SocketFrames(client)
         try:
             while True:
-                (size,) = _SIZE.unpack(_recv_exactly(client, 4))
-                frame = _recv_exactly(client, size)
+                frame = _next_frame(frames)
                 (api_key,) = _API_KEY.unpack_from(frame, 0)
                 # acks=0 Produce gets no response; our tests use acks=all.
                 api_keys.append(api_key)
                 with self._lock:
                     self.requests[api_key] += 1
-                server.sendall(_SIZE.pack(size) + frame)
-        except (OSError, ConnectionError, struct.error):
+                server.sendall(encode_frame(frame))
+        except (OSError, ConnectionError, struct.error, CorruptFrameError):
             self._cut(client, server)
 
     def _responses(
         self, server: socket.socket, client: socket.socket, api_keys: deque[int]
     ) -> None:
+        frames = SocketFrames(server)
         try:
             while True:
-                (size,) = _SIZE.unpack(_recv_exactly(server, 4))
-                frame = _recv_exactly(server, size)
+                frame = _next_frame(frames)
                 api_key = api_keys.popleft() if api_keys else -1
                 if api_key == ApiKey.PRODUCE and self.drop_every:
                     with self._lock:
@@ -126,8 +123,8 @@ class FaultyProxy:
                     if drop:
                         self._cut(client, server)
                         return
-                client.sendall(_SIZE.pack(size) + frame)
-        except (OSError, ConnectionError, struct.error, IndexError):
+                client.sendall(encode_frame(frame))
+        except (OSError, ConnectionError, struct.error, IndexError, CorruptFrameError):
             self._cut(client, server)
 
     def _cut(self, client: socket.socket, server: socket.socket) -> None:

@@ -1,0 +1,90 @@
+"""The composition root: builds and wires the broker, and does nothing else.
+
+One of each: config (given), clock (``WallClock`` unless a test passes another), log manager,
+group-commit flusher, producer-id allocator, group service, transaction service, handler table.
+Every service gets its collaborators here as constructor arguments; the steps that join the group
+and transaction services are ``broker/wiring.py``'s, passed in as callbacks. Order matters at start:
+the group service replays ``__consumer_offsets`` before the transaction service recovers, so the
+markers recovery writes reach the replayed offsets.
+
+``crash_hook`` exists for tests only (``tests/crash_broker.py``): called at the crash points of
+EndTxn (``broker.txn.manager.CRASH_POINTS``) and of a log cleaning
+(``broker.log.cleaner.CRASH_POINTS``). The ``minibroker`` command never passes one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker import handlers
+from broker.clock import Clock, WallClock
+from broker.config import BrokerConfig
+from broker.context import Broker
+from broker.core import DataArrived, FlushScheduler, Storage, load_cluster_id
+from broker.data_dir_lock import lock_data_dir
+from broker.dispatcher import Dispatcher, HandlerTable, handler_table
+from broker.group.service import GroupService
+from broker.log.cleaner import LogCleaner
+from broker.log.manager import LogManager
+from broker.txn.manager import CrashHook, TransactionManager
+from broker.txn.markers import MarkerWriter
+from broker.txn.producer_ids import ProducerIdManager
+from broker.wiring import CrossService
+
+
+def build_handler_table() -> HandlerTable:
+    """Every request handler, registered explicitly."""
+    return handler_table(*handlers.MODULES)
+
+
+def build_broker(
+    config: BrokerConfig,
+    *,
+    clock: Clock | None = None,
+    crash_hook: CrashHook | None = None,
+) -> Broker:
+    """Open the data directory, recover, and return the broker ready to serve."""
+    clock = clock or WallClock()
+    data_dir = Path(config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    # Before anything is read or written: a second broker on this dir stops here
+    # (DataDirLocked); the lock is held until storage.close().
+    lock = lock_data_dir(data_dir)
+    cluster_id = load_cluster_id(data_dir)
+    logs = LogManager(data_dir, config.log, clock.now_ms())
+    data_arrived = DataArrived()
+    storage = Storage(logs, FlushScheduler(data_arrived), data_arrived,
+                      durable=config.log.flush == "always", lock=lock)
+    producer_ids = ProducerIdManager(data_dir / "producer_ids")
+
+    cross = CrossService()
+    transactions = TransactionManager(
+        config, storage, producer_ids.next_id, clock,
+        MarkerWriter(storage, on_durable=cross.markers_durable), crash_hook,
+    )
+    # Replays __consumer_offsets. Housekeeping: groups.tick(now).
+    groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
+    cross.attach(groups, transactions)
+    # Replays __transaction_state and completes prepared transactions (after the groups, which
+    # then see the markers it writes).
+    transactions.recover(clock.now_ms())
+    # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
+    cleaner = (
+        LogCleaner(
+            logs.all_partitions,
+            clock.now_ms,
+            threads=config.log_cleaner_threads,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            crash_hook=crash_hook,
+        )
+        if config.log_cleaner_enable
+        else None
+    )
+    return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
+                  cleaner)
+
+
+def build_dispatcher(broker: Broker) -> Dispatcher:
+    return Dispatcher(build_handler_table(), broker)

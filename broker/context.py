@@ -1,0 +1,86 @@
+"""What a request handler may touch: the services the composition root built, and nothing else.
+
+``Broker`` holds them (built only by ``broker/app.py``); it has no logic of its own beyond the
+auto-creation rule of Metadata. The services never see it: they get their collaborators from the
+root as constructor arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import trio
+
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.core import DataArrived, FlushScheduler, Storage
+from broker.group.service import GroupService
+from broker.log.cleaner import LogCleaner
+from broker.log.manager import LogManager
+from broker.log.partition import AppendResult, Partition
+from broker.topics import INTERNAL_TOPICS
+from broker.txn.manager import TransactionManager
+from broker.txn.producer_ids import ProducerIdManager
+from broker.wiring import CrossService
+from protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("minibroker")
+
+
+class Broker:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        cluster_id: str,
+        storage: Storage,
+        producer_ids: ProducerIdManager,
+        groups: GroupService,
+        transactions: TransactionManager,
+        cross: CrossService,
+        cleaner: LogCleaner | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock
+        self.cluster_id = cluster_id
+        self.storage = storage
+        self.producer_ids = producer_ids
+        self.groups = groups
+        self.transactions = transactions
+        self.cross = cross  # the steps that join the group and transaction services
+        self.cleaner = cleaner  # log compaction; its task runs in server.serve
+
+    @property
+    def logs(self) -> LogManager:
+        return self.storage.logs
+
+    @property
+    def flusher(self) -> FlushScheduler:
+        return self.storage.flusher
+
+    @property
+    def data_arrived(self) -> DataArrived:
+        return self.storage.data_arrived
+
+    def partition(self, topic: str, index: int) -> Partition:
+        return self.storage.logs.partition(topic, index)
+
+    def append_untrusted(
+        self, partition: Partition, records: Any, now: int
+    ) -> tuple[AppendResult, trio.Event | None]:
+        return self.storage.append_untrusted(partition, records, now)
+
+    def ensure_topic(self, topic: str, allow_create: bool) -> int:
+        """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""
+        count = self.logs.topics().get(topic)
+        if count is not None:
+            return count
+        if not (allow_create and self.config.auto_create_topics) or topic in INTERNAL_TOPICS:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic)
+        self.logs.create_topic(topic, self.config.num_partitions, None, self.clock.now_ms())
+        log.info("auto-created topic %s with %d partitions", topic, self.config.num_partitions)
+        return self.config.num_partitions
+
+    def close(self) -> None:
+        self.storage.close()
