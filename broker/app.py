@@ -17,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import handlers
+from broker.cleaner_service import LogCleaner
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
@@ -24,7 +25,6 @@ from broker.core import DataArrived, FlushScheduler, Storage, load_cluster_id
 from broker.data_dir_lock import lock_data_dir
 from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
-from broker.log.cleaner import LogCleaner
 from broker.log.manager import LogManager
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter

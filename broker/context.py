@@ -12,11 +12,11 @@ from typing import Any
 
 import trio
 
+from broker.cleaner_service import LogCleaner
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import DataArrived, FlushScheduler, Storage
 from broker.group.service import GroupService
-from broker.log.cleaner import LogCleaner
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
 from broker.topics import INTERNAL_TOPICS

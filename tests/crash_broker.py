@@ -4,7 +4,8 @@
 
 runs what ``minibroker serve`` runs (same start-up lines), built with a crash hook that exits the
 process at once with status 137, as SIGKILL would, when EndTxn reaches ``POINT`` (one of
-``broker.txn.manager.CRASH_POINTS``) or a log cleaning does (``broker.log.cleaner.CRASH_POINTS``). The broker itself has no such hook: only this entry point
+``broker.txn.manager.CRASH_POINTS``) or a log cleaning does (one of
+``broker.log.cleaner.CRASH_POINTS``). The broker itself has no such hook: only this entry point
 passes one (``broker.app.build_broker(crash_hook=...)``).
 """
 

@@ -32,11 +32,13 @@ Theory of operation (Kafka's LogCleaner, KIP-58 lags, KIP-354, KIP-98 transactio
   the new index written. After kill -9, start-up deletes ``.cleaned`` files (nothing happened) and
   completes every ``.swap`` (``segment.complete_swap``): any crash point leaves either the old
   segments or the cleaned one, never a mix, never a loss.
-- **Never blocks the event loop.** The event loop only takes a snapshot of what to clean (segment
-  descriptors duplicated, the aborted transactions, the producers' last offsets) and, at the end,
-  swaps the segment objects in memory. All reading, writing and fsyncs run in a worker thread,
-  throttled to ``log.cleaner.io.max.bytes.per.second``. Readers keep reading the old files through
-  their open descriptors until the swap; retention leaves a partition alone while it is cleaned.
+- **Never blocks the event loop.** The event loop only takes a snapshot of what to clean
+  (``make_job``: segment descriptors duplicated, the aborted transactions, the producers' last
+  offsets) and, at the end, swaps the segment objects in memory (``apply_result``). ``clean``, all
+  the reading, writing and fsyncs, runs in a worker thread, throttled to
+  ``log.cleaner.io.max.bytes.per.second``; ``broker/cleaner_service.py`` is that trio side.
+  Readers keep reading the old files through their open descriptors until the swap; retention and
+  DeleteRecords leave a partition's segments alone while it is cleaned.
 
 Consumers that were reading a segment that got cleaned simply see offset gaps: a Fetch at an
 offset that no longer exists returns the next batch after it (``Segment.find_batch``).
@@ -48,16 +50,11 @@ import dataclasses
 import json
 import logging
 import os
-import threading
-import time
-import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
-
-import trio
 
 from broker.log.index import OffsetIndex
 from broker.log.segment import (
@@ -227,7 +224,7 @@ class CleanResult:
     bytes_read: int = 0
     bytes_written: int = 0
     records_removed: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # set by the host (the worker has no clock)
     # Set when cleaning stopped early; the replacements done before it still must be applied.
     error: BaseException | None = None
 
@@ -310,24 +307,18 @@ def make_job(partition: Partition, plan: Cleanability, checkpoint: Checkpoint, n
 # -- the worker ----------------------------------------------------------------------------------
 
 
-class Throttle:
-    """Bounds the cleaner's I/O rate (bytes read + written per second) by sleeping."""
+# The worker's hooks into its host: ``io(nbytes)`` after each read or write (the service throttles
+# there), ``stop()`` polled between chunks (True: abandon the cleaning, nothing half done).
+IoHook = Callable[[int], None]
+StopHook = Callable[[], bool]
 
-    def __init__(self, bytes_per_second: float, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.rate = bytes_per_second
-        self._clock = clock
-        self._sleep = sleep
-        self._start = clock()
-        self._bytes = 0
 
-    def add(self, nbytes: int) -> None:
-        if self.rate == float("inf"):
-            return
-        self._bytes += nbytes
-        ahead = self._bytes / self.rate - (self._clock() - self._start)
-        if ahead > 0:
-            self._sleep(ahead)
+def _no_io(nbytes: int) -> None:
+    pass
+
+
+def _never() -> bool:
+    return False
 
 
 class _AbortedRanges:
@@ -348,15 +339,15 @@ class _AbortedRanges:
         return i >= 0 and offset < ranges[1][i]
 
 
-def _iter_batches(view: SegmentView, throttle: Throttle, abort: threading.Event
+def _iter_batches(view: SegmentView, io: IoHook, stop: StopHook
                   ) -> Iterator[tuple[bytes, int, BatchHeader]]:
     """``(buffer, position in buffer, header)`` of each batch of the segment, read in chunks."""
     pos = 0
     while pos < view.size:
-        if abort.is_set():
+        if stop():
             raise CleaningAborted()
         chunk = os.pread(view.fd, min(_READ_CHUNK, view.size - pos), pos)
-        throttle.add(len(chunk))
+        io(len(chunk))
         rel = 0
         n = len(chunk)
         while rel + HEADER_SIZE <= n:
@@ -373,14 +364,14 @@ def _iter_batches(view: SegmentView, throttle: Throttle, abort: threading.Event
             if pos + size > view.size:
                 raise CorruptFrameError(f"batch at {pos} runs past the segment")
             whole = os.pread(view.fd, size, pos)
-            throttle.add(len(whole))
+            io(len(whole))
             yield whole, 0, header
             rel = size
         pos += rel
 
 
-def build_offset_map(job: CleanJob, aborted: _AbortedRanges, throttle: Throttle,
-                     abort: threading.Event) -> tuple[dict[bytes, int], int]:
+def build_offset_map(job: CleanJob, aborted: _AbortedRanges, io: IoHook,
+                     stop: StopHook) -> tuple[dict[bytes, int], int]:
     """``(key -> last offset, end)`` over the dirty segments; ``end`` is the offset after the
     last segment mapped (fewer than all when the map is full)."""
     offsets: dict[bytes, int] = {}
@@ -389,7 +380,7 @@ def build_offset_map(job: CleanJob, aborted: _AbortedRanges, throttle: Throttle,
     for view in job.segments:
         if view.base_offset < first_dirty:
             continue
-        for buf, pos, header in _iter_batches(view, throttle, abort):
+        for buf, pos, header in _iter_batches(view, io, stop):
             if header.is_control:
                 continue
             if header.is_transactional and aborted.contains(header.producer_id, header.base_offset):
@@ -407,7 +398,7 @@ class _Output:
     """The ``.cleaned`` file of one group being written, and its index."""
 
     def __init__(self, directory: Path, base_offset: int, index_interval: int,
-                 throttle: Throttle) -> None:
+                 io: IoHook) -> None:
         self.path = directory / (log_path(directory, base_offset).name + CLEANED_SUFFIX)
         self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         self.base_offset = base_offset
@@ -418,7 +409,7 @@ class _Output:
         self.next_offset = base_offset
         self.bytes_since_index = 0
         self._pending = bytearray()
-        self._throttle = throttle
+        self._io = io
 
     def add(self, batch: bytes | memoryview, header: BatchHeader) -> None:
         n = len(batch)
@@ -438,7 +429,7 @@ class _Output:
         view = memoryview(self._pending)
         while view:
             view = view[os.write(self.fd, view):]
-        self._throttle.add(len(self._pending))
+        self._io(len(self._pending))
         self._pending = bytearray()
 
     def finish(self) -> None:
@@ -472,21 +463,19 @@ def _groups(views: list[SegmentView], end: int, max_bytes: int) -> list[list[Seg
     return groups
 
 
-def clean(job: CleanJob, throttle: Throttle, abort: threading.Event,
+def clean(job: CleanJob, io: IoHook = _no_io, stop: StopHook = _never,
           crash_hook: CrashHook | None = None) -> CleanResult:
     """Clean the job's segments (worker thread; see the module docstring). Closes the job's
     descriptors. Raises ``CleaningAborted``, ``CorruptFrameError`` or ``OSError``; a failure before
     a group's commit point leaves that group untouched, after it the group is swapped."""
-    started = time.perf_counter()
     hook = crash_hook or (lambda point: None)
     result = CleanResult(checkpoint=job.checkpoint)
     try:
         aborted = _AbortedRanges(job.aborted)
-        offset_map, end = build_offset_map(job, aborted, throttle, abort)
+        offset_map, end = build_offset_map(job, aborted, io, stop)
         open_retained: set[int] = set()  # producers with kept transactional data, no marker yet
         for group in _groups(job.segments, end, job.segment_bytes):
-            _clean_group(job, group, offset_map, aborted, open_retained, throttle, abort, hook,
-                         result)
+            _clean_group(job, group, offset_map, aborted, open_retained, io, stop, hook, result)
         checkpoint = job.checkpoint.after_cleaning(end, job.now_ms, job.delete_retention_ms)
         write_checkpoint(job.directory, checkpoint)
         result.checkpoint = checkpoint
@@ -496,22 +485,20 @@ def clean(job: CleanJob, throttle: Throttle, abort: threading.Event,
     finally:
         for view in job.segments:
             os.close(view.fd)
-    result.seconds = time.perf_counter() - started
     return result
 
 
 def _clean_group(job: CleanJob, group: list[SegmentView], offset_map: dict[bytes, int],
-                 aborted: _AbortedRanges, open_retained: set[int],
-                 throttle: Throttle, abort: threading.Event, hook: CrashHook,
-                 result: CleanResult) -> None:
-    out = _Output(job.directory, group[0].base_offset, job.index_interval_bytes, throttle)
+                 aborted: _AbortedRanges, open_retained: set[int], io: IoHook,
+                 stop: StopHook, hook: CrashHook, result: CleanResult) -> None:
+    out = _Output(job.directory, group[0].base_offset, job.index_interval_bytes, io)
     last_offsets = job.producer_last_offsets
     checkpoint = job.checkpoint
     horizon = job.now_ms - job.delete_retention_ms
     try:
         for i, view in enumerate(group):
             last_in_group = i == len(group) - 1
-            for buf, pos, header in _iter_batches(view, throttle, abort):
+            for buf, pos, header in _iter_batches(view, io, stop):
                 result.bytes_read += header.length + LOG_OVERHEAD
                 is_last = last_in_group and header.last_offset + 1 == view.next_offset
                 # Tombstones and finished markers go only once delete.retention.ms passed since
@@ -629,154 +616,8 @@ def clean_now(partition: Partition, now_ms: int, *, force: bool = True,
     if plan is None or not (plan.due or force):
         return None
     job = make_job(partition, plan, checkpoint, now_ms, max_map_entries)
-    result = clean(job, Throttle(float("inf")), threading.Event(), crash_hook)
+    result = clean(job, crash_hook=crash_hook)
     apply_result(partition, result)
     if result.error is not None:
         raise result.error
     return result
-
-
-# -- the service (trio) --------------------------------------------------------------------------
-
-
-@dataclass
-class CleanerStats:
-    cleanings: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    seconds: float = 0.0
-    errors: int = 0
-
-
-class LogCleaner:
-    """The background cleaner: picks the dirtiest compacted partition, cleans it in a worker
-    thread, swaps the result in on the event loop. Collaborators are passed in: ``partitions``
-    lists the partitions to consider, ``clock`` gives now in ms."""
-
-    def __init__(
-        self,
-        partitions: Callable[[], Iterable[Partition]],
-        clock: Callable[[], int],
-        *,
-        threads: int = 1,
-        backoff_ms: int = 15_000,
-        dedupe_buffer_size: int = 128 * 1024 * 1024,
-        io_max_bytes_per_second: float = float("inf"),
-        crash_hook: CrashHook | None = None,
-    ) -> None:
-        """``crash_hook(point)`` is called at each step of CRASH_POINTS (tests only: it may end
-        the process there)."""
-        self._partitions = partitions
-        self._clock = clock
-        self.threads = max(threads, 1)
-        self.backoff_s = backoff_ms / 1000
-        self.max_map_entries = max(dedupe_buffer_size // MAP_ENTRY_BYTES, 1)
-        self.io_max_bytes_per_second = io_max_bytes_per_second
-        self._crash_hook = crash_hook
-        self._abort = threading.Event()
-        # Per partition object (a topic deleted and created again is a new one).
-        self._checkpoints: weakref.WeakKeyDictionary[Partition, Checkpoint] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._in_progress: weakref.WeakSet[Partition] = weakref.WeakSet()
-        # Partitions whose cleaning failed (unreadable data, a full disk): left alone until restart.
-        self._failed: weakref.WeakSet[Partition] = weakref.WeakSet()
-        self.stats = CleanerStats()
-
-    def checkpoint(self, partition: Partition) -> Checkpoint:
-        checkpoint = self._checkpoints.get(partition)
-        if checkpoint is None:
-            checkpoint = self._checkpoints[partition] = read_checkpoint(partition.dir)
-        return valid_checkpoint(checkpoint, partition)
-
-    def _pick(self, now_ms: int) -> tuple[Partition, Cleanability] | None:
-        best = None
-        best_ratio = -1.0
-        for p in self._partitions():
-            if p in self._in_progress or p in self._failed or not p.config.compact:
-                continue
-            plan = cleanability(p, self.checkpoint(p), now_ms)
-            if plan is None or not plan.due:
-                continue
-            ratio = plan.dirty_bytes / max(plan.total_bytes, 1)
-            if ratio > best_ratio:
-                best, best_ratio = (p, plan), ratio
-        return best
-
-    async def run(self) -> None:
-        """Clean forever (until cancelled); ``threads`` partitions at a time."""
-        async with trio.open_nursery() as nursery:
-            for _ in range(self.threads):
-                nursery.start_soon(self._loop)
-
-    async def _loop(self) -> None:
-        while True:
-            if not await self.clean_once():
-                await trio.sleep(self.backoff_s)
-
-    async def clean_once(self) -> bool:
-        """Clean the dirtiest partition that is due, if any; True if one was cleaned."""
-        now = self._clock()
-        picked = self._pick(now)
-        if picked is None:
-            return False
-        partition, plan = picked
-        await self.clean_partition(partition, plan, now)
-        return True
-
-    async def clean_partition(self, partition: Partition, plan: Cleanability, now_ms: int
-                              ) -> CleanResult | None:
-        job = make_job(partition, plan, self.checkpoint(partition), now_ms, self.max_map_entries)
-        self._in_progress.add(partition)
-        partition.cleaning = True
-        finished = False
-
-        async def abort_on_cancel() -> None:
-            # A shutdown cancels us while the thread runs: ask it to stop at the next batch (the
-            # thread itself cannot be cancelled; a group past its commit point is completed).
-            try:
-                await trio.sleep_forever()
-            finally:
-                if not finished:
-                    self._abort.set()
-
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(abort_on_cancel)
-                result = await trio.to_thread.run_sync(
-                    clean, job, Throttle(self.io_max_bytes_per_second), self._abort,
-                    self._crash_hook,
-                )
-                finished = True
-                nursery.cancel_scope.cancel()
-        finally:
-            partition.cleaning = False
-            self._in_progress.discard(partition)
-        try:
-            if not apply_result(partition, result):
-                return None
-        except Exception as exc:  # a bug, not bad data: keep the broker up, leave it alone
-            result.error = exc
-        if result.error is not None:
-            if not isinstance(result.error, CleaningAborted):
-                self._failed.add(partition)
-                self.stats.errors += 1
-                log.error("cleaning %s-%d failed, left alone until restart: %r",
-                          partition.topic, partition.index, result.error)
-            return None
-        self._checkpoints[partition] = result.checkpoint
-        stats = self.stats
-        stats.cleanings += 1
-        stats.bytes_read += result.bytes_read
-        stats.bytes_written += result.bytes_written
-        stats.seconds += result.seconds
-        log.info(
-            "cleaned %s-%d: %d -> %d bytes, %d records removed, %.3f s",
-            partition.topic, partition.index, result.bytes_read, result.bytes_written,
-            result.records_removed, result.seconds,
-        )
-        return result
-
-    def abort(self) -> None:
-        """Make cleanings under way stop soon (shutdown); the thread leaves nothing half done."""
-        self._abort.set()
