@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from broker.log.topic_config import BROKER_KEYS, LogConfig
 
@@ -160,7 +161,7 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
-def build_config(properties: dict[str, str], **overrides) -> BrokerConfig:
+def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}

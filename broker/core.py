@@ -18,7 +18,7 @@ import trio
 
 from broker.data_dir_lock import DataDirLock
 from broker.log.manager import LogManager
-from broker.log.partition import AppendResult, Partition
+from broker.log.partition import AppendResult, FlushTicket, Partition
 
 log = logging.getLogger("minibroker")
 
@@ -96,7 +96,9 @@ class FlushScheduler:
         done, self._round = self._round, trio.Event()
         return list(dirty.values()), done
 
-    def _finish_round(self, tickets, done: trio.Event, started: float) -> None:
+    def _finish_round(
+        self, tickets: list[tuple[Partition, FlushTicket | None]], done: trio.Event, started: float
+    ) -> None:
         for partition, ticket in tickets:
             if ticket is not None:
                 partition.complete_flush(ticket)
@@ -121,7 +123,7 @@ def _small_round(dirty: list[Partition]) -> bool:
     )
 
 
-def _sync_all(tickets) -> None:
+def _sync_all(tickets: list[FlushTicket]) -> None:
     for ticket in tickets:
         ticket.sync()
 

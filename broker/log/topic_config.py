@@ -167,7 +167,14 @@ class TopicConfigDef:
     doc: str
 
 
-def _def(key, field, type_, broker_key, parse, doc) -> TopicConfigDef:
+def _def(
+    key: str,
+    field: str,
+    type_: ConfigType,
+    broker_key: str,
+    parse: Callable[[str], object],
+    doc: str,
+) -> TopicConfigDef:
     return TopicConfigDef(key, field, type_, broker_key, parse, doc)
 
 

@@ -91,7 +91,7 @@ class TxnMetadata:
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
-    def _target(self, state: TxnState, now_ms: int, **changes) -> TxnTransition:
+    def _target(self, state: TxnState, now_ms: int, **changes: Any) -> TxnTransition:
         values: dict[str, Any] = dict(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,

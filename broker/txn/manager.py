@@ -128,7 +128,7 @@ class TransactionManager:
         if done is None:
             return None
 
-        async def again():
+        async def again() -> Any:
             await done.wait()
             result = retry(self._clock.now_ms())
             return await result.wait() if isinstance(result, Deferred) else result
