@@ -30,6 +30,7 @@ from typing import Any
 
 import trio
 
+from client._loop import require_trio
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
 from client.config import ClientConfig, admin_config
 from client.errors import (
@@ -82,6 +83,7 @@ class AsyncAdmin:
         self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> AsyncAdmin:
+        require_trio("AsyncAdmin", "Admin")
         self._stack = AsyncExitStack()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._cluster = Cluster(self.config, self._nursery)
