@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.errors import ConfigError
+from protocol.records import codec_import, missing_codec
 
 INT32_MAX = 2**31 - 1
 
@@ -152,9 +153,9 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
 
 def _compression(value: Any) -> str:
     codec = _choice("none", "gzip", "snappy", "lz4", "zstd")(value)
-    module = {"snappy": "snappy", "lz4": "lz4.frame", "zstd": "zstandard"}.get(codec)
-    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise ValueError(f"{codec} needs the Python package {module.split('.')[0]}")
+    needed = codec_import(codec)
+    if needed is not None and importlib.util.find_spec(needed[0].split(".")[0]) is None:
+        raise ValueError(missing_codec(codec))
     return codec
 
 

@@ -67,7 +67,7 @@ from client.structs import (
     TransactionListing,
 )
 from protocol.api_keys import ApiKey
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode
 
 log = logging.getLogger("client.admin")
 
@@ -581,6 +581,58 @@ class AsyncAdmin:
                     result[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
                         p.committed_offset, p.metadata
                     )
+        return result
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def list_offsets(
+        self,
+        specs: Mapping[tuple[str, int], int],
+        read_committed: bool = True,
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Kafka's ``Admin.listOffsets``: per partition a timestamp in ms, or ``LATEST`` (-1) /
+        ``EARLIEST`` (-2); returns ``(offset, timestamp)`` (offset -1: no record at or after that
+        time). LATEST is the last stable offset when ``read_committed``, else the high watermark."""
+        cluster = self._cluster
+        wanted = {TopicPartition(*tp): ts for tp, ts in specs.items()}
+        result: dict[TopicPartition, tuple[int, int]] = {}
+
+        async def attempt() -> None:
+            remaining = [tp for tp in wanted if tp not in result]
+            if any(cluster.leader_for(tp) is None for tp in remaining):
+                await cluster.refresh_metadata(sorted({tp.topic for tp in remaining}))
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in remaining:
+                node = cluster.leader_for(tp)
+                if node is None:
+                    raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+                by_node.setdefault(node, []).append(tp)
+            for node, tps in sorted(by_node.items()):
+                topics: dict[str, list[dict]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "timestamp": wanted[tp]}
+                    )
+                conn = await cluster.connection(node)
+                response = await conn.request(
+                    ApiKey.LIST_OFFSETS,
+                    {
+                        "replica_id": -1,
+                        "isolation_level": 1 if read_committed else 0,
+                        "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
+                    },
+                )
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        if p.error_code:
+                            raise error_for(
+                                p.error_code, f"ListOffsets {topic.name}-{p.partition_index}"
+                            )
+                        result[TopicPartition(topic.name, p.partition_index)] = (
+                            p.offset, p.timestamp
+                        )
+
+        await cluster.retry_call(attempt, timeout=self._timeout, what="ListOffsets")
         return result
 
     # -- transactions ----------------------------------------------------------------------------
