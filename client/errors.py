@@ -429,6 +429,10 @@ class GroupSubscribedToTopicError(BrokerResponseError):
     code = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
 
 
+class MismatchedEndpointTypeError(BrokerResponseError):
+    code = ErrorCode.MISMATCHED_ENDPOINT_TYPE
+
+
 class InvalidRecordError(BrokerResponseError):
     code = ErrorCode.INVALID_RECORD
 

@@ -80,6 +80,7 @@ class ErrorCode(enum.IntEnum):
     UNSTABLE_OFFSET_COMMIT = 88
     PRODUCER_FENCED = 90
     TRANSACTIONAL_ID_NOT_FOUND = 105
+    MISMATCHED_ENDPOINT_TYPE = 114
 
 
 # Codes a client may retry as they are (Kafka's RetriableException subclasses).

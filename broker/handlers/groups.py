@@ -1,5 +1,5 @@
 """Consumer groups and committed offsets: JoinGroup v2, SyncGroup v0, Heartbeat v0, LeaveGroup v0,
-ListGroups v0, DescribeGroups v0, OffsetCommit v2, OffsetFetch v2, TxnOffsetCommit v0.
+DescribeGroups v0, OffsetCommit v2, OffsetFetch v2, TxnOffsetCommit v0.
 
 Decode -> ``broker.groups`` (``broker/group/service.py``) -> response dict. JoinGroup and SyncGroup
 may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return a
@@ -59,15 +59,6 @@ def heartbeat(broker: Broker, header, request) -> dict:
 def leave_group(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
     return {"error_code": broker.groups.leave_group(request.group_id, request.member_id, now)}
-
-
-@handles(ApiKey.LIST_GROUPS, 0)
-def list_groups(broker: Broker, header, request) -> dict:
-    groups = broker.groups.list_groups(broker.clock.now_ms())
-    return {
-        "error_code": ErrorCode.NONE,
-        "groups": [{"group_id": g, "protocol_type": t} for g, t, _ in sorted(groups)],
-    }
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
-from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
@@ -168,26 +167,3 @@ def describe_transactions(broker: Broker, header, request) -> dict:
             "tagged_fields": {},
         })
     return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
-
-
-@handles(ApiKey.LIST_TRANSACTIONS, 0)
-def list_transactions(broker: Broker, header, request) -> dict:
-    wanted_states = set()
-    unknown = []
-    for name in request.state_filters:
-        state = TxnState.from_display_name(name)
-        if state is None:
-            unknown.append(name)
-        else:
-            wanted_states.add(state)
-    wanted_pids = set(request.producer_id_filters)
-    listed = [
-        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
-         "transaction_state": md.state.display_name, "tagged_fields": {}}
-        for md in sorted(broker.transactions.coordinator.transactions(),
-                         key=lambda m: m.transactional_id)
-        if (not request.state_filters or md.state in wanted_states)
-        and (not wanted_pids or md.producer_id in wanted_pids)
-    ]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "unknown_state_filters": unknown, "transaction_states": listed, "tagged_fields": {}}
