@@ -72,7 +72,8 @@ class Duplicate(NamedTuple):
 
 
 class ProducerStateEntry:
-    __slots__ = ("producer_epoch", "batches", "last_timestamp", "current_txn_first_offset")
+    __slots__ = ("producer_epoch", "batches", "last_timestamp", "current_txn_first_offset",
+                 "coordinator_epoch")
 
     def __init__(
         self,
@@ -85,16 +86,21 @@ class ProducerStateEntry:
         self.batches: list[BatchMetadata] = batches if batches is not None else []
         self.last_timestamp = last_timestamp
         self.current_txn_first_offset = current_txn_first_offset
+        # Of the last transaction marker appended here in this run (DescribeProducers); -1 if
+        # none since the start (not in snapshots).
+        self.coordinator_epoch = -1
 
     @property
     def last_seq(self) -> int:
         return self.batches[-1].last_seq if self.batches else -1
 
     def copy(self) -> ProducerStateEntry:
-        return ProducerStateEntry(
+        entry = ProducerStateEntry(
             self.producer_epoch, list(self.batches), self.last_timestamp,
             self.current_txn_first_offset,
         )
+        entry.coordinator_epoch = self.coordinator_epoch
+        return entry
 
     def __repr__(self) -> str:
         return (

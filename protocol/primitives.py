@@ -174,6 +174,25 @@ def write_compact_string(io, obj: str | None, nullable: bool) -> None:
     io.write(data)
 
 
+def read_compact_bytes(io, nullable: bool) -> bytes | None:
+    n = read_compact_length(io)
+    if n < 0:
+        if nullable:
+            return None
+        raise CorruptFrameError("null for non-nullable compact bytes")
+    return _read_exact(io, n)
+
+
+def write_compact_bytes(io, obj: bytes | None, nullable: bool) -> None:
+    if obj is None:
+        if not nullable:
+            raise ValueError("null for non-nullable compact bytes")
+        io.write(b"\x00")
+        return
+    io.write(encode_uvarint(len(obj) + 1))
+    io.write(obj)
+
+
 def read_tagged_fields(io) -> dict[int, bytes]:
     """Reads and returns tagged fields (tag -> raw bytes); none are interpreted by us."""
     fields: dict[int, bytes] = {}
@@ -230,6 +249,8 @@ Bytes = _Leaf("read_bytes", "write_bytes", nullable=False)
 NullableBytes = _Leaf("read_bytes", "write_bytes", nullable=True)
 CompactString = _Leaf("read_compact_string", "write_compact_string", nullable=False)
 CompactNullableString = _Leaf("read_compact_string", "write_compact_string", nullable=True)
+CompactBytes = _Leaf("read_compact_bytes", "write_compact_bytes", nullable=False)
+CompactNullableBytes = _Leaf("read_compact_bytes", "write_compact_bytes", nullable=True)
 TaggedFields = _Leaf("read_tagged_fields", "write_tagged_fields")
 # Building may leave tagged fields out (None is written as "no tagged fields", 0x00).
 TaggedFields.flagbuildnone = True

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -71,6 +71,10 @@ from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_u
 INT64_MAX = (1 << 63) - 1  # a "high watermark" that shows values not yet durable too
 
 log = logging.getLogger("minibroker.group")
+
+T = TypeVar("T")
+# OffsetDelete: (group error, (topic, partition) -> error)
+OffsetDeleteResult = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 
 # Kafka's offsets.topic.segment.bytes. No retention: without compaction, deleting old segments
 # would lose committed offsets at the next replay.
@@ -329,7 +333,9 @@ class GroupService:
         self.run_timers(now_ms)
         return self.coordinator.list_groups()
 
-    def delete_groups(self, group_ids: list[str], now_ms: int) -> dict[str, ErrorCode] | Deferred:
+    def delete_groups(
+        self, group_ids: list[str], now_ms: int
+    ) -> dict[str, ErrorCode] | Deferred[dict[str, ErrorCode]]:
         """DeleteGroups: ``group_id -> error``, answered once the tombstones of the deleted
         groups (their metadata record and every committed offset) are durable."""
         store = self.coordinator.offsets
@@ -360,7 +366,7 @@ class GroupService:
 
     def delete_offsets(
         self, group_id: str, requested: list[tuple[str, int]], now_ms: int
-    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]] | Deferred:
+    ) -> OffsetDeleteResult | Deferred[OffsetDeleteResult]:
         """OffsetDelete: ``(group error, (topic, partition) -> error)``.
 
         GROUP_ID_NOT_FOUND for an unknown group; a group with members may lose only the offsets
@@ -565,7 +571,7 @@ def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) 
     return 0 if last == INT32_MAX else last + 1
 
 
-def _after_all(flushes: list[trio.Event], response: Any) -> Any:
+def _after_all(flushes: list[trio.Event], response: T) -> T | Deferred[T]:
     return after(flushes, response) if flushes else response
 
 

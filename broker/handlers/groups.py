@@ -1,5 +1,5 @@
 """Consumer groups and committed offsets: JoinGroup v2, SyncGroup v0, Heartbeat v0, LeaveGroup v0,
-ListGroups v0, DescribeGroups v0, OffsetCommit v2, OffsetFetch v2, TxnOffsetCommit v0.
+DescribeGroups v0, OffsetCommit v2, OffsetFetch v2, TxnOffsetCommit v0.
 
 Decode -> ``broker.groups`` (``broker/group/service.py``) -> response dict. JoinGroup and SyncGroup
 may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return a
@@ -8,14 +8,12 @@ may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: th
 
 from __future__ import annotations
 
+from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-
-# The handlers do not see the peer address; DescribeGroups shows this as the client host.
-UNKNOWN_CLIENT_HOST = ""
 
 
 def _join_response(result: JoinResult) -> dict:
@@ -37,7 +35,7 @@ def _sync_response(result: SyncResult) -> dict:
 @handles(ApiKey.JOIN_GROUP, 2)
 def join_group(broker: Broker, header, request):
     result = broker.groups.join_group(
-        header.client_id or "", UNKNOWN_CLIENT_HOST, request, broker.clock.now_ms()
+        header.client_id or "", peer.client_host(), request, broker.clock.now_ms()
     )
     return reply(result, _join_response)
 
@@ -59,15 +57,6 @@ def heartbeat(broker: Broker, header, request) -> dict:
 def leave_group(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
     return {"error_code": broker.groups.leave_group(request.group_id, request.member_id, now)}
-
-
-@handles(ApiKey.LIST_GROUPS, 0)
-def list_groups(broker: Broker, header, request) -> dict:
-    groups = broker.groups.list_groups(broker.clock.now_ms())
-    return {
-        "error_code": ErrorCode.NONE,
-        "groups": [{"group_id": g, "protocol_type": t} for g, t, _ in sorted(groups)],
-    }
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0)

@@ -8,10 +8,10 @@ the transaction log answer once the change is durable (a ``Deferred`` reply).
 
 from __future__ import annotations
 
+from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
-from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
@@ -22,7 +22,7 @@ COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
     Metadata (PROTOCOL.md section 7.2)."""
-    host, port = broker.config.advertised
+    host, port = peer.advertised(broker.config.advertised)
     if request.key_type not in COORDINATOR_KEY_TYPES:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown key type {request.key_type}",
@@ -168,26 +168,3 @@ def describe_transactions(broker: Broker, header, request) -> dict:
             "tagged_fields": {},
         })
     return {"throttle_time_ms": 0, "transaction_states": states, "tagged_fields": {}}
-
-
-@handles(ApiKey.LIST_TRANSACTIONS, 0)
-def list_transactions(broker: Broker, header, request) -> dict:
-    wanted_states = set()
-    unknown = []
-    for name in request.state_filters:
-        state = TxnState.from_display_name(name)
-        if state is None:
-            unknown.append(name)
-        else:
-            wanted_states.add(state)
-    wanted_pids = set(request.producer_id_filters)
-    listed = [
-        {"transactional_id": md.transactional_id, "producer_id": md.producer_id,
-         "transaction_state": md.state.display_name, "tagged_fields": {}}
-        for md in sorted(broker.transactions.coordinator.transactions(),
-                         key=lambda m: m.transactional_id)
-        if (not request.state_filters or md.state in wanted_states)
-        and (not wanted_pids or md.producer_id in wanted_pids)
-    ]
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "unknown_state_filters": unknown, "transaction_states": listed, "tagged_fields": {}}

@@ -314,6 +314,9 @@ class Partition:
             coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms,
         )
         offset = self.append_control_batch(batch, now_ms)
+        marked = self.producers.get(producer_id)
+        if marked is not None:
+            marked.coordinator_epoch = coordinator_epoch
         first = self.producers.complete_txn(producer_id)
         if first is not None:
             if offset >= self.high_watermark:

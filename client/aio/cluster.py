@@ -97,6 +97,12 @@ class Cluster:
                 if address is None:
                     raise BrokerConnectionError(f"broker {node_id} is not in the metadata")
             conn = await self._open(address, node_id)
+            existing = self._connections.get(key)
+            if existing is not None and not existing.closed:  # any_connection() got there first
+                await conn.aclose()
+                return existing
+            if existing is not None:
+                await existing.aclose()
             self._connections[key] = conn
             return conn
 
@@ -120,6 +126,17 @@ class Cluster:
             except KafkaClientError as exc:
                 errors.append(str(exc))
                 continue
+            # Another task may have connected meanwhile: keep one connection, close the other
+            # (a connection dropped without closing leaks its socket).
+            existing = (
+                self._connections.get((node_id, "default")) if node_id >= 0
+                else self._bootstrap_conn
+            )
+            if existing is not None and not existing.closed:
+                await conn.aclose()
+                return existing
+            if existing is not None:
+                await existing.aclose()
             if node_id >= 0:
                 self._connections[(node_id, "default")] = conn
             else:
@@ -138,6 +155,8 @@ class Cluster:
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:
             await conn.connect(self._nursery, timeout)
+            if self._closed:  # aclose() ran while this connected: nobody would close it
+                raise BrokerConnectionError("client is closed")
         except BaseException:
             await conn.aclose()
             raise
@@ -278,13 +297,19 @@ class Cluster:
         *,
         channel: str = "default",
         extra_timeout: float = 0.0,
+        max_version: int | None = None,
     ) -> Any:
         """Send ``body`` to the coordinator of ``key`` (no retry); coordinator errors found in the
-        response's top-level ``error_code`` make the coordinator be looked up again next time."""
+        response's top-level ``error_code`` make the coordinator be looked up again next time.
+        ``max_version`` caps the version (the transaction version decides EndTxn's)."""
         node = await self.coordinator(key_type, key)
         try:
             conn = await self.connection(node, channel)
-            response = await conn.request(api_key, body, extra_timeout=extra_timeout)
+            version = conn.version(api_key)
+            if max_version is not None:
+                version = min(version, max_version)
+            response = await conn.request(api_key, body, version=version,
+                                          extra_timeout=extra_timeout)
         except BrokerConnectionError:
             self.forget_coordinator(key_type, key)
             raise

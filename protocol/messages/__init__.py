@@ -9,6 +9,7 @@ Produce request and Fetch response also have hand-written fast paths for the bro
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)
     admin,
+    admin_apis,
     api_versions,
     describe_transactions,
     fetch,
@@ -16,7 +17,6 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     groups,
     init_producer_id,
     list_offsets,
-    list_transactions,
     metadata,
     offsets,
     produce,

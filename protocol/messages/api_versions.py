@@ -50,7 +50,7 @@ ADVERTISED: dict[ApiKey, VersionRange] = {
     ApiKey.LEAVE_GROUP: VersionRange(0, 0),
     ApiKey.SYNC_GROUP: VersionRange(0, 0),
     ApiKey.DESCRIBE_GROUPS: VersionRange(0, 0),
-    ApiKey.LIST_GROUPS: VersionRange(0, 0),
+    ApiKey.LIST_GROUPS: VersionRange(0, 5),
     ApiKey.API_VERSIONS: VersionRange(0, 0),
     ApiKey.CREATE_TOPICS: VersionRange(0, 2),
     ApiKey.DELETE_TOPICS: VersionRange(0, 1),
@@ -63,11 +63,32 @@ ADVERTISED: dict[ApiKey, VersionRange] = {
     ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 0),
     # Admin (KIP-664), flexible from v0: the `minibroker transactions` CLI uses them.
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
-    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 0),
+    ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
+    # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x), all
+    # implemented: they are declared per field version (admin_apis.py).
+    ApiKey.DELETE_RECORDS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_CONFIGS: VersionRange(0, 4),
+    ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
+    ApiKey.DESCRIBE_LOG_DIRS: VersionRange(0, 4),
+    ApiKey.CREATE_PARTITIONS: VersionRange(0, 3),
+    ApiKey.DELETE_GROUPS: VersionRange(0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: VersionRange(0, 1),
+    ApiKey.OFFSET_DELETE: VersionRange(0, 0),
+    ApiKey.DESCRIBE_CLUSTER: VersionRange(0, 2),
+    ApiKey.DESCRIBE_PRODUCERS: VersionRange(0, 0),
 }
+
+# APIs whose every advertised version is implemented (the others: the pin only, see above).
+EVERY_VERSION: frozenset[ApiKey] = frozenset({
+    ApiKey.LIST_GROUPS, ApiKey.LIST_TRANSACTIONS, ApiKey.DELETE_RECORDS, ApiKey.DESCRIBE_CONFIGS,
+    ApiKey.ALTER_CONFIGS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.CREATE_PARTITIONS,
+    ApiKey.DELETE_GROUPS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.OFFSET_DELETE,
+    ApiKey.DESCRIBE_CLUSTER, ApiKey.DESCRIBE_PRODUCERS,
+})
 
 IMPLEMENTED: frozenset[tuple[ApiKey, int]] = frozenset(
     {(key, r.max) for key, r in ADVERTISED.items()}
+    | {(key, v) for key in EVERY_VERSION for v in range(ADVERTISED[key].min, ADVERTISED[key].max + 1)}
     | {(ApiKey.INIT_PRODUCER_ID, 0), (ApiKey.WRITE_TXN_MARKERS, 0)}
 )
 

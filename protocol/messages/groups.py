@@ -1,5 +1,5 @@
 """Classic consumer-group APIs: JoinGroup v2 (11), SyncGroup v0 (14), Heartbeat v0 (12),
-LeaveGroup v0 (13), ListGroups v0 (16), DescribeGroups v0 (15).
+LeaveGroup v0 (13), DescribeGroups v0 (15). (ListGroups: admin_apis.py.)
 
 JoinGroup v2
 Request:  group_id STRING, session_timeout_ms INT32, rebalance_timeout_ms INT32, member_id STRING,
@@ -20,9 +20,6 @@ LeaveGroup v0
 Request:  group_id STRING, member_id STRING
 Response: error_code INT16
 
-ListGroups v0
-Request:  (empty)
-Response: error_code INT16, groups [group_id STRING, protocol_type STRING]
 
 DescribeGroups v0
 Request:  groups [STRING]
@@ -99,14 +96,7 @@ LeaveGroupResponseV0 = Struct(
 
 LEAVE_GROUP_V0 = register(ApiKey.LEAVE_GROUP, 0, LeaveGroupRequestV0, LeaveGroupResponseV0)
 
-ListGroupsRequestV0 = Struct()
-
-ListGroupsResponseV0 = Struct(
-    "error_code" / Int16,
-    "groups" / Array(Struct("group_id" / String, "protocol_type" / String)),
-)
-
-LIST_GROUPS_V0 = register(ApiKey.LIST_GROUPS, 0, ListGroupsRequestV0, ListGroupsResponseV0)
+# ListGroups (all versions) is declared in admin_apis.py.
 
 DescribeGroupsRequestV0 = Struct(
     "groups" / Array(String),

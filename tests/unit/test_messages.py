@@ -141,7 +141,7 @@ def test_advertised_table_is_protocol_md_section_2() -> None:
         ApiKey.LEAVE_GROUP: 0,
         ApiKey.SYNC_GROUP: 0,
         ApiKey.DESCRIBE_GROUPS: 0,
-        ApiKey.LIST_GROUPS: 0,
+        ApiKey.LIST_GROUPS: 5,
         ApiKey.API_VERSIONS: 0,
         ApiKey.CREATE_TOPICS: 2,
         ApiKey.DELETE_TOPICS: 1,
@@ -152,7 +152,18 @@ def test_advertised_table_is_protocol_md_section_2() -> None:
         ApiKey.TXN_OFFSET_COMMIT: 0,
         # Admin APIs beyond PROTOCOL.md section 2, for `minibroker transactions` (issue 3).
         ApiKey.DESCRIBE_TRANSACTIONS: 0,
-        ApiKey.LIST_TRANSACTIONS: 0,
+        ApiKey.LIST_TRANSACTIONS: 1,
+        # Admin APIs (issue 11): every version of Kafka's range, all implemented.
+        ApiKey.DELETE_RECORDS: 2,
+        ApiKey.DESCRIBE_CONFIGS: 4,
+        ApiKey.ALTER_CONFIGS: 2,
+        ApiKey.DESCRIBE_LOG_DIRS: 4,
+        ApiKey.CREATE_PARTITIONS: 3,
+        ApiKey.DELETE_GROUPS: 2,
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: 1,
+        ApiKey.OFFSET_DELETE: 0,
+        ApiKey.DESCRIBE_CLUSTER: 2,
+        ApiKey.DESCRIBE_PRODUCERS: 0,
     }
     assert ADVERTISED == {key: VersionRange(0, pin) for key, pin in expected.items()}
     assert ApiKey.WRITE_TXN_MARKERS not in ADVERTISED
@@ -571,22 +582,25 @@ with warnings.catch_warnings():
     OLD = _old_classes()
     JSON = _json_classes()
 
-OLD_CASES = [c for c in CASES if c in OLD]
+# kafka-python's hand-written DescribeLogDirsRequest_v0 declares "partitions" as one int32 where
+# Kafka's schema has []int32, and its CreatePartitionsRequest v0/v1 nest count and assignments in
+# a sub-struct (same bytes, other shape): the JSON-generated classes referee those cases instead.
+OLD_WRONG = {
+    (ApiKey.DESCRIBE_LOG_DIRS, 0, "request"),
+    (ApiKey.CREATE_PARTITIONS, 0, "request"),
+    (ApiKey.CREATE_PARTITIONS, 1, "request"),
+}
+OLD_CASES = [c for c in CASES if c in OLD and c not in OLD_WRONG]
 
 
-def test_old_classes_cover_all_but_two_apis() -> None:
-    # The old classes stop at InitProducerId v1 and have no WriteTxnMarkers nor the KIP-664 admin
-    # APIs; the JSON-generated classes referee those.
-    assert set(CASES) - set(OLD_CASES) == {
-        (ApiKey.INIT_PRODUCER_ID, 3, "request"),
-        (ApiKey.INIT_PRODUCER_ID, 3, "response"),
-        (ApiKey.WRITE_TXN_MARKERS, 0, "request"),
-        (ApiKey.WRITE_TXN_MARKERS, 0, "response"),
-        (ApiKey.DESCRIBE_TRANSACTIONS, 0, "request"),
-        (ApiKey.DESCRIBE_TRANSACTIONS, 0, "response"),
-        (ApiKey.LIST_TRANSACTIONS, 0, "request"),
-        (ApiKey.LIST_TRANSACTIONS, 0, "response"),
+def test_every_case_has_a_kafka_python_referee() -> None:
+    # The old classes stop at InitProducerId v1 and have no WriteTxnMarkers nor most admin APIs;
+    # the classes generated from Kafka's JSON schemas referee those.
+    assert {c[:2] for c in CASES if c not in OLD_CASES} >= {
+        (ApiKey.INIT_PRODUCER_ID, 3), (ApiKey.WRITE_TXN_MARKERS, 0),
+        (ApiKey.DESCRIBE_TRANSACTIONS, 0), (ApiKey.LIST_TRANSACTIONS, 0),
     }
+    assert [c for c in CASES if c not in OLD_CASES and (c[0], c[2]) not in JSON] == []
 
 
 def _positional(con, value, theirs):
@@ -669,7 +683,13 @@ def test_kafka_json_schemas_decode_our_bytes(case, data) -> None:
     decoded = (
         JSON[(key, direction)].decode(_encode(*case, value), version=version).to_dict(json=False)
     )
-    assert decoded == _rename(value, JSON_RENAMES.get((key, direction), {}))
+    expected = _rename(value, JSON_RENAMES.get((key, direction), {}))
+    if (key, direction) == (ApiKey.DESCRIBE_CLUSTER, "response"):
+        # kafka-python turns the bit field into a set of operation names
+        operations = decoded.pop("authorized_operations")
+        bits = expected.pop("cluster_authorized_operations")
+        assert bits == -(1 << 31) or len(operations) == bin(bits & 0xFFFFFFFF).count("1")
+    assert decoded == expected
 
 
 def test_kafka_python_encodes_init_producer_id_v3_like_us() -> None:

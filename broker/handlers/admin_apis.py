@@ -1,0 +1,358 @@
+"""Admin APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, CreatePartitions,
+DeleteRecords, DeleteGroups, OffsetDelete, DescribeCluster, DescribeLogDirs, DescribeProducers,
+ListGroups, ListTransactions. Every advertised version of each (``admin_apis.py`` in
+``protocol/messages`` declares them); the version only decides which fields exist, so one
+handler serves them all and returns every field (the encoder skips the absent ones).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any
+
+from broker import configs
+from broker.configs import ConfigSource, ResourceType
+from broker.context import Broker
+from broker.dispatcher import handles, reply
+from broker.topics import INTERNAL_TOPICS
+from broker.txn.state import TxnState
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.api_versions import ADVERTISED
+
+INT32_MIN = -(1 << 31)
+BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type: 1 brokers, 2 controllers (KIP-919)
+# AclOperation bits a CLUSTER resource supports; with no authorizer every one is allowed.
+_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
+CLASSIC = "classic"
+
+
+def _versions(api_key: ApiKey) -> range:
+    r = ADVERTISED[api_key]
+    return range(r.min, r.max + 1)
+
+
+def _error(exc: KafkaError) -> tuple[ErrorCode, str | None]:
+    return exc.code, exc.message or None
+
+
+# -- configs ------------------------------------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS, *_versions(ApiKey.DESCRIBE_CONFIGS))
+def describe_configs(broker: Broker, header, request) -> dict:
+    version = header.api_version
+    include_synonyms = version >= 1 and request.include_synonyms
+    include_docs = version >= 3 and request.include_documentation
+    results = []
+    for resource in request.resources:
+        code, message, entries = ErrorCode.NONE, None, []
+        try:
+            kind = configs.check_resource_type(resource.resource_type)
+            if kind is ResourceType.TOPIC:
+                entries = configs.describe_topic(
+                    broker.logs, broker.config, resource.resource_name,
+                    resource.configuration_keys,
+                )
+            else:
+                entries = configs.describe_broker(
+                    broker.config, resource.resource_name, resource.configuration_keys
+                )
+        except KafkaError as exc:
+            code, message = _error(exc)
+        results.append({
+            "error_code": code,
+            "error_message": message,
+            "resource_type": resource.resource_type,
+            "resource_name": resource.resource_name,
+            "configs": [
+                {
+                    "name": e.name,
+                    "value": e.value,
+                    "read_only": e.read_only,
+                    "is_default": e.source is ConfigSource.DEFAULT_CONFIG,
+                    "config_source": e.source,
+                    "is_sensitive": False,
+                    "synonyms": [
+                        {"name": s.name, "value": s.value, "source": s.source}
+                        for s in (e.synonyms if include_synonyms else ())
+                    ],
+                    "config_type": e.type,
+                    "documentation": e.documentation if include_docs else None,
+                }
+                for e in entries
+            ],
+        })
+    return {"throttle_time_ms": 0, "results": results}
+
+
+def _alter_response(results: list[tuple[Any, ErrorCode, str | None]]) -> dict:
+    return {
+        "throttle_time_ms": 0,
+        "responses": [
+            {"error_code": code, "error_message": message,
+             "resource_type": r.resource_type, "resource_name": r.resource_name}
+            for r, code, message in results
+        ],
+    }
+
+
+def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
+    results = []
+    seen: set[tuple[int, str]] = set()
+    for resource in request.resources:
+        code, message = ErrorCode.NONE, None
+        try:
+            ident = (resource.resource_type, resource.resource_name)
+            if ident in seen:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "resource listed twice")
+            seen.add(ident)
+            kind = configs.check_resource_type(resource.resource_type)
+            if kind is ResourceType.TOPIC:
+                alter_topic(resource)
+            else:
+                configs.alter_broker(broker.config, resource.resource_name, keys_of(resource))
+        except KafkaError as exc:
+            code, message = _error(exc)
+        results.append((resource, code, message))
+    return _alter_response(results)
+
+
+@handles(ApiKey.ALTER_CONFIGS, *_versions(ApiKey.ALTER_CONFIGS))
+def alter_configs(broker: Broker, header, request) -> dict:
+    def alter_topic(resource) -> None:
+        configs.alter_topic(
+            broker.logs, resource.resource_name, [(c.name, c.value) for c in resource.configs],
+            request.validate_only,
+        )
+
+    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, *_versions(ApiKey.INCREMENTAL_ALTER_CONFIGS))
+def incremental_alter_configs(broker: Broker, header, request) -> dict:
+    def alter_topic(resource) -> None:
+        configs.incremental_alter_topic(
+            broker.logs, resource.resource_name,
+            [(c.name, c.config_operation, c.value) for c in resource.configs],
+            request.validate_only,
+        )
+
+    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+
+
+# -- topics and records -------------------------------------------------------------------
+
+
+@handles(ApiKey.CREATE_PARTITIONS, *_versions(ApiKey.CREATE_PARTITIONS))
+def create_partitions(broker: Broker, header, request) -> dict:
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        code, message = ErrorCode.NONE, None
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "topic listed twice in one request")
+            seen.add(topic.name)
+            if topic.name in INTERNAL_TOPICS:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"{topic.name} is internal: its partition count is fixed")
+            if topic.assignments:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "manual replica assignments are not supported")
+            broker.logs.create_partitions(topic.name, topic.count, broker.clock.now_ms(), request.validate_only)
+        except KafkaError as exc:
+            code, message = _error(exc)
+        results.append({"name": topic.name, "error_code": code, "error_message": message})
+    return {"throttle_time_ms": 0, "results": results}
+
+
+@handles(ApiKey.DELETE_RECORDS, *_versions(ApiKey.DELETE_RECORDS))
+def delete_records(broker: Broker, header, request) -> dict:
+    """Moves each partition's log start offset (durably, before the answer); -1 means the high
+    watermark. Internal topics are refused (INVALID_TOPIC_EXCEPTION), as Kafka does."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            low, code = -1, ErrorCode.NONE
+            try:
+                if topic.name in INTERNAL_TOPICS:
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
+                low = broker.partition(topic.name, part.partition_index).delete_records(part.offset)
+            except KafkaError as exc:
+                code = exc.code
+            partitions.append(
+                {"partition_index": part.partition_index, "low_watermark": low, "error_code": code}
+            )
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+# -- groups -------------------------------------------------------------------------------
+
+
+@handles(ApiKey.DELETE_GROUPS, *_versions(ApiKey.DELETE_GROUPS))
+def delete_groups(broker: Broker, header, request):
+    names = list(request.groups_names)
+    result = broker.groups.delete_groups(list(dict.fromkeys(names)), broker.clock.now_ms())
+
+    def encode(codes: dict[str, ErrorCode]) -> dict:
+        return {
+            "throttle_time_ms": 0,
+            "results": [{"group_id": g, "error_code": codes[g]} for g in dict.fromkeys(names)],
+        }
+
+    return reply(result, encode)
+
+
+@handles(ApiKey.OFFSET_DELETE, *_versions(ApiKey.OFFSET_DELETE))
+def offset_delete(broker: Broker, header, request):
+    requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    result = broker.groups.delete_offsets(request.group_id, requested, broker.clock.now_ms())
+
+    def encode(result) -> dict:
+        code, errors = result
+        topics = [] if code else [
+            {"name": t.name, "partitions": [
+                {"partition_index": p.partition_index,
+                 "error_code": errors[(t.name, p.partition_index)]}
+                for p in t.partitions
+            ]}
+            for t in request.topics
+        ]
+        return {"error_code": code, "throttle_time_ms": 0, "topics": topics}
+
+    return reply(result, encode)
+
+
+@handles(ApiKey.LIST_GROUPS, *_versions(ApiKey.LIST_GROUPS))
+def list_groups(broker: Broker, header, request) -> dict:
+    """v4+ filter by state, v5+ by type (case-insensitive, as Kafka); every group here is a
+    "classic" group."""
+    version = header.api_version
+    states = {s.lower() for s in request.states_filter} if version >= 4 else set()
+    types = {t.lower() for t in request.types_filter} if version >= 5 else set()
+    groups = []
+    if not types or CLASSIC in types:
+        for group_id, protocol_type, state in sorted(broker.groups.list_groups(broker.clock.now_ms())):
+            if states and state.lower() not in states:
+                continue
+            groups.append({"group_id": group_id, "protocol_type": protocol_type,
+                           "group_state": state, "group_type": CLASSIC})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
+
+
+# -- cluster, log dirs, producers, transactions --------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER, *_versions(ApiKey.DESCRIBE_CLUSTER))
+def describe_cluster(broker: Broker, header, request) -> dict:
+    host, port = broker.config.advertised
+    node = broker.config.node_id
+    response = {
+        "throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+        "endpoint_type": BROKER_ENDPOINTS, "cluster_id": broker.cluster_id, "controller_id": node,
+        "brokers": [{"broker_id": node, "host": host, "port": port, "rack": None,
+                     "is_fenced": False}],
+        "cluster_authorized_operations": (
+            _CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else INT32_MIN
+        ),
+    }
+    if header.api_version >= 1 and request.endpoint_type != BROKER_ENDPOINTS:
+        response.update(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                        error_message="this is a broker: ask it for broker endpoints",
+                        brokers=[])
+    return response
+
+
+@handles(ApiKey.DESCRIBE_LOG_DIRS, *_versions(ApiKey.DESCRIBE_LOG_DIRS))
+def describe_log_dirs(broker: Broker, header, request) -> dict:
+    """One log directory (the data dir); ``topics`` null means every partition."""
+    logs = broker.logs
+    if request.topics is None:
+        wanted = [(name, list(range(count))) for name, count in sorted(logs.topics().items())]
+    else:
+        wanted = [(t.topic, list(t.partitions)) for t in request.topics]
+    topics = []
+    for name, indexes in wanted:
+        partitions = []
+        for index in indexes:
+            try:
+                partition = logs.partition(name, index)
+            except KafkaError:
+                continue  # Kafka leaves out partitions it does not host
+            partitions.append({"partition_index": index, "partition_size": partition.size_bytes,
+                               "offset_lag": 0, "is_future_key": False})
+        if partitions:
+            topics.append({"name": name, "partitions": partitions})
+    usage = shutil.disk_usage(logs.data_dir)
+    return {
+        "throttle_time_ms": 0,
+        "error_code": ErrorCode.NONE,
+        "results": [{
+            "error_code": ErrorCode.NONE, "log_dir": str(logs.data_dir.resolve()),
+            "topics": topics, "total_bytes": usage.total, "usable_bytes": usage.free,
+        }],
+    }
+
+
+@handles(ApiKey.DESCRIBE_PRODUCERS, *_versions(ApiKey.DESCRIBE_PRODUCERS))
+def describe_producers(broker: Broker, header, request) -> dict:
+    """The idempotent/transactional producers each partition knows: epoch, last sequence, last
+    timestamp, coordinator epoch of the last marker, first offset of the open transaction."""
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for index in topic.partition_indexes:
+            code, message, active = ErrorCode.NONE, None, []
+            try:
+                state = broker.partition(topic.name, index).producers
+                for producer_id, entry in sorted(state.producers.items()):
+                    txn_first = entry.current_txn_first_offset
+                    active.append({
+                        "producer_id": producer_id,
+                        "producer_epoch": entry.producer_epoch,
+                        "last_sequence": entry.last_seq,
+                        "last_timestamp": entry.last_timestamp,
+                        "coordinator_epoch": entry.coordinator_epoch,
+                        "current_txn_start_offset": -1 if txn_first is None else txn_first,
+                    })
+            except KafkaError as exc:
+                code, message = _error(exc)
+            partitions.append({"partition_index": index, "error_code": code,
+                               "error_message": message, "active_producers": active})
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time_ms": 0, "topics": topics}
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, *_versions(ApiKey.LIST_TRANSACTIONS))
+def list_transactions(broker: Broker, header, request) -> dict:
+    """Filters (all optional, combined with AND): states by name (unknown names are echoed in
+    ``unknown_state_filters``), producer ids, and (v1+) ``duration_filter``: only transactions
+    running for longer than that many ms (those that have started one)."""
+    wanted_states = set()
+    unknown = []
+    for name in request.state_filters:
+        state = TxnState.from_display_name(name)
+        if state is None:
+            unknown.append(name)
+        else:
+            wanted_states.add(state)
+    wanted_pids = set(request.producer_id_filters)
+    duration = request.duration_filter if header.api_version >= 1 else -1
+    now = broker.clock.now_ms()
+    listed = []
+    for md in sorted(broker.transactions.coordinator.transactions(),
+                     key=lambda m: m.transactional_id):
+        if request.state_filters and md.state not in wanted_states:
+            continue
+        if wanted_pids and md.producer_id not in wanted_pids:
+            continue
+        if duration >= 0 and (md.txn_start_ms < 0 or now - md.txn_start_ms <= duration):
+            continue
+        listed.append({"transactional_id": md.transactional_id, "producer_id": md.producer_id,
+                       "transaction_state": md.state.display_name})
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
+            "unknown_state_filters": unknown, "transaction_states": listed}
+
