@@ -47,6 +47,14 @@ class BrokerConfig:
     num_partitions: int = 1
     auto_create_topics: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    # Limits on what clients can make the broker hold (issue 10). Kafka's keys; where Kafka's
+    # default is unbounded, ours is a bound (noted), so memory stays bounded out of the box.
+    queued_max_request_bytes: int = 100 * 1024 * 1024  # Kafka: -1 (unbounded)
+    connections_max_idle_ms: int = 600_000
+    request_receive_timeout_ms: int = 30_000  # minibroker's: a request must arrive within this
+    max_connections: int = 2_147_483_647  # also capped by the open-files limit (RLIMIT_NOFILE)
+    max_connections_per_ip: int = 2_147_483_647
+    fetch_max_bytes: int = 57_671_680  # Kafka's broker-side cap on one Fetch response (55 MiB)
     log: LogConfig = field(default_factory=LogConfig)
     log_retention_check_interval_ms: int = 300_000
     # The log cleaner (broker/log/cleaner.py): Kafka's log.cleaner.* keys.
@@ -126,6 +134,12 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "num.partitions": ("num_partitions", int, 1),
     "auto.create.topics.enable": ("auto_create_topics", _bool, None),
     "socket.request.max.bytes": ("socket_request_max_bytes", int, 1024),
+    "queued.max.request.bytes": ("queued_max_request_bytes", int, 1024),
+    "connections.max.idle.ms": ("connections_max_idle_ms", int, 1),
+    "request.receive.timeout.ms": ("request_receive_timeout_ms", int, 1),
+    "max.connections": ("max_connections", int, 1),
+    "max.connections.per.ip": ("max_connections_per_ip", int, 1),
+    "fetch.max.bytes": ("fetch_max_bytes", int, 1024),
     "log.segment.bytes": ("log.segment_bytes", int, 14),
     "log.roll.ms": ("log.segment_ms", int, 1),
     "log.retention.bytes": ("log.retention_bytes", int, -1),

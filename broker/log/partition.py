@@ -87,14 +87,18 @@ class FlushTicket:
     fds: list[int]
     directory: Path | None
     log_end_offset: int
+    error: OSError | None = None  # set by sync() if the disk refused (EIO, ENOSPC)
 
     def sync(self) -> None:
-        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds."""
+        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds.
+        An OSError is kept in ``error`` (the high watermark must then not move)."""
         try:
             for fd in self.fds:
                 os.fdatasync(fd)
             if self.directory is not None:
                 fsync_dir(self.directory)
+        except OSError as exc:
+            self.error = exc
         finally:
             for fd in self.fds:
                 os.close(fd)
@@ -360,10 +364,18 @@ class Partition:
         if seg.size and (
             seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.roll_ms
         ):
-            seg = self._roll()
+            try:
+                seg = self._roll()
+            except OSError as exc:  # disk full, out of descriptors: nothing appended
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
         if config.preallocate and config.flush == "always":
             # Only fdatasync profits from preallocated blocks (see segment.PREALLOCATE_METHOD).
-            seg.reserve(n, config.segment_bytes)
+            try:
+                seg.reserve(n, config.segment_bytes)
+            except OSError:
+                # No room to preallocate ahead (a nearly full disk): a write that fits must
+                # still succeed, so go on without; the write itself says whether it fits.
+                pass
         offset = self.log_end_offset
         for pos, header in batches:
             patch_base_offset(mv, pos, offset)
@@ -422,7 +434,9 @@ class Partition:
         ticket = self.begin_flush()
         if ticket is not None:
             ticket.sync()
-            self.complete_flush(ticket)
+            if not self.complete_flush(ticket):
+                assert ticket.error is not None
+                raise ticket.error
         return self.high_watermark
 
     def begin_flush(self) -> FlushTicket | None:
@@ -438,10 +452,21 @@ class Partition:
         segments = list(self._unsynced)
         if self._dirty:
             segments.append(self.segments[-1])
-        # The aborted-transaction index first: a durable ABORT marker must have a durable entry.
-        index_fd = self.txn_index.take_sync_fd()
+        # Out of descriptors (EMFILE) raises OSError here with nothing taken: the partition stays
+        # dirty and the next round tries again.
+        fds: list[int] = []
+        try:
+            for seg in segments:
+                fds.append(os.dup(seg.fd))
+            # The aborted-transaction index first: a durable ABORT marker must have a durable
+            # entry.
+            index_fd = self.txn_index.take_sync_fd()
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
         ticket = FlushTicket(
-            fds=([] if index_fd is None else [index_fd]) + [os.dup(seg.fd) for seg in segments],
+            fds=([] if index_fd is None else [index_fd]) + fds,
             directory=self.dir if self._dir_dirty else None,
             log_end_offset=self.log_end_offset,
         )
@@ -451,9 +476,17 @@ class Partition:
         self.unsynced_bytes = 0
         return ticket
 
-    def complete_flush(self, ticket: FlushTicket) -> None:
+    def complete_flush(self, ticket: FlushTicket) -> bool:
+        """Split flush, last part: move the high watermark. False if the sync failed: then the
+        high watermark stays and the next flush covers everything again."""
+        if ticket.error is not None:
+            self._dirty = True
+            if ticket.directory is not None:
+                self._dir_dirty = True
+            return False
         if ticket.log_end_offset > self.high_watermark:
             self.high_watermark = ticket.log_end_offset
+        return True
 
     # -- read --------------------------------------------------------------------------------
 

@@ -131,8 +131,9 @@ class TxnIndex:
         closes it), or None if nothing was appended since the last sync."""
         if not self._dirty or self._fd < 0:
             return None
+        fd = os.dup(self._fd)  # may raise (EMFILE): then still dirty for the next round
         self._dirty = False
-        return os.dup(self._fd)
+        return fd
 
     def collect(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of the aborted transactions overlapping
