@@ -139,12 +139,16 @@ class LogCleaner:
         if picked is None:
             return False
         partition, plan = picked
-        await self.clean_partition(partition, plan, now)
-        return True
+        return await self.clean_partition(partition, plan, now) is not None
 
     async def clean_partition(self, partition: Partition, plan: Cleanability, now_ms: int
                               ) -> CleanResult | None:
-        job = make_job(partition, plan, self.checkpoint(partition), now_ms, self.max_map_entries)
+        try:
+            job = make_job(partition, plan, self.checkpoint(partition), now_ms,
+                           self.max_map_entries)
+        except OSError as exc:  # out of descriptors: try again at the next round
+            log.warning("cannot clean %s-%d now: %s", partition.topic, partition.index, exc)
+            return None
         self._in_progress.add(partition)
         partition.cleaning = True
         finished = False

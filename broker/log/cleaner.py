@@ -280,8 +280,14 @@ def cleanability(partition: Partition, checkpoint: Checkpoint, now_ms: int
 def make_job(partition: Partition, plan: Cleanability, checkpoint: Checkpoint, now_ms: int,
              max_map_entries: int) -> CleanJob:
     """Snapshot ``partition`` for the worker (event loop; cheap: no reads)."""
-    views = [SegmentView(seg.base_offset, os.dup(seg.fd), seg.size, seg.next_offset)
-             for seg in plan.segments]
+    views: list[SegmentView] = []
+    try:
+        for seg in plan.segments:
+            views.append(SegmentView(seg.base_offset, os.dup(seg.fd), seg.size, seg.next_offset))
+    except OSError:
+        for view in views:
+            os.close(view.fd)
+        raise
     last_offsets = {
         pid: entry.batches[-1].last_offset
         for pid, entry in partition.producers.producers.items()
