@@ -186,6 +186,15 @@ def growth_run(work: Path, n: int, cleaner: bool, flush: str) -> dict:
     try:
         rate = run_transactions(broker.bootstrap, n)
         if cleaner:
+            # Writes stopped: idle active segments roll after the internal topics'
+            # max.compaction.lag.ms, finished markers go delete.retention.ms after their first
+            # cleaning; then until the cleaner is quiet.
+            from broker.log.cleaner import (
+                INTERNAL_DELETE_RETENTION_MS,
+                INTERNAL_MAX_COMPACTION_LAG_MS,
+            )
+
+            time.sleep((INTERNAL_MAX_COMPACTION_LAG_MS + INTERNAL_DELETE_RETENTION_MS) / 1000 + 1)
             wait_cleaner_idle(broker, 2.0)
         sizes = {t: topic_bytes(data, t) for t in ("__transaction_state", "__consumer_offsets",
                                                    DATA_TOPIC)}
