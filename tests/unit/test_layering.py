@@ -146,7 +146,8 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
-    "broker.handlers", "broker.dispatcher", "broker.logsetup",
+    "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
+    "broker.metrics_http",
 }
 SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
             "broker.txn.markers"}
