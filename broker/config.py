@@ -55,6 +55,10 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 7 * DAY_MS
     transaction_state_log_num_partitions: int = 50
     transaction_abort_timed_out_interval_ms: int = 10_000
+    # The finalized level of the transaction.version feature (KIP-890 part 2): 2 (the default)
+    # lets clients end every transaction with an epoch bump (EndTxn v5, Produce v12); 1 keeps
+    # the epoch across transactions (what Kafka 3.x does).
+    transaction_version: int = 2
     offsets_topic_num_partitions: int = 50
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -83,6 +87,12 @@ def _bool(value: str) -> bool:
     if lowered in ("false", "0", "no"):
         return False
     raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _transaction_version(value: str) -> int:
+    if value.strip() not in ("1", "2"):
+        raise ValueError("expected 1 or 2")
+    return int(value)
 
 
 def _flush(value: str) -> str:
@@ -123,6 +133,7 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
         1,
     ),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int, 1),
+    "transaction.version": ("transaction_version", _transaction_version, None),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 0),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 0),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),

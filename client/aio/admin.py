@@ -426,6 +426,11 @@ class AsyncAdmin:
         deadline = trio.current_time() + (60.0 if timeout is None else timeout)
         while True:
             try:
+                node = await cluster.coordinator(TRANSACTION, handle.transactional_id)
+                conn = await cluster.connection(node)
+                # Transaction version 2 when the coordinator finalizes it: EndTxn v5 bumps the
+                # epoch, so a late copy of this request can never end a later transaction.
+                tv2 = await conn.finalized_feature("transaction.version") >= 2
                 response = await cluster.coordinator_request(
                     TRANSACTION,
                     handle.transactional_id,
@@ -436,6 +441,7 @@ class AsyncAdmin:
                         "producer_epoch": handle.producer_epoch,
                         "committed": commit,
                     },
+                    max_version=5 if tv2 else 4,
                 )
                 if response.error_code:
                     raise error_for(response.error_code, f"EndTxn {handle.transactional_id}")

@@ -446,6 +446,10 @@ class AsyncProducer:
         try:
             conn = await self._cluster.connection(node)
             version = conn.version(ApiKey.PRODUCE)
+            if self.transactional_id is not None:
+                # v12 is transaction version 2 (partitions join with their first batch); a
+                # version-1 transaction must not use it (KIP-890).
+                version = min(version, 12 if self._tm.tv2 else 11)
             topics: dict[str, list[dict]] = {}
             for batch in batches:
                 topics.setdefault(batch.tp.topic, []).append(
@@ -715,6 +719,20 @@ class AsyncProducer:
         same id and makes the coordinator finish (abort) their open transaction."""
         self._tm.begin_init()
         await self._init_transactional_producer_id(bump=False)
+        self._tm.tv2 = await self._coordinator_speaks_tv2()
+
+    async def _coordinator_speaks_tv2(self) -> bool:
+        """Transaction version 2 when the coordinator finalizes ``transaction.version`` >= 2 and
+        speaks EndTxn v5 and Produce v12 (as the Java client decides); version 1 otherwise."""
+        try:
+            node = await self._cluster.coordinator(TRANSACTION, self.transactional_id)
+            conn = await self._cluster.connection(node)
+            level = await conn.finalized_feature("transaction.version")
+        except KafkaClientError as exc:
+            log.debug("transaction version unknown (%s): using version 1", exc)
+            return False
+        return (level >= 2 and conn.supports_version(ApiKey.END_TXN, 5)
+                and conn.supports_version(ApiKey.PRODUCE, 12))
 
     def begin_transaction(self) -> None:
         """Start a transaction (local: the coordinator learns of it with the first partition)."""
@@ -872,8 +890,13 @@ class AsyncProducer:
         tm.raise_if_fatal()
         if not tm.is_empty_transaction:
             await self._end_txn(commit=True)
-        with self._txn_lock:
-            tm.transaction_completed()
+        if tm.needs_epoch_bump:
+            with self._txn_lock:
+                tm.begin_epoch_bump()
+            await self._init_transactional_producer_id(bump=True)
+        else:
+            with self._txn_lock:
+                tm.transaction_completed()
 
     async def abort_transaction(self) -> None:
         """Abort: records never sent are dropped, sent ones wait for their answer, then the
@@ -901,25 +924,40 @@ class AsyncProducer:
                 tm.transaction_completed()
 
     async def _end_txn(self, commit: bool) -> None:
+        """EndTxn, retried until it is answered. Version 2 (v5): the answer carries the producer
+        id and epoch of the next transaction; every sequence restarts at 0. Version 1: when an
+        attempt timed out, the request may still arrive late and would act on the next
+        transaction (same producer id and epoch: KAFKA-17754), so the epoch is bumped
+        (InitProducerId, KIP-360) before the next transaction, which fences it - Jepsen's
+        mitigation, built in."""
         tm = self._tm
+        tv2 = tm.tv2
+        timed_out = False
 
-        async def attempt() -> None:
-            response = await self._cluster.coordinator_request(
-                TRANSACTION,
-                self.transactional_id,
-                ApiKey.END_TXN,
-                {
-                    "transactional_id": self.transactional_id,
-                    "producer_id": tm.producer_id,
-                    "producer_epoch": tm.producer_epoch,
-                    "committed": commit,
-                },
-            )
+        async def attempt() -> Any:
+            nonlocal timed_out
+            try:
+                response = await self._cluster.coordinator_request(
+                    TRANSACTION,
+                    self.transactional_id,
+                    ApiKey.END_TXN,
+                    {
+                        "transactional_id": self.transactional_id,
+                        "producer_id": tm.producer_id,
+                        "producer_epoch": tm.producer_epoch,
+                        "committed": commit,
+                    },
+                    max_version=5 if tv2 else 4,
+                )
+            except KafkaTimeoutError:
+                timed_out = True
+                raise
             if response.error_code:
                 raise error_for(response.error_code, "EndTxn")
+            return response
 
         try:
-            await self._coordinator_retry(attempt, "EndTxn")
+            response = await self._coordinator_retry(attempt, "EndTxn")
         except KafkaClientError as exc:
             if exc.retriable:
                 raise  # timed out: the call may be repeated
@@ -929,6 +967,12 @@ class AsyncProducer:
                 else:
                     tm.abortable_error(exc)
             raise
+        if tv2 and response.producer_id >= 0:
+            with self._txn_lock:
+                tm.epoch_bumped(response.producer_id, response.producer_epoch)
+            self._acc.set_producer(response.producer_id, response.producer_epoch)
+        elif timed_out:
+            tm.needs_epoch_bump = True
 
     async def transaction_handle(self) -> TransactionHandle:
         """Flush and hand the open transaction over: the returned handle lets another process
