@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -362,3 +363,21 @@ def test_make_run_takes_port_and_data_dir():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "--port 19093 --data-dir /srv/mb" in result.stdout
+
+
+@pytest.mark.slow
+def test_perf_produce_and_consume_report_progress_and_a_summary(broker, b):
+    create(broker, "perf", 2)
+    produced = ok(run("perf", "produce", "perf", "--num-records", "3000", "--record-size", "100",
+                      "--throughput", "3000", "--reporting-interval", "300", *b))
+    lines = produced.stdout.strip().splitlines()
+    assert len(lines) >= 3  # progress lines, then the summary
+    assert all(re.fullmatch(r"\d+ records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms "
+                            r"avg latency, [\d.]+ ms max latency.*\.", line) for line in lines)
+    assert lines[-1].startswith("3000 records sent") and "ms 99.9th." in lines[-1]
+    consumed = ok(run("perf", "consume", "perf", "--messages", "3000", *b))
+    header, *rows = consumed.stdout.strip().splitlines()
+    assert header.startswith("start.time, end.time, data.consumed.in.MB")
+    assert rows[-1].split(", ")[4] == "3000"
+    short = run("perf", "consume", "perf", "--messages", "5000", "--timeout", "1", *b)
+    one_line_error(short, "only 3000 of 5000 records")
