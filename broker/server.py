@@ -333,12 +333,6 @@ class _Socket:
                     views[0] = first[sent:]
                     sent = 0
 
-    def peer_host(self) -> str:
-        try:
-            return str(self.raw.getpeername()[0])
-        except OSError:
-            return "?"
-
     def peer_name(self) -> str:
         try:
             host, port = self.raw.getpeername()[:2]
