@@ -142,6 +142,8 @@ async def serve(
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
+            if broker.cleaner is not None:
+                nursery.start_soon(broker.cleaner.run)
             for sock, advertised in extra:
                 nursery.start_soon(_accept_loop, sock, shared, nursery, advertised)
             task_status.started(port)

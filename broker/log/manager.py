@@ -37,7 +37,9 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
-_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint")
+_OUR_SUFFIXES = (
+    ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint", ".cleaned", ".swap",
+)
 
 
 def validate_topic_name(name: str) -> None:

@@ -56,6 +56,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     batch_crc_ok,
+    decode_records_untrusted,
     encode_control_batch,
     parse_header_untrusted,
     patch_base_offset,
@@ -143,6 +144,7 @@ class Partition:
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
+        self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
         self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
         # (first_offset, marker_offset) of transactions ended by a marker not yet below the HW.
         self._unstable: list[tuple[int, int]] = []
@@ -255,6 +257,8 @@ class Partition:
             batches.append((pos, header))
             pos += size
 
+        if self.config.compact:
+            self._check_keys(mv, batches)
         producers = self.producers
         if len(batches) == 1:
             header = batches[0][1]
@@ -271,6 +275,21 @@ class Partition:
         base_offset = self.log_end_offset
         last_offset = self._write(mv, batches, now_ms)
         return AppendResult(base_offset, last_offset, False, log_append_time)
+
+    def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        """A compacted topic keeps the latest record per key: a record without one is refused
+        (Kafka's LogValidator: INVALID_RECORD)."""
+        for pos, header in batches:
+            try:
+                records = decode_records_untrusted(mv, pos, header)
+            except CorruptFrameError as exc:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+            if any(r.key is None for r in records):
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    f"Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.index}.",
+                )
 
     def append_control_batch(self, batch: bytes | bytearray, now_ms: int) -> int:
         """Append one broker-made batch (a transaction marker, a coordinator record); no
@@ -343,7 +362,7 @@ class Partition:
         n = mv.nbytes
         seg = self.segments[-1]
         if seg.size and (
-            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.segment_ms
+            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.roll_ms
         ):
             try:
                 seg = self._roll()
@@ -510,8 +529,10 @@ class Partition:
         the active segment is rolled first when it has expired itself. Returns segments deleted."""
         config = self.config
         deleted = 0
-        if not config.delete:
-            return 0  # cleanup.policy=compact alone: segments go only through the cleaner
+        if not config.delete or self.cleaning:
+            # cleanup.policy=compact alone: segments go only through the cleaner; and never
+            # under the cleaner's feet (it is rewriting the oldest segments).
+            return 0
         if config.retention_ms >= 0:
             while True:
                 seg = self.segments[0]
@@ -569,12 +590,35 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
         self.log_start_offset = offset
         deleted = False
-        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+        # While the cleaner rewrites the oldest segments they stay; the next call (or the next
+        # cleaning, which keeps nothing below the log start) frees them.
+        while (not self.cleaning and len(self.segments) > 1
+               and self.segments[1].base_offset <= offset):
             self._delete_oldest()
             deleted = True
         if deleted:
             self.txn_index.drop_before(self.segments[0].base_offset)
         return offset
+
+    def replace_segments(self, old_bases: list[int], new: Segment) -> None:
+        """Put the cleaned segment ``new`` in place of the segments at ``old_bases`` (consecutive,
+        closed; their files were already replaced on disk by the cleaner). Event loop only."""
+        i = bisect_right(self._bases, old_bases[0]) - 1
+        old = self.segments[i : i + len(old_bases)]
+        if [s.base_offset for s in old] != old_bases or new.base_offset != old_bases[0] or (
+            new.next_offset != old[-1].next_offset
+        ):
+            raise CorruptLogError(f"{self.dir}: cleaned segment does not match {old_bases}")
+        for seg in old:
+            if seg in self._unsynced:
+                self._unsynced.remove(seg)
+            seg.close()
+        self.segments[i : i + len(old_bases)] = [new]
+        self._bases[i : i + len(old_bases)] = [new.base_offset]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         return self.producers.expire(now_ms, expiration_ms)

@@ -164,6 +164,22 @@ class TxnIndex:
         if self._stale >= _REWRITE_AFTER or not self._entries:
             self._rewrite()
 
+    def remove(self, marker_offsets: list[int]) -> None:
+        """Forget the aborted transactions whose ABORT markers the cleaner removed (with all their
+        data); the file is rewritten now and then, like after retention."""
+        if not marker_offsets:
+            return
+        gone = set(marker_offsets)
+        kept = [e for e in self._entries if e.last_offset not in gone]
+        removed = len(self._entries) - len(kept)
+        if not removed:
+            return
+        self._entries = kept
+        self._lasts = [e.last_offset for e in kept]
+        self._stale += removed
+        if self._stale >= _REWRITE_AFTER or not self._entries:
+            self._rewrite()
+
     def _close_fd(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
