@@ -181,7 +181,7 @@ def render(metrics: Metrics, state: BrokerState) -> str:
         metric = f"minibroker_partition_{name}"
         w.family(metric, "gauge", help_text)
         for row in partitions:
-            w.sample(metric, row[index], topic=row[0], partition=row[1])
+            w.sample(metric, float(row[index]), topic=row[0], partition=row[1])
 
     transactions = state.open_transactions()
     w.family("minibroker_open_transactions", "gauge", "Transactions in progress, by state.")

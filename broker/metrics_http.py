@@ -27,10 +27,14 @@ async def serve_metrics(
     bound = listeners[0].socket.getsockname()[1]
     log.info("metrics on http://%s:%d/metrics", host, bound)
     task_status.started(bound)
-    await trio.serve_listeners(lambda stream: _answer(stream, render), listeners)
+
+    async def handler(stream: trio.SocketStream) -> None:
+        await _answer(stream, render)
+
+    await trio.serve_listeners(handler, listeners)
 
 
-async def _answer(stream: trio.SocketStream, render: Callable[[], str]) -> None:
+async def _answer(stream: trio.abc.Stream, render: Callable[[], str]) -> None:
     async with stream:
         head = b""
         with trio.move_on_after(10):
