@@ -4,6 +4,11 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+# `make run HOST=0.0.0.0 PORT=19092 DATA_DIR=/var/lib/minibroker ARGS="--metrics-port 9308"`
+HOST ?= 127.0.0.1
+PORT ?= 9092
+DATA_DIR ?= ./data
+ARGS ?=
 TEST_STAMP := $(VENV)/.installed-test
 
 .PHONY: run test test-fast lint bench clean
@@ -21,7 +26,7 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	touch $@
 
 run: $(STAMP)
-	$(VENV)/bin/minibroker serve --host 127.0.0.1 --port 9092 --data-dir ./data
+	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .

@@ -16,7 +16,7 @@ record and marker durable before its answer), confluent-kafka producers, 1 KiB v
       whole transaction (begin to commit returned) beside it;
   (c) back-to-back one-record transactions per second from one producer with linger.ms=0, and
       the same sequence (AddPartitionsToTxn, Produce acks=all, EndTxn) sent by a minimal blocking
-      client (``broker/blocking_client.py``), which shows how much of a transaction is the broker's.
+      client (``tests/raw_client.py``), which shows how much of a transaction is the broker's.
 
 Prints a markdown table with the issue's targets and writes bench/results/transactions-<ts>.json.
 """
@@ -199,13 +199,14 @@ def back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
 
 def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
     """The same transactions from a minimal blocking protocol client (no librdkafka)."""
-    from broker.blocking_client import BlockingClient
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from protocol.api_keys import ApiKey
     from protocol.records import encode_batch
+    from tests.raw_client import RawConnection
 
     tid = "bench-raw"
     value = os.urandom(VALUE_SIZE)
-    with BlockingClient(broker.bootstrap) as client:
+    with RawConnection(int(broker.bootstrap.rsplit(":", 1)[1]), timeout=30.0) as client:
         init = client.request(ApiKey.INIT_PRODUCER_ID, 0,
                               {"transactional_id": tid, "transaction_timeout_ms": 60_000})
         pid, epoch = init.producer_id, init.producer_epoch

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -12,33 +14,57 @@ from pathlib import Path
 import click
 import trio
 
+from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+log = logging.getLogger("minibroker")
 
 
-@click.group()
+@click.group(context_settings=CONTEXT)
 @click.version_option(package_name="minibroker")
 def main() -> None:
-    """minibroker: a Kafka-compatible broker with idempotence and transactions."""
+    """minibroker: a Kafka-compatible broker with idempotence and transactions.
+
+    `minibroker serve` runs the broker; the other commands are client tools for a running one
+    (like Kafka's bin/kafka-*.sh and kcat). Every command has -h. Shell completion:
+    eval "$(_MINIBROKER_COMPLETE=bash_source minibroker)" (zsh_source, fish_source likewise).
+    """
 
 
 @main.command()
-@click.option("--host", default=None, help="Address to listen on.  [default: 127.0.0.1]")
-@click.option("--port", type=click.IntRange(0, 65535), default=None, help="TCP port (0 = any free port).  [default: 9092]")
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None, help="Where the log lives.  [default: ./data]")
-@click.option("--advertised-host", default=None, help="Host name clients are told to connect to.")
-@click.option("--advertised-port", type=click.IntRange(1, 65535), default=None, help="Port clients are told to connect to.")
-@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None, help="A server.properties-style file (Kafka keys).")
-@click.option("--flush", type=click.Choice(["always", "never"]), default=None, help="always: acks=all waits for fsync; never: page cache only.  [default: always]")
-@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info", show_default=True)
-def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush, log_level) -> None:
+@click.option("--host", default=None, envvar="MINIBROKER_HOST", show_envvar=True,
+              help="Address to listen on (0.0.0.0: every interface).  [default: 127.0.0.1]")
+@click.option("--port", type=click.IntRange(0, 65535), default=None, envvar="MINIBROKER_PORT",
+              show_envvar=True, help="TCP port (0 = any free port).  [default: 9092]")
+@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
+              envvar="MINIBROKER_DATA_DIR", show_envvar=True,
+              help="Where the log lives.  [default: ./data]")
+@click.option("--advertised-host", default=None, envvar="MINIBROKER_ADVERTISED_HOST",
+              show_envvar=True,
+              help="Host name clients are told to connect to.  [default: --host, or this "
+                   "machine's host name when --host is 0.0.0.0]")
+@click.option("--advertised-port", type=click.IntRange(1, 65535), default=None,
+              help="Port clients are told to connect to.  [default: --port]")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
+              envvar="MINIBROKER_CONFIG", show_envvar=True,
+              help="A Kafka server.properties file (Kafka keys; flags override it).")
+@click.option("--flush", type=click.Choice(["always", "never"]), default=None,
+              help="always: acks=all waits for fsync; never: page cache only.  [default: always]")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
+              envvar="MINIBROKER_METRICS_PORT", show_envvar=True,
+              help="Serve Prometheus metrics on http://HOST:PORT/metrics (key metrics.port).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info",
+              envvar="MINIBROKER_LOG_LEVEL", show_envvar=True, show_default=True)
+@click.option("--log-format", type=click.Choice(logsetup.FORMATS), default="text",
+              envvar="MINIBROKER_LOG_FORMAT", show_envvar=True, show_default=True,
+              help="One line per event, as text or JSON.")
+def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush,
+          metrics_port, log_level, log_format) -> None:
     """Run the broker until SIGINT or SIGTERM."""
-    logging.basicConfig(
-        level=log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logsetup.configure(log_level, log_format)
     try:
         properties = read_properties(config_file) if config_file else {}
         config = build_config(
@@ -49,15 +75,20 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
             advertised_host=advertised_host,
             advertised_port=advertised_port,
             flush=flush,
+            metrics_port=metrics_port,
         )
+        if config.host in WILDCARD_HOSTS and config.advertised_host is None:
+            # 127.0.0.1 would send every remote client to itself; Kafka advertises the host name.
+            config = dataclasses.replace(config, advertised_host=socket.gethostname())
         _check_data_dir(config.data_dir)
     except ConfigError as exc:
-        raise click.UsageError(str(exc)) from None
+        click.echo(f"minibroker: error: {exc}", err=True)  # one line, no usage text
+        sys.exit(2)
     run_broker(config)
 
 
 def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = None) -> None:
-    """Serve ``config`` until SIGINT/SIGTERM, with the start-up lines ``serve`` prints.
+    """Serve ``config`` until SIGINT/SIGTERM, logging listeners, data dir and recovery first.
 
     ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
     """
@@ -67,18 +98,14 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         recovered = broker.logs.recovered
         truncated = sum(r.truncated_bytes for r in recovered)
         unclean = sum(not r.clean for r in recovered)
-        click.echo(
-            f"minibroker: data dir {config.data_dir.resolve()} "
-            f"({len(broker.logs.topics())} topics, {len(recovered)} partitions recovered"
-            f"{f', {unclean} after an unclean shutdown, {truncated} bytes truncated' if unclean else ''}); "
-            f"flush={config.log.flush}",
-            err=True,
+        log.info(
+            "data dir %s (%d topics, %d partitions recovered%s); flush=%s",
+            config.data_dir.resolve(), len(broker.logs.topics()), len(recovered),
+            f", {unclean} after an unclean shutdown, {truncated} bytes truncated" if unclean else "",
+            config.log.flush,
         )
         adv_host, adv_port = broker.config.advertised
-        click.echo(
-            f"minibroker: listening on {config.host}:{port} (advertised {adv_host}:{adv_port})",
-            err=True,
-        )
+        log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
     from broker.data_dir_lock import DataDirLocked
 
@@ -91,7 +118,7 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         error = _first_os_error(exc)
         if error is None:
             raise
-        click.echo(f"minibroker: error: {error.strerror or error} ({config.host}:{config.port})", err=True)
+        log.error("%s (%s:%s)", error.strerror or error, config.host, config.port)
         sys.exit(1)
 
 
@@ -140,6 +167,8 @@ def _first_os_error(exc: BaseException) -> OSError | None:
 
 
 def _check_data_dir(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"data dir {path} exists and is not a directory")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -151,17 +180,15 @@ def _check_data_dir(path: Path) -> None:
 
 
 def _add_tool_commands() -> None:
-    """The client tools (topics, produce, consume, groups) and the transactions admin commands.
+    """The client tools (topics, produce, consume, groups, transactions, ...), all on client/.
 
     This module is the composition root of the ``minibroker`` command, so it is the one place in
     broker/ that may import the client package (tests/unit/test_layering.py allows exactly this).
     """
-    from broker.txn_cli import transactions
     from client.cli import COMMANDS
 
     for command in COMMANDS:
         main.add_command(command)
-    main.add_command(transactions)
 
 
 _add_tool_commands()

@@ -9,17 +9,31 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker.log.topic_config import BROKER_KEYS, LogConfig
+from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000
+_log = logging.getLogger("minibroker.config")
 
 
 class ConfigError(ValueError):
     """A configuration key or value that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Listener:
+    """One more address to listen on (Kafka's ``listeners``), with what its clients are told."""
+
+    name: str
+    host: str
+    port: int
+    advertised_host: str | None = None
+    advertised_port: int | None = None
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,10 @@ class BrokerConfig:
     transactional_id_expiration_ms: int = 7 * DAY_MS
     transaction_state_log_num_partitions: int = 50
     transaction_abort_timed_out_interval_ms: int = 10_000
+    # The finalized level of the transaction.version feature (KIP-890 part 2): 2 (the default)
+    # lets clients end every transaction with an epoch bump (EndTxn v5, Produce v12); 1 keeps
+    # the epoch across transactions (what Kafka 3.x does).
+    transaction_version: int = 2
     offsets_topic_num_partitions: int = 50
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
@@ -48,6 +66,11 @@ class BrokerConfig:
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
+    # Listeners after the first (Kafka's ``listeners=A://...,B://...``): e.g. an internal one
+    # advertised under a container name and an external one advertised as localhost.
+    extra_listeners: tuple[Listener, ...] = ()
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None  # Prometheus text format on http://host:port/metrics
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -66,6 +89,12 @@ def _bool(value: str) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
+def _transaction_version(value: str) -> int:
+    if value.strip() not in ("1", "2"):
+        raise ValueError("expected 1 or 2")
+    return int(value)
+
+
 def _flush(value: str) -> str:
     if value not in ("always", "never"):
         raise ValueError(f"expected 'always' or 'never', got {value!r}")
@@ -74,9 +103,9 @@ def _flush(value: str) -> str:
 
 # Kafka property -> (BrokerConfig field or "log.<LogConfig field>", parser, minimum for ints)
 _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
-    "listeners.host": ("host", str, None),
+    "host.name": ("host", str, None),
     "port": ("port", int, 0),
-    "advertised.host": ("advertised_host", str, None),
+    "advertised.host.name": ("advertised_host", str, None),
     "advertised.port": ("advertised_port", int, 1),
     "log.dirs": ("data_dir", Path, None),
     "log.dir": ("data_dir", Path, None),
@@ -104,10 +133,34 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
         1,
     ),
     "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int, 1),
+    "transaction.version": ("transaction_version", _transaction_version, None),
     "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 0),
     "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 0),
     "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),
+    "metrics.port": ("metrics_port", int, 0),
+    "metrics.host": ("metrics_host", str, None),
 }
+
+# Kafka keys that are valid in a real server.properties but mean nothing to a single node without
+# replication, ZooKeeper, KRaft or SASL: accepted with one warning line each.
+IGNORED_KAFKA_KEYS = frozenset({
+    "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
+    "num.network.threads", "num.io.threads", "num.replica.fetchers", "background.threads",
+    "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
+    "num.recovery.threads.per.data.dir", "offsets.topic.replication.factor",
+    "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
+    "default.replication.factor", "min.insync.replicas", "unclean.leader.election.enable",
+    "delete.topic.enable", "log.flush.interval.messages", "log.flush.interval.ms",
+    "log.flush.scheduler.interval.ms", "log.cleaner.enable", "log.cleaner.threads",
+    "replica.lag.time.max.ms", "auto.leader.rebalance.enable", "confluent.support.metrics.enable",
+    "metadata.log.dir", "security.inter.broker.protocol", "sasl.enabled.mechanisms",
+    "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users",
+    "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
+    "share.coordinator.state.topic.min.isr",
+})
+_RETENTION_UNITS = {"log.retention.minutes": 60_000, "log.retention.hours": 3_600_000}
 
 # Broker defaults of the remaining topic configs (cleanup policy, compaction, timestamp type):
 # parsed and checked by the topic-config table itself.
@@ -125,30 +178,99 @@ def property_values(config: BrokerConfig) -> dict[str, object]:
 
 
 def read_properties(path: Path) -> dict[str, str]:
-    """Parse a ``key=value`` file (``#`` comments, blank lines ignored)."""
+    """Read a Kafka ``server.properties`` file (Java properties syntax, see ``parse_properties``)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    props: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith(("#", "!")):
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not UTF-8 text") from None
+    try:
+        return parse_properties(text, str(path))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, int]]:
+    """``PLAINTEXT://host:port,NAME://:port`` -> ``[(name, host, port)]`` (empty host: all
+    interfaces, as in Kafka)."""
+    result = []
+    for item in value.split(","):
+        item = item.strip()
+        if not item:
             continue
-        key, sep, value = line.partition("=")
-        if not sep:
-            raise ConfigError(f"{path}:{number}: expected key=value, got {line!r}")
-        props[key.strip()] = value.strip()
-    return props
+        name, sep, address = item.partition("://")
+        host, colon, port = address.rpartition(":")
+        if not sep or not colon or not port.isdigit() or int(port) > 65535:
+            raise ConfigError(f"invalid value for {key}: {item!r} is not NAME://host:port")
+        if not name.isidentifier():
+            raise ConfigError(f"invalid value for {key}: listener name {name!r}")
+        result.append((name.upper(), host.strip("[]") or "0.0.0.0", int(port)))
+    if not result:
+        raise ConfigError(f"invalid value for {key}: no listener")
+    return result
+
+
+def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None:
+    """Kafka's ``listeners`` / ``advertised.listeners``: the first listener is host/port, the
+    others become ``extra_listeners``; each is advertised as its ``advertised.listeners`` entry of
+    the same name."""
+    listeners = parse_listeners(properties.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    controller_names = {
+        n.strip().upper() for n in properties.get("controller.listener.names", "").split(",")
+    }
+    listeners = [item for item in listeners if item[0] not in controller_names]
+    if not listeners:
+        raise ConfigError("invalid value for listeners: only controller listeners")
+    advertised: dict[str, tuple[str, int]] = {}
+    if "advertised.listeners" in properties:
+        for name, host, port in parse_listeners(properties["advertised.listeners"],
+                                                "advertised.listeners"):
+            if name not in {n for n, _, _ in listeners}:
+                raise ConfigError(
+                    f"invalid value for advertised.listeners: {name} is not in listeners"
+                )
+            advertised[name] = (host, port)
+    (name, host, port), *rest = listeners
+    if "listeners" in properties:
+        top["host"], top["port"] = host, port
+    if name in advertised:
+        top["advertised_host"], top["advertised_port"] = advertised[name]
+    extra = []
+    for name, host, port in rest:
+        adv_host, adv_port = advertised.get(name, (None, None))
+        extra.append(Listener(name, host, port, adv_host, adv_port))
+    top["extra_listeners"] = tuple(extra)
 
 
 def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}
+    _apply_listeners(properties, top)
+    retention_unit = 0
+    ignored = sorted(key for key in properties if key in IGNORED_KAFKA_KEYS)
+    if ignored:
+        _log.warning("ignored %d Kafka config key(s) that mean nothing to a single minibroker "
+                     "node: %s", len(ignored), ", ".join(ignored))
     for key, raw in properties.items():
+        if key in ("listeners", "advertised.listeners") or key in IGNORED_KAFKA_KEYS:
+            continue
+        if key in _RETENTION_UNITS:
+            # log.retention.ms wins over .minutes, which wins over .hours (as in Kafka).
+            if "log.retention.ms" in properties or (
+                retention_unit and _RETENTION_UNITS[key] > retention_unit
+            ):
+                continue
+            try:
+                log["retention_ms"] = int(raw) * _RETENTION_UNITS[key]
+            except ValueError:
+                raise ConfigError(f"invalid value for {key}: {raw!r} is not an integer") from None
+            retention_unit = _RETENTION_UNITS[key]
+            continue
         if key not in _PROPERTIES:
-            hint = difflib.get_close_matches(key, _PROPERTIES, n=1)
+            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_RETENTION_UNITS, "listeners"]
+            hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ConfigError(f"unknown config key {key!r}{suffix}")
         name, parse, minimum = _PROPERTIES[key]

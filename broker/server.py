@@ -22,6 +22,7 @@ from broker.app import build_broker, build_dispatcher
 from broker.config import BrokerConfig
 from broker.context import Broker
 from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.peer import Peer, set_peer
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
 from protocol.framing import FrameDecoder
@@ -43,29 +44,54 @@ async def serve(
     owned = broker is None
     broker = broker or build_broker(config)
     dispatcher = build_dispatcher(broker)
+    extra: list = []
     try:
-        listener = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
-        listener.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
-        await listener.bind((config.host, config.port))
-        listener.listen(128)
+        listener = await _bind(config.host, config.port)
         port = listener.getsockname()[1]
         if config.port == 0 and config.advertised_port is None:
             # An ephemeral port: tell clients the port we actually got.
             broker.config = dataclasses.replace(config, advertised_port=port)
+        # Kafka's other listeners (e.g. an external one beside the internal): each tells its
+        # clients its own advertised address.
+        for spec in config.extra_listeners:
+            sock = await _bind(spec.host, spec.port)
+            bound = sock.getsockname()[1]
+            host = spec.advertised_host or (
+                spec.host if spec.host not in ("0.0.0.0", "::", "") else config.advertised[0]
+            )
+            extra.append((sock, (host, spec.advertised_port or bound)))
+            log.info("listener %s on %s:%d (advertised %s:%d)", spec.name, spec.host, bound,
+                     host, spec.advertised_port or bound)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
+            for sock, advertised in extra:
+                nursery.start_soon(_accept_loop, sock, broker, dispatcher, nursery, advertised)
             task_status.started(port)
             with listener:
                 await _accept_loop(listener, broker, dispatcher, nursery)
     finally:
+        for sock, _ in extra:
+            sock.close()
         if owned:
             broker.close()
 
 
+async def _bind(host: str, port: int):
+    listener = trio.socket.socket(stdsocket.AF_INET, stdsocket.SOCK_STREAM)
+    listener.setsockopt(stdsocket.SOL_SOCKET, stdsocket.SO_REUSEADDR, 1)
+    await listener.bind((host, port))
+    listener.listen(128)
+    return listener
+
+
 async def _accept_loop(
-    listener, broker: Broker, dispatcher: Dispatcher, nursery: trio.Nursery
+    listener,
+    broker: Broker,
+    dispatcher: Dispatcher,
+    nursery: trio.Nursery,
+    advertised: tuple[str, int] | None = None,
 ) -> None:
     while True:
         try:
@@ -79,7 +105,7 @@ async def _accept_loop(
         raw = stdsocket.socket(fileno=sock.detach())
         raw.setblocking(False)
         raw.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
-        nursery.start_soon(_serve_connection, _Socket(raw), broker, dispatcher)
+        nursery.start_soon(_serve_connection, _Socket(raw), broker, dispatcher, advertised)
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -107,7 +133,13 @@ async def _transaction_housekeeping(broker: Broker) -> None:
             log.exception("transaction housekeeping failed")  # retried at the next interval
 
 
-async def _serve_connection(sock: _Socket, broker: Broker, dispatcher: Dispatcher) -> None:
+async def _serve_connection(
+    sock: _Socket,
+    broker: Broker,
+    dispatcher: Dispatcher,
+    advertised: tuple[str, int] | None = None,
+) -> None:
+    set_peer(Peer("/" + sock.peer_host(), advertised))  # this task's requests (broker/peer.py)
     connection = _Connection(sock, broker, dispatcher)
     try:
         async with trio.open_nursery() as nursery:
@@ -169,6 +201,12 @@ class _Socket:
                 else:
                     views[0] = first[sent:]
                     sent = 0
+
+    def peer_host(self) -> str:
+        try:
+            return str(self.raw.getpeername()[0])
+        except OSError:
+            return "?"
 
     def peer_name(self) -> str:
         try:

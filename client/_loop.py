@@ -4,12 +4,19 @@ The thread's main task enters the engine's ``async with`` and waits until ``stop
 blocking call is ``trio.from_thread.run`` with the loop's token, so the facades may be used from
 several threads at once (calls are serialised onto the loop). Calling a blocking method from the
 loop thread itself (say, from a delivery callback) would deadlock and raises instead.
+
+asyncio: the engines run on trio and refuse to start under asyncio (``require_trio``) with a
+message saying what to use instead. The blocking facades work from any thread, but a blocking call
+made from a thread that runs an asyncio event loop stalls that loop: the first such call warns
+(``RuntimeWarning``) and names the way out (``asyncio.to_thread``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
+import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -18,6 +25,25 @@ import trio
 from client.errors import IllegalStateError, KafkaTimeoutError
 
 T = TypeVar("T")
+
+
+def asyncio_running() -> bool:
+    """Whether the calling thread is running an asyncio event loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def require_trio(engine: str, facade: str) -> None:
+    """Refuse to start the trio engine ``engine`` inside asyncio, naming what works there."""
+    if asyncio_running():
+        raise IllegalStateError(
+            f"{engine} runs on trio and cannot be used from asyncio. Under asyncio use the "
+            f"blocking client.{facade} from a worker thread (await asyncio.to_thread(...)), "
+            f"or run this code with trio.run()."
+        )
 
 
 class LoopThread:
@@ -31,6 +57,7 @@ class LoopThread:
         self._stop: trio.Event | None = None
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._stopped = False
+        self._warned_asyncio = False
 
     def start(self) -> None:
         self._thread.start()
@@ -87,6 +114,15 @@ class LoopThread:
             raise IllegalStateError(
                 "blocking client methods cannot be called from the client's own thread "
                 "(a callback); use the Async* API there"
+            )
+        if not self._warned_asyncio and asyncio_running():
+            self._warned_asyncio = True
+            warnings.warn(
+                f"a blocking {self._thread.name} call from inside a running asyncio event "
+                "loop stalls that loop until it returns; call it through "
+                "`await asyncio.to_thread(...)` (or loop.run_in_executor)",
+                RuntimeWarning,
+                stacklevel=4,
             )
 
     def stop(self) -> None:

@@ -94,6 +94,12 @@ class Admin:
             None if partitions is None else list(partitions),
         )
 
+    def list_offsets(
+        self, specs: Mapping[tuple[str, int], int], read_committed: bool = True
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Per partition a timestamp in ms, -1 (latest) or -2 (earliest) -> (offset, timestamp)."""
+        return self._loop.call(self._engine.list_offsets, dict(specs), read_committed)
+
     def list_transactions(
         self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
     ) -> list[TransactionListing]:

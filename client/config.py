@@ -15,6 +15,9 @@ Rules (the seeds quote the Java client's ``ConfigException`` messages; ours are 
   a conflicting explicit value turns idempotence off (Kafka 3.x behaviour), and unset values take
   the defaults idempotence needs (acks=all, retries=MAX_INT, in-flight 5).
 - ``transactional.id`` requires idempotence: ``enable.idempotence=false`` beside it is an error.
+- librdkafka's names of the same settings (``queue.buffering.max.ms`` for ``linger.ms``,
+  ``metadata.broker.list``, ``message.timeout.ms``, ``auto.offset.reset=smallest``...) are
+  accepted; librdkafka settings without an equal here are refused naming what to use instead.
 - ``delivery.timeout.ms >= linger.ms + request.timeout.ms``; a consumer's
   ``heartbeat.interval.ms < session.timeout.ms``; ``enable.auto.commit=true`` needs a group.id.
 """
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from client.errors import ConfigError
+from protocol.records import codec_import, missing_codec
 
 INT32_MAX = 2**31 - 1
 
@@ -149,10 +153,16 @@ def parse_bootstrap_servers(value: Any) -> tuple[tuple[str, int], ...]:
 
 def _compression(value: Any) -> str:
     codec = _choice("none", "gzip", "snappy", "lz4", "zstd")(value)
-    module = {"snappy": "snappy", "lz4": "lz4.frame", "zstd": "zstandard"}.get(codec)
-    if module is not None and importlib.util.find_spec(module.split(".")[0]) is None:
-        raise ValueError(f"{codec} needs the Python package {module.split('.')[0]}")
+    needed = codec_import(codec)
+    if needed is not None and importlib.util.find_spec(needed[0].split(".")[0]) is None:
+        raise ValueError(missing_codec(codec))
     return codec
+
+
+def _serializer(value: Any) -> Callable[[Any], Any] | None:
+    if value is None or callable(value):
+        return value
+    raise ValueError("expected a callable taking the key or value and returning bytes")
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,8 @@ _OPTIONS: tuple[Option, ...] = (
     Option("max.request.size", _int_range(1), 1_048_576, (PRODUCER,), "largest Produce request"),
     Option("buffer.memory", _int_range(1), 33_554_432, (PRODUCER,), "send() blocks above this"),
     Option("max.block.ms", _int_range(0), 60_000, (PRODUCER,), "longest send()/metadata block"),
+    Option("key.serializer", _serializer, None, (PRODUCER,), "callable: key -> bytes (not None)"),
+    Option("value.serializer", _serializer, None, (PRODUCER,), "callable: value -> bytes"),
     # -- consumer ---------------------------------------------------------------------------------
     Option("group.id", _optional_str, None, (CONSUMER,), "consumer group (subscribe, commits)"),
     Option(
@@ -241,6 +253,50 @@ _OPTIONS: tuple[Option, ...] = (
 
 OPTIONS: dict[str, Option] = {o.key: o for o in _OPTIONS}
 
+# librdkafka (confluent-kafka) names of the same settings: accepted as they are.
+LIBRDKAFKA_ALIASES: dict[str, str] = {
+    "metadata.broker.list": "bootstrap.servers",
+    "queue.buffering.max.ms": "linger.ms",
+    "message.timeout.ms": "delivery.timeout.ms",
+    "request.required.acks": "acks",
+    "message.send.max.retries": "retries",
+    "compression.codec": "compression.type",
+    "message.max.bytes": "max.request.size",
+    "fetch.wait.max.ms": "fetch.max.wait.ms",
+    "fetch.message.max.bytes": "max.partition.fetch.bytes",
+    "max.in.flight": "max.in.flight.requests.per.connection",
+}
+
+# librdkafka settings with no equal here: refused, naming what to use instead.
+LIBRDKAFKA_REFUSED: dict[str, str] = {
+    "queue.buffering.max.kbytes": "use buffer.memory (in bytes)",
+    "queue.buffering.max.messages": "the buffer is bounded in bytes: use buffer.memory",
+    "batch.num.messages": "batches are bounded in bytes: use batch.size",
+    "socket.timeout.ms": "use request.timeout.ms",
+    "enable.auto.offset.store": "commit explicit offsets with commit(offsets) instead",
+    "enable.partition.eof": "compare position() with end_offsets() instead",
+    "statistics.interval.ms": "no statistics callback; use the broker's metrics",
+    "debug": "use Python logging (loggers client.*)",
+    "api.version.request": "versions are always negotiated with ApiVersions",
+    "topic.metadata.refresh.interval.ms": "use metadata.max.age.ms",
+    "reconnect.backoff.max.ms": "use reconnect.backoff.ms",
+    "queued.min.messages": "prefetching is bounded by max.partition.fetch.bytes",
+    "queued.max.messages.kbytes": "prefetching is bounded by max.partition.fetch.bytes",
+    "dr_cb": "pass on_delivery to send()",
+    "dr_msg_cb": "pass on_delivery to send()",
+    "error_cb": "errors are raised by the calls (and delivery futures)",
+    "on_delivery": "pass on_delivery to send()",
+}
+
+# librdkafka spellings of auto.offset.reset values.
+_OFFSET_RESET_ALIASES = {
+    "smallest": "earliest",
+    "beginning": "earliest",
+    "largest": "latest",
+    "end": "latest",
+    "error": "none",
+}
+
 
 class ClientConfig(Mapping[str, Any]):
     """A validated configuration: every key of the role, defaults filled in. Read-only.
@@ -273,7 +329,18 @@ def _parse(role: str, conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], f
         raise ConfigError(f"configuration must be a dict of Kafka keys, not {type(conf).__name__}")
     role_keys = [o.key for o in _OPTIONS if role in o.roles]
     values: dict[str, Any] = {}
+    given = set(conf)
     for key, raw in conf.items():
+        if key in LIBRDKAFKA_REFUSED:
+            raise ConfigError(
+                f"{key!r} (a librdkafka setting) is not supported: {LIBRDKAFKA_REFUSED[key]}"
+            )
+        if key in LIBRDKAFKA_ALIASES:
+            alias, key = key, LIBRDKAFKA_ALIASES[key]
+            if key in given:
+                raise ConfigError(f"{alias!r} and {key!r} are the same setting: give only one")
+        if key == "auto.offset.reset" and isinstance(raw, str):
+            raw = _OFFSET_RESET_ALIASES.get(raw.strip().lower(), raw)
         option = OPTIONS.get(key) if isinstance(key, str) else None
         if option is None:
             hint = difflib.get_close_matches(str(key), role_keys, n=1, cutoff=0.6)

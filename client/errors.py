@@ -445,6 +445,44 @@ class TransactionalIdNotFoundError(BrokerResponseError):
     code = ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
 
+class MemberIdRequiredError(BrokerResponseError):
+    """JoinGroup v4+: the coordinator gave this member its id (in the response); join again
+    with it (KIP-394). The consumer does so itself."""
+
+    code = ErrorCode.MEMBER_ID_REQUIRED
+
+
+class FencedInstanceIdError(BrokerResponseError):
+    """Another member joined with the same ``group.instance.id`` (static membership)."""
+
+    code = ErrorCode.FENCED_INSTANCE_ID
+
+
+class GroupMaxSizeReachedError(BrokerResponseError):
+    code = ErrorCode.GROUP_MAX_SIZE_REACHED
+
+
+def _class_name(code: ErrorCode) -> str:
+    name = "".join(part.capitalize() for part in code.name.split("_"))
+    name = name.removesuffix("Exception") + "Error"
+    # A client-side class of the same name exists (TransactionAbortableError).
+    return name if name not in globals() else name.removesuffix("Error") + "ResponseError"
+
+
+def _define_remaining_classes() -> None:
+    """One class for every code the classes above do not cover, named after the code
+    (``ELECTION_NOT_NEEDED`` -> ``ElectionNotNeededError``), so that every code Kafka defines has
+    its name, its retriable flag and a class to catch."""
+    for code in ErrorCode:
+        if code is ErrorCode.NONE or code in _BY_CODE:
+            continue
+        name = _class_name(code)
+        globals()[name] = type(name, (BrokerResponseError,), {"code": code, "__module__": __name__})
+
+
+_define_remaining_classes()
+
+
 def for_code(code: int) -> type[BrokerResponseError]:
     """The exception class for a wire error code (``BrokerResponseError`` for unknown codes)."""
     try:

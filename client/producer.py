@@ -33,7 +33,7 @@ from typing import Any
 
 from client._loop import LoopThread
 from client.accumulator import DeliveryCallback, DeliveryFuture, Headers
-from client.aio.producer import AsyncProducer
+from client.aio.producer import AsyncProducer, check_topic
 from client.errors import KafkaTimeoutError
 from client.structs import ConsumerGroupMetadata, OffsetAndMetadata, TransactionHandle
 
@@ -70,6 +70,7 @@ class Producer:
         """Queue a record and return at once (blocks only for a new topic's metadata, or while
         ``buffer.memory`` is full). ``on_delivery(error, metadata)`` runs on the client thread."""
         engine = self._engine
+        check_topic(topic)
         count = engine._cluster.partition_count(topic)
         if count is None:
             count = self._loop.call(engine.wait_for_topic, topic)

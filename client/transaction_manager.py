@@ -12,6 +12,7 @@ The states are the Java client's (``TransactionManager.State``) plus HANDED_OFF:
     IN_TRANSACTION --commit_transaction--> COMMITTING_TRANSACTION --EndTxn ok--> READY
     IN_TRANSACTION / ABORTABLE_ERROR --abort_transaction--> ABORTING_TRANSACTION --EndTxn ok--> READY
     ABORTING_TRANSACTION --(epoch bump needed)--> INITIALIZING --InitProducerId v3 ok--> READY
+    COMMITTING_TRANSACTION --(EndTxn timed out once, version 1)--> INITIALIZING (the same bump)
     IN_TRANSACTION / COMMITTING / ABORTING --abortable error--> ABORTABLE_ERROR
     any --fatal error--> FATAL_ERROR (terminal: every transactional call raises)
     IN_TRANSACTION --transaction_handle()--> HANDED_OFF (terminal: another process ends it)
@@ -56,7 +57,7 @@ S = TxnState
 # Each state, and the states it may be entered from. FATAL_ERROR may be entered from any state.
 VALID_PREVIOUS: dict[TxnState, frozenset[TxnState]] = {
     S.UNINITIALIZED: frozenset(),
-    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.ABORTING_TRANSACTION}),
+    S.INITIALIZING: frozenset({S.UNINITIALIZED, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
     S.READY: frozenset({S.INITIALIZING, S.COMMITTING_TRANSACTION, S.ABORTING_TRANSACTION}),
     S.IN_TRANSACTION: frozenset({S.READY}),
     S.COMMITTING_TRANSACTION: frozenset({S.IN_TRANSACTION}),
@@ -84,6 +85,10 @@ class TransactionManager:
         self.partitions: set[TopicPartition] = set()  # added to the transaction at the coordinator
         self.pending_partitions: set[TopicPartition] = set()  # waiting for AddPartitionsToTxn
         self.groups: set[str] = set()  # AddOffsetsToTxn done for these groups
+        # Transaction version 2 (KIP-890 part 2), decided at init_transactions from what the
+        # coordinator finalizes: partitions join with their first Produce (v12), and every EndTxn
+        # (v5) bumps the epoch, so a request of an ended transaction can never act on a later one.
+        self.tv2 = False
 
     @property
     def is_transactional(self) -> bool:
@@ -178,6 +183,9 @@ class TransactionManager:
         """Note that ``tp`` gets records in this transaction; True if the coordinator must be told."""
         if tp in self.partitions or tp in self.pending_partitions:
             return False
+        if self.tv2:
+            self.partitions.add(tp)  # the broker adds it with the first batch (Produce v12)
+            return False
         self.pending_partitions.add(tp)
         return True
 
@@ -219,6 +227,13 @@ class TransactionManager:
         if self.state is TxnState.ABORTING_TRANSACTION:
             return  # resuming an abort that timed out
         self.transition(TxnState.ABORTING_TRANSACTION)
+
+    def epoch_bumped(self, producer_id: int, producer_epoch: int) -> None:
+        """EndTxn v5 answered the producer id and epoch of the next transaction (the epoch + 1,
+        or a new producer id at epoch 0 once the epoch is exhausted)."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.needs_epoch_bump = False  # the bump restarted every sequence already
 
     def transaction_completed(self) -> None:
         """EndTxn succeeded (or was not needed)."""

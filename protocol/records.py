@@ -346,6 +346,20 @@ _CODEC_PACKAGES = {
     Compression.ZSTD: ("zstandard", "zstandard"),
 }
 
+
+def codec_import(name: str) -> tuple[str, str] | None:
+    """``(module to import, PyPI package)`` of codec ``name`` (snappy, lz4, zstd); None: gzip
+    and none need nothing."""
+    codec = {"snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+    return _CODEC_PACKAGES[codec[name]] if name in codec else None
+
+
+def missing_codec(name: str) -> str:
+    """The one message for a codec whose optional package is not installed."""
+    package = codec_import(name)[1]  # type: ignore[index]
+    return (f"compression {name} needs the PyPI package {package}: "
+            f"pip install {package} (or the minibroker[compression] extra)")
+
 # xerial snappy framing, which Kafka's Java producer writes: magic, version 1, compatible 1,
 # then (int32 compressed length, snappy block) per block of up to 32 KiB of input.
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
@@ -368,9 +382,7 @@ def _compress(codec: Compression, data: bytes | bytearray) -> bytes:
         return zlib.compress(data, -1, 31)
     module = _codec_module(codec)
     if module is None:
-        raise ValueError(
-            f"compression {codec.name.lower()} needs package {_CODEC_PACKAGES[codec][1]}"
-        )
+        raise ValueError(missing_codec(codec.name.lower()))
     if codec == Compression.SNAPPY:
         parts = [_XERIAL_HEADER]
         view = memoryview(data)
@@ -452,8 +464,7 @@ def _decompress(codec: Compression, data: memoryview, limit: int | None = None) 
         module = _codec_module(codec)
         if module is None:
             raise CorruptFrameError(
-                f"record batch compressed with {codec.name.lower()}, which needs package "
-                f"{_CODEC_PACKAGES[codec][1]}"
+                f"record batch can not be decompressed: {missing_codec(codec.name.lower())}"
             )
     try:
         if codec == Compression.GZIP:

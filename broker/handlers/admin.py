@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles
 from broker.topics import INTERNAL_TOPICS
@@ -24,7 +25,7 @@ def api_versions(broker: Broker, header, request) -> dict:
 @handles(ApiKey.METADATA, 4)
 def metadata(broker: Broker, header, request) -> dict:
     node = broker.config.node_id
-    host, port = broker.config.advertised
+    host, port = peer.advertised(broker.config.advertised)
     if request.topics is None:
         names = sorted(broker.logs.topics())
         allow_create = False

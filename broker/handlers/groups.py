@@ -8,14 +8,12 @@ may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: th
 
 from __future__ import annotations
 
+from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-
-# The handlers do not see the peer address; DescribeGroups shows this as the client host.
-UNKNOWN_CLIENT_HOST = ""
 
 
 def _join_response(result: JoinResult) -> dict:
@@ -37,7 +35,7 @@ def _sync_response(result: SyncResult) -> dict:
 @handles(ApiKey.JOIN_GROUP, 2)
 def join_group(broker: Broker, header, request):
     result = broker.groups.join_group(
-        header.client_id or "", UNKNOWN_CLIENT_HOST, request, broker.clock.now_ms()
+        header.client_id or "", peer.client_host(), request, broker.clock.now_ms()
     )
     return reply(result, _join_response)
 

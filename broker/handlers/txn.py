@@ -8,6 +8,7 @@ the transaction log answer once the change is durable (a ``Deferred`` reply).
 
 from __future__ import annotations
 
+from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
@@ -21,7 +22,7 @@ COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
     Metadata (PROTOCOL.md section 7.2)."""
-    host, port = broker.config.advertised
+    host, port = peer.advertised(broker.config.advertised)
     if request.key_type not in COORDINATOR_KEY_TYPES:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "error_message": f"unknown key type {request.key_type}",

@@ -63,6 +63,11 @@ class TxnTransition:
     partitions: frozenset[TopicPartition]
     txn_start_ms: int  # when the first partition joined the current transaction; -1 if none
     txn_last_update_ms: int
+    # Transaction version 2 (KIP-890 part 2): the producer id the client continues with once a
+    # Prepare that exhausted the epoch completes; -1 otherwise.
+    next_producer_id: int = NO_PRODUCER_ID
+    # The transaction version the last EndTxn spoke (1, or 2: that EndTxn bumped the epoch).
+    txn_version: int = 1
 
 
 @dataclass(eq=False)
@@ -79,13 +84,15 @@ class TxnMetadata:
     partitions: frozenset[TopicPartition]
     txn_start_ms: int
     txn_last_update_ms: int
+    next_producer_id: int = NO_PRODUCER_ID
+    txn_version: int = 1
     pending: TxnTransition | None = field(default=None)
 
     @classmethod
     def from_transition(cls, t: TxnTransition) -> TxnMetadata:
         return cls(t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
                    t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions,
-                   t.txn_start_ms, t.txn_last_update_ms)
+                   t.txn_start_ms, t.txn_last_update_ms, t.next_producer_id, t.txn_version)
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -104,6 +111,8 @@ class TxnMetadata:
             partitions=self.partitions,
             txn_start_ms=self.txn_start_ms,
             txn_last_update_ms=now_ms,
+            next_producer_id=self.next_producer_id,
+            txn_version=self.txn_version,
         )
         values.update(changes)
         return TxnTransition(**values)
@@ -165,6 +174,8 @@ class TransactionCoordinator:
         md.partitions = transition.partitions
         md.txn_start_ms = transition.txn_start_ms
         md.txn_last_update_ms = transition.txn_last_update_ms
+        md.next_producer_id = transition.next_producer_id
+        md.txn_version = transition.txn_version
 
     def abandon(self, transition: TxnTransition) -> None:
         """Drop a pending transition that could not be persisted; the metadata is unchanged."""
@@ -318,17 +329,58 @@ class TransactionCoordinator:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
+        bump_epoch: bool = False,
     ) -> TxnTransition | None:
         """EndTxn: PrepareCommit / PrepareAbort from Ongoing. None: the transaction already
         completed with this outcome (a retry). Raises INVALID_REQUEST,
         INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (the same
-        outcome is being written) or INVALID_TXN_STATE (no transaction, or the other outcome)."""
+        outcome is being written) or INVALID_TXN_STATE (no transaction, or the other outcome).
+
+        ``bump_epoch`` is transaction version 2 (EndTxn v5): the Prepare record carries the epoch
+        + 1 (the markers are written with it, so everything the old epoch still has in flight is
+        fenced), or, when the epoch is exhausted, the last epoch and a fresh ``next_producer_id``
+        that Complete switches to at epoch 0. Either way ``last_producer_id/last_producer_epoch``
+        keep the request's pair, so that a retry of this EndTxn (the answer lost) is recognised
+        while the id is still in Prepare*/Complete* and answered with the new pair
+        (``producer_after_end``); once the next transaction has started, the old pair is fenced.
+        """
+        wanted = "commit" if commit else "abort"
+        if bump_epoch:
+            md = self._txns.get(transactional_id) if transactional_id else None
+            if (md is not None and md.pending is None and md.txn_version == 2
+                    and md.state in _ENDED_STATES
+                    and (producer_id, producer_epoch) == (md.last_producer_id,
+                                                          md.last_producer_epoch)
+                    and (producer_id, producer_epoch) != (md.producer_id, md.producer_epoch)):
+                # A retry of the EndTxn that ended the current (or just completed) transaction.
+                if _outcome_is_commit(md.state) != commit:
+                    raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                                     f"cannot {wanted} {transactional_id!r}: it was "
+                                     f"{'committed' if commit is False else 'aborted'}")
+                if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                    raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                     f"the {wanted} is being written")
+                return None
         md = self._checked(transactional_id, producer_id, producer_epoch)
         state = md.state
-        wanted = "commit" if commit else "abort"
         if state is TxnState.ONGOING:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
-            return self._prepare(md, md._target(target, now_ms))
+            if not bump_epoch:
+                return self._prepare(md, md._target(target, now_ms, txn_version=1))
+            if md.producer_epoch >= EPOCH_EXHAUSTED:
+                # The last epoch ends this transaction; the client continues with a new id.
+                changes = dict(producer_epoch=INT16_MAX,
+                               next_producer_id=self._next_producer_id())
+            else:
+                changes = dict(producer_epoch=md.producer_epoch + 1)
+            return self._prepare(md, md._target(
+                target, now_ms, last_producer_epoch=md.producer_epoch, txn_version=2, **changes))
+        if md.txn_version == 2 and bump_epoch:
+            # The current epoch belongs to no transaction yet: nothing to end.
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
+            )
         same_complete = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         same_prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         if state is same_complete:
@@ -339,6 +391,16 @@ class TransactionCoordinator:
             ErrorCode.INVALID_TXN_STATE,
             f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
         )
+
+    def producer_after_end(self, transactional_id: str) -> tuple[int, int]:
+        """The producer id and epoch a transaction-version-2 client continues with after the
+        EndTxn that ended the id's last transaction (EndTxn v5's answer)."""
+        md = self._txns.get(transactional_id)
+        if md is None:
+            return NO_PRODUCER_ID, NO_PRODUCER_EPOCH
+        if md.next_producer_id != NO_PRODUCER_ID:
+            return md.next_producer_id, 0
+        return md.producer_id, md.producer_epoch
 
     def prepare_fenced_abort(self, transactional_id: str, now_ms: int) -> TxnTransition | None:
         """The coordinator aborts an Ongoing transaction by itself: bump the epoch
@@ -365,7 +427,15 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS, "a transition is in progress")
         target = (TxnState.COMPLETE_COMMIT if md.state is TxnState.PREPARE_COMMIT
                   else TxnState.COMPLETE_ABORT)
-        return self._prepare(md, md._target(target, now_ms, partitions=frozenset()))
+        if md.next_producer_id != NO_PRODUCER_ID:
+            # Transaction version 2, epoch exhausted: switch to the new producer id at epoch 0;
+            # the old id and the epoch the EndTxn carried stay as "last" for its retries.
+            return self._prepare(md, md._target(
+                target, now_ms, partitions=frozenset(), producer_id=md.next_producer_id,
+                producer_epoch=0, last_producer_id=md.producer_id,
+                next_producer_id=NO_PRODUCER_ID))
+        return self._prepare(md, md._target(target, now_ms, partitions=frozenset(),
+                                            last_producer_id=md.last_producer_id))
 
     def prepare_dead(self, transactional_id: str, now_ms: int) -> TxnTransition | None:
         """Expire an idle id (tombstone). None if it is busy after all."""
@@ -424,6 +494,42 @@ class TransactionCoordinator:
 
     # -- the Produce path (KIP-890 part 1) ---------------------------------------------------
 
+    def prepare_produce(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition,
+        now_ms: int,
+    ) -> TxnTransition | None:
+        """Transaction version 2 (Produce v12): the first transactional batch for a partition adds
+        it to the producer's transaction (starting one if none is Ongoing), as AddPartitionsToTxn
+        did. None: it is in the Ongoing transaction already. Raises INVALID_PRODUCER_ID_MAPPING,
+        INVALID_PRODUCER_EPOCH (a stale epoch: a late batch of an ended transaction, or a zombie),
+        INVALID_TXN_STATE (an epoch the coordinator never handed out) or CONCURRENT_TRANSACTIONS
+        (the previous transaction is still completing)."""
+        md = self._txns.get(transactional_id)
+        if md is None:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"no producer id for {transactional_id!r}")
+        if md.producer_id != producer_id:
+            if producer_id == md.last_producer_id:
+                raise _fenced(f"producer {producer_id} of {transactional_id!r} was replaced")
+            raise KafkaError(
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                f"{transactional_id!r} belongs to producer {md.producer_id}, not {producer_id}",
+            )
+        if producer_epoch < md.producer_epoch:
+            raise _fenced(
+                f"producer {producer_id} epoch {producer_epoch} is older than {md.producer_epoch}"
+            )
+        if producer_epoch > md.producer_epoch:
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{transactional_id!r} has no epoch {producer_epoch} (current "
+                f"{md.producer_epoch})",
+            )
+        if md.state is TxnState.ONGOING and tp in md.partitions and md.pending is None:
+            return None
+        return self.prepare_add_partitions(transactional_id, producer_id, producer_epoch, [tp],
+                                           now_ms)
+
     def verify_produce(
         self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
     ) -> None:
@@ -455,6 +561,14 @@ class TransactionCoordinator:
                 ErrorCode.INVALID_TXN_STATE,
                 f"{tp[0]}-{tp[1]} was not added to the transaction of {transactional_id!r}",
             )
+
+
+_ENDED_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
+                           TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+
+
+def _outcome_is_commit(state: TxnState) -> bool:
+    return state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
 
 
 def _valid_expected_producer(md: TxnMetadata, expected: tuple[int, int]) -> bool:

@@ -350,6 +350,7 @@ class TransactionManager:
         producer_epoch: int,
         commit: bool,
         now_ms: int,
+        bump_epoch: bool = False,
     ) -> ErrorCode | Deferred[ErrorCode]:
         """PrepareCommit/PrepareAbort durable and the markers appended at once; the answer once
         the markers are durable and CompleteCommit/CompleteAbort is appended.
@@ -362,12 +363,12 @@ class TransactionManager:
         if not self.log.available(transactional_id):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, now))
+            transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
             return waiting
         try:
             transition = self.coordinator.prepare_end_txn(
-                transactional_id, producer_id, producer_epoch, commit, now_ms
+                transactional_id, producer_id, producer_epoch, commit, now_ms, bump_epoch
             )
             if transition is None:
                 return ErrorCode.NONE  # a retry: already complete with this outcome
@@ -428,12 +429,18 @@ class TransactionManager:
         )
 
     def verify_produce(
-        self, partition: Partition, records: Any, transactional_id: str | None
+        self, partition: Partition, records: Any, transactional_id: str | None,
+        now_ms: int = 0, add_partition: bool = False,
     ) -> None:
         """KIP-890 part 1: every transactional batch must belong to its producer's Ongoing
         transaction with this partition in it. Raises KafkaError (INVALID_TXN_STATE,
         INVALID_PRODUCER_EPOCH, INVALID_PRODUCER_ID_MAPPING). Malformed batches are left to the
-        partition's own checks."""
+        partition's own checks.
+
+        ``add_partition`` is transaction version 2 (Produce v12): the batch's producer must hold
+        the current epoch, and the partition joins the transaction (durably, before the batch is
+        appended) if it is not in it yet; CONCURRENT_TRANSACTIONS while the previous transaction
+        is still completing (the client retries)."""
         tp = (partition.topic, partition.index)
         checked: set[tuple[int, int]] = set()
         pos, n = 0, len(records)
@@ -448,7 +455,16 @@ class TransactionManager:
                                      "a transactional batch needs a transactional id")
                 key = (header.producer_id, header.producer_epoch)
                 if key not in checked:
-                    self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
+                    if not add_partition:
+                        self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
+                    elif transactional_id in self._completing:
+                        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                         "the previous transaction is completing")
+                    else:
+                        added = self.coordinator.prepare_produce(transactional_id, key[0], key[1],
+                                                                 tp, now_ms)
+                        if added is not None:
+                            self._persist(added, now_ms)
                     checked.add(key)
             if header.length < HEADER_SIZE - LOG_OVERHEAD:
                 return

@@ -14,12 +14,15 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
     key (version 0)
       key_version          int16    0
       transactional_id     string   int16 length + UTF-8
-    value (version 0); a null value is a tombstone: the id expired (state Dead)
-      value_version        int16    0
+    value (version 1; version 0 ends after txn_last_update_ms); a null value is a tombstone:
+    the id expired (state Dead)
+      value_version        int16    1
       producer_id          int64
-      last_producer_id     int64    the producer id before this transition (KIP-360 retries)
+      last_producer_id     int64    the producer id before this transition (KIP-360 retries, and
+                                    the one a transaction-version-2 EndTxn named)
       producer_epoch       int16
-      last_producer_epoch  int16    -1, or the epoch before a client-requested bump
+      last_producer_epoch  int16    -1, or the epoch before a client-requested bump (KIP-360, or
+                                    the one a transaction-version-2 EndTxn named)
       txn_timeout_ms       int32
       state                int8     TxnState id: 0 Empty, 1 Ongoing, 2 PrepareCommit,
                                     3 PrepareAbort, 4 CompleteCommit, 5 CompleteAbort
@@ -30,6 +33,10 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
         partition          int32    (partition_count times)
       txn_start_ms         int64    -1 when no transaction is open
       txn_last_update_ms   int64
+      next_producer_id     int64    -1, or the id a version-2 Prepare that exhausted the epoch
+                                    hands over to at Complete (KIP-890 part 2)
+      txn_version          int8     1, or 2: the last EndTxn bumped the epoch (retries of it
+                                    are recognised by last_producer_id/last_producer_epoch)
 
 Replay at start reads every partition from its log start to its end and keeps the last record of
 each id (a tombstone removes it). The batches were CRC-checked by log recovery; a partition with a
@@ -60,7 +67,7 @@ from protocol.records import decode_batches_untrusted, encode_batch
 SEGMENT_BYTES = 100 * 1024 * 1024
 TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSION = 1  # version 0 (no transaction-version-2 fields) is still read
 _READ_CHUNK = 4 << 20
 
 log = logging.getLogger("minibroker.txn")
@@ -69,6 +76,7 @@ _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
 _TIMES = struct.Struct(">qq")
+_TV2 = struct.Struct(">qb")  # value version 1: next_producer_id, txn_version
 _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
 
 
@@ -108,6 +116,7 @@ def encode_value(t: TxnTransition) -> bytes | None:
         parts.append(_I32.pack(len(partitions)))
         parts.append(struct.pack(f">{len(partitions)}i", *partitions))
     parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
+    parts.append(_TV2.pack(t.next_producer_id, t.txn_version))
     return b"".join(parts)
 
 
@@ -147,7 +156,7 @@ def decode_key(key: bytes) -> str:
 def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
     r = _Reader(value)
     version, pid, last_pid, epoch, last_epoch, timeout, state_id = r.unpack(_VALUE_HEAD)
-    if version != VALUE_VERSION:
+    if version not in (0, VALUE_VERSION):
         raise CorruptTxnLogError(f"unknown value version {version}")
     try:
         state = TxnState(state_id)
@@ -166,8 +175,11 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
             raise CorruptTxnLogError(f"bad partition count {count}")
         partitions.update((topic, p) for p in r.unpack(struct.Struct(f">{count}i")))
     start, last_update = r.unpack(_TIMES)
+    next_pid, txn_version = r.unpack(_TV2) if version >= 1 else (-1, 1)
+    if txn_version not in (1, 2):
+        raise CorruptTxnLogError(f"unknown transaction version {txn_version}")
     return TxnTransition(transactional_id, pid, last_pid, epoch, last_epoch, timeout, state,
-                         frozenset(partitions), start, last_update)
+                         frozenset(partitions), start, last_update, next_pid, txn_version)
 
 
 def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:

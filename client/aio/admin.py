@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from client._loop import require_trio
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
 from client.config import ClientConfig, admin_config
 from client.errors import (
@@ -54,7 +55,7 @@ from client.structs import (
     TransactionListing,
 )
 from protocol.api_keys import ApiKey
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode
 
 log = logging.getLogger("client.admin")
 
@@ -70,6 +71,7 @@ class AsyncAdmin:
         self._stack: AsyncExitStack | None = None
 
     async def __aenter__(self) -> AsyncAdmin:
+        require_trio("AsyncAdmin", "Admin")
         self._stack = AsyncExitStack()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._cluster = Cluster(self.config, self._nursery)
@@ -199,7 +201,10 @@ class AsyncAdmin:
         groups: dict[str, GroupListing] = {}
         for node in sorted(cluster.brokers):
             conn = await cluster.connection(node)
-            response = await conn.request(ApiKey.LIST_GROUPS, {})
+            # v4+ (KIP-518) and v5+ (KIP-848) filters: empty lists = every group
+            response = await conn.request(
+                ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []}
+            )
             if response.error_code:
                 raise error_for(response.error_code, f"ListGroups on broker {node}")
             for g in response.groups:
@@ -288,6 +293,58 @@ class AsyncAdmin:
                     )
         return result
 
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def list_offsets(
+        self,
+        specs: Mapping[tuple[str, int], int],
+        read_committed: bool = True,
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """Kafka's ``Admin.listOffsets``: per partition a timestamp in ms, or ``LATEST`` (-1) /
+        ``EARLIEST`` (-2); returns ``(offset, timestamp)`` (offset -1: no record at or after that
+        time). LATEST is the last stable offset when ``read_committed``, else the high watermark."""
+        cluster = self._cluster
+        wanted = {TopicPartition(*tp): ts for tp, ts in specs.items()}
+        result: dict[TopicPartition, tuple[int, int]] = {}
+
+        async def attempt() -> None:
+            remaining = [tp for tp in wanted if tp not in result]
+            if any(cluster.leader_for(tp) is None for tp in remaining):
+                await cluster.refresh_metadata(sorted({tp.topic for tp in remaining}))
+            by_node: dict[int, list[TopicPartition]] = {}
+            for tp in remaining:
+                node = cluster.leader_for(tp)
+                if node is None:
+                    raise error_for(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{tp.topic}-{tp.partition}")
+                by_node.setdefault(node, []).append(tp)
+            for node, tps in sorted(by_node.items()):
+                topics: dict[str, list[dict]] = {}
+                for tp in tps:
+                    topics.setdefault(tp.topic, []).append(
+                        {"partition_index": tp.partition, "timestamp": wanted[tp]}
+                    )
+                conn = await cluster.connection(node)
+                response = await conn.request(
+                    ApiKey.LIST_OFFSETS,
+                    {
+                        "replica_id": -1,
+                        "isolation_level": 1 if read_committed else 0,
+                        "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
+                    },
+                )
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        if p.error_code:
+                            raise error_for(
+                                p.error_code, f"ListOffsets {topic.name}-{p.partition_index}"
+                            )
+                        result[TopicPartition(topic.name, p.partition_index)] = (
+                            p.offset, p.timestamp
+                        )
+
+        await cluster.retry_call(attempt, timeout=self._timeout, what="ListOffsets")
+        return result
+
     # -- transactions ----------------------------------------------------------------------------
 
     async def list_transactions(
@@ -302,7 +359,8 @@ class AsyncAdmin:
             conn = await cluster.connection(node)
             response = await conn.request(
                 ApiKey.LIST_TRANSACTIONS,
-                {"state_filters": list(states), "producer_id_filters": list(producer_ids)},
+                {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                 "duration_filter": -1},  # v1 (KIP-994): -1 = any duration
             )
             if response.error_code:
                 raise error_for(response.error_code, f"ListTransactions on broker {node}")
@@ -368,6 +426,11 @@ class AsyncAdmin:
         deadline = trio.current_time() + (60.0 if timeout is None else timeout)
         while True:
             try:
+                node = await cluster.coordinator(TRANSACTION, handle.transactional_id)
+                conn = await cluster.connection(node)
+                # Transaction version 2 when the coordinator finalizes it: EndTxn v5 bumps the
+                # epoch, so a late copy of this request can never end a later transaction.
+                tv2 = await conn.finalized_feature("transaction.version") >= 2
                 response = await cluster.coordinator_request(
                     TRANSACTION,
                     handle.transactional_id,
@@ -378,6 +441,7 @@ class AsyncAdmin:
                         "producer_epoch": handle.producer_epoch,
                         "committed": commit,
                     },
+                    max_version=5 if tv2 else 4,
                 )
                 if response.error_code:
                     raise error_for(response.error_code, f"EndTxn {handle.transactional_id}")

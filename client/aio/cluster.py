@@ -297,13 +297,19 @@ class Cluster:
         *,
         channel: str = "default",
         extra_timeout: float = 0.0,
+        max_version: int | None = None,
     ) -> Any:
         """Send ``body`` to the coordinator of ``key`` (no retry); coordinator errors found in the
-        response's top-level ``error_code`` make the coordinator be looked up again next time."""
+        response's top-level ``error_code`` make the coordinator be looked up again next time.
+        ``max_version`` caps the version (the transaction version decides EndTxn's)."""
         node = await self.coordinator(key_type, key)
         try:
             conn = await self.connection(node, channel)
-            response = await conn.request(api_key, body, extra_timeout=extra_timeout)
+            version = conn.version(api_key)
+            if max_version is not None:
+                version = min(version, max_version)
+            response = await conn.request(api_key, body, version=version,
+                                          extra_timeout=extra_timeout)
         except BrokerConnectionError:
             self.forget_coordinator(key_type, key)
             raise

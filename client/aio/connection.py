@@ -121,6 +121,8 @@ class BrokerConnection:
         self._reader_scope: trio.CancelScope | None = None
         self._receive_scope: trio.CancelScope | None = None
         self._chosen: dict[int, int] = {}
+        self._features: dict[str, int] | None = None  # finalized feature levels, once asked
+        self._features_lock = trio.Lock()
 
     def __repr__(self) -> str:
         return f"<BrokerConnection node={self.node_id} {self.host}:{self.port}>"
@@ -181,6 +183,29 @@ class BrokerConnection:
                 pass
 
     # -- versions -------------------------------------------------------------------------------
+
+    def supports_version(self, api_key: int, version: int) -> bool:
+        """Whether both we and the broker speak ``version`` of ``api_key``."""
+        theirs = self.api_versions.get(int(api_key))
+        return (theirs is not None and theirs[0] <= version <= theirs[1]
+                and version in OUR_VERSIONS.get(int(api_key), ()))
+
+    async def finalized_feature(self, name: str) -> int:
+        """The level the broker finalized for a feature (``transaction.version``...): asked once
+        with ApiVersions v3 (which carries the features, KIP-584); 0 if the broker does not say."""
+        async with self._features_lock:
+            if self._features is None:
+                features: dict[str, int] = {}
+                if self.supports_version(ApiKey.API_VERSIONS, 3):
+                    response = await self.request(ApiKey.API_VERSIONS, {
+                        "client_software_name": "minibroker-client",
+                        "client_software_version": "1",
+                    }, version=3)
+                    if not response.error_code:
+                        features = {f.name: f.max_version_level
+                                    for f in response.finalized_features}
+                self._features = features
+        return self._features.get(name, 0)
 
     def version(self, api_key: int) -> int:
         """The highest version of ``api_key`` both we and the broker speak."""

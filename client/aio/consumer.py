@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from client._loop import require_trio
 from client.aio.cluster import GROUP, Cluster, is_coordinator_error
 from client.config import ClientConfig, consumer_config
 from client.errors import (
@@ -227,6 +228,7 @@ class AsyncConsumer:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncConsumer:
+        require_trio("AsyncConsumer", "Consumer")
         self._stack = AsyncExitStack()
         self._nursery = await self._stack.enter_async_context(trio.open_nursery())
         self._cluster = Cluster(self.config, self._nursery)
@@ -1057,6 +1059,12 @@ class AsyncConsumer:
                 await trio.sleep(self._retry_backoff)
                 continue
             if join.error_code:
+                if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                    # KIP-394 (JoinGroup v4+): the coordinator gave us our member id; join
+                    # again with it at once, as Kafka's consumer does.
+                    log.info("group %s: joining again with member id %s", group_id, join.member_id)
+                    self._member_id = join.member_id
+                    continue
                 if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self._member_id = ""
                     continue

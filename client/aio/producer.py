@@ -40,13 +40,14 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
 import trio
 
+from client._loop import require_trio
 from client.accumulator import (
     RECORD_OVERHEAD,
     Accumulator,
@@ -92,6 +93,8 @@ log = logging.getLogger("client.producer")
 # written) much sooner than retry.backoff.ms.
 CONCURRENT_TRANSACTIONS_BACKOFF = 0.02
 
+Serializer = Callable[[Any], "bytes | str | None"]
+
 
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
@@ -115,6 +118,8 @@ class AsyncProducer:
         self._request_timeout_ms: int = cfg["request.timeout.ms"]
         self._max_block: float = cfg["max.block.ms"] / 1000
         self._compression = Compression[cfg["compression.type"].upper()]
+        self._key_serializer: Serializer | None = cfg["key.serializer"]
+        self._value_serializer: Serializer | None = cfg["value.serializer"]
         self._tm = TransactionManager(self.transactional_id)
         # The state in which send() needs no further check (the common case, tested first).
         self._send_state = (
@@ -147,6 +152,7 @@ class AsyncProducer:
 
     async def __aenter__(self) -> AsyncProducer:
         """Start the sender (in a nursery owned by the task that enters the ``async with``)."""
+        require_trio("AsyncProducer", "Producer")
         if self._stack is not None:
             raise IllegalStateError("producer already started")
         self._stack = AsyncExitStack()
@@ -200,6 +206,7 @@ class AsyncProducer:
         Waits for the topic's metadata the first time and while ``buffer.memory`` is full.
         ``on_delivery(error, metadata)`` runs on the producer's trio loop.
         """
+        check_topic(topic)
         count = self._cluster.partition_count(topic)
         if count is None:
             count = await self.wait_for_topic(topic)
@@ -246,21 +253,29 @@ class AsyncProducer:
             tm.check_send()
         if self._closed:
             raise IllegalStateError("Cannot send after the producer is closed.")
-        if value.__class__ is str:
-            value = value.encode()
-        if key.__class__ is str:
-            key = key.encode()
+        # Every argument is checked here, before anything is buffered: a bad one raises
+        # TypeError/ValueError to the caller and the producer stays usable.
+        if value is not None and (
+            value.__class__ is not bytes or self._value_serializer is not None
+        ):
+            value = _record_bytes("value", value, self._value_serializer)
+        if key is not None and (key.__class__ is not bytes or self._key_serializer is not None):
+            key = _record_bytes("key", key, self._key_serializer)
         size = RECORD_OVERHEAD
         if value is not None:
             size += len(value)
         if key is not None:
             size += len(key)
         if headers:
-            headers = tuple((k, v.encode() if isinstance(v, str) else v) for k, v in headers)
+            headers = _check_headers(headers)
             for h_key, h_value in headers:
                 size += len(h_key) + (len(h_value) if h_value is not None else 0) + 10
         else:
             headers = ()
+        if timestamp is not None and (timestamp.__class__ is not int or timestamp < 0):
+            raise TypeError(
+                f"timestamp must be a non-negative int (ms) or None, not {_show(timestamp)}"
+            )
         if size > self._max_request_size:
             raise MessageTooLargeError(
                 f"The message is {size} bytes when serialized which is larger than "
@@ -271,6 +286,8 @@ class AsyncProducer:
                 partition = self._sticky.partition(topic, count, size)
             else:
                 partition = partition_for_key(key, count)
+        elif partition.__class__ is not int:
+            raise TypeError(f"partition must be an int or None, not {_show(partition)}")
         elif not 0 <= partition < count:
             raise ValueError(
                 f"Invalid partition given with record: {partition} is not in the range [0...{count})."
@@ -429,6 +446,10 @@ class AsyncProducer:
         try:
             conn = await self._cluster.connection(node)
             version = conn.version(ApiKey.PRODUCE)
+            if self.transactional_id is not None:
+                # v12 is transaction version 2 (partitions join with their first batch); a
+                # version-1 transaction must not use it (KIP-890).
+                version = min(version, 12 if self._tm.tv2 else 11)
             topics: dict[str, list[dict]] = {}
             for batch in batches:
                 topics.setdefault(batch.tp.topic, []).append(
@@ -698,6 +719,20 @@ class AsyncProducer:
         same id and makes the coordinator finish (abort) their open transaction."""
         self._tm.begin_init()
         await self._init_transactional_producer_id(bump=False)
+        self._tm.tv2 = await self._coordinator_speaks_tv2()
+
+    async def _coordinator_speaks_tv2(self) -> bool:
+        """Transaction version 2 when the coordinator finalizes ``transaction.version`` >= 2 and
+        speaks EndTxn v5 and Produce v12 (as the Java client decides); version 1 otherwise."""
+        try:
+            node = await self._cluster.coordinator(TRANSACTION, self.transactional_id)
+            conn = await self._cluster.connection(node)
+            level = await conn.finalized_feature("transaction.version")
+        except KafkaClientError as exc:
+            log.debug("transaction version unknown (%s): using version 1", exc)
+            return False
+        return (level >= 2 and conn.supports_version(ApiKey.END_TXN, 5)
+                and conn.supports_version(ApiKey.PRODUCE, 12))
 
     def begin_transaction(self) -> None:
         """Start a transaction (local: the coordinator learns of it with the first partition)."""
@@ -855,8 +890,13 @@ class AsyncProducer:
         tm.raise_if_fatal()
         if not tm.is_empty_transaction:
             await self._end_txn(commit=True)
-        with self._txn_lock:
-            tm.transaction_completed()
+        if tm.needs_epoch_bump:
+            with self._txn_lock:
+                tm.begin_epoch_bump()
+            await self._init_transactional_producer_id(bump=True)
+        else:
+            with self._txn_lock:
+                tm.transaction_completed()
 
     async def abort_transaction(self) -> None:
         """Abort: records never sent are dropped, sent ones wait for their answer, then the
@@ -884,25 +924,40 @@ class AsyncProducer:
                 tm.transaction_completed()
 
     async def _end_txn(self, commit: bool) -> None:
+        """EndTxn, retried until it is answered. Version 2 (v5): the answer carries the producer
+        id and epoch of the next transaction; every sequence restarts at 0. Version 1: when an
+        attempt timed out, the request may still arrive late and would act on the next
+        transaction (same producer id and epoch: KAFKA-17754), so the epoch is bumped
+        (InitProducerId, KIP-360) before the next transaction, which fences it - Jepsen's
+        mitigation, built in."""
         tm = self._tm
+        tv2 = tm.tv2
+        timed_out = False
 
-        async def attempt() -> None:
-            response = await self._cluster.coordinator_request(
-                TRANSACTION,
-                self.transactional_id,
-                ApiKey.END_TXN,
-                {
-                    "transactional_id": self.transactional_id,
-                    "producer_id": tm.producer_id,
-                    "producer_epoch": tm.producer_epoch,
-                    "committed": commit,
-                },
-            )
+        async def attempt() -> Any:
+            nonlocal timed_out
+            try:
+                response = await self._cluster.coordinator_request(
+                    TRANSACTION,
+                    self.transactional_id,
+                    ApiKey.END_TXN,
+                    {
+                        "transactional_id": self.transactional_id,
+                        "producer_id": tm.producer_id,
+                        "producer_epoch": tm.producer_epoch,
+                        "committed": commit,
+                    },
+                    max_version=5 if tv2 else 4,
+                )
+            except KafkaTimeoutError:
+                timed_out = True
+                raise
             if response.error_code:
                 raise error_for(response.error_code, "EndTxn")
+            return response
 
         try:
-            await self._coordinator_retry(attempt, "EndTxn")
+            response = await self._coordinator_retry(attempt, "EndTxn")
         except KafkaClientError as exc:
             if exc.retriable:
                 raise  # timed out: the call may be repeated
@@ -912,6 +967,12 @@ class AsyncProducer:
                 else:
                     tm.abortable_error(exc)
             raise
+        if tv2 and response.producer_id >= 0:
+            with self._txn_lock:
+                tm.epoch_bumped(response.producer_id, response.producer_epoch)
+            self._acc.set_producer(response.producer_id, response.producer_epoch)
+        elif timed_out:
+            tm.needs_epoch_bump = True
 
     async def transaction_handle(self) -> TransactionHandle:
         """Flush and hand the open transaction over: the returned handle lets another process
@@ -949,6 +1010,65 @@ class AsyncProducer:
     @property
     def transaction_state(self) -> TxnState:
         return self._tm.state
+
+
+def check_topic(topic: Any) -> None:
+    if topic.__class__ is not str or not topic:
+        raise TypeError(f"topic must be a non-empty str, not {_show(topic)}")
+
+
+def _show(obj: Any) -> str:
+    """``type (repr)`` of a bad argument, the repr cut short."""
+    text = repr(obj)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(obj).__name__} ({text})"
+
+
+def _record_bytes(what: str, data: Any, serializer: Serializer | None) -> bytes:
+    """A record's key or value as bytes: run through the configured serializer, str encoded
+    as UTF-8; anything else is a TypeError naming the value (nothing has been buffered)."""
+    if serializer is not None:
+        data = serializer(data)
+        if data is None or data.__class__ is bytes:
+            return data
+    if data.__class__ is str:
+        return data.encode()
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(data)
+    hint = "" if serializer is not None else f"; set {what}.serializer to send other types"
+    source = f"{what}.serializer returned" if serializer is not None else f"{what} is"
+    raise TypeError(f"record {what} must be bytes, str or None: {source} {_show(data)}{hint}")
+
+
+def _check_headers(headers: Any) -> tuple[tuple[str, bytes | None], ...]:
+    """Headers as ``((str key, bytes or None value), ...)``; a TypeError names a bad one."""
+    if isinstance(headers, Mapping):
+        headers = headers.items()
+    out = []
+    try:
+        pairs = list(headers)
+    except TypeError:
+        raise TypeError(
+            f"headers must be a list of (str, bytes) pairs or a dict, not {_show(headers)}"
+        ) from None
+    for pair in pairs:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise TypeError(f"each header must be a (str key, bytes value) pair, not {_show(pair)}")
+        h_key, h_value = pair
+        if h_key.__class__ is not str:
+            raise TypeError(f"header key must be a str, not {_show(h_key)}")
+        if h_value is not None and h_value.__class__ is not bytes:
+            if h_value.__class__ is str:
+                h_value = h_value.encode()
+            elif isinstance(h_value, bytearray | memoryview):
+                h_value = bytes(h_value)
+            else:
+                raise TypeError(
+                    f"header {h_key!r} value must be bytes, str or None, not {_show(h_value)}"
+                )
+        out.append((h_key, h_value))
+    return tuple(out)
 
 
 # Worst first: fatal codes, then abortable ones, then retriable ones; NONE and

@@ -178,7 +178,9 @@ def test_close_does_not_wait_for_a_long_poll_fetch(broker_proc):
         start = time.monotonic()
         consumer.close()
         elapsed = time.monotonic() - start
-    assert elapsed < 0.3, f"close took {elapsed:.2f} s"
+    # Waiting for the Fetch would take fetch.max.wait.ms (5 s); close also commits (a durable
+    # write at the broker), which took up to 0.8 s on a loaded 2-core machine.
+    assert elapsed < 2.0, f"close took {elapsed:.2f} s"
     with Consumer(config) as again:  # close committed (auto-commit)
         assert again.committed([("idle", 0)])[TopicPartition("idle", 0)].offset == 5
 

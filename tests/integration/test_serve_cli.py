@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -87,3 +88,86 @@ def test_unclean_shutdown_is_reported(tmp_path):
     broker.start()
     broker.stop()
     assert "after an unclean shutdown" in "".join(broker.output)
+
+
+def test_data_dir_that_is_a_file_is_one_clear_line(tmp_path):
+    afile = tmp_path / "passwd"
+    afile.write_text("root:x:0:0\n")
+    result = run_serve("--data-dir", str(afile), "--port", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"minibroker: error: data dir {afile} exists and is not a directory"
+    ]
+
+
+def test_kafka_server_properties_with_listeners(tmp_path):
+    from tests.unit.test_properties import KAFKA_KRAFT
+
+    config = tmp_path / "server.properties"
+    text = KAFKA_KRAFT.replace("PLAINTEXT://:9092", "PLAINTEXT://127.0.0.1:0")
+    config.write_text(text.replace("log.dirs=/var/lib/kafka", f"log.dirs={tmp_path / 'kd'}"))
+    broker = BrokerProcess(tmp_path / "d", "--config", str(config))
+    broker.start()
+    try:
+        output = "".join(broker.output)
+        assert "ignored 13 Kafka config key(s)" in output
+        assert "(advertised localhost:9092)" in output  # advertised.listeners
+    finally:
+        assert broker.stop() == 0
+
+
+def test_json_log_format_is_one_object_per_line(tmp_path):
+    import json
+
+    broker = BrokerProcess(tmp_path / "d", "--log-format", "json")
+    broker.start()
+    assert broker.stop() == 0
+    events = [json.loads(line) for line in broker.output]
+    assert {"ts", "level", "logger", "msg"} <= set(events[0])
+    messages = [e["msg"] for e in events]
+    assert any(m.startswith("listening on 127.0.0.1:") for m in messages)
+    assert any(m.startswith("data dir ") and "partitions recovered" in m for m in messages)
+
+
+def test_wildcard_host_advertises_the_host_name(tmp_path):
+    import socket
+
+    broker = BrokerProcess(tmp_path / "d", "--host", "0.0.0.0")
+    # BrokerProcess passes --host 127.0.0.1 first; the later --host wins.
+    broker.start()
+    try:
+        assert f"(advertised {socket.gethostname()}:" in "".join(broker.output)
+    finally:
+        broker.stop()
+
+
+def test_a_second_listener_advertises_its_own_address(tmp_path):
+    import re
+
+    from protocol.api_keys import ApiKey
+    from tests.raw_client import RawConnection
+
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "listeners=INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0\n"
+        "advertised.listeners=EXTERNAL://outside.example:19092\n"
+    )
+    broker = BrokerProcess(tmp_path / "d", "--config", str(config))
+    broker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            found = re.search(r"listener EXTERNAL on 127\.0\.0\.1:(\d+)", "".join(broker.output))
+            if found:
+                break
+            time.sleep(0.05)
+        assert found, broker.output
+        body = {"topics": [], "allow_auto_topic_creation": False}
+        with RawConnection(int(found.group(1))) as conn:
+            (external,) = conn.request(ApiKey.METADATA, 4, body).brokers
+        with RawConnection(broker.port) as conn:
+            (internal,) = conn.request(ApiKey.METADATA, 4, body).brokers
+        assert (external.host, external.port) == ("outside.example", 19092)
+        assert (internal.host, internal.port) == ("127.0.0.1", broker.port)
+    finally:
+        assert broker.stop() == 0

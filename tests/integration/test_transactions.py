@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.txn_cli import transactions as transactions_cli
+from client.cli.transactions import transactions as transactions_cli
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
@@ -606,5 +606,5 @@ def test_transactions_cli_lists_and_describes(broker):
                                               "--bootstrap-server", broker.bootstrap])
     assert result.exit_code == 1 and "unknown transaction state(s): Bogus" in result.output
     result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", "127.0.0.1:1"])
-    assert result.exit_code == 1 and result.output.startswith("Error: cannot connect")
+    assert result.exit_code == 1 and result.output.startswith("Error: no broker reachable")
     assert os.environ.get("MINIBROKER_TEST_CRASH_AT") is None

@@ -177,3 +177,41 @@ def test_config_is_read_only_mapping():
     assert cfg.explicit == frozenset({"bootstrap.servers"})
     with pytest.raises(TypeError):
         cfg["linger.ms"] = 3  # type: ignore[index]
+
+
+def test_librdkafka_names_of_the_same_settings_are_accepted():
+    cfg = producer_config(
+        {
+            "metadata.broker.list": "127.0.0.1:9092",
+            "queue.buffering.max.ms": 7,
+            "message.timeout.ms": 60_000,
+            "compression.codec": "gzip",
+            "request.required.acks": "all",
+        }
+    )
+    assert cfg["bootstrap.servers"] == (("127.0.0.1", 9092),)
+    assert cfg["linger.ms"] == 7 and cfg["delivery.timeout.ms"] == 60_000
+    assert cfg["compression.type"] == "gzip" and cfg["acks"] == -1
+    consumer = consumer_config({**BOOT, "fetch.wait.max.ms": 100, "auto.offset.reset": "smallest"})
+    assert consumer["fetch.max.wait.ms"] == 100 and consumer["auto.offset.reset"] == "earliest"
+    assert (
+        consumer_config({**BOOT, "auto.offset.reset": "largest"})["auto.offset.reset"] == "latest"
+    )
+
+
+def test_librdkafka_settings_without_an_equal_are_refused_naming_one():
+    with pytest.raises(ConfigError, match=r"queue.buffering.max.kbytes.*buffer.memory"):
+        producer_config({**BOOT, "queue.buffering.max.kbytes": 1024})
+    with pytest.raises(ConfigError, match=r"batch.num.messages.*batch.size"):
+        producer_config({**BOOT, "batch.num.messages": 100})
+    with pytest.raises(ConfigError, match=r"enable.partition.eof.*end_offsets"):
+        consumer_config({**BOOT, "enable.partition.eof": True})
+    with pytest.raises(ConfigError, match="same setting"):
+        producer_config({**BOOT, "linger.ms": 1, "queue.buffering.max.ms": 2})
+
+
+def test_serializers_are_callables():
+    cfg = producer_config({**BOOT, "value.serializer": str.encode})
+    assert cfg["value.serializer"] is str.encode and cfg["key.serializer"] is None
+    with pytest.raises(ConfigError, match="value.serializer.*callable"):
+        producer_config({**BOOT, "value.serializer": "json"})

@@ -44,3 +44,37 @@ def test_client_side_errors():
     assert errors.KafkaTimeoutError.retriable
     assert errors.TransactionAbortableError.abortable
     assert not errors.ConfigError.abortable
+
+
+def test_table_is_kafkas():
+    """Spot checks against Kafka's Errors.java / protocol error table (name, code, retriable)."""
+    assert len(ErrorCode) == 130  # -1 .. 128, as of Kafka 4.0
+    assert [c.value for c in ErrorCode] == list(range(-1, 129))
+    expected = {
+        "MEMBER_ID_REQUIRED": (79, False),
+        "FENCED_INSTANCE_ID": (82, False),
+        "REBALANCE_IN_PROGRESS": (27, False),
+        "REPLICA_NOT_AVAILABLE": (9, True),
+        "NOT_CONTROLLER": (41, True),
+        "FETCH_SESSION_ID_NOT_FOUND": (70, True),
+        "OFFSET_NOT_AVAILABLE": (78, True),
+        "THROTTLING_QUOTA_EXCEEDED": (89, True),
+        "UNKNOWN_TOPIC_ID": (100, True),
+        "TRANSACTION_ABORTABLE": (120, False),
+        "INVALID_REGULAR_EXPRESSION": (128, False),
+    }
+    for name, (code, retriable) in expected.items():
+        assert ErrorCode[name] == code
+        assert (ErrorCode[name] in RETRIABLE) == retriable, name
+    assert len(RETRIABLE) == 31
+
+
+def test_newer_codes_have_named_classes():
+    exc = errors.error_for(79, "JoinGroup")
+    assert isinstance(exc, errors.MemberIdRequiredError)
+    assert "MEMBER_ID_REQUIRED" in str(exc) and "UNKNOWN_ERROR_CODE" not in str(exc)
+    assert errors.for_code(89).__name__ == "ThrottlingQuotaExceededError"
+    assert errors.for_code(89).retriable
+    # Kafka's TransactionAbortableException (120) beside the client's own TransactionAbortableError
+    assert errors.for_code(120).__name__ == "TransactionAbortableResponseError"
+    assert errors.for_code(120) is not errors.TransactionAbortableError

@@ -146,7 +146,7 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
-    "broker.handlers", "broker.dispatcher", "broker.txn_cli", "broker.blocking_client",
+    "broker.handlers", "broker.dispatcher", "broker.logsetup",
 }
 SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
             "broker.txn.markers"}

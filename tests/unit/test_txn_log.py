@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import struct
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,13 +39,21 @@ def transition(state=TxnState.ONGOING, partitions=frozenset({("orders", 2), ("or
 def test_golden_record() -> None:
     t = transition(partitions={("orders", 2), ("orders", 0), ("a", 1)})
     assert encode_key("tx-1") == b"\x00\x00\x00\x04tx-1"
-    assert encode_value(t) == (
+    version_0 = (
         struct.pack(">hqqhhib", 0, 4000, 3999, 7, 6, 60_000, 1)
         + struct.pack(">i", 2)
         + b"\x00\x01a" + struct.pack(">ii", 1, 1)
         + b"\x00\x06orders" + struct.pack(">iii", 2, 0, 2)
         + struct.pack(">qq", NOW, NOW + 5)
     )
+    # Version 1 appends next_producer_id and the transaction version.
+    assert encode_value(t) == b"\x00\x01" + version_0[2:] + struct.pack(">qb", -1, 1)
+    assert decode_value("tx-1", version_0) == t  # records written before version 1 still load
+    tv2 = replace(t, next_producer_id=5000, txn_version=2)
+    assert encode_value(tv2)[-9:] == struct.pack(">qb", 5000, 2)
+    assert decode_value("tx-1", encode_value(tv2)) == tv2
+    with pytest.raises(CorruptTxnLogError):
+        decode_value("tx-1", encode_value(t)[:-9] + struct.pack(">qb", -1, 3))
     assert encode_value(transition(state=TxnState.DEAD)) is None  # a tombstone
 
 
@@ -59,9 +68,12 @@ _stored = st.sampled_from([s for s in TxnState
                              max_size=6),
     pid=st.integers(-1, (1 << 63) - 1),
     epoch=st.integers(-1, 32767),
+    next_pid=st.integers(-1, (1 << 63) - 1),
+    txn_version=st.sampled_from([1, 2]),
 )
-def test_round_trip(tid, state, partitions, pid, epoch) -> None:
-    t = TxnTransition(tid, pid, pid, epoch, -1, 1, state, partitions, -1, NOW)
+def test_round_trip(tid, state, partitions, pid, epoch, next_pid, txn_version) -> None:
+    t = TxnTransition(tid, pid, pid, epoch, -1, 1, state, partitions, -1, NOW, next_pid,
+                      txn_version)
     assert decode_key(encode_key(tid)) == tid
     assert decode_value(tid, encode_value(t)) == t
 

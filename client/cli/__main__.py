@@ -1,0 +1,5 @@
+import sys
+
+from client.cli import main
+
+main(prog_name=sys.argv[0])

@@ -1,0 +1,350 @@
+"""``produce`` and ``consume``: kafka-console-producer/consumer and kcat -P/-C.
+
+    printf 'k1:hello\\nk2:world\\n' | minibroker produce events --key-separator :
+    minibroker consume events --from-beginning --max-messages 2 --format json
+    minibroker consume events -p 0 -o -10 --format '%p/%o %k=%s\\n'   # last 10 of partition 0
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import Callable
+from typing import Any, TextIO
+
+import click
+
+from client.admin import Admin
+from client.cli.common import (
+    CONTEXT,
+    Progress,
+    client_options,
+    existing_partitions,
+    for_admin,
+    friendly_errors,
+    key_value,
+    parse_datetime,
+    with_defaults,
+)
+from client.config import consumer_config, producer_config
+from client.consumer import Consumer
+from client.producer import Producer
+from client.structs import ConsumerRecord, TopicPartition
+
+# -- produce --------------------------------------------------------------------------------------
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("topic")
+@click.option("-f", "--file", "source", type=click.File("r", encoding="utf-8"), default="-",
+              help="Read lines from this file.  [default: stdin]")
+@click.option("-K", "--key-separator", default=None,
+              help="Split each line at the first SEP into key and value.")
+@click.option("--transactional-id", default=None,
+              help="Send all lines in one transaction with this id (aborted on Ctrl-C or error).")
+@click.option("--acks", type=click.Choice(["all", "-1", "0", "1"]), default=None,
+              help="Acknowledgements to wait for.  [default: all]")
+@click.option("-p", "--partition", type=int, default=None, help="Send every record to this partition.")
+@click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
+              help="Header added to every record, repeatable.")
+@client_options
+@friendly_errors
+def produce(topic, source: TextIO, key_separator, transactional_id, acks, partition, headers,
+            conf) -> None:
+    """Send each line of input to TOPIC as one record."""
+    record_headers = [(k, v.encode()) for k, v in (key_value(h, "--header") for h in headers)]
+    settings: dict[str, Any] = {"transactional.id": transactional_id,
+                                "client.id": "minibroker-console-producer"}
+    if acks is not None:
+        settings["acks"] = acks
+        if acks in ("0", "1"):
+            settings["enable.idempotence"] = False
+    config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
+    producer_config(config)  # a bad key or value: its own message, before connecting
+    with Admin(for_admin(conf)) as admin:
+        admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
+    count = 0
+    errors: list[BaseException] = []
+    progress = Progress(2.0, lambda s: f"... {count} record(s) sent in {s:.0f} s")
+
+    def delivered(err: BaseException | None, _metadata: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    with Producer(config) as producer:
+        if transactional_id:
+            producer.init_transactions()
+            producer.begin_transaction()
+        try:
+            for line in source:
+                line = line.rstrip("\r\n")
+                key = None
+                value = line
+                if key_separator is not None:
+                    key, sep, rest = line.partition(key_separator)
+                    key, value = (key, rest) if sep else (None, line)
+                producer.send(topic, value, key=key, partition=partition,
+                              headers=record_headers or None, on_delivery=delivered)
+                count += 1
+                progress.tick()
+            if transactional_id:
+                producer.commit_transaction()
+            else:
+                producer.flush()
+        except BaseException:
+            # Ctrl-C or an error: never leave the transaction open (it would hold back every
+            # read_committed reader until transaction.timeout.ms).
+            if transactional_id:
+                try:
+                    producer.abort_transaction()
+                    click.echo(f"Aborted the transaction of {transactional_id}.", err=True)
+                except Exception as exc:  # noqa: BLE001 - report, then re-raise the original
+                    click.echo(f"could not abort the transaction: {exc}", err=True)
+            raise
+    if errors:
+        raise click.ClickException(f"{len(errors)} of {count} records failed: {errors[0]}")
+    click.echo(f"Produced {count} record(s) to {topic}.", err=True)
+
+
+# -- consume --------------------------------------------------------------------------------------
+
+
+def _text(data: bytes | None) -> str:
+    return "" if data is None else data.decode("utf-8", errors="backslashreplace")
+
+
+def _json_value(data: bytes | None) -> Any:
+    if data is None:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode()}
+
+
+def record_json(record: ConsumerRecord) -> str:
+    return json.dumps(
+        {
+            "topic": record.topic,
+            "partition": record.partition,
+            "offset": record.offset,
+            "timestamp": record.timestamp,
+            "timestamp_type": "LogAppendTime" if record.timestamp_type else "CreateTime",
+            "key": _json_value(record.key),
+            "value": _json_value(record.value),
+            "headers": [[k, _json_value(v)] for k, v in record.headers],
+        },
+        ensure_ascii=False,
+    )
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "0": "\0"}
+_TOKENS: dict[str, Callable[[ConsumerRecord], str]] = {
+    "t": lambda r: r.topic,
+    "p": lambda r: str(r.partition),
+    "o": lambda r: str(r.offset),
+    "k": lambda r: _text(r.key),
+    "s": lambda r: _text(r.value),
+    "K": lambda r: str(-1 if r.key is None else len(r.key)),
+    "S": lambda r: str(-1 if r.value is None else len(r.value)),
+    "T": lambda r: str(r.timestamp),
+    "h": lambda r: ",".join(f"{k}={_text(v)}" for k, v in r.headers),
+}
+
+
+def compile_format(fmt: str) -> Callable[[ConsumerRecord], str]:
+    """kcat's ``-f``: %t topic, %p partition, %o offset, %k key, %s value, %K/%S key/value size
+    (-1: null), %T timestamp, %h headers (k=v,...), %% a percent sign; \\n \\t \\r \\\\ escapes.
+    No newline is added (kcat does not either)."""
+    parts: list[Callable[[ConsumerRecord], str] | str] = []
+    i = 0
+    while i < len(fmt):
+        c = fmt[i]
+        nxt = fmt[i + 1 : i + 2]
+        if c == "%" and nxt == "%":
+            parts.append("%")
+        elif c == "%":
+            if nxt not in _TOKENS:
+                raise click.BadParameter(f"unknown format token %{nxt} in {fmt!r}",
+                                         param_hint="--format")
+            parts.append(_TOKENS[nxt])
+        elif c == "\\" and nxt in _ESCAPES:
+            parts.append(_ESCAPES[nxt])
+        else:
+            parts.append(c)
+            i += 1
+            continue
+        i += 2
+
+    def render(record: ConsumerRecord) -> str:
+        return "".join(p if isinstance(p, str) else p(record) for p in parts)
+
+    return render
+
+
+def make_formatter(fmt: str, print_key: bool) -> Callable[[ConsumerRecord], str]:
+    if fmt == "json":
+        return lambda r: record_json(r) + "\n"
+    if fmt == "text":
+        if print_key:
+            return lambda r: f"{_text(r.key)}\t{_text(r.value)}\n"
+        return lambda r: _text(r.value) + "\n"
+    return compile_format(fmt)
+
+
+class OffsetSpec:
+    """Where to start: kcat's ``-o`` (beginning, end, stored, N, -N from the end, @time)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        lowered = text.lower()
+        self.kind: str
+        self.value = 0
+        if lowered in ("beginning", "earliest", "end", "latest", "stored"):
+            self.kind = {"earliest": "beginning", "latest": "end"}.get(lowered, lowered)
+        elif lowered.startswith(("@", "s@")):
+            self.kind, self.value = "time", parse_datetime(text.split("@", 1)[1])
+        else:
+            try:
+                self.value = int(text)
+            except ValueError:
+                raise click.BadParameter(
+                    f"{text!r}: use beginning, end, stored, N, -N or @TIME", param_hint="--offset"
+                ) from None
+            self.kind = "relative" if self.value < 0 else "absolute"
+
+
+def _start_positions(admin: Admin, consumer: Consumer, tps: list[TopicPartition],
+                     spec: OffsetSpec, read_committed: bool) -> None:
+    if spec.kind == "beginning":
+        consumer.seek_to_beginning(tps)
+    elif spec.kind == "end":
+        consumer.seek_to_end(tps)
+    elif spec.kind == "absolute":
+        for tp in tps:
+            consumer.seek(tp, spec.value)
+    elif spec.kind == "relative":
+        ends = admin.list_offsets({tp: -1 for tp in tps}, read_committed)
+        starts = admin.list_offsets({tp: -2 for tp in tps}, read_committed)
+        for tp in tps:
+            consumer.seek(tp, max(ends[tp][0] + spec.value, starts[tp][0]))
+    elif spec.kind == "time":
+        found = admin.list_offsets({tp: spec.value for tp in tps}, read_committed)
+        ends = admin.list_offsets({tp: -1 for tp in tps}, read_committed)
+        for tp in tps:
+            offset = found[tp][0]
+            consumer.seek(tp, offset if offset >= 0 else ends[tp][0])
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True,
+              help="Start at the earliest offset (when the group has none committed).")
+@click.option("-g", "--group", default=None,
+              help="Consume as a member of this group; commits every assigned position.")
+@click.option("-p", "--partition", "partitions", type=int, multiple=True,
+              help="Only this partition, repeatable (not with --group).")
+@click.option("-o", "--offset", "offset", default=None, metavar="SPEC",
+              help="Start at beginning, end, stored, N, -N (N before the end) or @TIME "
+                   "(epoch ms or ISO-8601).")
+@click.option("--isolation-level", type=click.Choice(["read_committed", "read_uncommitted"]),
+              default="read_committed", show_default=True)
+@click.option("-n", "--max-messages", type=click.IntRange(min=1), default=None,
+              help="Exit after this many records.")
+@click.option("--format", "fmt", default="text", show_default=True, metavar="text|json|FMT",
+              help="text (the value), json (one object per line), or a kcat format string "
+                   "such as '%t/%p@%o %k=%s\\n'.")
+@click.option("--print-key", is_flag=True, help="text format: print key<TAB>value.")
+@click.option("--timeout", "idle_timeout", type=click.FloatRange(min=0), default=None,
+              help="Exit after this many seconds without a record (counted from the group's "
+                   "assignment with --group).")
+@click.option("--timeout-ms", "idle_timeout_ms", type=click.IntRange(min=0), default=None,
+              help="The same in milliseconds (kafka-console-consumer's name).")
+@client_options
+@friendly_errors
+def consume(topic, from_beginning, group, partitions, offset, isolation_level, max_messages,
+            fmt, print_key, idle_timeout, idle_timeout_ms, conf) -> None:
+    """Print records of TOPIC, one per line.
+
+    Without --group it reads every partition (or those of --partition) from --offset (default:
+    end, or beginning with --from-beginning). With --group it joins the group and after each
+    batch commits the position of every assigned partition.
+    """
+    if idle_timeout is None and idle_timeout_ms is not None:
+        idle_timeout = idle_timeout_ms / 1000
+    formatter = make_formatter(fmt, print_key)
+    spec = OffsetSpec(offset) if offset else OffsetSpec("beginning" if from_beginning else "end")
+    if group and (partitions or spec.kind not in ("beginning", "end", "stored")):
+        raise click.UsageError("with --group, use --from-beginning or --offset beginning|end; "
+                               "--partition and other offsets need no group")
+    if not group and spec.kind == "stored":
+        raise click.UsageError("--offset stored needs --group")
+    read_committed = isolation_level == "read_committed"
+    settings = {
+        "group.id": group,
+        "isolation.level": isolation_level,
+        "auto.offset.reset": "earliest" if spec.kind == "beginning" else "latest",
+        "client.id": "minibroker-console-consumer",
+        # Commit what was printed, after printing it.
+        "enable.auto.commit": False if group else None,
+    }
+    config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
+    consumer_config(config)  # a bad key or value: its own message, before connecting
+    printed = 0
+    out = click.get_text_stream("stdout")
+    assigned_at: list[float] = []
+    with Admin(for_admin(conf)) as admin, Consumer(config) as consumer:
+        numbers = existing_partitions(admin, topic, partitions, wait=idle_timeout)
+        if group:
+            consumer.subscribe([topic], on_assign=lambda tps: assigned_at.append(time.monotonic()))
+        else:
+            tps = [TopicPartition(topic, p) for p in numbers]
+            consumer.assign(tps)
+            _start_positions(admin, consumer, tps, spec, read_committed)
+            assigned_at.append(time.monotonic())
+        last_record = time.monotonic()
+        try:
+            while max_messages is None or printed < max_messages:
+                records = consumer.poll(0.5)
+                now = time.monotonic()
+                if not records:
+                    if idle_timeout is not None and _idle(now, last_record, assigned_at,
+                                                          idle_timeout):
+                        break
+                    continue
+                last_record = now
+                shown = records if max_messages is None else records[: max_messages - printed]
+                for record in shown:
+                    out.write(formatter(record))
+                out.flush()
+                printed += len(shown)
+                if group:
+                    consumer.commit(_positions_after(consumer, shown, records[len(shown):]))
+        except KeyboardInterrupt:
+            pass
+    if printed and max_messages is None:
+        click.echo(f"Processed {printed} record(s).", err=True)
+
+
+def _idle(now: float, last_record: float, assigned_at: list[float], timeout: float) -> bool:
+    """The idle clock starts at the (first) assignment: a group's join may take seconds
+    (group.initial.rebalance.delay.ms) and must not use up the timeout."""
+    if not assigned_at:
+        return now - last_record >= timeout + 60  # never assigned: give up eventually
+    return now - max(last_record, assigned_at[0]) >= timeout
+
+
+def _positions_after(consumer: Consumer, shown: list[ConsumerRecord],
+                     dropped: list[ConsumerRecord]) -> dict[TopicPartition, int]:
+    """What to commit: every assigned partition's position (Kafka's console consumer commits
+    them all, so partitions without records get an offset too), but never past a record that
+    was fetched and not printed (--max-messages cut the batch)."""
+    offsets = {tp: consumer.position(tp) for tp in consumer.assignment()}
+    for record in shown:
+        tp = TopicPartition(record.topic, record.partition)
+        offsets[tp] = max(offsets.get(tp, 0), record.offset + 1)
+    for record in dropped:
+        tp = TopicPartition(record.topic, record.partition)
+        offsets[tp] = min(offsets.get(tp, record.offset), record.offset)
+    return offsets

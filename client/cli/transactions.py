@@ -1,0 +1,149 @@
+"""``transactions list|describe|abort`` (kafka-transactions.sh), through ``client.Admin``.
+
+    minibroker transactions list --state Ongoing
+    minibroker transactions describe my-transactional-id
+    minibroker transactions abort --transactional-id my-transactional-id
+"""
+
+from __future__ import annotations
+
+import time
+
+import click
+
+from client.admin import Admin
+from client.cli.common import (
+    CONTEXT,
+    client_options,
+    echo_json,
+    echo_table,
+    for_admin,
+    format_option,
+    friendly_errors,
+    with_defaults,
+)
+from client.errors import TransactionalIdNotFoundError
+from client.producer import Producer
+from client.structs import TransactionDescription
+
+HEADERS = ("TRANSACTIONAL ID", "STATE", "PRODUCER ID", "EPOCH", "PARTITIONS", "AGE", "TIMEOUT")
+IN_PROGRESS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
+STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+          "Dead", "PrepareEpochFence")
+
+
+def format_duration(ms: int) -> str:
+    if ms < 1000:
+        return f"{ms}ms"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _age_ms(t: TransactionDescription, now_ms: int) -> int | None:
+    if t.state in IN_PROGRESS and t.start_time_ms >= 0:
+        return max(now_ms - t.start_time_ms, 0)
+    return None
+
+
+def _echo(described: list[TransactionDescription], fmt: str) -> None:
+    now = time.time_ns() // 1_000_000
+    if fmt == "json":
+        echo_json([
+            {"transactional_id": t.transactional_id, "state": t.state,
+             "producer_id": t.producer_id, "producer_epoch": t.producer_epoch,
+             "partitions": [[tp.topic, tp.partition] for tp in t.partitions],
+             "age_ms": _age_ms(t, now), "timeout_ms": t.timeout_ms}
+            for t in described
+        ])
+        return
+    rows = []
+    for t in described:
+        age = _age_ms(t, now)
+        rows.append((
+            t.transactional_id, t.state, t.producer_id, t.producer_epoch,
+            ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(t.partitions)) or None,
+            None if age is None else format_duration(age), format_duration(t.timeout_ms),
+        ))
+    echo_table(HEADERS, rows)
+
+
+@click.group("transactions", context_settings=CONTEXT)
+def transactions() -> None:
+    """Inspect and abort transactions on a running broker."""
+
+
+@transactions.command("list")
+@click.option("--state", "states", multiple=True, metavar="STATE",
+              help="Only these states (Empty, Ongoing, PrepareCommit, ...), repeatable.")
+@click.option("--producer-id", "producer_ids", type=int, multiple=True,
+              help="Only these producer ids, repeatable.")
+@format_option
+@client_options
+@friendly_errors
+def list_transactions(states, producer_ids, fmt, conf) -> None:
+    """Every transactional id the coordinator knows, with its current transaction."""
+    unknown = [s for s in states if s not in STATES]
+    if unknown:
+        raise click.ClickException(f"unknown transaction state(s): {', '.join(unknown)} "
+                                   f"(states: {', '.join(STATES)})")
+    with Admin(for_admin(conf)) as admin:
+        listed = admin.list_transactions(states, producer_ids)
+        described = admin.describe_transactions([t.transactional_id for t in listed])
+    _echo(described, fmt)
+
+
+@transactions.command("describe")
+@click.argument("transactional_id")
+@format_option
+@client_options
+@friendly_errors
+def describe_transaction(transactional_id, fmt, conf) -> None:
+    """One transactional id: state, producer id, epoch, partitions, age, timeout."""
+    with Admin(for_admin(conf)) as admin:
+        try:
+            described = admin.describe_transactions([transactional_id])
+        except TransactionalIdNotFoundError:
+            raise click.ClickException(
+                f"transactional id {transactional_id!r} not found"
+            ) from None
+    _echo(described, fmt)
+
+
+@transactions.command("abort")
+@click.option("--transactional-id", required=True,
+              help="Abort this id's open transaction (its producer is fenced).")
+@format_option
+@client_options
+@friendly_errors
+def abort_transaction(transactional_id, fmt, conf) -> None:
+    """Abort the open transaction of a transactional id, e.g. one a killed producer left.
+
+    Works as a new producer instance of that id would: InitProducerId bumps the epoch, which
+    fences the old producer and aborts its transaction (ABORT markers, then CompleteAbort).
+    """
+    with Admin(for_admin(conf)) as admin:
+        try:
+            (before,) = admin.describe_transactions([transactional_id])
+        except TransactionalIdNotFoundError:
+            raise click.ClickException(
+                f"transactional id {transactional_id!r} not found"
+            ) from None
+        if before.state not in IN_PROGRESS:
+            click.echo(f"Transactional id {transactional_id} has no open transaction "
+                       f"(state {before.state}).", err=True)
+        else:
+            producer_conf = with_defaults(conf, transactional_id=transactional_id,
+                                          client_id="minibroker-transactions-abort")
+            with Producer(producer_conf) as producer:
+                producer.init_transactions()
+            click.echo(f"Aborted the transaction of {transactional_id} "
+                       f"(producer id {before.producer_id}, epoch {before.producer_epoch}).",
+                       err=True)
+        described = admin.describe_transactions([transactional_id])
+    _echo(described, fmt)
