@@ -281,3 +281,28 @@ def test_retried_write_task_writes_its_rows_once(spark_with_retries, bootstrap, 
     assert sum(end_offsets(bootstrap, name, "read_uncommitted").values()) > len(expected) + 2
     # ... and nothing is left open.
     assert no_open_transactions(bootstrap, name)
+
+
+MAX_BLOCK_MS = 10_000
+
+
+def test_write_to_an_unreachable_broker_fails_within_about_one_max_block(spark, name):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary").repartition(2)
+    began = time.monotonic()
+    with pytest.raises(Exception, match="max.block.ms|InitProducerId|no broker reachable|timed out"):
+        (
+            df.write.format("minibroker").option("bootstrap.servers", f"127.0.0.1:{port}")
+            .option("topic", name).option("kafka.max.block.ms", str(MAX_BLOCK_MS)).mode("append").save()
+        )
+    elapsed = time.monotonic() - began
+    # The two tasks time out together (one max.block.ms); the driver's abort does not then spend
+    # another max.block.ms per task fencing them one after another, which made 3 x 10 s plus
+    # Spark's own few seconds. Measured here: 1 s of max.block.ms gave 12.6 s in all, 8 s gave
+    # 18.9 s (load average 8): about one max.block.ms plus Spark's overhead.
+    assert elapsed < 3 * MAX_BLOCK_MS / 1000, elapsed

@@ -22,6 +22,7 @@ from spark_connector.options import (
 )
 from spark_connector.planning import (
     OffsetRange,
+    offsets_behind_latest,
     offsets_from_json,
     offsets_to_json,
     rate_limit,
@@ -292,3 +293,14 @@ def test_retries_ride_through_retriable_errors_within_the_timeout():
     with pytest.raises(InvalidTxnStateError):
         call_with_retries(unknown, "probe", attempts=3, interval_s=0.01, clock=clock, sleep=sleep)
     assert len(calls) == 4  # fetchOffset.numRetries: 3 more attempts
+
+
+def test_offsets_behind_latest_from_a_query_progress():
+    progress = {
+        "endOffset": '{"t": {"0": 10, "1": 7}}',
+        "latestOffset": {"t": {"0": 15, "1": 7, "2": 4}},  # partition 2 is new: 4 behind
+    }
+    assert offsets_behind_latest(progress) == {
+        "minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 5.0, "avgOffsetsBehindLatest": 3.0
+    }
+    assert offsets_behind_latest({"endOffset": '{"t": {"0": 1}}', "latestOffset": None}) is None
