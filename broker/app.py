@@ -8,7 +8,8 @@ the group service replays ``__consumer_offsets`` before the transaction service 
 markers recovery writes reach the replayed offsets.
 
 ``crash_hook`` exists for tests only (``tests/crash_broker.py``): called at the crash points of
-EndTxn (``broker.txn.manager.CRASH_POINTS``). The ``minibroker`` command never passes one.
+EndTxn (``broker.txn.manager.CRASH_POINTS``) and of a log cleaning
+(``broker.log.cleaner.CRASH_POINTS``). The ``minibroker`` command never passes one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import handlers
+from broker.cleaner_service import LogCleaner
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
@@ -66,7 +68,22 @@ def build_broker(
     # Replays __transaction_state and completes prepared transactions (after the groups, which
     # then see the markers it writes).
     transactions.recover(clock.now_ms())
-    return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross)
+    # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
+    cleaner = (
+        LogCleaner(
+            logs.all_partitions,
+            clock.now_ms,
+            threads=config.log_cleaner_threads,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            crash_hook=crash_hook,
+        )
+        if config.log_cleaner_enable
+        else None
+    )
+    return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
+                  cleaner)
 
 
 def build_dispatcher(broker: Broker) -> Dispatcher:

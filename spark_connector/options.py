@@ -39,6 +39,7 @@ from typing import Any
 from client.config import OPTIONS as CLIENT_OPTIONS
 from client.config import admin_config, consumer_config, parse_bootstrap_servers, producer_config
 from client.errors import ConfigError
+from spark_connector.planning import TopicPartition
 
 FORMAT = "minibroker"
 
@@ -114,7 +115,6 @@ class OptionError(ValueError):
     """A data source option that cannot work; the message names the option."""
 
 
-TopicPartition = tuple[str, int]
 # {(topic, partition): offset} or a symbolic "earliest" / "latest" for every partition
 OffsetSpec = str | dict[TopicPartition, int]
 

@@ -149,7 +149,7 @@ ROOT_AND_SHELL = {
     "broker.handlers", "broker.dispatcher", "broker.logsetup",
 }
 SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
-            "broker.txn.markers"}
+            "broker.txn.markers", "broker.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",

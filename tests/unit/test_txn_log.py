@@ -130,7 +130,7 @@ def test_topic_is_created_on_first_use_with_kafka_settings(tmp_path: Path) -> No
     persist(log, c, c.prepare_init_producer_id("tx-1", 60_000, None, NOW))
     assert logs.topics()[TOPIC] == PARTITIONS
     assert logs.topic_config(TOPIC).segment_bytes == SEGMENT_BYTES
-    assert logs.topic_config(TOPIC).retention_ms == -1
+    assert logs.topic_config(TOPIC).compact and not logs.topic_config(TOPIC).delete
     index = partition_for("tx-1", PARTITIONS)
     assert log.partition_of("tx-1") == index
     assert logs.partition(TOPIC, index).log_end_offset == 1
