@@ -26,6 +26,7 @@ from broker.data_dir_lock import lock_data_dir
 from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
+from broker.metrics import Metrics
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -42,6 +43,7 @@ def build_broker(
     *,
     clock: Clock | None = None,
     crash_hook: CrashHook | None = None,
+    metrics: Metrics | None = None,
 ) -> Broker:
     """Open the data directory, recover, and return the broker ready to serve."""
     clock = clock or WallClock()
@@ -53,7 +55,8 @@ def build_broker(
     cluster_id = load_cluster_id(data_dir)
     logs = LogManager(data_dir, config.log, clock.now_ms())
     data_arrived = DataArrived()
-    storage = Storage(logs, FlushScheduler(data_arrived), data_arrived,
+    flusher = FlushScheduler(data_arrived, on_round=metrics.fsync if metrics else None)
+    storage = Storage(logs, flusher, data_arrived,
                       durable=config.log.flush == "always", lock=lock)
     producer_ids = ProducerIdManager(data_dir / "producer_ids")
 
@@ -86,5 +89,11 @@ def build_broker(
                   cleaner)
 
 
-def build_dispatcher(broker: Broker) -> Dispatcher:
-    return Dispatcher(build_handler_table(), broker)
+def build_metrics(config: BrokerConfig) -> Metrics | None:
+    """The metrics collaborator, only when they are served (``metrics.port``): without it the
+    dispatcher, server and flusher count nothing."""
+    return Metrics() if config.metrics_port is not None else None
+
+
+def build_dispatcher(broker: Broker, metrics: Metrics | None = None) -> Dispatcher:
+    return Dispatcher(build_handler_table(), broker, metrics)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,10 @@ class FlushScheduler:
     one request per round with librdkafka's 5 in-flight requests).
     """
 
-    def __init__(self, data_arrived: DataArrived) -> None:
+    def __init__(
+        self, data_arrived: DataArrived, on_round: Callable[[float], None] | None = None
+    ) -> None:
+        self._on_round = on_round  # metrics: seconds of each round's fdatasyncs
         self._dirty: dict[int, Partition] = {}
         self._round = trio.Event()
         self._wakeup = trio.Event()
@@ -126,7 +130,10 @@ class FlushScheduler:
                           ticket.error)
                 self._dirty[id(partition)] = partition
                 self._retry = True
-        self.seconds += time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        self.seconds += elapsed
+        if self._on_round is not None and tickets:
+            self._on_round(elapsed)
         self.rounds += 1
         self.partition_syncs += len(tickets)
         done.set()

@@ -34,10 +34,13 @@ from collections.abc import Sequence
 
 import trio
 
-from broker.app import build_broker, build_dispatcher
+from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
 from broker.context import Broker
 from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.metrics import BrokerState, Metrics
+from broker.metrics import render as render_metrics
+from broker.metrics_http import serve_metrics
 from broker.peer import Peer, set_peer
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
@@ -113,12 +116,15 @@ async def serve(
     config: BrokerConfig,
     *,
     broker: Broker | None = None,
+    metrics: Metrics | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the broker until cancelled; ``task_status.started(port)`` once it is listening."""
     owned = broker is None
-    broker = broker or build_broker(config)
-    dispatcher = build_dispatcher(broker)
+    if broker is None:
+        metrics = build_metrics(config)
+        broker = build_broker(config, metrics=metrics)
+    dispatcher = build_dispatcher(broker, metrics)
     extra: list = []
     try:
         listener = await _bind(config.host, config.port)
@@ -146,6 +152,10 @@ async def serve(
                 nursery.start_soon(broker.cleaner.run)
             for sock, advertised in extra:
                 nursery.start_soon(_accept_loop, sock, shared, nursery, advertised)
+            if metrics is not None and config.metrics_port is not None:
+                state = BrokerState(broker)
+                await nursery.start(serve_metrics, config.metrics_host, config.metrics_port,
+                                    lambda: render_metrics(metrics, state))
             task_status.started(port)
             with listener:
                 await _accept_loop(listener, shared, nursery)
@@ -208,7 +218,8 @@ async def _accept_loop(
         except OSError:
             limits.leave(ip)
             continue
-        nursery.start_soon(_serve_connection, _Socket(raw), shared, ip, advertised)
+        nursery.start_soon(_serve_connection, _Socket(raw, shared.dispatcher.metrics), shared, ip,
+                           advertised)
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -243,6 +254,8 @@ async def _serve_connection(
     advertised: tuple[str, int] | None = None,
 ) -> None:
     set_peer(Peer("/" + ip, advertised))  # this task's requests (broker/peer.py)
+    if sock.metrics is not None:
+        sock.metrics.connections_opened += 1
     connection = _Connection(sock, shared)
     try:
         with connection.deadline:
@@ -258,6 +271,8 @@ async def _serve_connection(
         # inside an ExceptionGroup; a plain except missed it and the broker died.
         pass
     finally:
+        if sock.metrics is not None:
+            sock.metrics.connections_closed += 1
         connection.release_memory()
         sock.close()
         shared.limits.leave(ip)
@@ -274,8 +289,9 @@ class _Socket:
 
     _FAIRNESS = 16  # receives in a row without waiting before we yield anyway
 
-    def __init__(self, raw: stdsocket.socket) -> None:
+    def __init__(self, raw: stdsocket.socket, metrics: Metrics | None = None) -> None:
         self.raw = raw
+        self.metrics = metrics  # bytes in/out, connections (None: not counted)
         self._streak = 0
         self.on_sent = _nothing  # called after bytes were sent (idle deadline)
 
@@ -287,6 +303,8 @@ class _Socket:
                 self._streak = 0
                 await trio.lowlevel.wait_readable(self.raw)
                 continue
+            if self.metrics is not None:
+                self.metrics.bytes_in += n
             self._streak += 1
             if self._streak >= self._FAIRNESS:
                 self._streak = 0
@@ -296,6 +314,8 @@ class _Socket:
     async def send_chunks(self, chunks: Sequence) -> None:
         """Send every chunk (gather write), handling partial sends."""
         views = [memoryview(c) for c in chunks]
+        if self.metrics is not None:
+            self.metrics.bytes_out += sum(v.nbytes for v in views)
         while views:
             try:
                 sent = self.raw.sendmsg(views[:512])
@@ -312,12 +332,6 @@ class _Socket:
                 else:
                     views[0] = first[sent:]
                     sent = 0
-
-    def peer_host(self) -> str:
-        try:
-            return str(self.raw.getpeername()[0])
-        except OSError:
-            return "?"
 
     def peer_name(self) -> str:
         try:
@@ -485,8 +499,9 @@ def _nothing() -> None:
     pass
 
 
-async def _serve_with(config: BrokerConfig, broker: Broker, task_status=trio.TASK_STATUS_IGNORED):
-    await serve(config, broker=broker, task_status=task_status)
+async def _serve_with(config: BrokerConfig, broker: Broker, metrics: Metrics | None,
+                      task_status=trio.TASK_STATUS_IGNORED):
+    await serve(config, broker=broker, metrics=metrics, task_status=task_status)
 
 
 async def run_until_signal(
@@ -497,11 +512,12 @@ async def run_until_signal(
     ``on_listening(broker, port)`` runs once the socket is bound. ``crash_hook``: tests only
     (``broker/app.py``).
     """
-    broker = build_broker(config, crash_hook=crash_hook)
+    metrics = build_metrics(config)
+    broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                port = await nursery.start(_serve_with, config, broker)
+                port = await nursery.start(_serve_with, config, broker, metrics)
                 if on_listening is not None:
                     on_listening(broker, port)
                 async for signum in signals:

@@ -258,7 +258,7 @@ _CRASH_SCRIPT = textwrap.dedent("""
     import os, sys
     sys.path.insert(0, {root!r})
     from pathlib import Path
-    from tests.unit.test_cleaner import _open, _history, NOW
+    from tests.unit.broker.log.test_cleaner import _open, _history, NOW
     from broker.log.cleaner import clean_now
     point = sys.argv[2]
     def hook(at):
@@ -279,7 +279,7 @@ def test_crash_at_each_step_of_cleaning_loses_nothing(tmp_path, point):
     reference = _open(tmp_path / "ref-0")
     _history(reference)
     expected = _read_all(reference, True)[0]
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[4])  # the repository root
     script = tmp_path / "crash.py"
     script.write_text(_CRASH_SCRIPT.format(root=root))
     directory = tmp_path / "t-0"
