@@ -509,9 +509,9 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time, at batch granularity: ``(timestamp, offset)`` = the maxTimestamp
-        and base offset of the first batch whose maxTimestamp >= ``timestamp``; None if none.
-        The offset may lie above the high watermark: the caller bounds it if it must."""
+        """ListOffsets by time: ``(timestamp, offset)`` of the first record whose timestamp is
+        >= ``timestamp``; None if none. The offset may lie above the high watermark: the caller
+        bounds it if it must."""
         for seg in self.segments:
             try:
                 found = seg.find_timestamp(timestamp)

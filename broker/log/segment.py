@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.log.index import OffsetIndex
-from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD
+from protocol.errors import CorruptFrameError
+from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD, decode_batches_untrusted
 
 _WALK_HEADER = HEADER_PREFIX
 _WALK_SIZE = _WALK_HEADER.size
@@ -318,13 +319,27 @@ class Segment:
         return data
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(maxTimestamp, base offset)`` of the first batch with maxTimestamp >= ``timestamp``,
-        or None."""
+        """``(timestamp, offset)`` of the first record whose timestamp is >= ``timestamp`` (Kafka's
+        ListOffsets by time), or None. The batch is found from the index and the batch headers'
+        maxTimestamp; its records are then read to find the record itself."""
         if self.max_timestamp < timestamp or not len(self.index):
             return None
         k = self.index.first_reaching(timestamp)
         start = self.index.positions[k - 1] if k > 0 else 0
-        for _, base, _, _, max_ts in self.walk(start, self.size):
+        for pos, base, size, _, max_ts in self.walk(start, self.size):
             if max_ts >= timestamp:
-                return max_ts, base
+                return self._first_record_reaching(pos, size, timestamp) or (max_ts, base)
+        return None
+
+    def _first_record_reaching(self, pos: int, size: int, timestamp: int) -> tuple[int, int] | None:
+        """In the batch at ``pos``: ``(timestamp, offset)`` of its first record at or after
+        ``timestamp`` (with LogAppendTime every record carries the batch's maxTimestamp)."""
+        try:
+            for header, records in decode_batches_untrusted(os.pread(self.fd, size, pos)):
+                for record in records:
+                    stamp = header.max_timestamp if header.timestamp_type else record.timestamp
+                    if stamp >= timestamp:
+                        return stamp, record.offset
+        except CorruptFrameError as exc:
+            raise CorruptLogError(f"{self.log_path}: batch at position {pos}: {exc}") from exc
         return None

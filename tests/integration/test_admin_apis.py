@@ -137,6 +137,15 @@ def test_describe_and_alter_topic_configs(broker, admin) -> None:
     assert info.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_create_topics_validates_configs(broker, admin) -> None:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    futures = admin.create_topics([NewTopic(name, 1, 1, config={"cleanup.policy": "shred"})])
+    with pytest.raises(KafkaException) as info:
+        futures[name].result(timeout=15)
+    assert info.value.args[0].name() == "INVALID_CONFIG"
+    assert name not in admin.list_topics(timeout=10).topics
+
+
 def test_broker_configs_are_readable(broker, admin) -> None:
     entries = describe(admin, ConfigResource(ConfigResource.Type.BROKER, "0"))
     assert entries["log.retention.check.interval.ms"].value == "200"
@@ -339,6 +348,13 @@ def test_kafka_python_admin(broker, admin) -> None:
         group = f"g-{topic}"
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
         consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+        consumer.close()
+        # OffsetDelete: the group has no members, so the offset may go
+        errors = client.delete_group_offsets(group, [tp])
+        assert {t: e.__name__ for t, e in errors.items()} == {tp: "NoError"}
+        assert client.list_group_offsets(group) == {group: {}}
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
         consumer.close()
         assert group in {g["group_id"] for g in client.list_groups(states_filter=["Empty"])}
         assert group not in {g["group_id"] for g in client.list_groups(states_filter=["Stable"])}
