@@ -59,6 +59,7 @@ class Broker:
         self.flush = flush
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
+        self.line_times: list[float] = []  # time.perf_counter() when each line arrived
         self.port = 0
         self.start_s = 0.0
 
@@ -70,6 +71,7 @@ class Broker:
                "--config", str(config), "--flush", self.flush]
         started = time.perf_counter()
         self.lines = []
+        self.line_times = []
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, cwd=common.REPO_ROOT,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -77,6 +79,7 @@ class Broker:
 
         def pump(stream) -> None:
             for line in stream:
+                self.line_times.append(time.perf_counter())
                 self.lines.append(line)
                 m = _LISTENING.search(line)
                 if m and not ready.is_set():
@@ -183,6 +186,15 @@ def growth_run(work: Path, n: int, cleaner: bool, flush: str) -> dict:
     try:
         rate = run_transactions(broker.bootstrap, n)
         if cleaner:
+            # Writes stopped: idle active segments roll after the internal topics'
+            # max.compaction.lag.ms, finished markers go delete.retention.ms after their first
+            # cleaning; then until the cleaner is quiet.
+            from broker.log.cleaner import (
+                INTERNAL_DELETE_RETENTION_MS,
+                INTERNAL_MAX_COMPACTION_LAG_MS,
+            )
+
+            time.sleep((INTERNAL_MAX_COMPACTION_LAG_MS + INTERNAL_DELETE_RETENTION_MS) / 1000 + 1)
             wait_cleaner_idle(broker, 2.0)
         sizes = {t: topic_bytes(data, t) for t in ("__transaction_state", "__consumer_offsets",
                                                    DATA_TOPIC)}
@@ -275,30 +287,51 @@ def _fill(bootstrap: str, topic: str, mb: int, keys: int) -> None:
     producer.flush()
 
 
-def _produce_rate(bootstrap: str, topic: str, seconds: float) -> float:
+def _produce_samples(bootstrap: str, topic: str, seconds: float) -> list[tuple[float, int]]:
+    """Produce 1 KiB records for ``seconds``; ``(time.perf_counter(), records acknowledged)``
+    sampled every 50 ms."""
     from confluent_kafka import Producer
+
+    acked = [0]
+
+    def delivered(err, msg) -> None:
+        if err is None:
+            acked[0] += 1
 
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     value = b"y" * 1024
-    sent = 0
+    samples = [(time.perf_counter(), 0)]
     deadline = time.perf_counter() + seconds
-    started = time.perf_counter()
+    next_sample = time.perf_counter() + 0.05
     while time.perf_counter() < deadline:
         try:
-            producer.produce(topic, value=value)
-            sent += 1
+            producer.produce(topic, value=value, on_delivery=delivered)
         except BufferError:
             producer.poll(0.01)
+        producer.poll(0)
+        if time.perf_counter() >= next_sample:
+            samples.append((time.perf_counter(), acked[0]))
+            next_sample += 0.05
     producer.flush()
-    return sent / (time.perf_counter() - started)
+    samples.append((time.perf_counter(), acked[0]))
+    return samples
+
+
+def _rate(samples: list[tuple[float, int]], start: float, end: float) -> float:
+    inside = [(t, n) for t, n in samples if start <= t <= end]
+    if len(inside) < 2:
+        return float("nan")
+    return (inside[-1][1] - inside[0][1]) / (inside[-1][0] - inside[0][0])
 
 
 @main.command()
 @click.option("--mb", default=200, show_default=True, help="Size of the compacted topic.")
 @click.option("--keys", default=1000, show_default=True)
 @click.option("--flush", type=click.Choice(["always", "never"]), default="never", show_default=True)
+@click.option("--io-max", type=float, default=None,
+              help="log.cleaner.io.max.bytes.per.second for the cleaning run.")
 @click.option("--keep", is_flag=True)
-def cleaner(mb: int, keys: int, flush: str, keep: bool) -> None:
+def cleaner(mb: int, keys: int, flush: str, io_max: float | None, keep: bool) -> None:
     load = os.getloadavg()
     with common.work_directory("compaction-cleaner", keep) as work:
         data = work / "data"
@@ -314,19 +347,26 @@ def cleaner(mb: int, keys: int, flush: str, keep: bool) -> None:
             log(f"writing {mb} MB to the compacted topic")
             _fill(broker.bootstrap, "compacted", mb, keys)
             log("producer rate with the cleaner off")
-            rate_off = _produce_rate(broker.bootstrap, "other", 10)
+            off_samples = _produce_samples(broker.bootstrap, "other", 10)
+            rate_off = _rate(off_samples, off_samples[0][0] + 1, off_samples[-1][0])
         finally:
             broker.stop()
         on = {"log.cleaner.backoff.ms": "100"}
+        if io_max is not None:
+            on["log.cleaner.io.max.bytes.per.second"] = str(io_max)
         broker = Broker(data, on, flush).start()
         try:
-            rate_on = _produce_rate(broker.bootstrap, "other", 10)
+            samples = _produce_samples(broker.bootstrap, "other", 30)
             deadline = time.monotonic() + 600
             while not any(c[0] == "compacted-0" for c in broker.cleanings()):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the cleaner did not run")
                 time.sleep(0.2)
             cleaned = [c for c in broker.cleanings() if c[0] == "compacted-0"]
+            index = next(i for i, line in enumerate(broker.lines) if "cleaned compacted-0" in line)
+            clean_end = broker.line_times[index]
+            clean_start = clean_end - cleaned[0][3]
+            rate_on = _rate(samples, clean_start, clean_end)
             cpu = common.cpu_seconds(broker.proc.pid)
         finally:
             broker.stop()
@@ -337,14 +377,16 @@ def cleaner(mb: int, keys: int, flush: str, keep: bool) -> None:
         ["cleaner throughput (bytes read / cleaning time)", f"{read / seconds / 1e6:.1f} MB/s"],
         ["bytes read -> written", f"{read / 1e6:.1f} MB -> {written / 1e6:.2f} MB"],
         ["cleaning time", f"{seconds:.1f} s"],
-        ["produce, cleaner off (1 KiB, acks=all)", f"{rate_off:.0f} records/s"],
-        ["produce while the cleaner runs", f"{rate_on:.0f} records/s ({rate_on / rate_off:.2f}x)"],
+        ["produce, cleaner off (1 KiB, acks=all, 10 s)", f"{rate_off:.0f} records/s"],
+        ["produce during the cleaning (same producer)",
+         f"{rate_on:.0f} records/s ({rate_on / rate_off:.2f}x)"],
         ["broker CPU s (cleaner run)", f"{cpu:.1f}"],
     ]
     click.echo(common.markdown_table(["", "value"], rows))
-    click.echo(f"\nload average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; flush={flush}")
+    click.echo(f"\nload average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; flush={flush}; "
+               f"io max {io_max or 'unlimited'}")
     path = common.write_results_json("compaction", {
-        "kind": "cleaner", "mb": mb, "keys": keys, "read": read, "written": written,
+        "kind": "cleaner", "io_max": io_max, "mb": mb, "keys": keys, "read": read, "written": written,
         "seconds": seconds, "rate_off": rate_off, "rate_on": rate_on, "load_average": load,
     })
     log(f"wrote {path}")

@@ -113,6 +113,10 @@ class LogCleaner:
         for p in self._partitions():
             if p in self._in_progress or p in self._failed or not p.config.compact:
                 continue
+            try:
+                p.roll_if_idle(now_ms)  # max.compaction.lag.ms also holds when writes stop
+            except OSError as exc:
+                log.warning("cannot roll %s-%d: %s", p.topic, p.index, exc)
             plan = cleanability(p, self.checkpoint(p), now_ms)
             if plan is None or not plan.due:
                 continue

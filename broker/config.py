@@ -186,7 +186,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "default.replication.factor", "min.insync.replicas", "unclean.leader.election.enable",
     "delete.topic.enable", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.flush.scheduler.interval.ms", "log.cleaner.enable", "log.cleaner.threads",
+    "log.flush.scheduler.interval.ms",
     "replica.lag.time.max.ms", "auto.leader.rebalance.enable", "confluent.support.metrics.enable",
     "metadata.log.dir", "security.inter.broker.protocol", "sasl.enabled.mechanisms",
     "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users",

@@ -58,7 +58,7 @@ from broker.group.offsets import (
     build_offset_tombstones,
 )
 from broker.group.state import GroupState
-from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
+from broker.log.cleaner import internal_topic_config
 from broker.log.partition import Partition
 from broker.topics import (
     CONSUMER_OFFSETS_TOPIC,
@@ -83,8 +83,7 @@ OffsetDeleteResult = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 
 
 def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
-            "delete.retention.ms": str(INTERNAL_DELETE_RETENTION_MS)}
+    return internal_topic_config(segment_bytes)
 
 
 # A waiting reply re-examines the coordinator's timers at least this often.

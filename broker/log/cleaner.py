@@ -93,6 +93,19 @@ CHECKPOINT_FILE = "cleaner.checkpoint"
 # and finished transaction markers need not wait Kafka's default day: with it, a broker committing
 # hundreds of transactions a second would keep a day of markers in __consumer_offsets.
 INTERNAL_DELETE_RETENTION_MS = 5_000
+# max.compaction.lag.ms of the same topics: an active segment idle that long is rolled and cleaned,
+# so once writes stop their size comes down to the live state alone.
+INTERNAL_MAX_COMPACTION_LAG_MS = 5_000
+
+
+def internal_topic_config(segment_bytes: int) -> dict[str, str]:
+    """Overrides of ``__transaction_state`` and ``__consumer_offsets`` at their creation."""
+    return {
+        "cleanup.policy": "compact",
+        "segment.bytes": str(segment_bytes),
+        "delete.retention.ms": str(INTERNAL_DELETE_RETENTION_MS),
+        "max.compaction.lag.ms": str(INTERNAL_MAX_COMPACTION_LAG_MS),
+    }
 _READ_CHUNK = 4 << 20
 _WRITE_CHUNK = 1 << 20
 # Estimated memory of one offset-map entry (a dict slot, a bytes key, an int): bounds the map

@@ -404,6 +404,19 @@ class Partition:
             self.high_watermark = offset
         return offset - 1
 
+    def roll_if_idle(self, now_ms: int) -> bool:
+        """Roll a non-empty active segment older than ``config.roll_ms`` although nothing is being
+        appended (appends roll by age themselves): on a compacted topic this bounds how long a
+        record escapes the cleaner (max.compaction.lag.ms) when writes stop. True if rolled.
+        Raises OSError as a roll does."""
+        active = self.segments[-1]
+        if not active.size or active.roll_base_ms < 0 or self.cleaning:
+            return False
+        if now_ms - active.roll_base_ms < self.config.roll_ms:
+            return False
+        self._roll()
+        return True
+
     def _roll(self) -> Segment:
         old = self.segments[-1]
         old.trim()

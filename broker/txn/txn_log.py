@@ -58,7 +58,7 @@ import logging
 import struct
 from collections.abc import Iterator
 
-from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS
+from broker.log.cleaner import internal_topic_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
@@ -71,8 +71,7 @@ SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig h
 
 
 def topic_config(segment_bytes: int = SEGMENT_BYTES) -> dict[str, str]:
-    return {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes),
-            "delete.retention.ms": str(INTERNAL_DELETE_RETENTION_MS)}
+    return internal_topic_config(segment_bytes)
 
 
 TOPIC_CONFIG = topic_config()

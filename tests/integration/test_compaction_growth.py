@@ -16,7 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from compaction import run_transactions, topic_bytes  # noqa: E402
 
-from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS  # noqa: E402
+from broker.log.cleaner import (  # noqa: E402
+    INTERNAL_DELETE_RETENTION_MS,
+    INTERNAL_MAX_COMPACTION_LAG_MS,
+)
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 pytest.importorskip("confluent_kafka")
@@ -50,9 +53,10 @@ def _measure(tmp_path: Path, name: str, transactions: int) -> dict:
     proc = BrokerProcess(data, "--config", str(props), "--flush", "never").start()
     try:
         run_transactions(proc.bootstrap, transactions)
-        # Past the internal topics' delete.retention.ms, the finished markers can go too; then
-        # until the cleaner has had nothing to do for a while.
-        time.sleep(INTERNAL_DELETE_RETENTION_MS / 1000 + 0.5)
+        # Writes stopped: after max.compaction.lag.ms the active segments roll and are cleaned,
+        # delete.retention.ms later the finished markers go; then wait until the cleaner has had
+        # nothing to do for a while. What is left is the live state.
+        time.sleep((INTERNAL_MAX_COMPACTION_LAG_MS + INTERNAL_DELETE_RETENTION_MS) / 1000 + 1)
         _settle(proc)
         sizes = {t: topic_bytes(data, t) for t in ("__transaction_state", "__consumer_offsets")}
         cleanings = sum(_CLEANED in line for line in proc.output)
