@@ -125,7 +125,11 @@ def _for_times(opts: ReadOptions, consumer: Consumer, times: dict[TopicPartition
     return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
 
 
-def _every_partition(spec: dict[TopicPartition, int], name: str, tps: Sequence[TopicPartition]) -> dict[TopicPartition, int]:
+def _every_partition(
+    spec: dict[TopicPartition, int], name: str, tps: Sequence[TopicPartition], what: str = "a value"
+) -> dict[TopicPartition, int]:
+    """``spec`` for exactly the partitions ``tps``; an option naming others, or not all of them,
+    is refused (Spark's rule for its per-partition offset and timestamp options)."""
     missing = sorted(set(tps) - set(spec))
     extra = sorted(set(spec) - set(tps))
     if missing or extra:
@@ -134,7 +138,7 @@ def _every_partition(spec: dict[TopicPartition, int], name: str, tps: Sequence[T
             parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
         if extra:
             parts.append("not read by this source " + ", ".join(f"{t}-{p}" for t, p in extra))
-        raise OptionError(f"option {name!r} must give a value for every partition read ({'; '.join(parts)})")
+        raise OptionError(f"option {name!r} must give {what} for every partition read ({'; '.join(parts)})")
     return {tp: spec[tp] for tp in tps}
 
 
@@ -189,18 +193,8 @@ def _resolve(
         return {tp: begin[tp] for tp in tps}
     if spec == "latest":
         return {tp: end[tp] for tp in tps}
-    missing = sorted(set(tps) - set(spec))
-    extra = sorted(set(spec) - set(tps))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
-        if extra:
-            parts.append("not read by this source " + ", ".join(f"{t}-{p}" for t, p in extra))
-        raise OptionError(f"option {name!r} must give an offset for every partition read ({'; '.join(parts)})")
     resolved = {}
-    for tp in tps:
-        offset = spec[tp]
+    for tp, offset in _every_partition(spec, name, tps, "an offset").items():
         resolved[tp] = begin[tp] if offset == EARLIEST else end[tp] if offset == LATEST else offset
     return resolved
 
