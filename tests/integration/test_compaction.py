@@ -128,8 +128,13 @@ def _views(bootstrap: str) -> dict[str, dict]:
     return views
 
 
+def _segments(data_dir: Path) -> list[bytes]:
+    """The partition's segment files in offset order (names are zero-padded base offsets)."""
+    return [p.read_bytes() for p in sorted((data_dir / f"{TOPIC}-0").glob("*.log"))]
+
+
 def _log_bytes(data_dir: Path) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted((data_dir / f"{TOPIC}-0").glob("*.log")))
+    return b"".join(_segments(data_dir))
 
 
 def _wait_for(proc: BrokerProcess, text: str, timeout: float = 120) -> None:
@@ -156,8 +161,8 @@ def test_compacted_topic_with_transactions_read_before_and_after_cleaning(tmp_pa
         before = _views(proc.bootstrap)
     finally:
         proc.stop()
-    size_before = len(_log_bytes(data))
-    assert b"aborted-k4" in _log_bytes(data)
+    *closed_before, active = _segments(data)
+    assert b"aborted-k4" in b"".join(closed_before)
 
     proc = BrokerProcess(data, "--config", str(on), port=proc.port).restart()
     try:
@@ -165,8 +170,12 @@ def test_compacted_topic_with_transactions_read_before_and_after_cleaning(tmp_pa
         after = _views(proc.bootstrap)
     finally:
         proc.stop()
+    *closed_after, active_after = _segments(data)
+    # The active segment is never cleaned; how full it is depends on how the producer batched, so
+    # the size check is on the closed segments the cleaner may rewrite.
+    assert active_after == active
+    assert len(b"".join(closed_after)) < len(b"".join(closed_before)) / 2
     stored = _log_bytes(data)
-    assert len(stored) < size_before / 2
     assert b"aborted-" not in stored  # aborted records are gone from disk, not only filtered
 
     committed = before["ours/read_committed"]
