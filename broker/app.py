@@ -8,7 +8,8 @@ the group service replays ``__consumer_offsets`` before the transaction service 
 markers recovery writes reach the replayed offsets.
 
 ``crash_hook`` exists for tests only (``tests/crash_broker.py``): called at the crash points of
-EndTxn (``broker.txn.manager.CRASH_POINTS``). The ``minibroker`` command never passes one.
+EndTxn (``broker.txn.manager.CRASH_POINTS``) and of a log cleaning
+(``broker.log.cleaner.CRASH_POINTS``). The ``minibroker`` command never passes one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import handlers
+from broker.cleaner_service import LogCleaner
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
@@ -24,6 +26,7 @@ from broker.data_dir_lock import lock_data_dir
 from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
+from broker.metrics import Metrics
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -40,6 +43,7 @@ def build_broker(
     *,
     clock: Clock | None = None,
     crash_hook: CrashHook | None = None,
+    metrics: Metrics | None = None,
 ) -> Broker:
     """Open the data directory, recover, and return the broker ready to serve."""
     clock = clock or WallClock()
@@ -51,7 +55,8 @@ def build_broker(
     cluster_id = load_cluster_id(data_dir)
     logs = LogManager(data_dir, config.log, clock.now_ms())
     data_arrived = DataArrived()
-    storage = Storage(logs, FlushScheduler(data_arrived), data_arrived,
+    flusher = FlushScheduler(data_arrived, on_round=metrics.fsync if metrics else None)
+    storage = Storage(logs, flusher, data_arrived,
                       durable=config.log.flush == "always", lock=lock)
     producer_ids = ProducerIdManager(data_dir / "producer_ids")
 
@@ -66,8 +71,29 @@ def build_broker(
     # Replays __transaction_state and completes prepared transactions (after the groups, which
     # then see the markers it writes).
     transactions.recover(clock.now_ms())
-    return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross)
+    # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
+    cleaner = (
+        LogCleaner(
+            logs.all_partitions,
+            clock.now_ms,
+            threads=config.log_cleaner_threads,
+            backoff_ms=config.log_cleaner_backoff_ms,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            io_max_bytes_per_second=config.log_cleaner_io_max_bytes_per_second,
+            crash_hook=crash_hook,
+        )
+        if config.log_cleaner_enable
+        else None
+    )
+    return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
+                  cleaner)
 
 
-def build_dispatcher(broker: Broker) -> Dispatcher:
-    return Dispatcher(build_handler_table(), broker)
+def build_metrics(config: BrokerConfig) -> Metrics | None:
+    """The metrics collaborator, only when they are served (``metrics.port``): without it the
+    dispatcher, server and flusher count nothing."""
+    return Metrics() if config.metrics_port is not None else None
+
+
+def build_dispatcher(broker: Broker, metrics: Metrics | None = None) -> Dispatcher:
+    return Dispatcher(build_handler_table(), broker, metrics)

@@ -47,8 +47,23 @@ class BrokerConfig:
     num_partitions: int = 1
     auto_create_topics: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
+    # Limits on what clients can make the broker hold (issue 10). Kafka's keys; where Kafka's
+    # default is unbounded, ours is a bound (noted), so memory stays bounded out of the box.
+    queued_max_request_bytes: int = 100 * 1024 * 1024  # Kafka: -1 (unbounded)
+    connections_max_idle_ms: int = 600_000
+    request_receive_timeout_ms: int = 30_000  # minibroker's: a request must arrive within this
+    max_connections: int = 2_147_483_647  # also capped by the open-files limit (RLIMIT_NOFILE)
+    max_connections_per_ip: int = 2_147_483_647
+    fetch_max_bytes: int = 57_671_680  # Kafka's broker-side cap on one Fetch response (55 MiB)
     log: LogConfig = field(default_factory=LogConfig)
     log_retention_check_interval_ms: int = 300_000
+    # The log cleaner (broker/log/cleaner.py): Kafka's log.cleaner.* keys.
+    log_cleaner_enable: bool = True
+    log_cleaner_threads: int = 1
+    log_cleaner_backoff_ms: int = 15_000  # sleep when no partition needs cleaning
+    log_cleaner_dedupe_buffer_size: int = 128 * 1024 * 1024  # bounds the key -> offset map
+    # Bounded I/O: bytes read + written per second by the cleaner (Kafka's default: unlimited).
+    log_cleaner_io_max_bytes_per_second: float = float("inf")
     producer_id_expiration_ms: int = DAY_MS
     # Transactions (issue 3) and groups use these; they are read here so one file configures all.
     transaction_max_timeout_ms: int = 900_000
@@ -60,6 +75,11 @@ class BrokerConfig:
     # the epoch across transactions (what Kafka 3.x does).
     transaction_version: int = 2
     offsets_topic_num_partitions: int = 50
+    # Segment sizes of the compacted internal topics. Kafka's default is 100 MiB; ours is small
+    # so that cleaning (which never touches the active segment) keeps the logs, and the replay at
+    # start, proportional to the live state: see README "Log compaction".
+    transaction_state_log_segment_bytes: int = 64 * 1024
+    offsets_topic_segment_bytes: int = 64 * 1024
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
@@ -114,6 +134,12 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "num.partitions": ("num_partitions", int, 1),
     "auto.create.topics.enable": ("auto_create_topics", _bool, None),
     "socket.request.max.bytes": ("socket_request_max_bytes", int, 1024),
+    "queued.max.request.bytes": ("queued_max_request_bytes", int, 1024),
+    "connections.max.idle.ms": ("connections_max_idle_ms", int, 1),
+    "request.receive.timeout.ms": ("request_receive_timeout_ms", int, 1),
+    "max.connections": ("max_connections", int, 1),
+    "max.connections.per.ip": ("max_connections_per_ip", int, 1),
+    "fetch.max.bytes": ("fetch_max_bytes", int, 1024),
     "log.segment.bytes": ("log.segment_bytes", int, 14),
     "log.roll.ms": ("log.segment_ms", int, 1),
     "log.retention.bytes": ("log.retention_bytes", int, -1),
@@ -123,6 +149,13 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
     "log.preallocate": ("log.preallocate", _bool, None),
     "log.flush": ("log.flush", _flush, None),
     "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int, 1),
+    "log.cleaner.enable": ("log_cleaner_enable", _bool, None),
+    "log.cleaner.threads": ("log_cleaner_threads", int, 1),
+    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 1),
+    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int, 1024),
+    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", float, None),
+    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", int, 14),
+    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", int, 14),
     "producer.id.expiration.ms": ("producer_id_expiration_ms", int, 1),
     "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int, 1),
     "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int, 1),
@@ -153,7 +186,7 @@ IGNORED_KAFKA_KEYS = frozenset({
     "transaction.state.log.replication.factor", "transaction.state.log.min.isr",
     "default.replication.factor", "min.insync.replicas", "unclean.leader.election.enable",
     "delete.topic.enable", "log.flush.interval.messages", "log.flush.interval.ms",
-    "log.flush.scheduler.interval.ms", "log.cleaner.enable", "log.cleaner.threads",
+    "log.flush.scheduler.interval.ms",
     "replica.lag.time.max.ms", "auto.leader.rebalance.enable", "confluent.support.metrics.enable",
     "metadata.log.dir", "security.inter.broker.protocol", "sasl.enabled.mechanisms",
     "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users",

@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from broker.cleaner_service import LogCleaner
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import DataArrived, FlushScheduler, Storage
@@ -38,6 +39,7 @@ class Broker:
         groups: GroupService,
         transactions: TransactionManager,
         cross: CrossService,
+        cleaner: LogCleaner | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -47,6 +49,7 @@ class Broker:
         self.groups = groups
         self.transactions = transactions
         self.cross = cross  # the steps that join the group and transaction services
+        self.cleaner = cleaner  # log compaction; its task runs in server.serve
 
     @property
     def logs(self) -> LogManager:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,15 @@ class FlushScheduler:
     one request per round with librdkafka's 5 in-flight requests).
     """
 
-    def __init__(self, data_arrived: DataArrived) -> None:
+    def __init__(
+        self, data_arrived: DataArrived, on_round: Callable[[float], None] | None = None
+    ) -> None:
+        self._on_round = on_round  # metrics: seconds of each round's fdatasyncs
         self._dirty: dict[int, Partition] = {}
         self._round = trio.Event()
         self._wakeup = trio.Event()
         self._data_arrived = data_arrived
+        self._retry = False  # the last round left partitions dirty after an error
         # Counters for the log at shutdown: how well do fsyncs group?
         self.rounds = 0
         self.partition_syncs = 0
@@ -64,13 +69,18 @@ class FlushScheduler:
 
     async def run(self) -> None:
         while True:
+            if self._retry:
+                # A failed round: try again a little later, not in a tight loop.
+                self._retry = False
+                await trio.sleep(0.1)
+                self._wakeup.set()
             await self._wakeup.wait()
             self._wakeup = trio.Event()
             # Let every request that is already runnable append first: one fsync then covers them.
             await trio.lowlevel.cancel_shielded_checkpoint()
             dirty, done = self._take_round()
             small = _small_round(dirty)
-            tickets = [(p, p.begin_flush()) for p in dirty]
+            tickets = self._begin(dirty)
             started = time.perf_counter()
             if small:
                 # A few small appends (transaction-log records, markers, one-record batches):
@@ -87,9 +97,22 @@ class FlushScheduler:
         """Flush every dirty partition inline (shutdown, or callers that cannot wait)."""
         dirty, done = self._take_round()
         started = time.perf_counter()
-        tickets = [(p, p.begin_flush()) for p in dirty]
+        tickets = self._begin(dirty)
         _sync_all([t for _, t in tickets if t is not None])
         self._finish_round(tickets, done, started)
+
+    def _begin(self, dirty: list[Partition]) -> list[tuple[Partition, FlushTicket | None]]:
+        """Each partition's ticket; one that cannot be taken (out of descriptors: EMFILE) is
+        logged and left dirty for the next round, whose waiters then see no progress."""
+        tickets = []
+        for partition in dirty:
+            try:
+                tickets.append((partition, partition.begin_flush()))
+            except OSError as exc:
+                log.error("flush of %s-%d postponed: %s", partition.topic, partition.index, exc)
+                self._dirty[id(partition)] = partition
+                self._retry = True
+        return tickets
 
     def _take_round(self) -> tuple[list[Partition], trio.Event]:
         dirty, self._dirty = self._dirty, {}
@@ -100,9 +123,17 @@ class FlushScheduler:
         self, tickets: list[tuple[Partition, FlushTicket | None]], done: trio.Event, started: float
     ) -> None:
         for partition, ticket in tickets:
-            if ticket is not None:
-                partition.complete_flush(ticket)
-        self.seconds += time.perf_counter() - started
+            if ticket is not None and not partition.complete_flush(ticket):
+                # Not durable (EIO, ENOSPC): the high watermark stays, acks=all waiters get
+                # KAFKA_STORAGE_ERROR, and the next round retries.
+                log.error("fdatasync of %s-%d failed: %s", partition.topic, partition.index,
+                          ticket.error)
+                self._dirty[id(partition)] = partition
+                self._retry = True
+        elapsed = time.perf_counter() - started
+        self.seconds += elapsed
+        if self._on_round is not None and tickets:
+            self._on_round(elapsed)
         self.rounds += 1
         self.partition_syncs += len(tickets)
         done.set()

@@ -20,10 +20,14 @@ records without copying them). A handler returns one of:
 from __future__ import annotations
 
 import logging
+import struct
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from types import ModuleType
 from typing import Any, Generic, Protocol, TypeVar
 
+from broker import peer
+from broker.metrics import Metrics, error_codes
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
 from protocol.headers import RequestHeader, encode_response_header, parse_request_header_untrusted
@@ -36,6 +40,7 @@ from protocol.messages.api_versions import (
 )
 
 log = logging.getLogger("minibroker.dispatch")
+_API_AND_VERSION = struct.Struct(">hh")  # the first fields of every request header
 
 Body = bytes | bytearray | memoryview
 Chunks = list[Body]
@@ -149,15 +154,42 @@ def check_served(table: HandlerTable) -> None:
 
 class Dispatcher:
     """Runs the handler of one request frame, with ``context`` (what handlers may touch).
-    The table must serve exactly the served-versions table (``check_served``)."""
+    The table must serve exactly the served-versions table (``check_served``). With ``metrics``
+    it also counts each request, its error codes and its latency (until a deferred reply is
+    ready)."""
 
-    def __init__(self, table: HandlerTable, context: Any) -> None:
+    def __init__(self, table: HandlerTable, context: Any, metrics: Metrics | None = None) -> None:
         check_served(table)
         self.table = table
         self.context = context
+        self.metrics = metrics
+        if metrics is not None:
+            self.dispatch = self._dispatch_counted  # type: ignore[method-assign]
 
     def dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any]:
         return dispatch(self.table, self.context, frame)
+
+    def _dispatch_counted(self, frame: bytearray) -> tuple[RequestHeader, Any]:
+        metrics: Metrics = self.metrics  # type: ignore[assignment]  # set when counting
+        started = time.perf_counter()
+        try:
+            header, result = dispatch(self.table, self.context, frame)
+        except CloseConnection:
+            if len(frame) >= 4:
+                metrics.connection_closed_on_error(*_API_AND_VERSION.unpack_from(frame, 0))
+            raise
+        key, version = header.api_key, header.api_version
+        if isinstance(result, Deferred):
+            wait = result.wait
+
+            async def timed() -> Any:
+                value = await wait()
+                metrics.request(key, version, time.perf_counter() - started, error_codes(value))
+                return value
+
+            return header, Deferred(timed)
+        metrics.request(key, version, time.perf_counter() - started, error_codes(result))
+        return header, result
 
 
 def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader, Any]:
@@ -189,7 +221,8 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
         raise
     except Exception as exc:
         # A bug must cost one connection, never the broker.
-        log.exception("%s v%d handler failed", ApiKey(key).name, version)
+        log.exception("%s v%d handler failed (client %s, id %r)", ApiKey(key).name, version,
+                      peer.client_host() or "?", header.client_id)
         raise CloseConnection(f"internal error in {ApiKey(key).name}: {exc!r}") from None
 
 

@@ -86,8 +86,8 @@ class ProducerStateEntry:
         self.batches: list[BatchMetadata] = batches if batches is not None else []
         self.last_timestamp = last_timestamp
         self.current_txn_first_offset = current_txn_first_offset
-        # Of the last transaction marker appended here in this run (DescribeProducers); -1 if
-        # none since the start (not in snapshots).
+        # Of the last transaction marker appended here (DescribeProducers; kept in snapshots,
+        # so after a crash a marker replayed past the snapshot is not counted); -1 if none.
         self.coordinator_epoch = -1
 
     @property
@@ -297,7 +297,7 @@ class ProducerStateManager:
     def to_json(self, offset: int) -> bytes:
         producers = [
             [pid, e.producer_epoch, e.last_timestamp, e.current_txn_first_offset,
-             [list(b) for b in e.batches]]
+             [list(b) for b in e.batches], e.coordinator_epoch]
             for pid, e in self.producers.items()
         ]
         return json.dumps(
@@ -326,13 +326,17 @@ class ProducerStateManager:
             if doc["version"] != 1:
                 return None
             state = cls()
-            for pid, epoch, last_ts, txn_first, batches in doc["producers"]:
-                state.producers[int(pid)] = ProducerStateEntry(
+            # The sixth element (coordinator epoch of the last marker) is optional: snapshots
+            # written before it existed have five.
+            for pid, epoch, last_ts, txn_first, batches, *more in doc["producers"]:
+                entry = state.producers[int(pid)] = ProducerStateEntry(
                     int(epoch),
                     [BatchMetadata(*(int(x) for x in b)) for b in batches],
                     int(last_ts),
                     None if txn_first is None else int(txn_first),
                 )
+                if more:
+                    entry.coordinator_epoch = int(more[0])
                 if txn_first is not None:
                     state._ongoing[int(pid)] = int(txn_first)
             return int(doc["offset"]), state

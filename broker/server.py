@@ -4,6 +4,21 @@ Per connection, the reader decodes frames and runs each request's synchronous pa
 (appends happen in arrival order); replies leave in the same order, the ones that must wait
 (acks=all fsync, long-poll Fetch) through a queue that a writer task awaits. So a client that
 pipelines five Produce requests gets them appended back to back and covered by one fsync.
+
+Limits (what no client may exceed, issue 10), all from ``BrokerConfig``:
+
+- ``max.connections`` (capped by the open-files limit, keeping room for the log's files) and
+  ``max.connections.per.ip``: a connection over either is closed at once, before any byte is read.
+- ``connections.max.idle.ms``: a connection with no bytes received or sent for that long is closed;
+  ``request.receive.timeout.ms``: a request whose first bytes arrived must be complete within it.
+- ``queued.max.request.bytes``: large requests (a frame of 64 KiB or more) reserve their size from
+  one broker-wide budget when their size prefix arrives; a connection whose request does not fit
+  stops reading until others finish (a request larger than the whole budget waits until nothing
+  else is reserved). Small frames live in the connection's receive buffer (at most 256 KiB).
+- Replies: a connection stops reading while its unsent replies exceed ``_MAX_UNSENT_REPLY_BYTES``
+  or ``MAX_IN_FLIGHT`` requests wait for theirs; a client that does not read its replies therefore
+  stops being read, and is closed once idle.
+- Accept failures for lack of descriptors (EMFILE, ENFILE) back off and retry.
 """
 
 from __future__ import annotations
@@ -11,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import logging
+import resource
 import signal
 import socket as stdsocket
 from collections import deque
@@ -18,10 +34,13 @@ from collections.abc import Sequence
 
 import trio
 
-from broker.app import build_broker, build_dispatcher
+from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
 from broker.context import Broker
 from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.metrics import BrokerState, Metrics
+from broker.metrics import render as render_metrics
+from broker.metrics_http import serve_metrics
 from broker.peer import Peer, set_peer
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
@@ -31,19 +50,81 @@ log = logging.getLogger("minibroker.server")
 
 # Requests one connection may have in flight before we stop reading from it (backpressure).
 MAX_IN_FLIGHT = 32
+# Bytes of encoded replies one connection may have waiting to be sent before it is not read.
+_MAX_UNSENT_REPLY_BYTES = 1024 * 1024
+# Frames below this size are not charged to queued.max.request.bytes (they fit the per-connection
+# receive buffer, which max.connections bounds).
+_POOLED_FRAME_MIN = 64 * 1024
+# Descriptors kept free for segments, indexes, snapshots and the flusher's duplicates.
+_RESERVED_FDS = 128
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+class RequestMemory:
+    """The broker-wide budget of ``queued.max.request.bytes`` for requests being received."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.reserved = 0
+        self._released = trio.Event()
+
+    async def reserve(self, n: int) -> None:
+        while self.reserved and self.reserved + n > self.limit:
+            await self._released.wait()
+        self.reserved += n
+
+    def release(self, n: int) -> None:
+        self.reserved -= n
+        self._released.set()
+        self._released = trio.Event()
+
+
+class ConnectionLimits:
+    """``max.connections`` and ``max.connections.per.ip``: counts of open connections."""
+
+    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+        try:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        except (OSError, ValueError):
+            soft = resource.RLIM_INFINITY
+        if soft != resource.RLIM_INFINITY:
+            max_connections = min(max_connections, max(soft - _RESERVED_FDS, 16))
+        self.max_connections = max_connections
+        self.max_per_ip = max_per_ip
+        self.total = 0
+        self.per_ip: dict[str, int] = {}
+        self.refused = 0
+
+    def admit(self, ip: str) -> bool:
+        if self.total >= self.max_connections or self.per_ip.get(ip, 0) >= self.max_per_ip:
+            self.refused += 1
+            return False
+        self.total += 1
+        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
+        return True
+
+    def leave(self, ip: str) -> None:
+        self.total -= 1
+        left = self.per_ip[ip] - 1
+        if left:
+            self.per_ip[ip] = left
+        else:
+            del self.per_ip[ip]
 
 
 async def serve(
     config: BrokerConfig,
     *,
     broker: Broker | None = None,
+    metrics: Metrics | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the broker until cancelled; ``task_status.started(port)`` once it is listening."""
     owned = broker is None
-    broker = broker or build_broker(config)
-    dispatcher = build_dispatcher(broker)
+    if broker is None:
+        metrics = build_metrics(config)
+        broker = build_broker(config, metrics=metrics)
+    dispatcher = build_dispatcher(broker, metrics)
     extra: list = []
     try:
         listener = await _bind(config.host, config.port)
@@ -62,15 +143,22 @@ async def serve(
             extra.append((sock, (host, spec.advertised_port or bound)))
             log.info("listener %s on %s:%d (advertised %s:%d)", spec.name, spec.host, bound,
                      host, spec.advertised_port or bound)
+        shared = _Shared(broker, dispatcher)  # the limits count every listener's connections
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
+            if broker.cleaner is not None:
+                nursery.start_soon(broker.cleaner.run)
             for sock, advertised in extra:
-                nursery.start_soon(_accept_loop, sock, broker, dispatcher, nursery, advertised)
+                nursery.start_soon(_accept_loop, sock, shared, nursery, advertised)
+            if metrics is not None and config.metrics_port is not None:
+                state = BrokerState(broker)
+                await nursery.start(serve_metrics, config.metrics_host, config.metrics_port,
+                                    lambda: render_metrics(metrics, state))
             task_status.started(port)
             with listener:
-                await _accept_loop(listener, broker, dispatcher, nursery)
+                await _accept_loop(listener, shared, nursery)
     finally:
         for sock, _ in extra:
             sock.close()
@@ -86,26 +174,52 @@ async def _bind(host: str, port: int):
     return listener
 
 
+class _Shared:
+    """What every connection uses: the broker, the dispatcher, the limits."""
+
+    def __init__(self, broker: Broker, dispatcher: Dispatcher) -> None:
+        config = broker.config
+        self.broker = broker
+        self.dispatcher = dispatcher
+        self.memory = RequestMemory(config.queued_max_request_bytes)
+        self.limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
+        self.idle_s = config.connections_max_idle_ms / 1000
+        self.receive_timeout_s = config.request_receive_timeout_ms / 1000
+
+
 async def _accept_loop(
     listener,
-    broker: Broker,
-    dispatcher: Dispatcher,
+    shared: _Shared,
     nursery: trio.Nursery,
     advertised: tuple[str, int] | None = None,
 ) -> None:
+    limits = shared.limits
     while True:
         try:
-            sock, _ = await listener.accept()
+            sock, address = await listener.accept()
         except OSError as exc:
             if exc.errno in _ACCEPT_RETRY_ERRNOS:
                 log.error("accept failed (%s); retrying in 100 ms", exc)
                 await trio.sleep(0.1)
                 continue
             raise
-        raw = stdsocket.socket(fileno=sock.detach())
-        raw.setblocking(False)
-        raw.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
-        nursery.start_soon(_serve_connection, _Socket(raw), broker, dispatcher, advertised)
+        ip = address[0] if isinstance(address, tuple) else str(address)
+        if not limits.admit(ip):
+            sock.close()  # Kafka closes a connection over the limits the same way
+            if limits.refused in (1, 10, 100) or limits.refused % 1000 == 0:
+                log.warning("refused a connection from %s: %d open (max.connections %d, "
+                            "max.connections.per.ip %d); %d refused so far", ip, limits.total,
+                            limits.max_connections, limits.max_per_ip, limits.refused)
+            continue
+        try:
+            raw = stdsocket.socket(fileno=sock.detach())
+            raw.setblocking(False)
+            raw.setsockopt(stdsocket.IPPROTO_TCP, stdsocket.TCP_NODELAY, 1)
+        except OSError:
+            limits.leave(ip)
+            continue
+        nursery.start_soon(_serve_connection, _Socket(raw, shared.dispatcher.metrics), shared, ip,
+                           advertised)
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -135,24 +249,33 @@ async def _transaction_housekeeping(broker: Broker) -> None:
 
 async def _serve_connection(
     sock: _Socket,
-    broker: Broker,
-    dispatcher: Dispatcher,
+    shared: _Shared,
+    ip: str,
     advertised: tuple[str, int] | None = None,
 ) -> None:
-    set_peer(Peer("/" + sock.peer_host(), advertised))  # this task's requests (broker/peer.py)
-    connection = _Connection(sock, broker, dispatcher)
+    set_peer(Peer("/" + ip, advertised))  # this task's requests (broker/peer.py)
+    if sock.metrics is not None:
+        sock.metrics.connections_opened += 1
+    connection = _Connection(sock, shared)
     try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(connection.write_queued, nursery.cancel_scope)
-            await connection.read_requests()
-            await connection.drain()
-            nursery.cancel_scope.cancel()
+        with connection.deadline:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(connection.write_queued, nursery.cancel_scope)
+                await connection.read_requests()
+                await connection.drain()
+                nursery.cancel_scope.cancel()
+        if connection.deadline.cancelled_caught:
+            log.info("closing %s: %s", connection.peer, connection.timeout_reason())
     except* (trio.BrokenResourceError, trio.ClosedResourceError, ConnectionError):
         # except*: the reader's error (a peer's RST: ConnectionResetError) leaves the nursery
         # inside an ExceptionGroup; a plain except missed it and the broker died.
         pass
     finally:
+        if sock.metrics is not None:
+            sock.metrics.connections_closed += 1
+        connection.release_memory()
         sock.close()
+        shared.limits.leave(ip)
 
 
 class _Socket:
@@ -166,9 +289,11 @@ class _Socket:
 
     _FAIRNESS = 16  # receives in a row without waiting before we yield anyway
 
-    def __init__(self, raw: stdsocket.socket) -> None:
+    def __init__(self, raw: stdsocket.socket, metrics: Metrics | None = None) -> None:
         self.raw = raw
+        self.metrics = metrics  # bytes in/out, connections (None: not counted)
         self._streak = 0
+        self.on_sent = _nothing  # called after bytes were sent (idle deadline)
 
     async def recv_into(self, buffer) -> int:
         while True:
@@ -178,6 +303,8 @@ class _Socket:
                 self._streak = 0
                 await trio.lowlevel.wait_readable(self.raw)
                 continue
+            if self.metrics is not None:
+                self.metrics.bytes_in += n
             self._streak += 1
             if self._streak >= self._FAIRNESS:
                 self._streak = 0
@@ -187,12 +314,16 @@ class _Socket:
     async def send_chunks(self, chunks: Sequence) -> None:
         """Send every chunk (gather write), handling partial sends."""
         views = [memoryview(c) for c in chunks]
+        if self.metrics is not None:
+            self.metrics.bytes_out += sum(v.nbytes for v in views)
         while views:
             try:
                 sent = self.raw.sendmsg(views[:512])
             except BlockingIOError:
                 await trio.lowlevel.wait_writable(self.raw)
                 continue
+            if sent:
+                self.on_sent()
             while sent:
                 first = views[0]
                 if sent >= len(first):
@@ -201,12 +332,6 @@ class _Socket:
                 else:
                     views[0] = first[sent:]
                     sent = 0
-
-    def peer_host(self) -> str:
-        try:
-            return str(self.raw.getpeername()[0])
-        except OSError:
-            return "?"
 
     def peer_name(self) -> str:
         try:
@@ -229,14 +354,42 @@ class _Connection:
     queue holds ready chunk lists or ``(header, Deferred)``.
     """
 
-    def __init__(self, sock: _Socket, broker: Broker, dispatcher: Dispatcher) -> None:
+    def __init__(self, sock: _Socket, shared: _Shared) -> None:
         self.sock = sock
-        self.broker = broker
-        self.dispatch = dispatcher.dispatch
+        self.broker = shared.broker
+        self.dispatch = shared.dispatcher.dispatch
+        self.memory = shared.memory
         self.peer = sock.peer_name()
         self.queue: deque = deque()
+        self.unsent = 0  # bytes of ready replies in ``queue``
         self._queued = trio.Event()
         self._drained = trio.Event()
+        self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being received
+        self._idle_s = shared.idle_s
+        self._receive_timeout_s = shared.receive_timeout_s
+        self._request_started: float | None = None  # when the partial request began to arrive
+        self._deadline = trio.current_time() + self._idle_s
+        self.deadline = trio.CancelScope(deadline=self._deadline)
+        sock.on_sent = self._active
+
+    def _active(self) -> None:
+        deadline = trio.current_time() + self._idle_s
+        if self._request_started is not None:
+            deadline = min(deadline, self._request_started + self._receive_timeout_s)
+        # Moving a cancel scope's deadline costs a heap update: later only by whole seconds.
+        if deadline < self._deadline or deadline - self._deadline > 1.0:
+            self._deadline = deadline
+            self.deadline.deadline = deadline
+
+    def timeout_reason(self) -> str:
+        if self._request_started is not None:
+            return f"a request took longer than {self._receive_timeout_s:g} s to arrive"
+        return f"idle for {self._idle_s:g} s"
+
+    def release_memory(self) -> None:
+        if self._reserved:
+            self.memory.release(self._reserved)
+            self._reserved = 0
 
     async def read_requests(self) -> None:
         decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
@@ -247,6 +400,7 @@ class _Connection:
                 return
             decoder.advance(n)
             ready: list = []  # chunks of replies nothing queued is ahead of
+            ready_bytes = 0
             while True:
                 try:
                     frame = decoder.next_frame()
@@ -260,26 +414,48 @@ class _Connection:
                 except CloseConnection as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
+                finally:
+                    del frame
+                    self.release_memory()
                 if isinstance(result, Deferred):
                     if ready:
-                        self._enqueue(ready)
-                        ready = []
-                    self._enqueue((header, result))
+                        self._enqueue(ready, ready_bytes)
+                        ready, ready_bytes = [], 0
+                    self._enqueue((header, result), 0)
                     continue
                 chunks = encode_reply(header, result)
                 if chunks is None:
                     continue
+                size = _size(chunks)
                 if self.queue:
-                    self._enqueue(chunks)
+                    self._enqueue(chunks, size)
                 else:
                     ready.extend(chunks)
+                    ready_bytes += size
+                    if ready_bytes > _MAX_UNSENT_REPLY_BYTES:
+                        # Many requests in one receive: send before answering more.
+                        await self.sock.send_chunks(ready)
+                        ready, ready_bytes = [], 0
             if ready:
                 await self.sock.send_chunks(ready)
-            while len(self.queue) >= MAX_IN_FLIGHT:  # backpressure: stop reading for a while
+            # Idle and request-assembly deadlines.
+            if decoder.buffered:
+                if self._request_started is None:
+                    self._request_started = trio.current_time()
+            else:
+                self._request_started = None
+            self._active()
+            pending = decoder.pending_frame_size
+            if pending >= _POOLED_FRAME_MIN and not self._reserved:
+                await self.memory.reserve(pending)  # stop reading until the budget allows
+                self._reserved = pending
+            # Backpressure: stop reading while replies wait.
+            while len(self.queue) >= MAX_IN_FLIGHT or self.unsent > _MAX_UNSENT_REPLY_BYTES:
                 await self._wait_drained()
 
-    def _enqueue(self, item) -> None:
-        self.queue.append(item)
+    def _enqueue(self, item, size: int) -> None:
+        self.queue.append((item, size))
+        self.unsent += size
         self._queued.set()
 
     async def _wait_drained(self) -> None:
@@ -298,13 +474,14 @@ class _Connection:
                     self._drained.set()
                     self._queued = trio.Event()
                     await self._queued.wait()
-                item = self.queue[0]
+                item, size = self.queue[0]
                 if isinstance(item, tuple):
                     header, pending = item
                     item = encode_reply(header, await pending.wait())
                 if item:
                     await self.sock.send_chunks(item)
                 self.queue.popleft()  # only now: the reader must not send while this one is out
+                self.unsent -= size
                 self._drained.set()
         except (trio.BrokenResourceError, ConnectionError, OSError):
             cancel_scope.cancel()  # peer gone: stop reading too
@@ -314,8 +491,17 @@ class _Connection:
             cancel_scope.cancel()
 
 
-async def _serve_with(config: BrokerConfig, broker: Broker, task_status=trio.TASK_STATUS_IGNORED):
-    await serve(config, broker=broker, task_status=task_status)
+def _size(chunks: list) -> int:
+    return sum(len(c) for c in chunks)
+
+
+def _nothing() -> None:
+    pass
+
+
+async def _serve_with(config: BrokerConfig, broker: Broker, metrics: Metrics | None,
+                      task_status=trio.TASK_STATUS_IGNORED):
+    await serve(config, broker=broker, metrics=metrics, task_status=task_status)
 
 
 async def run_until_signal(
@@ -326,11 +512,12 @@ async def run_until_signal(
     ``on_listening(broker, port)`` runs once the socket is bound. ``crash_hook``: tests only
     (``broker/app.py``).
     """
-    broker = build_broker(config, crash_hook=crash_hook)
+    metrics = build_metrics(config)
+    broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:
-                port = await nursery.start(_serve_with, config, broker)
+                port = await nursery.start(_serve_with, config, broker, metrics)
                 if on_listening is not None:
                     on_listening(broker, port)
                 async for signum in signals:

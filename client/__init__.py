@@ -9,6 +9,8 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.producer import Producer
 from client.structs import (
+    AlterConfigOp,
+    ConfigResource,
     ConsumerGroupMetadata,
     ConsumerRecord,
     NewTopic,
@@ -20,6 +22,8 @@ from client.structs import (
 
 __all__ = [
     "Admin",
+    "AlterConfigOp",
+    "ConfigResource",
     "Consumer",
     "ConsumerGroupMetadata",
     "ConsumerRecord",

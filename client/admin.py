@@ -19,10 +19,16 @@ from client._loop import LoopThread
 from client.aio.admin import AsyncAdmin, raise_first
 from client.errors import BrokerResponseError
 from client.structs import (
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
     GroupDescription,
     GroupListing,
+    HangingTransaction,
+    LogDirDescription,
     NewTopic,
     OffsetAndMetadata,
+    ProducerState,
     TopicDescription,
     TopicPartition,
     TransactionDescription,
@@ -79,8 +85,74 @@ class Admin:
     def describe_cluster(self) -> dict[str, Any]:
         return self._loop.call(self._engine.describe_cluster)
 
-    def list_groups(self) -> list[GroupListing]:
-        return self._loop.call(self._engine.list_groups)
+    def list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[GroupListing]:
+        """Groups, optionally only those in ``states`` (``Stable``, ``Empty`` ...) or of
+        ``types`` (``classic``)."""
+        return self._loop.call(self._engine.list_groups, list(states), list(types))
+
+    def delete_groups(self, group_ids: Iterable[str]) -> dict[str, BrokerResponseError | None]:
+        """Delete groups without members and their offsets; per group None or its error."""
+        return self._loop.call(self._engine.delete_groups, list(group_ids))
+
+    def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        return self._loop.call(self._engine.delete_group_offsets, group_id, list(partitions))
+
+    # -- configs, partitions, records -----------------------------------------------------------
+
+    def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        *,
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each topic/broker resource with its value and source."""
+        return self._loop.call(self._engine.describe_configs, list(resources), include_synonyms,
+                               include_documentation)
+
+    def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Sequence[AlterConfigOp]],
+        *,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, BrokerResponseError | None]:
+        return self._loop.call(self._engine.incremental_alter_configs, dict(changes), validate_only)
+
+    def alter_configs(
+        self, changes: Mapping[ConfigResource, Mapping[str, str]], *, validate_only: bool = False
+    ) -> dict[ConfigResource, BrokerResponseError | None]:
+        return self._loop.call(self._engine.alter_configs, dict(changes), validate_only)
+
+    def create_partitions(
+        self, counts: Mapping[str, int], *, validate_only: bool = False
+    ) -> dict[str, BrokerResponseError | None]:
+        return self._loop.call(self._engine.create_partitions, dict(counts), validate_only)
+
+    def delete_records(self, offsets: Mapping[tuple[str, int], int]) -> dict[TopicPartition, int]:
+        """Move log start offsets (-1: to the high watermark); returns the new ones."""
+        return self._loop.call(self._engine.delete_records, dict(offsets))
+
+    def describe_log_dirs(
+        self, topics: Mapping[str, Sequence[int]] | None = None
+    ) -> dict[int, list[LogDirDescription]]:
+        return self._loop.call(self._engine.describe_log_dirs, topics)
+
+    def describe_producers(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        return self._loop.call(self._engine.describe_producers, list(partitions))
+
+    def find_hanging_transactions(
+        self, topics: Iterable[str] | None = None, max_transaction_timeout_ms: int = 900_000
+    ) -> list[HangingTransaction]:
+        return self._loop.call(
+            self._engine.find_hanging_transactions,
+            None if topics is None else list(topics), max_transaction_timeout_ms,
+        )
 
     def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         return self._loop.call(self._engine.describe_groups, list(group_ids))
@@ -101,9 +173,14 @@ class Admin:
         return self._loop.call(self._engine.list_offsets, dict(specs), read_committed)
 
     def list_transactions(
-        self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
     ) -> list[TransactionListing]:
-        return self._loop.call(self._engine.list_transactions, list(states), list(producer_ids))
+        return self._loop.call(
+            self._engine.list_transactions, list(states), list(producer_ids), duration_ms
+        )
 
     def describe_transactions(
         self, transactional_ids: Iterable[str]

@@ -135,6 +135,12 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
         return self._loop.call(self._engine.end_offsets, list(partitions))
 
+    def offsets_for_times(
+        self, timestamps: Mapping[tuple[str, int], int]
+    ) -> dict[TopicPartition, int | None]:
+        """The earliest offset at or after each partition's time (ms); None where there is none."""
+        return self._loop.call(self._engine.offsets_for_times, dict(timestamps))
+
     def partitions_for(self, topic: str) -> list[TopicPartition]:
         return self._loop.call(self._engine.partitions_for, topic)
 

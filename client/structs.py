@@ -94,6 +94,8 @@ class TopicDescription(NamedTuple):
 class GroupListing(NamedTuple):
     group_id: str
     protocol_type: str
+    state: str = ""  # "" when the broker does not say (ListGroups below v4)
+    type: str = ""  # "classic", "consumer", ... ("" below ListGroups v5)
 
 
 class MemberDescription(NamedTuple):
@@ -128,3 +130,89 @@ class TransactionDescription(NamedTuple):
     timeout_ms: int
     start_time_ms: int  # -1 when no transaction has started
     partitions: tuple[TopicPartition, ...]
+
+
+class ConfigResource(NamedTuple):
+    """A config resource: ``type`` "topic" or "broker" (Kafka's resource types 2 and 4);
+    ``name`` the topic, or the broker's node id as a string."""
+
+    type: str
+    name: str
+
+    @property
+    def type_code(self) -> int:
+        return RESOURCE_TYPES[self.type]
+
+
+RESOURCE_TYPES = {"topic": 2, "broker": 4}
+# Kafka's ConfigSource values
+CONFIG_SOURCES = {
+    1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+}
+
+
+class ConfigSynonym(NamedTuple):
+    name: str
+    value: str | None
+    source: str
+
+
+class ConfigEntry(NamedTuple):
+    """One config of a resource as DescribeConfigs reports it; ``source`` is Kafka's name
+    (``DYNAMIC_TOPIC_CONFIG``, ``STATIC_BROKER_CONFIG``, ``DEFAULT_CONFIG``, ...)."""
+
+    name: str
+    value: str | None
+    source: str
+    read_only: bool
+    is_sensitive: bool
+    synonyms: tuple[ConfigSynonym, ...] = ()
+    documentation: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.source == "DEFAULT_CONFIG"
+
+
+class AlterConfigOp(NamedTuple):
+    """One IncrementalAlterConfigs operation: ``op`` "set", "delete", "append" or "subtract"."""
+
+    name: str
+    op: str
+    value: str | None = None
+
+
+ALTER_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
+
+
+class ProducerState(NamedTuple):
+    """An active producer of a partition (DescribeProducers)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no open transaction here
+
+
+class LogDirDescription(NamedTuple):
+    path: str
+    error_code: int
+    partitions: dict[TopicPartition, int]  # partition -> size in bytes
+    total_bytes: int = -1
+    usable_bytes: int = -1
+
+
+class HangingTransaction(NamedTuple):
+    """An open transaction on a partition that its coordinator does not consider ongoing (or that
+    runs longer than the longest allowed timeout): its LSO is stuck until it is aborted."""
+
+    partition: TopicPartition
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    start_offset: int
+    transactional_id: str | None  # None: no coordinator knows this producer
+    age_ms: int  # -1 when the coordinator does not know it

@@ -9,9 +9,15 @@ customer, to ``large-orders`` with the connector's exactly-once sink. Stop it at
 (Ctrl-C, kill -9 of the driver) and start it again with the same ``--checkpoint``: it continues
 where it stopped, and ``large-orders`` never holds an order twice.
 
-``--demo N`` first creates the topics and produces N orders in transactions of 1,000 (and one
-aborted transaction, whose orders must never come out). ``--available-now`` processes what is
-there and exits; without it the query runs until interrupted.
+``--demo N`` first creates the topics and produces N orders in one transaction (and one aborted
+transaction, whose order must never come out), unless ``orders`` already holds committed orders:
+rerunning the same command after a crash does not produce the demo input twice (a crash in the
+middle of producing it leaves nothing visible, and the rerun produces it whole).
+``--available-now`` processes what is there and exits; without it the query runs until
+interrupted.
+
+Spark binds to 127.0.0.1 unless ``SPARK_LOCAL_IP`` says otherwise: the example talks to a broker
+on this machine and has no reason to listen on the network.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ def main(bootstrap, source, sink, checkpoint, demo, available_now, max_per_trigg
 
     # Spark's Python workers must run this interpreter (it has pyarrow and the connector).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -46,6 +53,8 @@ def main(bootstrap, source, sink, checkpoint, demo, available_now, max_per_trigg
     spark = (
         SparkSession.builder.appName("large-orders")
         .master("local[2]")
+        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .getOrCreate()
     )
@@ -93,20 +102,26 @@ def main(bootstrap, source, sink, checkpoint, demo, available_now, max_per_trigg
 
 
 def produce_demo_orders(bootstrap: str, source: str, sink: str, count: int) -> None:
-    from client import Admin, Producer
+    from client import Admin, Consumer, Producer
 
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topic(source, 2, exist_ok=True)
         admin.create_topic(sink, 2, exist_ok=True)
+    with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as consumer:
+        present = sum(consumer.end_offsets(consumer.partitions_for(source)).values())
+    if present:
+        click.echo(f"{source} already holds orders (up to offset total {present}): not producing the demo again")
+        return
     rng = random.Random(7)
+    # One transaction: the demo input is there whole or not at all, whatever the moment of a crash
+    # (a rerun's init_transactions aborts the half-written one).
     with Producer({"bootstrap.servers": bootstrap, "transactional.id": f"demo-orders-{source}"}) as producer:
         producer.init_transactions()
-        for start in range(0, count, 1000):
-            producer.begin_transaction()
-            for i in range(start, min(start + 1000, count)):
-                order = {"id": i, "customer": f"c{rng.randrange(50)}", "amount": round(rng.uniform(1, 200), 2)}
-                producer.send(source, json.dumps(order).encode())
-            producer.commit_transaction()
+        producer.begin_transaction()
+        for i in range(count):
+            order = {"id": i, "customer": f"c{rng.randrange(50)}", "amount": round(rng.uniform(1, 200), 2)}
+            producer.send(source, json.dumps(order).encode())
+        producer.commit_transaction()
         producer.begin_transaction()
         producer.send(source, json.dumps({"id": -1, "customer": "ghost", "amount": 999}).encode())
         producer.abort_transaction()  # never visible to the job

@@ -359,12 +359,20 @@ class _Array(Construct):
 
 def read_any_array_count(io, nullable: bool, compact: bool) -> int | None:
     if not compact:
-        return read_array_count(io, nullable)
-    n = read_compact_length(io)
-    if n < 0:
-        if not nullable:
-            raise CorruptFrameError("null for a non-nullable compact array")
-        return None
+        n = read_array_count(io, nullable)
+    else:
+        n = read_compact_length(io)
+        if n < 0:
+            if not nullable:
+                raise CorruptFrameError("null for a non-nullable compact array")
+            return None
+    if n is not None:
+        # Untrusted requests carry an element budget (messages._registry): bounded work.
+        left = getattr(io, "elements_left", None)
+        if left is not None:
+            if n > left:
+                raise CorruptFrameError("too many array elements in one request")
+            io.elements_left = left - n
     return n
 
 

@@ -1073,3 +1073,67 @@ def parse_control_record(record: Record) -> tuple[ControlType, int]:
     if version < 0:
         raise CorruptFrameError(f"bad transaction marker version {version}")
     return ControlType(control_type), coordinator_epoch
+
+
+# ---------------------------------------------------------------------------------------------
+# Rewriting a batch with fewer records (log compaction)
+
+
+def records_section_untrusted(buf: Any, pos: int, header: BatchHeader) -> bytes:
+    """The records of the batch at ``buf[pos:]`` as one uncompressed byte string (the bytes after
+    the header, decompressed if the batch is compressed). Raises ``CorruptFrameError``."""
+    end = pos + header.length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptFrameError(f"record batch at {pos} is truncated")
+    section = memoryview(buf)[pos + HEADER_SIZE : end]
+    codec = header.attributes & COMPRESSION_MASK
+    if codec:
+        return _decompress(Compression(codec), section)
+    return bytes(section)
+
+
+def record_spans_untrusted(section: bytes, count: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each of the ``count`` records in an uncompressed records section: the
+    whole record, its length varint included, so that a span can be copied into another batch
+    with the same base offset and base timestamp unchanged. Raises ``CorruptFrameError``."""
+    n = len(section)
+    if count < 0 or count > n // _MIN_RECORD_SIZE:
+        raise CorruptFrameError(f"records count {count} does not fit in {n} bytes of records")
+    spans = []
+    p = 0
+    for _ in range(count):
+        start = p
+        length, p = decode_varint(section, p)
+        end = p + length
+        if length < _MIN_RECORD_BODY or end > n:
+            raise CorruptFrameError(f"bad record length {length}")
+        spans.append((start, end))
+        p = end
+    if p != n:
+        raise CorruptFrameError(f"{n - p} bytes left after {count} records")
+    return spans
+
+
+def rebuild_batch(
+    header: BatchHeader, section: bytes, spans: Sequence[tuple[int, int]]
+) -> bytes:
+    """The batch of ``header`` holding only the records at ``spans`` of its uncompressed
+    ``section`` (in order). Base offset, lastOffsetDelta, timestamps, attributes, producer id,
+    epoch and base sequence are kept (Kafka keeps lastOffsetDelta so that the producer's last
+    sequence survives); recordsCount, length and CRC are recomputed, and a compressed batch is
+    compressed again with its codec. No spans gives an empty batch (recordsCount 0), which keeps
+    the offsets and the producer's sequence numbers of a batch whose records all went."""
+    body = b"".join(section[s:e] for s, e in spans)
+    codec = Compression(header.attributes & COMPRESSION_MASK)
+    if codec != Compression.NONE and spans:
+        body = _compress(codec, body)
+    out = bytearray(HEADER_SIZE)
+    out += body
+    attributes = header.attributes if spans else header.attributes & ~COMPRESSION_MASK
+    _HEADER.pack_into(
+        out, 0, header.base_offset, len(out) - LOG_OVERHEAD, header.partition_leader_epoch, 2, 0,
+        attributes, header.last_offset_delta, header.base_timestamp, header.max_timestamp,
+        header.producer_id, header.producer_epoch, header.base_sequence, len(spans),
+    )
+    _UINT32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)

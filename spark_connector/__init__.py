@@ -21,8 +21,16 @@ from __future__ import annotations
 from typing import Any
 
 from spark_connector.options import FORMAT, OptionError
+from spark_connector.planning import offsets_behind_latest
 
-__all__ = ["FORMAT", "DataLossError", "MinibrokerDataSource", "OptionError", "register"]
+__all__ = [
+    "FORMAT",
+    "DataLossError",
+    "MinibrokerDataSource",
+    "OptionError",
+    "offsets_behind_latest",
+    "register",
+]
 
 
 def register(spark: Any) -> None:

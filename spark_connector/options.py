@@ -7,7 +7,13 @@ Spark's Kafka source and sink so that a job moves over by changing ``format("kaf
     bootstrap.servers (or kafka.bootstrap.servers)   host:port[,host:port...]
     subscribe | subscribePattern | assign            what to read (exactly one)
     startingOffsets / endingOffsets                  "earliest" | "latest" | {"t": {"0": 23}}
-    maxOffsetsPerTrigger                             streaming: records per micro-batch
+    startingTimestamp / endingTimestamp              ms since the epoch, for every partition
+    startingOffsetsByTimestamp / endingOffsetsByTimestamp   {"t": {"0": 1700000000000}}
+    startingOffsetsByTimestampStrategy               error (default) | latest
+    maxOffsetsPerTrigger / minOffsetsPerTrigger      streaming: offsets per micro-batch
+    maxTriggerDelay                                  streaming: longest wait for minOffsetsPerTrigger
+    fetchOffset.numRetries / fetchOffset.retryIntervalMs    retries of offset lookups
+    groupIdPrefix / kafka.group.id                   the group id the read's consumers carry
     failOnDataLoss                                   true (default) | false
     includeHeaders                                   false (default) | true
     isolation.level (or kafka.isolation.level)       read_committed (default) | read_uncommitted
@@ -25,6 +31,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +39,7 @@ from typing import Any
 from client.config import OPTIONS as CLIENT_OPTIONS
 from client.config import admin_config, consumer_config, parse_bootstrap_servers, producer_config
 from client.errors import ConfigError
+from spark_connector.planning import TopicPartition
 
 FORMAT = "minibroker"
 
@@ -43,10 +51,14 @@ DEFAULT_TRANSACTIONAL_ID_PREFIX = "minibroker-spark"
 DEFAULT_PROGRESS_TOPIC = "minibroker-spark-progress"
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+# Spark's defaults for the same options.
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3
+DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS = 10
+DEFAULT_GROUP_ID_PREFIX = "spark-kafka-source"
 
 # Client settings the connector decides itself: a user value would break its guarantees.
 _MANAGED_CLIENT_KEYS = {
-    "group.id": "reads use no consumer group (offsets live in Spark's checkpoint)",
     "enable.auto.commit": "reads use no consumer group (offsets live in Spark's checkpoint)",
     "auto.offset.reset": "use startingOffsets / failOnDataLoss",
     "transactional.id": "use transactionalIdPrefix (each task needs its own id)",
@@ -68,12 +80,25 @@ _READ_KEYS = {
     "minpartitions": "minPartitions",
     "maxrecordsperpartition": "maxRecordsPerPartition",
     "kafkaconsumer.polltimeoutms": "kafkaConsumer.pollTimeoutMs",
+    "startingtimestamp": "startingTimestamp",
+    "startingoffsetsbytimestamp": "startingOffsetsByTimestamp",
+    "startingoffsetsbytimestampstrategy": "startingOffsetsByTimestampStrategy",
+    "endingtimestamp": "endingTimestamp",
+    "endingoffsetsbytimestamp": "endingOffsetsByTimestamp",
+    "minoffsetspertrigger": "minOffsetsPerTrigger",
+    "maxtriggerdelay": "maxTriggerDelay",
+    "fetchoffset.numretries": "fetchOffset.numRetries",
+    "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
+    "groupidprefix": "groupIdPrefix",
 }
 _WRITE_KEYS = {
     "topic": "topic",
     "transactionalidprefix": "transactionalIdPrefix",
     "progresstopic": "progressTopic",
 }
+# Read options Spark's Kafka sink also accepts (it ignores them; a job often shares one option map
+# between its source and its sink). Headers are written whenever the data has a headers column.
+_IGNORED_BY_WRITES = frozenset({"includeheaders"})
 _COMMON_KEYS = {
     "bootstrap.servers": "bootstrap.servers",
     "isolation.level": "isolation.level",
@@ -90,7 +115,6 @@ class OptionError(ValueError):
     """A data source option that cannot work; the message names the option."""
 
 
-TopicPartition = tuple[str, int]
 # {(topic, partition): offset} or a symbolic "earliest" / "latest" for every partition
 OffsetSpec = str | dict[TopicPartition, int]
 
@@ -126,6 +150,24 @@ class ReadOptions(CommonOptions):
     min_partitions: int | None = None
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    # Timestamps (ms since the epoch) to start or end at: one for every partition, or per
+    # partition; they take precedence over starting_offsets / ending_offsets, as in Spark.
+    starting_timestamp: int | None = None
+    starting_offsets_by_timestamp: dict[TopicPartition, int] | None = None
+    # "error": fail when a partition has no record at or after its starting timestamp;
+    # "latest": start such a partition at its latest offset.
+    starting_timestamp_strategy: str = "error"
+    ending_timestamp: int | None = None
+    ending_offsets_by_timestamp: dict[TopicPartition, int] | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    fetch_offset_num_retries: int = DEFAULT_FETCH_OFFSET_NUM_RETRIES
+    fetch_offset_retry_interval_ms: int = DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS
+    # The group id of the read's consumers: kafka.group.id, else "<groupIdPrefix>-<random>".
+    # Reads never join the group or commit to it (offsets live in Spark's checkpoint); the id
+    # is what the broker sees, e.g. for quotas or ACLs on Apache Kafka.
+    group_id: str | None = None
+    group_id_prefix: str = DEFAULT_GROUP_ID_PREFIX
 
     def consumer_config(self) -> dict[str, Any]:
         conf: dict[str, Any] = {
@@ -137,6 +179,7 @@ class ReadOptions(CommonOptions):
             "fetch.max.wait.ms": 50,
         }
         managed = {
+            "group.id": self.group_id,
             "isolation.level": self.isolation_level,
             "enable.auto.commit": False,
             # The connector seeks every partition itself and checks for lost data itself.
@@ -196,6 +239,8 @@ def _split(options: Mapping[str, str], direction: str) -> tuple[dict[str, str], 
             own[plain] = value
         elif key.startswith("kafka."):
             client[key.removeprefix("kafka.")] = value
+        elif direction == "write" and key in _IGNORED_BY_WRITES:
+            _bool(own | {key: value}, key, _READ_KEYS[key], False)  # still a checked boolean
         elif key in mine:
             if key in own and own[key] != value:
                 raise OptionError(f"options {key!r} and 'kafka.{key}' disagree; give one of them")
@@ -257,6 +302,38 @@ def _positive_int(own: dict[str, str], key: str, name: str) -> int | None:
     if value <= 0:
         raise OptionError(f"option {name!r} must be a positive integer, not {own[key]!r}")
     return value
+
+
+def _int_at_least(own: dict[str, str], key: str, name: str, minimum: int, default: int) -> int:
+    if key not in own:
+        return default
+    try:
+        value = int(own[key].strip())
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        raise OptionError(f"option {name!r} must be an integer >= {minimum}, not {own[key]!r}")
+    return value
+
+
+def _timestamp(own: dict[str, str], key: str, name: str) -> int | None:
+    """A timestamp option: milliseconds since the epoch (>= 0)."""
+    if key not in own:
+        return None
+    return _int_at_least(own, key, name, 0, 0)
+
+
+_DURATION = re.compile(r"(\d+)\s*(us|ms|s|sec|m|min|h|d)?", re.IGNORECASE)
+_DURATION_MS = {"us": 0.001, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(value: str, name: str) -> int:
+    """Spark's time strings: ``15m``, ``30s``, ``100ms``, ``1h``, ``2d``; a bare number is ms."""
+    match = _DURATION.fullmatch(value.strip())
+    if not match:
+        raise OptionError(f"option {name!r} must be a duration like 15m, 30s or 500ms, not {value!r}")
+    return int(int(match.group(1)) * _DURATION_MS[(match.group(2) or "ms").lower()])
 
 
 def _topic_name(value: str, name: str) -> str:
@@ -324,6 +401,29 @@ def parse_offsets(value: str, name: str, allowed: tuple[str, ...]) -> OffsetSpec
     return result
 
 
+def parse_timestamps(value: str, name: str) -> dict[TopicPartition, int]:
+    """``{"topic": {"0": 1700000000000}}``: a timestamp (ms, >= 0) per partition."""
+    data = _json(value.strip(), name)
+    if not isinstance(data, dict) or not data:
+        raise OptionError(
+            f'option {name!r} must be a JSON object like {{"topic": {{"0": 1700000000000}}}}, not {value!r}'
+        )
+    result: dict[TopicPartition, int] = {}
+    for topic, partitions in data.items():
+        _topic_name(topic, name)
+        if not isinstance(partitions, dict) or not partitions:
+            raise OptionError(f"option {name!r}: {topic!r} must map partition numbers to timestamps")
+        for partition, timestamp in partitions.items():
+            try:
+                number = int(partition)
+            except ValueError:
+                raise OptionError(f"option {name!r}: {partition!r} is not a partition number") from None
+            if number < 0 or not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
+                raise OptionError(f"option {name!r}: bad entry {topic}-{partition}: {timestamp!r}")
+            result[(topic, number)] = timestamp
+    return result
+
+
 def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     """Check a read's options (batch or streaming); raises ``OptionError`` naming the option."""
     own, client = _split(options, "read")
@@ -358,8 +458,38 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         assign = parse_assign(own["assign"])
 
     if streaming:
-        if "endingoffsets" in own:
-            raise OptionError("option 'endingOffsets' is for batch reads; a stream has no end")
+        for key in ("endingoffsets", "endingtimestamp", "endingoffsetsbytimestamp"):
+            if key in own:
+                raise OptionError(f"option {_READ_KEYS[key]!r} is for batch reads; a stream has no end")
+    else:
+        for key in ("maxoffsetspertrigger", "minoffsetspertrigger", "maxtriggerdelay"):
+            if key in own:
+                raise OptionError(f"option {_READ_KEYS[key]!r} is for streaming reads; a batch read has no triggers")
+    strategy = own.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise OptionError(
+            f"option 'startingOffsetsByTimestampStrategy' must be error or latest, not "
+            f"{own['startingoffsetsbytimestampstrategy']!r}"
+        )
+    starting_by_ts = ending_by_ts = None
+    if "startingoffsetsbytimestamp" in own:
+        starting_by_ts = parse_timestamps(own["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp")
+    if "endingoffsetsbytimestamp" in own:
+        ending_by_ts = parse_timestamps(own["endingoffsetsbytimestamp"], "endingOffsetsByTimestamp")
+    max_delay = DEFAULT_MAX_TRIGGER_DELAY_MS
+    if "maxtriggerdelay" in own:
+        max_delay = parse_duration_ms(own["maxtriggerdelay"], "maxTriggerDelay")
+    prefix = own.get("groupidprefix", DEFAULT_GROUP_ID_PREFIX).strip()
+    if not _ID_PREFIX.fullmatch(prefix):
+        raise OptionError(f"option 'groupIdPrefix' must be 1-100 characters of [a-zA-Z0-9._-], not {prefix!r}")
+    group_id = client.pop("group.id", None)
+    if group_id is not None and not group_id.strip():
+        raise OptionError("option 'kafka.group.id' must not be empty")
+    if group_id is None:
+        # One id per source, shared by its tasks (as Spark makes one per query).
+        group_id = f"{prefix}-{uuid.uuid4().hex}"
+
+    if streaming:
         starting = parse_offsets(own.get("startingoffsets", "latest"), "startingOffsets", ("earliest", "latest"))
         ending: OffsetSpec = "latest"
     else:
@@ -383,6 +513,22 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         min_partitions=_positive_int(own, "minpartitions", "minPartitions"),
         max_records_per_partition=max_per_partition or DEFAULT_MAX_RECORDS_PER_PARTITION,
         poll_timeout_ms=poll_timeout or DEFAULT_POLL_TIMEOUT_MS,
+        starting_timestamp=_timestamp(own, "startingtimestamp", "startingTimestamp"),
+        starting_offsets_by_timestamp=starting_by_ts,
+        starting_timestamp_strategy=strategy,
+        ending_timestamp=_timestamp(own, "endingtimestamp", "endingTimestamp"),
+        ending_offsets_by_timestamp=ending_by_ts,
+        min_offsets_per_trigger=_positive_int(own, "minoffsetspertrigger", "minOffsetsPerTrigger"),
+        max_trigger_delay_ms=max_delay,
+        fetch_offset_num_retries=_int_at_least(
+            own, "fetchoffset.numretries", "fetchOffset.numRetries", 0, DEFAULT_FETCH_OFFSET_NUM_RETRIES
+        ),
+        fetch_offset_retry_interval_ms=_int_at_least(
+            own, "fetchoffset.retryintervalms", "fetchOffset.retryIntervalMs", 0,
+            DEFAULT_FETCH_OFFSET_RETRY_INTERVAL_MS,
+        ),
+        group_id=group_id,
+        group_id_prefix=prefix,
     )
     try:
         consumer_config(opts.consumer_config())
@@ -418,3 +564,26 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     except ConfigError as exc:
         raise OptionError(f"client settings (kafka.*): {exc}") from None
     return opts
+
+
+_READ_SELECTORS = ("subscribe", "subscribepattern", "assign")
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """Raise the ``OptionError`` of the options unless they suit a batch read, a streaming read
+    or a write. The error reported is the read's when the options select something to read,
+    else the write's."""
+    uses = (
+        lambda: parse_read_options(options, streaming=False),
+        lambda: parse_read_options(options, streaming=True),
+        lambda: parse_write_options(options),
+    )
+    errors = []
+    for use in uses:
+        try:
+            use()
+            return
+        except OptionError as exc:
+            errors.append(exc)
+    reading = any(str(key).lower() in _READ_SELECTORS for key in options)
+    raise errors[0] if reading else errors[2]

@@ -103,3 +103,31 @@ def offsets_from_json(data: Mapping[str, Mapping[str, int]]) -> Offsets:
         for topic, partitions in data.items()
         for partition, offset in partitions.items()
     }
+
+
+def offsets_behind_latest(source_progress: Mapping[str, object]) -> dict[str, float] | None:
+    """Spark's Kafka source metrics ``minOffsetsBehindLatest``, ``maxOffsetsBehindLatest`` and
+    ``avgOffsetsBehindLatest`` for one entry of ``query.lastProgress["sources"]``: per partition,
+    the latest offset the source saw minus the end of the last micro-batch.
+
+    PySpark's Python data sources cannot fill ``sources[i].metrics`` themselves (Spark's
+    ``PythonMicroBatchStream`` does not implement ``ReportsSourceMetrics``, checked on 4.3.0), so
+    the figures are computed here from the two offsets Spark does record: ``endOffset`` and the
+    ``latestOffset`` this source reports. None when the progress has no latest offset yet."""
+    import json
+
+    def offsets(value: object) -> Offsets | None:
+        if isinstance(value, str):
+            value = json.loads(value)
+        return offsets_from_json(value) if isinstance(value, Mapping) else None
+
+    end = offsets(source_progress.get("endOffset"))
+    latest = offsets(source_progress.get("latestOffset"))
+    if end is None or latest is None or not latest:
+        return None
+    behind = [max(offset - end.get(tp, 0), 0) for tp, offset in latest.items()]
+    return {
+        "minOffsetsBehindLatest": float(min(behind)),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+    }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
@@ -36,6 +36,7 @@ from spark_connector.planning import (
     rate_limit,
     split_ranges,
 )
+from spark_connector.retry import call_with_retries
 
 log = logging.getLogger("spark_connector.reader")
 
@@ -66,6 +67,10 @@ class RangePartition(InputPartition):
 def _topic_partitions(opts: ReadOptions, admin: Admin, streaming: bool) -> list[TopicPartition]:
     """The partitions the options select, sorted. A batch read of a topic that does not exist is
     an error; a stream simply sees no partitions until the topic appears."""
+    return call_with_retries(lambda: _select(opts, admin, streaming), "listing the partitions to read")
+
+
+def _select(opts: ReadOptions, admin: Admin, streaming: bool) -> list[TopicPartition]:
     if opts.assign is not None:
         topics = sorted({t for t, _ in opts.assign})
         counts = _partition_counts(admin, topics, "assign")
@@ -95,11 +100,89 @@ def _partition_counts(admin: Admin, topics: list[str], option: str) -> dict[str,
     return counts
 
 
-def _lookup(consumer: Consumer, tps: Sequence[TopicPartition], earliest: bool) -> Offsets:
+def _lookup(opts: ReadOptions, consumer: Consumer, tps: Sequence[TopicPartition], earliest: bool) -> Offsets:
+    """The first (``earliest``) or latest offsets of ``tps``; retried as Spark's offset lookups
+    (``fetchOffset.numRetries``) and through broker restarts."""
     if not tps:
         return {}
-    found = consumer.beginning_offsets(tps) if earliest else consumer.end_offsets(tps)
+    lookup = consumer.beginning_offsets if earliest else consumer.end_offsets
+    found = call_with_retries(
+        lambda: lookup(tps),
+        "looking up offsets",
+        attempts=opts.fetch_offset_num_retries,
+        interval_s=opts.fetch_offset_retry_interval_ms / 1000,
+    )
     return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+
+
+def _for_times(opts: ReadOptions, consumer: Consumer, times: dict[TopicPartition, int]) -> dict[TopicPartition, int | None]:
+    found = call_with_retries(
+        lambda: consumer.offsets_for_times(times),
+        "looking up offsets by timestamp",
+        attempts=opts.fetch_offset_num_retries,
+        interval_s=opts.fetch_offset_retry_interval_ms / 1000,
+    )
+    return {(tp.topic, tp.partition): offset for tp, offset in found.items()}
+
+
+def _every_partition(
+    spec: dict[TopicPartition, int], name: str, tps: Sequence[TopicPartition], what: str = "a value"
+) -> dict[TopicPartition, int]:
+    """``spec`` for exactly the partitions ``tps``; an option naming others, or not all of them,
+    is refused (Spark's rule for its per-partition offset and timestamp options)."""
+    missing = sorted(set(tps) - set(spec))
+    extra = sorted(set(spec) - set(tps))
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
+        if extra:
+            parts.append("not read by this source " + ", ".join(f"{t}-{p}" for t, p in extra))
+        raise OptionError(f"option {name!r} must give {what} for every partition read ({'; '.join(parts)})")
+    return {tp: spec[tp] for tp in tps}
+
+
+def _starting_offsets(
+    opts: ReadOptions, consumer: Consumer, tps: Sequence[TopicPartition], begin: Offsets, end: Offsets
+) -> Offsets:
+    """Where a read starts: startingTimestamp, else startingOffsetsByTimestamp, else
+    startingOffsets (Spark's precedence). A partition with no record at or after its time fails
+    the read (strategy ``error``) or starts at its latest offset (``latest``)."""
+    if opts.starting_timestamp is not None:
+        name, times = "startingTimestamp", dict.fromkeys(tps, opts.starting_timestamp)
+    elif opts.starting_offsets_by_timestamp is not None:
+        name = "startingOffsetsByTimestamp"
+        times = _every_partition(opts.starting_offsets_by_timestamp, name, tps)
+    else:
+        return _resolve(opts.starting_offsets, "startingOffsets", tps, begin, end)
+    found = _for_times(opts, consumer, times)
+    result = {}
+    for tp in tps:
+        offset = found.get(tp)
+        if offset is None or offset > end[tp]:
+            if opts.starting_timestamp_strategy == "error":
+                raise OptionError(
+                    f"option {name!r}: {tp[0]}-{tp[1]} has no record at or after {times[tp]} "
+                    f"(startingOffsetsByTimestampStrategy=error; 'latest' starts such partitions at their end)"
+                )
+            offset = end[tp]
+        result[tp] = offset
+    return result
+
+
+def _ending_offsets(
+    opts: ReadOptions, consumer: Consumer, tps: Sequence[TopicPartition], begin: Offsets, end: Offsets
+) -> Offsets:
+    """Where a batch read ends: endingTimestamp, else endingOffsetsByTimestamp, else
+    endingOffsets; a partition with no record at or after its time ends at its latest offset."""
+    if opts.ending_timestamp is not None:
+        times = dict.fromkeys(tps, opts.ending_timestamp)
+    elif opts.ending_offsets_by_timestamp is not None:
+        times = _every_partition(opts.ending_offsets_by_timestamp, "endingOffsetsByTimestamp", tps)
+    else:
+        return _resolve(opts.ending_offsets, "endingOffsets", tps, begin, end)
+    found = _for_times(opts, consumer, times)
+    return {tp: end[tp] if found.get(tp) is None else min(found[tp], end[tp]) for tp in tps}
 
 
 def _resolve(
@@ -110,18 +193,8 @@ def _resolve(
         return {tp: begin[tp] for tp in tps}
     if spec == "latest":
         return {tp: end[tp] for tp in tps}
-    missing = sorted(set(tps) - set(spec))
-    extra = sorted(set(spec) - set(tps))
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append("missing " + ", ".join(f"{t}-{p}" for t, p in missing))
-        if extra:
-            parts.append("not read by this source " + ", ".join(f"{t}-{p}" for t, p in extra))
-        raise OptionError(f"option {name!r} must give an offset for every partition read ({'; '.join(parts)})")
     resolved = {}
-    for tp in tps:
-        offset = spec[tp]
+    for tp, offset in _every_partition(spec, name, tps, "an offset").items():
         resolved[tp] = begin[tp] if offset == EARLIEST else end[tp] if offset == LATEST else offset
     return resolved
 
@@ -150,7 +223,7 @@ def read_range(opts: ReadOptions, r: OffsetRange, schema: StructType) -> Iterato
     with Consumer(opts.consumer_config()) as consumer:
         consumer.assign([tp])
         start = r.start
-        first = _lookup(consumer, [tp], earliest=True)[tp]
+        first = _lookup(opts, consumer, [tp], earliest=True)[tp]
         if start < first:
             start = _lost(opts, r, start, first, "the log now starts at")
         if start >= r.end:
@@ -182,8 +255,8 @@ def read_range(opts: ReadOptions, r: OffsetRange, schema: StructType) -> Iterato
                 continue
             if now - checked_at >= DATA_LOSS_CHECK_S:
                 checked_at = now
-                first = _lookup(consumer, [tp], earliest=True)[tp]
-                last = _lookup(consumer, [tp], earliest=False)[tp]
+                first = _lookup(opts, consumer, [tp], earliest=True)[tp]
+                last = _lookup(opts, consumer, [tp], earliest=False)[tp]
                 if first > position:
                     position = _lost(opts, r, position, first, "the log now starts at")
                     consumer.seek(tp, position)
@@ -236,9 +309,16 @@ def _to_arrow(records: list[ConsumerRecord], r: OffsetRange, arrow_schema: Any, 
             columns.append(pa.array([t * 1000 for t in timestamps], kind))  # ms -> us
         elif name == "timestampType":
             columns.append(pa.array(timestamp_types, kind))
-        else:  # headers
-            columns.append(pa.array(headers, kind))
+        else:  # headers: null for a record that has none, as Spark's Kafka source gives them
+            columns.append(pa.array([h or None for h in headers], kind))
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema)
+
+
+def _read_partition(opts: ReadOptions, partition: InputPartition, schema: StructType) -> Iterator[Any]:
+    # When partitions() plans no range at all, Spark still runs one task with a plain
+    # InputPartition: it reads nothing.
+    r = getattr(partition, "range", None)
+    return iter(()) if r is None else read_range(opts, r, schema)
 
 
 # -- batch ---------------------------------------------------------------------------------------
@@ -254,13 +334,13 @@ class BatchReader(DataSourceReader):
         admin, consumer = _clients(opts)
         try:
             tps = _topic_partitions(opts, admin, streaming=False)
-            begin = _lookup(consumer, tps, earliest=True)
-            end = _lookup(consumer, tps, earliest=False)
+            begin = _lookup(opts, consumer, tps, earliest=True)
+            end = _lookup(opts, consumer, tps, earliest=False)
+            starts = _starting_offsets(opts, consumer, tps, begin, end)
+            ends = _ending_offsets(opts, consumer, tps, begin, end)
         finally:
             consumer.close()
             admin.close()
-        starts = _resolve(opts.starting_offsets, "startingOffsets", tps, begin, end)
-        ends = _resolve(opts.ending_offsets, "endingOffsets", tps, begin, end)
         ranges = []
         for tp in tps:
             start, stop = starts[tp], ends[tp]
@@ -278,7 +358,7 @@ class BatchReader(DataSourceReader):
         return [RangePartition(r) for r in pieces]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:
-        return read_range(self.opts, partition.range, self.schema)
+        return _read_partition(self.opts, partition, self.schema)
 
 
 # -- streaming -------------------------------------------------------------------------------------
@@ -291,13 +371,17 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     ``trigger(availableNow=True)`` reads what was there when the query started, in micro-batches
     of at most maxOffsetsPerTrigger records, then stops."""
 
-    def __init__(self, opts: ReadOptions, schema: StructType) -> None:
+    def __init__(
+        self, opts: ReadOptions, schema: StructType, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.opts = opts
         self.schema = schema
+        self._clock = clock  # seconds; drives maxTriggerDelay
         self._admin: Admin | None = None
         self._consumer: Consumer | None = None
         self._latest: Offsets | None = None
         self._available_now: Offsets | None = None
+        self._last_batch_at: float | None = None
 
     def __getstate__(self) -> dict:
         # read() runs on a pickled copy; clients hold threads and sockets and stay here.
@@ -311,11 +395,12 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._admin, self._consumer
 
     def initialOffset(self) -> dict:
+        opts = self.opts
         admin, consumer = self._open()
-        tps = _topic_partitions(self.opts, admin, streaming=True)
-        begin = _lookup(consumer, tps, earliest=True)
-        end = _lookup(consumer, tps, earliest=False)
-        return offsets_to_json(_resolve(self.opts.starting_offsets, "startingOffsets", tps, begin, end))
+        tps = _topic_partitions(opts, admin, streaming=True)
+        begin = _lookup(opts, consumer, tps, earliest=True)
+        end = _lookup(opts, consumer, tps, earliest=False)
+        return offsets_to_json(_starting_offsets(opts, consumer, tps, begin, end))
 
     def getDefaultReadLimit(self) -> Any:
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
@@ -325,7 +410,10 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: Any) -> dict:
         """The end of the next micro-batch: the latest offsets (LSO under read_committed), at
-        most ``limit`` (``ReadMaxRows``) offsets past ``start``."""
+        most ``limit`` (``ReadMaxRows``) offsets past ``start``. With minOffsetsPerTrigger, fewer
+        new offsets than that give no batch (``start`` again) until maxTriggerDelay has passed
+        since the last batch."""
+        opts = self.opts
         admin, consumer = self._open()
         begun = offsets_from_json(start)
         current = _topic_partitions(self.opts, admin, streaming=True)
@@ -338,7 +426,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     "failOnDataLoss to false to go on without them."
                 )
             log.warning("partitions %s no longer exist; going on without them", names)
-        latest = _lookup(consumer, current, earliest=False)
+        latest = _lookup(opts, consumer, current, earliest=False)
         if self._available_now is not None:
             target = self._available_now
             # Partitions that appeared after the start are left for a later run.
@@ -360,12 +448,33 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if max_rows is not None:
             moving = {tp: latest[tp] for tp in latest if latest[tp] >= begun.get(tp, 0)}
             end.update(rate_limit(begun, moving, int(max_rows)))
+        if self._too_few(begun, end):
+            return start
+        self._last_batch_at = self._clock()
         return offsets_to_json(end)
+
+    def _too_few(self, begun: Offsets, end: Offsets) -> bool:
+        """minOffsetsPerTrigger / maxTriggerDelay, as Spark's Kafka source: hold the batch back
+        while it would have fewer new offsets than the minimum and the last batch is recent
+        (never under trigger(availableNow=True), which must finish)."""
+        minimum = self.opts.min_offsets_per_trigger
+        if minimum is None or self._available_now is not None:
+            return False
+        now = self._clock()
+        if self._last_batch_at is None:
+            self._last_batch_at = now  # the delay counts from the query's first trigger
+        new = sum(max(offset - begun.get(tp, 0), 0) for tp, offset in end.items())
+        if new >= minimum:
+            return False
+        waited_ms = (now - self._last_batch_at) * 1000
+        if waited_ms >= self.opts.max_trigger_delay_ms and new > 0:
+            return False
+        return True
 
     def prepareForTriggerAvailableNow(self) -> None:
         admin, consumer = self._open()
         tps = _topic_partitions(self.opts, admin, streaming=True)
-        self._available_now = _lookup(consumer, tps, earliest=False)
+        self._available_now = _lookup(self.opts, consumer, tps, earliest=False)
 
     def reportLatestOffset(self) -> dict | None:
         return None if self._latest is None else offsets_to_json(self._latest)
@@ -380,7 +489,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(r) for r in pieces]
 
     def read(self, partition: RangePartition) -> Iterator[Any]:
-        return read_range(self.opts, partition.range, self.schema)
+        return _read_partition(self.opts, partition, self.schema)
 
     def commit(self, end: dict) -> None:
         """Nothing to release: offsets live in Spark's checkpoint (so a repeated call is fine)."""

@@ -14,7 +14,13 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from spark_connector.options import FORMAT, OptionError, parse_read_options, parse_write_options
+from spark_connector.options import (
+    FORMAT,
+    OptionError,
+    check_options,
+    parse_read_options,
+    parse_write_options,
+)
 from spark_connector.reader import BatchReader, StreamReader
 from spark_connector.writer import BatchWriter, StreamWriter
 
@@ -58,6 +64,14 @@ def check_read_schema(schema: StructType) -> None:
 class MinibrokerDataSource(DataSource):
     """Read from and write to minibroker (or any broker speaking the same Kafka protocol subset)
     with Spark; options as Spark's Kafka source and sink (``spark_connector/options.py``)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        # Spark builds the data source when a query is defined: in load() (unless the user
+        # gives .schema(...)), readStream...load() and save(). It does not yet say whether it
+        # reads or writes, so the options must make sense for at least one of the three uses;
+        # reader() / streamReader() / writer() check them again for their own direction.
+        super().__init__(options)
+        check_options(self.options)
 
     @classmethod
     def name(cls) -> str:

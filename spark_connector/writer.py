@@ -39,6 +39,7 @@ import json
 import logging
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +59,14 @@ from pyspark.sql.types import (
 )
 
 from client import Admin, OffsetAndMetadata, Producer, TransactionHandle
-from client.errors import InvalidTxnStateError, KafkaClientError
+from client.errors import BrokerConnectionError, InvalidTxnStateError, KafkaClientError
 from spark_connector.options import OptionError, WriteOptions
+from spark_connector.retry import call_with_retries
 
 log = logging.getLogger("spark_connector.writer")
 
 PROGRESS_PARTITION = 0
+FENCE_THREADS = 16
 
 _HEADERS_TYPE = ArrayType(
     StructType([StructField("key", StringType()), StructField("value", BinaryType())])
@@ -215,12 +218,33 @@ def write_task(
 def _progress(opts: WriteOptions, group: str) -> int:
     """The next batch id the group's progress says to write (0 if it has none)."""
     with Admin(opts.admin_config()) as admin:
-        committed = admin.list_group_offsets(group, [(opts.progress_topic, PROGRESS_PARTITION)])
+        committed = call_with_retries(
+            lambda: admin.list_group_offsets(group, [(opts.progress_topic, PROGRESS_PARTITION)]),
+            f"reading the sink progress of {group}",
+        )
     found = committed.get((opts.progress_topic, PROGRESS_PARTITION))
     return 0 if found is None else found.offset
 
 
 # -- the driver side -------------------------------------------------------------------------------
+
+# Progress topics known to exist, per (bootstrap servers, topic): Spark makes a new stream writer
+# for every micro-batch, in a Python worker it reuses, so this keeps the check to once per worker.
+_progress_topics: set[tuple[str, str]] = set()
+
+
+def ensure_progress_topic(opts: WriteOptions) -> None:
+    """Create the one-partition progress topic unless this process already saw it."""
+    key = (opts.bootstrap_servers, opts.progress_topic)
+    if key in _progress_topics:
+        return
+    with Admin(opts.admin_config()) as admin:
+        call_with_retries(
+            lambda: admin.create_topic(opts.progress_topic, 1, exist_ok=True),
+            f"creating the progress topic {opts.progress_topic}",
+        )
+    _progress_topics.add(key)
+
 
 
 def end_transactions(opts: WriteOptions, messages: list[Any], commit: bool) -> None:
@@ -242,13 +266,33 @@ def end_transactions(opts: WriteOptions, messages: list[Any], commit: bool) -> N
 
 
 def fence(opts: WriteOptions, transactional_ids: list[str]) -> None:
-    """Abort whatever transactions these ids have open (killed tasks never reported theirs)."""
-    for transactional_id in transactional_ids:
+    """Abort whatever transactions these ids have open (killed tasks never reported theirs).
+
+    The ids are fenced in parallel, each within the producer's max.block.ms. When no broker
+    answers at all, fencing is skipped at once: a job failing because the cluster is unreachable
+    then fails in about one max.block.ms, not one more per task; whatever transaction a killed
+    task had opened ends at its transaction.timeout.ms."""
+    if not transactional_ids:
+        return
+    try:
+        with Admin(opts.admin_config()) as admin:
+            admin.list_topics()
+    except BrokerConnectionError as exc:
+        log.warning(
+            "no broker reachable to fence %s (their transactions end at their timeout): %s",
+            ", ".join(transactional_ids), exc,
+        )
+        return
+
+    def fence_one(transactional_id: str) -> None:
         try:
             with Producer(opts.producer_config(transactional_id)) as producer:
                 producer.init_transactions()
         except KafkaClientError as exc:
             log.warning("could not fence %s (its transaction times out instead): %s", transactional_id, exc)
+
+    with ThreadPoolExecutor(max_workers=min(len(transactional_ids), FENCE_THREADS)) as pool:
+        list(pool.map(fence_one, transactional_ids))
 
 
 class BatchWriter(DataSourceArrowWriter):
@@ -281,8 +325,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, opts)
         self.opts = opts
-        with Admin(opts.admin_config()) as admin:
-            admin.create_topic(opts.progress_topic, 1, exist_ok=True)
+        ensure_progress_topic(opts)
 
     def write(self, iterator: Iterator[Any]) -> TxnCommitMessage:
         context = TaskContext.get()

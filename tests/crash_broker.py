@@ -4,7 +4,8 @@
 
 runs what ``minibroker serve`` runs (same start-up lines), built with a crash hook that exits the
 process at once with status 137, as SIGKILL would, when EndTxn reaches ``POINT`` (one of
-``broker.txn.manager.CRASH_POINTS``). The broker itself has no such hook: only this entry point
+``broker.txn.manager.CRASH_POINTS``) or a log cleaning does (one of
+``broker.log.cleaner.CRASH_POINTS``). The broker itself has no such hook: only this entry point
 passes one (``broker.app.build_broker(crash_hook=...)``).
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from broker.cli import run_broker
 from broker.config import build_config, read_properties
+from broker.log.cleaner import CRASH_POINTS as CLEANER_CRASH_POINTS
 from broker.txn.manager import CRASH_POINTS
 
 
@@ -33,7 +35,7 @@ def exit_at(point: str):
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.crash_broker")
-    parser.add_argument("point", choices=sorted(CRASH_POINTS))
+    parser.add_argument("point", choices=sorted(CRASH_POINTS | set(CLEANER_CRASH_POINTS)))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--data-dir", type=Path, required=True)

@@ -58,6 +58,7 @@ from broker.group.offsets import (
     build_offset_tombstones,
 )
 from broker.group.state import GroupState
+from broker.log.cleaner import internal_topic_config
 from broker.log.partition import Partition
 from broker.topics import (
     CONSUMER_OFFSETS_TOPIC,
@@ -76,13 +77,15 @@ T = TypeVar("T")
 # OffsetDelete: (group error, (topic, partition) -> error)
 OffsetDeleteResult = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 
-# Kafka's offsets.topic.segment.bytes. No retention: without compaction, deleting old segments
-# would lose committed offsets at the next replay.
-OFFSETS_TOPIC_CONFIG = {
-    "segment.bytes": str(100 * 1024 * 1024),
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-}
+# Compacted, as in Kafka (broker/log/cleaner.py): the latest commit of each (group, topic,
+# partition) stays, tombstones go after delete.retention.ms; the segment size
+# (offsets.topic.segment.bytes, small by default) bounds what is left uncleaned.
+
+
+def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
+    return internal_topic_config(segment_bytes)
+
+
 # A waiting reply re-examines the coordinator's timers at least this often.
 MAX_TIMER_SLEEP_S = 1.0
 _REPLAY_CHUNK = 1 << 20
@@ -129,6 +132,7 @@ class GroupService:
         self._clock = clock
         self._verify_txn_produce = verify_txn_produce
         self._offsets_partitions = config.offsets_topic_num_partitions
+        self._offsets_segment_bytes = config.offsets_topic_segment_bytes
         self.coordinator = GroupCoordinator(
             GroupConfig(
                 min_session_timeout_ms=config.group_min_session_timeout_ms,
@@ -158,7 +162,8 @@ class GroupService:
         logs = self._logs
         if CONSUMER_OFFSETS_TOPIC not in logs.topics():
             logs.create_topic(
-                CONSUMER_OFFSETS_TOPIC, self._offsets_partitions, OFFSETS_TOPIC_CONFIG, now_ms,
+                CONSUMER_OFFSETS_TOPIC, self._offsets_partitions,
+                offsets_topic_config(self._offsets_segment_bytes), now_ms,
             )
             log.info("created %s with %d partitions", CONSUMER_OFFSETS_TOPIC,
                      self._offsets_partitions)

@@ -29,7 +29,10 @@ MAX_WAIT_CAP_MS = 60_000
 def _read_partitions(broker: Broker, request) -> tuple[list, int]:
     """One pass over the requested partitions: ``(response topics, bytes of records)``."""
     committed = request.isolation_level == READ_COMMITTED
-    remaining = request.max_bytes if request.max_bytes > 0 else 1 << 31
+    # The broker's fetch.max.bytes bounds every response, whatever the client asks for (plus at
+    # most one batch beyond it, which a consumer needs to make progress).
+    cap = broker.config.fetch_max_bytes
+    remaining = min(request.max_bytes, cap) if request.max_bytes > 0 else cap
     total = 0
     topics = []
     for topic in request.topics:

@@ -7,7 +7,7 @@ into the request frame, whose baseOffset fields the log patches in place before 
 from __future__ import annotations
 
 from broker.context import Broker
-from broker.dispatcher import NO_RESPONSE, after, handles
+from broker.dispatcher import NO_RESPONSE, Deferred, handles
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -25,7 +25,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     flushes = []
     responses = []
     for topic in request.topics:
-        partition_responses = []
+        partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         for part in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
             try:
@@ -45,7 +45,8 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset
                 if flushed is not None:
-                    flushes.append(flushed)
+                    flushes.append((flushed, partition, result.last_offset,
+                                    partition_responses, len(partition_responses)))
             except KafkaError as exc:
                 error = exc.code
             partition_responses.append(
@@ -54,7 +55,15 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
-    response = encode_produce_response(version, responses)
     if request.acks == -1 and flushes:
-        return after(flushes, response)
-    return response
+
+        async def durable() -> bytes:
+            for event, partition, last_offset, answers, i in flushes:
+                await event.wait()
+                if partition.high_watermark <= last_offset:
+                    # The fsync failed (disk full, I/O error): not acknowledged.
+                    answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
+            return encode_produce_response(version, responses)
+
+        return Deferred(durable)
+    return encode_produce_response(version, responses)

@@ -131,7 +131,9 @@ class OffsetIndex:
         index.max_timestamps = flat[2::3]
         index.persisted = len(index.offsets)
         offsets, positions, stamps = index.offsets, index.positions, index.max_timestamps
-        if offsets[0] != base_offset or positions[0] != 0 or positions[-1] >= max(segment_size, 1):
+        # The first batch may lie after the segment's base offset when cleaning removed earlier
+        # records (cleaner.py); it is always at position 0.
+        if offsets[0] < base_offset or positions[0] != 0 or positions[-1] >= max(segment_size, 1):
             return None
         n = len(offsets)
         # Monotonicity, checked without a Python-level loop over every entry: compare each column

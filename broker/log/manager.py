@@ -37,7 +37,9 @@ CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
 MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
-_OUR_SUFFIXES = (".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint")
+_OUR_SUFFIXES = (
+    ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint", ".cleaned", ".swap",
+)
 
 
 def validate_topic_name(name: str) -> None:
@@ -200,9 +202,11 @@ class LogManager:
             topics = dict(self._topics)
             topics[name] = {"partitions": num_partitions, "config": stored_overrides}
             self._write_topics(topics)  # the commit point
-        except BaseException:
+        except BaseException as exc:
             for p in parts:
                 p.delete()
+            if isinstance(exc, OSError):  # disk full, out of descriptors: an answer, not a crash
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
             raise
         self._topics = topics
         self._configs[name] = config
@@ -274,9 +278,11 @@ class LogManager:
             topics = dict(self._topics)
             topics[topic] = {**topics[topic], "partitions": count}
             self._write_topics(topics)  # the commit point
-        except BaseException:
+        except BaseException as exc:
             for p in parts:
                 p.delete()
+            if isinstance(exc, OSError):  # disk full, out of descriptors: an answer, not a crash
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             raise
         self._topics = topics
         self._partitions[topic] = self._partitions[topic] + parts

@@ -56,6 +56,7 @@ from protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     batch_crc_ok,
+    decode_records_untrusted,
     encode_control_batch,
     parse_header_untrusted,
     patch_base_offset,
@@ -86,14 +87,18 @@ class FlushTicket:
     fds: list[int]
     directory: Path | None
     log_end_offset: int
+    error: OSError | None = None  # set by sync() if the disk refused (EIO, ENOSPC)
 
     def sync(self) -> None:
-        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds."""
+        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds.
+        An OSError is kept in ``error`` (the high watermark must then not move)."""
         try:
             for fd in self.fds:
                 os.fdatasync(fd)
             if self.directory is not None:
                 fsync_dir(self.directory)
+        except OSError as exc:
+            self.error = exc
         finally:
             for fd in self.fds:
                 os.close(fd)
@@ -139,6 +144,7 @@ class Partition:
         self._dir_dirty = created  # directory entries not yet fsync'd
         self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
         self._closed = False
+        self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
         self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
         # (first_offset, marker_offset) of transactions ended by a marker not yet below the HW.
         self._unstable: list[tuple[int, int]] = []
@@ -251,6 +257,8 @@ class Partition:
             batches.append((pos, header))
             pos += size
 
+        if self.config.compact:
+            self._check_keys(mv, batches)
         producers = self.producers
         if len(batches) == 1:
             header = batches[0][1]
@@ -267,6 +275,21 @@ class Partition:
         base_offset = self.log_end_offset
         last_offset = self._write(mv, batches, now_ms)
         return AppendResult(base_offset, last_offset, False, log_append_time)
+
+    def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
+        """A compacted topic keeps the latest record per key: a record without one is refused
+        (Kafka's LogValidator: INVALID_RECORD)."""
+        for pos, header in batches:
+            try:
+                records = decode_records_untrusted(mv, pos, header)
+            except CorruptFrameError as exc:
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
+            if any(r.key is None for r in records):
+                raise KafkaError(
+                    ErrorCode.INVALID_RECORD,
+                    f"Compacted topic cannot accept message without key in topic partition "
+                    f"{self.topic}-{self.index}.",
+                )
 
     def append_control_batch(self, batch: bytes | bytearray, now_ms: int) -> int:
         """Append one broker-made batch (a transaction marker, a coordinator record); no
@@ -339,12 +362,20 @@ class Partition:
         n = mv.nbytes
         seg = self.segments[-1]
         if seg.size and (
-            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.segment_ms
+            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.roll_ms
         ):
-            seg = self._roll()
+            try:
+                seg = self._roll()
+            except OSError as exc:  # disk full, out of descriptors: nothing appended
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
         if config.preallocate and config.flush == "always":
             # Only fdatasync profits from preallocated blocks (see segment.PREALLOCATE_METHOD).
-            seg.reserve(n, config.segment_bytes)
+            try:
+                seg.reserve(n, config.segment_bytes)
+            except OSError:
+                # No room to preallocate ahead (a nearly full disk): a write that fits must
+                # still succeed, so go on without; the write itself says whether it fits.
+                pass
         offset = self.log_end_offset
         for pos, header in batches:
             patch_base_offset(mv, pos, offset)
@@ -372,6 +403,19 @@ class Partition:
         if config.flush == "never":
             self.high_watermark = offset
         return offset - 1
+
+    def roll_if_idle(self, now_ms: int) -> bool:
+        """Roll a non-empty active segment older than ``config.roll_ms`` although nothing is being
+        appended (appends roll by age themselves): on a compacted topic this bounds how long a
+        record escapes the cleaner (max.compaction.lag.ms) when writes stop. True if rolled.
+        Raises OSError as a roll does."""
+        active = self.segments[-1]
+        if not active.size or active.roll_base_ms < 0 or self.cleaning:
+            return False
+        if now_ms - active.roll_base_ms < self.config.roll_ms:
+            return False
+        self._roll()
+        return True
 
     def _roll(self) -> Segment:
         old = self.segments[-1]
@@ -403,7 +447,9 @@ class Partition:
         ticket = self.begin_flush()
         if ticket is not None:
             ticket.sync()
-            self.complete_flush(ticket)
+            if not self.complete_flush(ticket):
+                assert ticket.error is not None
+                raise ticket.error
         return self.high_watermark
 
     def begin_flush(self) -> FlushTicket | None:
@@ -419,10 +465,21 @@ class Partition:
         segments = list(self._unsynced)
         if self._dirty:
             segments.append(self.segments[-1])
-        # The aborted-transaction index first: a durable ABORT marker must have a durable entry.
-        index_fd = self.txn_index.take_sync_fd()
+        # Out of descriptors (EMFILE) raises OSError here with nothing taken: the partition stays
+        # dirty and the next round tries again.
+        fds: list[int] = []
+        try:
+            for seg in segments:
+                fds.append(os.dup(seg.fd))
+            # The aborted-transaction index first: a durable ABORT marker must have a durable
+            # entry.
+            index_fd = self.txn_index.take_sync_fd()
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
         ticket = FlushTicket(
-            fds=([] if index_fd is None else [index_fd]) + [os.dup(seg.fd) for seg in segments],
+            fds=([] if index_fd is None else [index_fd]) + fds,
             directory=self.dir if self._dir_dirty else None,
             log_end_offset=self.log_end_offset,
         )
@@ -432,9 +489,17 @@ class Partition:
         self.unsynced_bytes = 0
         return ticket
 
-    def complete_flush(self, ticket: FlushTicket) -> None:
+    def complete_flush(self, ticket: FlushTicket) -> bool:
+        """Split flush, last part: move the high watermark. False if the sync failed: then the
+        high watermark stays and the next flush covers everything again."""
+        if ticket.error is not None:
+            self._dirty = True
+            if ticket.directory is not None:
+                self._dir_dirty = True
+            return False
         if ticket.log_end_offset > self.high_watermark:
             self.high_watermark = ticket.log_end_offset
+        return True
 
     # -- read --------------------------------------------------------------------------------
 
@@ -457,9 +522,9 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time, at batch granularity: ``(timestamp, offset)`` = the maxTimestamp
-        and base offset of the first batch whose maxTimestamp >= ``timestamp``; None if none.
-        The offset may lie above the high watermark: the caller bounds it if it must."""
+        """ListOffsets by time: ``(timestamp, offset)`` of the first record whose timestamp is
+        >= ``timestamp``; None if none. The offset may lie above the high watermark: the caller
+        bounds it if it must."""
         for seg in self.segments:
             try:
                 found = seg.find_timestamp(timestamp)
@@ -477,8 +542,10 @@ class Partition:
         the active segment is rolled first when it has expired itself. Returns segments deleted."""
         config = self.config
         deleted = 0
-        if not config.delete:
-            return 0  # cleanup.policy=compact alone: segments go only through the cleaner
+        if not config.delete or self.cleaning:
+            # cleanup.policy=compact alone: segments go only through the cleaner; and never
+            # under the cleaner's feet (it is rewriting the oldest segments).
+            return 0
         if config.retention_ms >= 0:
             while True:
                 seg = self.segments[0]
@@ -536,12 +603,35 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
         self.log_start_offset = offset
         deleted = False
-        while len(self.segments) > 1 and self.segments[1].base_offset <= offset:
+        # While the cleaner rewrites the oldest segments they stay; the next call (or the next
+        # cleaning, which keeps nothing below the log start) frees them.
+        while (not self.cleaning and len(self.segments) > 1
+               and self.segments[1].base_offset <= offset):
             self._delete_oldest()
             deleted = True
         if deleted:
             self.txn_index.drop_before(self.segments[0].base_offset)
         return offset
+
+    def replace_segments(self, old_bases: list[int], new: Segment) -> None:
+        """Put the cleaned segment ``new`` in place of the segments at ``old_bases`` (consecutive,
+        closed; their files were already replaced on disk by the cleaner). Event loop only."""
+        i = bisect_right(self._bases, old_bases[0]) - 1
+        old = self.segments[i : i + len(old_bases)]
+        if [s.base_offset for s in old] != old_bases or new.base_offset != old_bases[0] or (
+            new.next_offset != old[-1].next_offset
+        ):
+            raise CorruptLogError(f"{self.dir}: cleaned segment does not match {old_bases}")
+        for seg in old:
+            if seg in self._unsynced:
+                self._unsynced.remove(seg)
+            seg.close()
+        self.segments[i : i + len(old_bases)] = [new]
+        self._bases[i : i + len(old_bases)] = [new.base_offset]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         return self.producers.expire(now_ms, expiration_ms)

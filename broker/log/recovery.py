@@ -33,7 +33,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.log.index import OffsetIndex
-from broker.log.segment import CorruptLogError, Segment, fsync_dir
+from broker.log.segment import (
+    CLEANED_SUFFIX,
+    SWAP_SUFFIX,
+    CorruptLogError,
+    Segment,
+    complete_swap,
+    fsync_dir,
+)
 from broker.producer_state import ProducerStateManager, list_snapshots, snapshot_path
 from protocol.errors import CorruptFrameError
 from protocol.records import HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, parse_header_untrusted
@@ -80,9 +87,17 @@ def list_segments(directory: Path) -> list[int]:
 
 
 def _remove_leftovers(directory: Path) -> None:
-    """Temporary files of interrupted atomic writes, and indexes whose segment is gone."""
+    """Temporary files of interrupted atomic writes and cleanings, indexes whose segment is gone;
+    a cleaning that reached its commit point (a ``.swap`` file) is completed."""
     for p in directory.glob("*.tmp"):
         p.unlink(missing_ok=True)
+    for p in directory.glob(f"*{CLEANED_SUFFIX}"):
+        p.unlink(missing_ok=True)  # a cleaning interrupted before its commit point: never used
+    swaps = sorted(directory.glob(f"*.log{SWAP_SUFFIX}"))
+    for swap in swaps:
+        complete_swap(directory, swap)
+    if swaps:
+        fsync_dir(directory)
     for p in directory.glob("*.index"):
         if not p.with_suffix(".log").exists():
             p.unlink(missing_ok=True)
@@ -109,7 +124,8 @@ def open_trusted(segment: Segment) -> None:
     expected = index.offsets[-1]
     max_ts = index.max_timestamps[-1]
     for _, base, _, last_delta, batch_max_ts in segment.walk(start, file_size):
-        if base != expected:
+        if base < expected:
+            # Offsets only increase; a cleaned segment has gaps between batches.
             raise CorruptLogError(f"{segment.log_path}: offset {base} where {expected} was expected")
         expected = base + last_delta + 1
         if batch_max_ts > max_ts:
@@ -178,8 +194,11 @@ def scan_segment(
             rel = 0
             if len(buf) < size:
                 break
-        if header.base_offset != expected or not batch_crc_ok(buf, rel, header):
+        # Offsets increase from batch to batch; a cleaned segment (cleaner.py) has gaps, so only
+        # going backwards ends the log.
+        if header.base_offset < expected or not batch_crc_ok(buf, rel, header):
             break
+        expected = header.base_offset
         segment.add_batch(pos, expected, size, header.max_timestamp, index_interval)
         if expected >= replay_from:
             producers.replay(header, now_ms)

@@ -21,11 +21,12 @@ so nothing else moves ``size`` during a call.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from broker.log.index import OffsetIndex
-from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD
+from protocol.errors import CorruptFrameError
+from protocol.records import HEADER_PREFIX, HEADER_SIZE, LOG_OVERHEAD, decode_batches_untrusted
 
 _WALK_HEADER = HEADER_PREFIX
 _WALK_SIZE = _WALK_HEADER.size
@@ -45,6 +46,57 @@ _ZEROS = bytes(1 << 20)
 # Without fdatasync (flush="never") zero-filling only doubles page-cache writes, so the partition
 # preallocates only in flush="always" mode.
 PREALLOCATE_METHOD = "zeros"
+
+
+# Files of a cleaning (cleaner.py), named after the first segment replaced:
+# ``<base>.log.cleaned`` while being written (deleted at start if found: the cleaning never
+# happened), renamed to ``<base>.log.swap`` once complete and fsync'd (the commit point: found at
+# start, the swap is completed by ``complete_swap``).
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+
+
+def _walk_end_offset(path: Path) -> int | None:
+    """Offset after the last batch of a complete segment file (None if it has no batch)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        end = None
+        pos = 0
+        while pos + _WALK_SIZE <= size:
+            base, length, _, magic, _, _, last_delta, _, _ = _WALK_HEADER.unpack(
+                os.pread(fd, _WALK_SIZE, pos)
+            )
+            if magic != 2 or length + LOG_OVERHEAD < HEADER_SIZE:
+                break
+            end = base + last_delta + 1
+            pos += length + LOG_OVERHEAD
+        return end
+    finally:
+        os.close(fd)
+
+
+def complete_swap(directory: Path, swap: Path,
+                  before_rename: Callable[[], None] | None = None) -> None:
+    """Finish replacing segments by the cleaned segment ``swap`` (``<base>.log.swap``): delete
+    every segment whose base offset lies in the swap's offset range (its own base included) with
+    its index, then rename the swap to ``<base>.log``. Idempotent: a crash in the middle leaves a
+    state on which it can run again. The caller fsyncs the directory."""
+    base = int(swap.name.split(".")[0])
+    end = _walk_end_offset(swap)
+    end = base + 1 if end is None else end
+    for p in directory.glob("*.log"):
+        if p.stem.isdigit() and base <= int(p.stem) < end:
+            index_path(directory, int(p.stem)).unlink(missing_ok=True)
+            if int(p.stem) != base:
+                p.unlink(missing_ok=True)
+    index_path(directory, base).unlink(missing_ok=True)
+    # The old index must be gone for good before the new data takes its name: a stale index
+    # beside a cleaned segment could pass the consistency checks and be trusted.
+    fsync_dir(directory)
+    if before_rename is not None:
+        before_rename()  # the crash-point tests stop here
+    os.replace(swap, log_path(directory, base))
 
 
 class CorruptLogError(Exception):
@@ -234,7 +286,8 @@ class Segment:
         """``(position, base_offset, size)`` of the batch holding ``offset`` (which must be in
         ``[base_offset, next_offset)``)."""
         index = self.index
-        start = index.positions[index.floor_entry(offset)]
+        # max(.., 0): an offset in a gap before the first batch of a cleaned segment.
+        start = index.positions[max(index.floor_entry(offset), 0)]
         for pos, base, size, last_delta, _ in self.walk(start, self.size):
             if base + last_delta >= offset:
                 return pos, base, size
@@ -266,13 +319,27 @@ class Segment:
         return data
 
     def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(maxTimestamp, base offset)`` of the first batch with maxTimestamp >= ``timestamp``,
-        or None."""
+        """``(timestamp, offset)`` of the first record whose timestamp is >= ``timestamp`` (Kafka's
+        ListOffsets by time), or None. The batch is found from the index and the batch headers'
+        maxTimestamp; its records are then read to find the record itself."""
         if self.max_timestamp < timestamp or not len(self.index):
             return None
         k = self.index.first_reaching(timestamp)
         start = self.index.positions[k - 1] if k > 0 else 0
-        for _, base, _, _, max_ts in self.walk(start, self.size):
+        for pos, base, size, _, max_ts in self.walk(start, self.size):
             if max_ts >= timestamp:
-                return max_ts, base
+                return self._first_record_reaching(pos, size, timestamp) or (max_ts, base)
+        return None
+
+    def _first_record_reaching(self, pos: int, size: int, timestamp: int) -> tuple[int, int] | None:
+        """In the batch at ``pos``: ``(timestamp, offset)`` of its first record at or after
+        ``timestamp`` (with LogAppendTime every record carries the batch's maxTimestamp)."""
+        try:
+            for header, records in decode_batches_untrusted(os.pread(self.fd, size, pos)):
+                for record in records:
+                    stamp = header.max_timestamp if header.timestamp_type else record.timestamp
+                    if stamp >= timestamp:
+                        return stamp, record.offset
+        except CorruptFrameError as exc:
+            raise CorruptLogError(f"{self.log_path}: batch at position {pos}: {exc}") from exc
         return None

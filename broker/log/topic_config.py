@@ -71,6 +71,15 @@ class LogConfig:
         return "delete" in self.cleanup_policy
 
     @property
+    def roll_ms(self) -> int:
+        """Age at which the active segment rolls: ``segment.ms``, and for a compacted topic no
+        later than ``max.compaction.lag.ms`` (KIP-354: the cleaner never touches the active
+        segment, so it must close for the lag to hold)."""
+        if self.compact:
+            return min(self.segment_ms, self.max_compaction_lag_ms)
+        return self.segment_ms
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 

@@ -131,8 +131,9 @@ class TxnIndex:
         closes it), or None if nothing was appended since the last sync."""
         if not self._dirty or self._fd < 0:
             return None
+        fd = os.dup(self._fd)  # may raise (EMFILE): then still dirty for the next round
         self._dirty = False
-        return os.dup(self._fd)
+        return fd
 
     def collect(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of the aborted transactions overlapping
@@ -160,6 +161,22 @@ class TxnIndex:
             return
         del self._entries[:n], self._lasts[:n]
         self._stale += n
+        if self._stale >= _REWRITE_AFTER or not self._entries:
+            self._rewrite()
+
+    def remove(self, marker_offsets: list[int]) -> None:
+        """Forget the aborted transactions whose ABORT markers the cleaner removed (with all their
+        data); the file is rewritten now and then, like after retention."""
+        if not marker_offsets:
+            return
+        gone = set(marker_offsets)
+        kept = [e for e in self._entries if e.last_offset not in gone]
+        removed = len(self._entries) - len(kept)
+        if not removed:
+            return
+        self._entries = kept
+        self._lasts = [e.last_offset for e in kept]
+        self._stale += removed
         if self._stale >= _REWRITE_AFTER or not self._entries:
             self._rewrite()
 

@@ -112,7 +112,8 @@ class TransactionManager:
             TxnConfig(config.transaction_max_timeout_ms, config.transactional_id_expiration_ms),
             next_producer_id,
         )
-        self.log = TxnLog(storage.logs, config.transaction_state_log_num_partitions)
+        self.log = TxnLog(storage.logs, config.transaction_state_log_num_partitions,
+                          config.transaction_state_log_segment_bytes)
         # ids whose markers are being written right now -> set once they are complete
         self._completing: dict[str, trio.Event] = {}
         self._crash_hook = crash_hook

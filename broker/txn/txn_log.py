@@ -1,11 +1,14 @@
 """The transaction log: coordinator state in the internal topic ``__transaction_state``.
 
 The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
-is created: an existing topic keeps its count) and ``segment.bytes`` 100 MiB, as in Kafka; it is
-created on first use. A transactional id lives in partition ``partition_for(transactional_id, N)``
-(Java's ``String.hashCode``, ``broker/topics.py``), so all records of one id are in one partition,
-in order. Kafka compacts this topic; we do not compact, so time retention is switched off for it
-(``retention.ms=-1``): deleting an old segment could drop the only record of an idle id.
+is created: an existing topic keeps its count); it is created on first use. A transactional id lives
+in partition ``partition_for(transactional_id, N)`` (Java's ``String.hashCode``,
+``broker/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
+topic is compacted (``cleanup.policy=compact``, ``broker/log/cleaner.py``): only the latest record
+of each id stays, and the tombstone of an expired id goes after ``delete.retention.ms``, so the log
+and the replay at start follow the live ids, not the history. Its segments are
+``transaction.state.log.segment.bytes`` (ours defaults to 64 KiB, Kafka's to 100 MiB: the cleaner
+never touches the active segment, so the segment size bounds what is left uncleaned).
 
 Every transition is one RecordBatch v2 (magic 2, no compression, producerId -1, one record whose
 timestamp is the transition time), appended with ``Partition.append_control_batch``. The caller
@@ -55,6 +58,7 @@ import logging
 import struct
 from collections.abc import Iterator
 
+from broker.log.cleaner import internal_topic_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
@@ -63,9 +67,14 @@ from broker.txn.state import TxnState
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import decode_batches_untrusted, encode_batch
 
-# Kafka's transaction.state.log.segment.bytes default.
-SEGMENT_BYTES = 100 * 1024 * 1024
-TOPIC_CONFIG = {"segment.bytes": str(SEGMENT_BYTES), "retention.ms": "-1"}
+SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
+
+
+def topic_config(segment_bytes: int = SEGMENT_BYTES) -> dict[str, str]:
+    return internal_topic_config(segment_bytes)
+
+
+TOPIC_CONFIG = topic_config()
 KEY_VERSION = 0
 VALUE_VERSION = 1  # version 0 (no transaction-version-2 fields) is still read
 _READ_CHUNK = 4 << 20
@@ -189,8 +198,10 @@ def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:
 class TxnLog:
     """Appends transitions to, and replays, the partitions of ``__transaction_state``."""
 
-    def __init__(self, logs: LogManager, num_partitions: int) -> None:
+    def __init__(self, logs: LogManager, num_partitions: int,
+                 segment_bytes: int = SEGMENT_BYTES) -> None:
         self.logs = logs
+        self.topic_config = topic_config(segment_bytes)
         existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
         # Partitions whose records could not all be decoded at the last replay -> why.
@@ -201,7 +212,8 @@ class TxnLog:
 
     def _partition(self, index: int, now_ms: int) -> Partition:
         if TRANSACTION_STATE_TOPIC not in self.logs.topics():
-            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, TOPIC_CONFIG, now_ms)
+            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.topic_config,
+                                   now_ms)
         return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:

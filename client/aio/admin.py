@@ -23,6 +23,7 @@ producer_epoch), so any client may send it. Tolerance rules, as a Kafka coordina
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import Any
@@ -38,16 +39,27 @@ from client.errors import (
     KafkaClientError,
     KafkaTimeoutError,
     ProducerFencedError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
     error_for,
 )
 from client.group_protocol import decode_assignment_untrusted
 from client.structs import (
+    ALTER_OPS,
+    CONFIG_SOURCES,
+    AlterConfigOp,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSynonym,
     GroupDescription,
     GroupListing,
+    HangingTransaction,
+    LogDirDescription,
     MemberDescription,
     NewTopic,
     OffsetAndMetadata,
     PartitionInfo,
+    ProducerState,
     TopicDescription,
     TopicPartition,
     TransactionDescription,
@@ -185,31 +197,309 @@ class AsyncAdmin:
         return sorted(result)
 
     async def describe_cluster(self) -> dict[str, Any]:
-        response = await self._cluster.refresh_metadata([])
+        """Cluster id, controller and brokers: DescribeCluster where the broker has it, else
+        Metadata."""
+        conn = await self._cluster.any_connection()
+        if ApiKey.DESCRIBE_CLUSTER not in conn.api_versions:
+            response = await self._cluster.refresh_metadata([])
+            brokers = [(b.node_id, b.host, b.port) for b in response.brokers]
+        else:
+            response = await conn.request(ApiKey.DESCRIBE_CLUSTER, {
+                "include_cluster_authorized_operations": False, "endpoint_type": 1,
+                "include_fenced_brokers": False,
+            })
+            if response.error_code:
+                raise error_for(response.error_code, response.error_message or "DescribeCluster")
+            brokers = [(b.broker_id, b.host, b.port) for b in response.brokers]
         return {
             "cluster_id": response.cluster_id,
             "controller_id": response.controller_id,
-            "brokers": [(b.node_id, b.host, b.port) for b in response.brokers],
+            "brokers": brokers,
         }
+
+    async def _leader(self, topic: str, partition: int) -> int:
+        cluster = self._cluster
+        tp = TopicPartition(topic, partition)
+        leader = cluster.leader_for(tp)
+        if leader is None:
+            await cluster.refresh_metadata([topic])
+            leader = cluster.leader_for(tp)
+        if leader is None:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} has no leader")
+        return leader
+
+    # -- configs ----------------------------------------------------------------------------------
+
+    async def _resource_connection(self, resource: ConfigResource) -> Any:
+        """Broker resources go to that broker; topic resources to any broker."""
+        cluster = self._cluster
+        if resource.type == "broker" and resource.name:
+            await cluster.refresh_metadata([])
+            return await cluster.connection(int(resource.name))
+        return await cluster.any_connection()
+
+    async def describe_configs(
+        self,
+        resources: Iterable[ConfigResource],
+        include_synonyms: bool = False,
+        include_documentation: bool = False,
+    ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every config of each resource (topic or broker) with its value and source; raises the
+        first resource's error (``UnknownTopicOrPartitionError`` ...)."""
+        result = {}
+        for resource in resources:
+            conn = await self._resource_connection(resource)
+            response = await conn.request(ApiKey.DESCRIBE_CONFIGS, {
+                "resources": [{"resource_type": resource.type_code,
+                               "resource_name": resource.name, "configuration_keys": None}],
+                "include_synonyms": include_synonyms,
+                "include_documentation": include_documentation,
+            })
+            (r,) = response.results
+            if r.error_code:
+                raise error_for(r.error_code, r.error_message or f"{resource.type} {resource.name}")
+            entries = {}
+            for c in r.configs:
+                source = getattr(c, "config_source", None)
+                if source is None:  # v0: only is_default
+                    source = 5 if c.is_default else (1 if resource.type == "topic" else 4)
+                entries[c.name] = ConfigEntry(
+                    c.name, c.value, CONFIG_SOURCES.get(source, str(source)), c.read_only,
+                    c.is_sensitive,
+                    tuple(ConfigSynonym(s.name, s.value, CONFIG_SOURCES.get(s.source, str(s.source)))
+                          for s in getattr(c, "synonyms", None) or ()),
+                    getattr(c, "documentation", None),
+                )
+            result[resource] = entries
+        return result
+
+    async def _alter(self, api_key: ApiKey, resource: ConfigResource, configs: list[dict],
+                     validate_only: bool) -> BrokerResponseError | None:
+        conn = await self._resource_connection(resource)
+        response = await conn.request(api_key, {
+            "resources": [{"resource_type": resource.type_code, "resource_name": resource.name,
+                           "configs": configs}],
+            "validate_only": validate_only,
+        })
+        (r,) = response.responses
+        if r.error_code:
+            return error_for(r.error_code, r.error_message or f"{resource.type} {resource.name}")
+        return None
+
+    async def incremental_alter_configs(
+        self,
+        changes: Mapping[ConfigResource, Sequence[AlterConfigOp]],
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, BrokerResponseError | None]:
+        """Set, delete, append to or subtract from configs; per resource None or its error."""
+        result = {}
+        for resource, ops in changes.items():
+            configs = [{"name": op.name, "config_operation": ALTER_OPS[op.op],
+                        "value": op.value} for op in ops]
+            result[resource] = await self._alter(
+                ApiKey.INCREMENTAL_ALTER_CONFIGS, resource, configs, validate_only
+            )
+        return result
+
+    async def alter_configs(
+        self, changes: Mapping[ConfigResource, Mapping[str, str]], validate_only: bool = False
+    ) -> dict[ConfigResource, BrokerResponseError | None]:
+        """The legacy AlterConfigs: each resource's overrides become exactly ``changes[r]``."""
+        result = {}
+        for resource, values in changes.items():
+            configs = [{"name": k, "value": v} for k, v in values.items()]
+            result[resource] = await self._alter(
+                ApiKey.ALTER_CONFIGS, resource, configs, validate_only
+            )
+        return result
+
+    # -- partitions and records ---------------------------------------------------------------
+
+    async def create_partitions(
+        self, counts: Mapping[str, int], validate_only: bool = False, timeout_ms: int = 30_000
+    ) -> dict[str, BrokerResponseError | None]:
+        """Grow topics to ``counts[topic]`` partitions; per topic None or its error."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        conn = (
+            await cluster.connection(cluster.controller_id)
+            if cluster.controller_id >= 0
+            else await cluster.any_connection()
+        )
+        response = await conn.request(
+            ApiKey.CREATE_PARTITIONS,
+            {"topics": [{"name": t, "count": n, "assignments": None} for t, n in counts.items()],
+             "timeout_ms": timeout_ms, "validate_only": validate_only},
+            extra_timeout=timeout_ms / 1000,
+        )
+        for name in counts:
+            cluster.forget_topic(name)
+        return {
+            r.name: error_for(r.error_code, r.error_message or r.name) if r.error_code else None
+            for r in response.results
+        }
+
+    async def delete_records(
+        self, offsets: Mapping[tuple[str, int], int], timeout_ms: int = 30_000
+    ) -> dict[TopicPartition, int]:
+        """Delete everything before ``offsets[partition]`` (-1: the high watermark); returns the
+        new log start offset of each partition. Raises the first partition's error."""
+        cluster = self._cluster
+        by_leader: dict[int, dict[str, list[tuple[int, int]]]] = {}
+        for (topic, partition), offset in offsets.items():
+            leader = await self._leader(topic, partition)
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append((partition, offset))
+        result = {}
+        for leader, topics in by_leader.items():
+            conn = await cluster.connection(leader)
+            response = await conn.request(ApiKey.DELETE_RECORDS, {
+                "topics": [{"name": t, "partitions": [
+                    {"partition_index": p, "offset": o} for p, o in parts]}
+                    for t, parts in topics.items()],
+                "timeout_ms": timeout_ms,
+            }, extra_timeout=timeout_ms / 1000)
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code, f"DeleteRecords {t.name}-{p.partition_index}")
+                    result[TopicPartition(t.name, p.partition_index)] = p.low_watermark
+        return result
+
+    async def describe_log_dirs(
+        self, topics: Mapping[str, Sequence[int]] | None = None
+    ) -> dict[int, list[LogDirDescription]]:
+        """Per broker its log directories with the size of each partition they hold."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        wanted = None if topics is None else [
+            {"topic": t, "partitions": list(ps)} for t, ps in topics.items()]
+        result = {}
+        for node in sorted(cluster.brokers):
+            conn = await cluster.connection(node)
+            response = await conn.request(ApiKey.DESCRIBE_LOG_DIRS, {"topics": wanted})
+            result[node] = [
+                LogDirDescription(
+                    d.log_dir, d.error_code,
+                    {TopicPartition(t.name, p.partition_index): p.partition_size
+                     for t in d.topics for p in t.partitions},
+                    getattr(d, "total_bytes", -1), getattr(d, "usable_bytes", -1),
+                )
+                for d in response.results
+            ]
+        return result
+
+    async def describe_producers(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The active (idempotent or transactional) producers of each partition, from its
+        leader. Raises the first partition's error."""
+        cluster = self._cluster
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            leader = await self._leader(topic, partition)
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+        result = {}
+        for leader, topics in by_leader.items():
+            conn = await cluster.connection(leader)
+            response = await conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
+                {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code,
+                                        p.error_message or f"{t.name}-{p.partition_index}")
+                    result[TopicPartition(t.name, p.partition_index)] = [
+                        ProducerState(a.producer_id, a.producer_epoch, a.last_sequence,
+                                      a.last_timestamp, a.coordinator_epoch,
+                                      a.current_txn_start_offset)
+                        for a in p.active_producers
+                    ]
+        return result
 
     # -- groups ----------------------------------------------------------------------------------
 
-    async def list_groups(self) -> list[GroupListing]:
-        """Every group known to any broker."""
+    async def list_groups(
+        self, states: Iterable[str] = (), types: Iterable[str] = ()
+    ) -> list[GroupListing]:
+        """Every group known to any broker, optionally only those in ``states`` (``Stable``,
+        ``Empty``, ... case-insensitive) or of ``types`` (``classic``, ``consumer``). The broker
+        filters (ListGroups v4+/v5+); an older one is filtered here where it says the state."""
         cluster = self._cluster
         await cluster.refresh_metadata([])
+        states = [s for s in states]
+        types = [t for t in types]
         groups: dict[str, GroupListing] = {}
         for node in sorted(cluster.brokers):
             conn = await cluster.connection(node)
-            # v4+ (KIP-518) and v5+ (KIP-848) filters: empty lists = every group
             response = await conn.request(
-                ApiKey.LIST_GROUPS, {"states_filter": [], "types_filter": []}
+                ApiKey.LIST_GROUPS, {"states_filter": states, "types_filter": types}
             )
             if response.error_code:
                 raise error_for(response.error_code, f"ListGroups on broker {node}")
             for g in response.groups:
-                groups[g.group_id] = GroupListing(g.group_id, g.protocol_type)
+                listing = GroupListing(g.group_id, g.protocol_type,
+                                       getattr(g, "group_state", ""), getattr(g, "group_type", ""))
+                if states and listing.state and listing.state.lower() not in {
+                        s.lower() for s in states}:
+                    continue
+                groups[g.group_id] = listing
         return sorted(groups.values())
+
+    async def delete_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, BrokerResponseError | None]:
+        """Delete groups without members, with their committed offsets; per group None or its
+        error (``NonEmptyGroupError``, ``GroupIdNotFoundError`` ...)."""
+        result: dict[str, BrokerResponseError | None] = {}
+        for group_id in group_ids:
+
+            async def attempt(group_id: str = group_id) -> int:
+                response = await self._cluster.coordinator_request(
+                    GROUP, group_id, ApiKey.DELETE_GROUPS, {"groups_names": [group_id]}
+                )
+                (r,) = response.results
+                if r.error_code and is_coordinator_error(error_for(r.error_code)):
+                    raise self._cluster.coordinator_error(
+                        GROUP, group_id, r.error_code, f"group {group_id}"
+                    )
+                return r.error_code
+
+            code = await self._cluster.retry_call(
+                attempt, timeout=self._timeout, what="DeleteGroups"
+            )
+            result[group_id] = error_for(code, f"group {group_id}") if code else None
+        return result
+
+    async def delete_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """OffsetDelete: forget the group's committed offsets of ``partitions`` (refused with
+        ``GroupSubscribedToTopicError`` for topics its members subscribe to). Raises a group-level
+        error."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            by_topic.setdefault(topic, []).append(partition)
+
+        async def attempt() -> Any:
+            response = await self._cluster.coordinator_request(
+                GROUP, group_id, ApiKey.OFFSET_DELETE, {"group_id": group_id, "topics": [
+                    {"name": t, "partitions": [{"partition_index": p} for p in ps]}
+                    for t, ps in by_topic.items()]},
+            )
+            if response.error_code:
+                raise self._cluster.coordinator_error(
+                    GROUP, group_id, response.error_code, f"OffsetDelete {group_id}"
+                )
+            return response
+
+        response = await self._cluster.retry_call(
+            attempt, timeout=self._timeout, what="OffsetDelete"
+        )
+        return {
+            TopicPartition(t.name, p.partition_index):
+                error_for(p.error_code, f"{t.name}-{p.partition_index}") if p.error_code else None
+            for t in response.topics for p in t.partitions
+        }
 
     async def describe_groups(self, group_ids: Iterable[str]) -> list[GroupDescription]:
         result = []
@@ -348,20 +638,26 @@ class AsyncAdmin:
     # -- transactions ----------------------------------------------------------------------------
 
     async def list_transactions(
-        self, states: Iterable[str] = (), producer_ids: Iterable[int] = ()
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
     ) -> list[TransactionListing]:
         """Transactional ids known to the coordinators, optionally filtered by state name
-        (``Ongoing`` ...) or producer id."""
+        (``Ongoing`` ...), producer id, or (``duration_ms``) only transactions running longer
+        than that (ListTransactions v1; refused by a broker that only has v0)."""
         cluster = self._cluster
         await cluster.refresh_metadata([])
         result: dict[str, TransactionListing] = {}
         for node in sorted(cluster.brokers):
             conn = await cluster.connection(node)
-            response = await conn.request(
-                ApiKey.LIST_TRANSACTIONS,
-                {"state_filters": list(states), "producer_id_filters": list(producer_ids),
-                 "duration_filter": -1},  # v1 (KIP-994): -1 = any duration
-            )
+            request = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                       "duration_filter": -1 if duration_ms is None else duration_ms}
+            if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                raise UnsupportedVersionError(
+                    f"broker {node} cannot filter transactions by duration (ListTransactions v0)"
+                )
+            response = await conn.request(ApiKey.LIST_TRANSACTIONS, request)
             if response.error_code:
                 raise error_for(response.error_code, f"ListTransactions on broker {node}")
             for t in response.transaction_states:
@@ -414,6 +710,58 @@ class AsyncAdmin:
                 )
             )
         return result
+
+    async def find_hanging_transactions(
+        self,
+        topics: Iterable[str] | None = None,
+        max_transaction_timeout_ms: int = 900_000,
+    ) -> list[HangingTransaction]:
+        """Open transactions on partitions of ``topics`` (all topics when None) whose LSO they
+        hold back although their coordinator does not consider them ongoing (a lost marker), or
+        that run longer than ``max_transaction_timeout_ms`` (Kafka's ``kafka-transactions.sh
+        find-hanging``): DescribeProducers on each partition, then ListTransactions and
+        DescribeTransactions for the producers with an open transaction."""
+        names = await self.list_topics() if topics is None else list(topics)
+        partitions = [
+            (d.name, p.partition) for d in await self.describe_topics(names) for p in d.partitions
+        ]
+        open_txns = [
+            (tp, state)
+            for tp, states in (await self.describe_producers(partitions)).items()
+            for state in states
+            if state.current_txn_start_offset >= 0
+        ]
+        if not open_txns:
+            return []
+        listings = await self.list_transactions(
+            producer_ids=sorted({s.producer_id for _, s in open_txns})
+        )
+        by_producer = {t.producer_id: t.transactional_id for t in listings}
+        descriptions = {
+            d.transactional_id: d
+            for d in await self.describe_transactions(sorted(set(by_producer.values())))
+        }
+        now = int(time.time() * 1000)
+        hanging = []
+        for tp, state in open_txns:
+            transactional_id = by_producer.get(state.producer_id)
+            description = descriptions.get(transactional_id) if transactional_id else None
+            age = -1
+            if description is not None and description.start_time_ms >= 0:
+                age = now - description.start_time_ms
+            ongoing = (
+                description is not None
+                and description.state == "Ongoing"
+                and description.producer_id == state.producer_id
+                and tp in description.partitions
+            )
+            if ongoing and age <= max_transaction_timeout_ms:
+                continue
+            hanging.append(HangingTransaction(
+                tp, state.producer_id, state.producer_epoch, state.coordinator_epoch,
+                state.current_txn_start_offset, transactional_id, age,
+            ))
+        return hanging
 
     async def end_transaction(
         self, handle: TransactionHandle, commit: bool, timeout: float | None = None

@@ -445,9 +445,12 @@ class AsyncConsumer:
         self._fetch_wakeup.set()
 
     async def _list_offsets(
-        self, tps: list[TopicPartition], timestamp: int
+        self, tps: list[TopicPartition], timestamp: int | Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, int]:
-        """Offsets at ``timestamp`` (EARLIEST / LATEST) from each partition's leader."""
+        """Offsets at ``timestamp`` (EARLIEST / LATEST, or a time in ms; one for all partitions
+        or one per partition) from each partition's leader. For a time with no record at or
+        after it, the broker answers offset -1."""
+        timestamps = timestamp if isinstance(timestamp, Mapping) else dict.fromkeys(tps, timestamp)
         cluster = self._cluster
         remaining = set(tps)
         result: dict[TopicPartition, int] = {}
@@ -467,7 +470,7 @@ class AsyncConsumer:
                 topics: dict[str, list[dict]] = {}
                 for tp in node_tps:
                     topics.setdefault(tp.topic, []).append(
-                        {"partition_index": tp.partition, "timestamp": timestamp}
+                        {"partition_index": tp.partition, "timestamp": timestamps[tp]}
                     )
                 response = await conn.request(
                     ApiKey.LIST_OFFSETS,
@@ -503,6 +506,17 @@ class AsyncConsumer:
     async def end_offsets(self, partitions: Iterable[tuple[str, int]]) -> dict[TopicPartition, int]:
         """Latest offsets: the last stable offset under read_committed, else the high watermark."""
         return await self._list_offsets([TopicPartition(*tp) for tp in partitions], LATEST)
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[tuple[str, int], int]
+    ) -> dict[TopicPartition, int | None]:
+        """The earliest offset whose timestamp is at least the given time (ms), per partition;
+        None where no record is that late (KafkaConsumer.offsetsForTimes)."""
+        wanted = {TopicPartition(*tp): int(ts) for tp, ts in timestamps.items()}
+        if any(ts < 0 for ts in wanted.values()):
+            raise ValueError("offsets_for_times takes times in ms since the epoch (>= 0)")
+        found = await self._list_offsets(list(wanted), wanted)
+        return {tp: (None if offset < 0 else offset) for tp, offset in found.items()}
 
     async def partitions_for(self, topic: str) -> list[TopicPartition]:
         count = await self._cluster.wait_for_topic(

@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import click
 
+from client.cli.admin_tools import configs  # also adds groups delete, transactions ...
 from client.cli.common import CONTEXT
 from client.cli.groups import groups
+from client.cli.perf import perf
 from client.cli.records import consume, produce
 from client.cli.topics import get_offsets, topics
 from client.cli.transactions import transactions
 
-COMMANDS: list[click.Command] = [topics, produce, consume, groups, transactions, get_offsets]
+COMMANDS: list[click.Command] = [
+    topics, produce, consume, groups, transactions, get_offsets, perf, configs
+]
 
 
 @click.group(context_settings=CONTEXT)

@@ -112,6 +112,8 @@ def friendly_errors(fn: Callable) -> Callable:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
             raise click.ClickException(str(exc)) from None
+        except KeyboardInterrupt:
+            raise click.exceptions.Exit(130) from None  # Ctrl-C: no traceback
 
     return wrapper
 

@@ -161,7 +161,7 @@ def encode_fetch_response_parts(
             else:
                 size = len(records)
             head += encode_uvarint(size + 1) if flexible else _I32.pack(size)
-            if size:
+            if records is not None and size:
                 parts.append(head)
                 parts.append(records)
                 head = bytearray()
@@ -225,7 +225,14 @@ def decode_fetch_response_untrusted(frame, offset: int, version: int) -> FetchRe
         raise CorruptFrameError(f"topic name is not UTF-8: {exc}") from None
 
 
-def _count(frame, pos: int, flexible: bool, nullable: bool = False) -> tuple[int | None, int]:
+def _count(frame, pos: int, flexible: bool) -> tuple[int, int]:
+    n, pos = _nullable_count(frame, pos, flexible, nullable=False)
+    assert n is not None  # _nullable_count raises on null when not nullable
+    return n, pos
+
+
+def _nullable_count(frame, pos: int, flexible: bool, nullable: bool = True
+                    ) -> tuple[int | None, int]:
     if flexible:
         n, pos = uvarint_at(frame, pos)
         n -= 1
@@ -254,7 +261,7 @@ def _decode_fetch(frame, offset: int, version: int) -> FetchResponse:
     responses = []
     for _ in range(topic_count):
         if flexible:
-            topic, pos = compact_string_at(frame, pos, end, False)
+            topic, pos = compact_string_at(frame, pos, end)
         else:
             (n,) = _I16.unpack_from(frame, pos)
             pos += 2
@@ -272,7 +279,7 @@ def _decode_fetch(frame, offset: int, version: int) -> FetchResponse:
             else:
                 index, error, hw, lso = _PARTITION_V4.unpack_from(frame, pos)
                 pos += _PARTITION_V4.size
-            aborted_count, pos = _count(frame, pos, flexible, nullable=True)
+            aborted_count, pos = _nullable_count(frame, pos, flexible)
             aborted = None
             if aborted_count is not None:
                 step = _ABORTED.size + (1 if flexible else 0)

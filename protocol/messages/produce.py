@@ -128,16 +128,21 @@ def uvarint_at(frame, pos: int) -> tuple[int, int]:
     raise CorruptFrameError("unsigned varint longer than 5 bytes")
 
 
-def compact_string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, int]:
+def compact_nullable_string_at(frame, pos: int, end: int) -> tuple[str | None, int]:
     n, pos = uvarint_at(frame, pos)
     if n == 0:
-        if nullable:
-            return None, pos
-        raise CorruptFrameError("null for a non-nullable compact string")
+        return None, pos
     n -= 1
     if pos + n > end:
         raise CorruptFrameError("string runs past the end of the frame")
     return str(frame[pos : pos + n], "utf-8"), pos + n
+
+
+def compact_string_at(frame, pos: int, end: int) -> tuple[str, int]:
+    text, pos = compact_nullable_string_at(frame, pos, end)
+    if text is None:
+        raise CorruptFrameError("null for a non-nullable compact string")
+    return text, pos
 
 
 def skip_tagged_fields_at(frame, pos: int, end: int) -> int:
@@ -204,14 +209,14 @@ def _decode_v3(frame: bytearray, offset: int) -> ProduceRequest:
 def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
     end = len(frame)
     view = memoryview(frame)
-    transactional_id, pos = compact_string_at(frame, offset, end, True)
+    transactional_id, pos = compact_nullable_string_at(frame, offset, end)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
     topic_count, pos = uvarint_at(frame, pos + 6)
     if topic_count == 0:
         raise CorruptFrameError("null for a non-nullable compact array")
     topics = []
     for _ in range(topic_count - 1):
-        name, pos = compact_string_at(frame, pos, end, False)
+        name, pos = compact_string_at(frame, pos, end)
         partition_count, pos = uvarint_at(frame, pos)
         if partition_count == 0:
             raise CorruptFrameError("null for a non-nullable compact array")

@@ -137,6 +137,15 @@ def test_describe_and_alter_topic_configs(broker, admin) -> None:
     assert info.value.args[0].name() == "UNKNOWN_TOPIC_OR_PART"
 
 
+def test_create_topics_validates_configs(broker, admin) -> None:
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    futures = admin.create_topics([NewTopic(name, 1, 1, config={"cleanup.policy": "shred"})])
+    with pytest.raises(KafkaException) as info:
+        futures[name].result(timeout=15)
+    assert info.value.args[0].name() == "INVALID_CONFIG"
+    assert name not in admin.list_topics(timeout=10).topics
+
+
 def test_broker_configs_are_readable(broker, admin) -> None:
     entries = describe(admin, ConfigResource(ConfigResource.Type.BROKER, "0"))
     assert entries["log.retention.check.interval.ms"].value == "200"
@@ -340,6 +349,13 @@ def test_kafka_python_admin(broker, admin) -> None:
         consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
         consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
         consumer.close()
+        # OffsetDelete: the group has no members, so the offset may go
+        errors = client.delete_group_offsets(group, [tp])
+        assert {t: e.__name__ for t, e in errors.items()} == {tp: "NoError"}
+        assert client.list_group_offsets(group) == {group: {}}
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+        consumer.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        consumer.close()
         assert group in {g["group_id"] for g in client.list_groups(states_filter=["Empty"])}
         assert group not in {g["group_id"] for g in client.list_groups(states_filter=["Stable"])}
         assert client.delete_groups([group]) == {group: "OK"}
@@ -347,3 +363,103 @@ def test_kafka_python_admin(broker, admin) -> None:
         assert group not in {g["group_id"] for g in client.list_groups()}
     finally:
         client.close()
+
+
+# -- our client's Admin ----------------------------------------------------------------------
+
+
+def test_our_admin(broker, admin) -> None:
+    from client import Admin, AlterConfigOp, ConfigResource
+    from client import Consumer as OurConsumer
+    from client import Producer as OurProducer
+    from client.errors import GroupIdNotFoundError, InvalidConfigError, NonEmptyGroupError
+
+    topic = new_topic(admin, config={"retention.ms": "3600000"})
+    resource = ConfigResource("topic", topic)
+    with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
+        entries = ours.describe_configs([resource], include_synonyms=True)[resource]
+        assert entries["retention.ms"].value == "3600000"
+        assert entries["retention.ms"].source == "DYNAMIC_TOPIC_CONFIG"
+        assert [s.source for s in entries["retention.ms"].synonyms] == [
+            "DYNAMIC_TOPIC_CONFIG", "DEFAULT_CONFIG"]
+        assert entries["cleanup.policy"].is_default
+        result = ours.incremental_alter_configs({resource: [
+            AlterConfigOp("retention.ms", "delete"),
+            AlterConfigOp("cleanup.policy", "append", "compact"),
+        ]})
+        assert result == {resource: None}
+        entries = ours.describe_configs([resource])[resource]
+        assert entries["retention.ms"].is_default
+        assert entries["cleanup.policy"].value == "delete,compact"
+        (error,) = ours.incremental_alter_configs(
+            {resource: [AlterConfigOp("segment.bytes", "set", "1")]}).values()
+        assert isinstance(error, InvalidConfigError)
+        assert ours.alter_configs({resource: {"segment.ms": "60000"}}) == {resource: None}
+        assert ours.describe_configs([resource])[resource]["cleanup.policy"].value == "delete"
+        brokers = ours.describe_configs([ConfigResource("broker", "0")])
+        assert brokers[ConfigResource("broker", "0")]["log.retention.check.interval.ms"].value == (
+            "200")
+
+        assert ours.create_partitions({topic: 2}) == {topic: None}
+        assert ours.describe_topics([topic])[0].partitions[1].partition == 1
+        with OurProducer({"bootstrap.servers": broker.bootstrap}) as producer:
+            for i in range(6):
+                producer.send(topic, value=b"%d" % i, partition=0)
+            producer.flush()
+        assert ours.delete_records({(topic, 0): 4}) == {(topic, 0): 4}
+        assert ours.delete_records({(topic, 0): -1}) == {(topic, 0): 6}
+        (dirs,) = ours.describe_log_dirs({topic: [0, 1]}).values()
+        assert dirs[0].partitions[(topic, 0)] > 0 and (topic, 1) in dirs[0].partitions
+        (states,) = ours.describe_producers([(topic, 0)]).values()
+        assert len(states) == 1 and states[0].last_sequence == 5  # idempotent by default
+        assert states[0].current_txn_start_offset == -1
+        assert ours.find_hanging_transactions([topic]) == []
+
+        group = f"g-{topic}"
+        consumer = OurConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                                "session.timeout.ms": 6000, "heartbeat.interval.ms": 300})
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 20
+        while not consumer.assignment():
+            assert time.monotonic() < deadline
+            consumer.poll(0.2)
+        try:
+            assert group in {g.group_id for g in ours.list_groups(states=["Stable"])}
+            listed = {g.group_id: g for g in ours.list_groups()}
+            assert (listed[group].state, listed[group].type) == ("Stable", "classic")
+            assert isinstance(ours.delete_groups([group])[group], NonEmptyGroupError)
+            consumer.commit({(topic, 0): 3, (topic, 1): 0})
+        finally:
+            consumer.close()
+        assert group in {g.group_id for g in ours.list_groups(states=["empty"])}
+        assert ours.delete_group_offsets(group, [(topic, 0)]) == {(topic, 0): None}
+        assert set(ours.list_group_offsets(group)) == {(topic, 1)}
+        assert ours.delete_groups([group]) == {group: None}
+        assert isinstance(ours.delete_groups([group])[group], GroupIdNotFoundError)
+        cluster = ours.describe_cluster()
+        assert cluster["brokers"] == [(0, "127.0.0.1", broker.port)]
+        assert ours.list_transactions(states=["Ongoing"], duration_ms=0) == []
+
+
+def test_our_admin_finds_open_transactions_older_than_the_limit(broker, admin) -> None:
+    from client import Admin
+
+    topic = new_topic(admin)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": topic,
+                         "metadata.recovery.strategy": "none"})
+    producer.init_transactions(15)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"open")
+    assert producer.flush(15) == 0
+    try:
+        with Admin({"bootstrap.servers": broker.bootstrap}) as ours:
+            assert ours.find_hanging_transactions([topic]) == []  # young and ongoing
+            time.sleep(0.1)
+            (hanging,) = ours.find_hanging_transactions([topic], max_transaction_timeout_ms=50)
+            assert (hanging.partition, hanging.transactional_id, hanging.start_offset) == (
+                (topic, 0), topic, 0)
+            assert hanging.age_ms >= 100
+            (listing,) = ours.list_transactions(states=["Ongoing"], duration_ms=50)
+            assert listing.transactional_id == topic
+    finally:
+        producer.abort_transaction(15)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -362,3 +363,79 @@ def test_make_run_takes_port_and_data_dir():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "--port 19093 --data-dir /srv/mb" in result.stdout
+
+
+@pytest.mark.slow
+def test_perf_produce_and_consume_report_progress_and_a_summary(broker, b):
+    create(broker, "perf", 2)
+    produced = ok(run("perf", "produce", "perf", "--num-records", "3000", "--record-size", "100",
+                      "--throughput", "3000", "--reporting-interval", "300", *b))
+    lines = produced.stdout.strip().splitlines()
+    assert len(lines) >= 3  # progress lines, then the summary
+    assert all(re.fullmatch(r"\d+ records sent, [\d.]+ records/sec \([\d.]+ MB/sec\), [\d.]+ ms "
+                            r"avg latency, [\d.]+ ms max latency.*\.", line) for line in lines)
+    assert lines[-1].startswith("3000 records sent") and "ms 99.9th." in lines[-1]
+    consumed = ok(run("perf", "consume", "perf", "--messages", "3000", *b))
+    header, *rows = consumed.stdout.strip().splitlines()
+    assert header.startswith("start.time, end.time, data.consumed.in.MB")
+    assert rows[-1].split(", ")[4] == "3000"
+    short = run("perf", "consume", "perf", "--messages", "5000", "--timeout", "1", *b)
+    one_line_error(short, "only 3000 of 5000 records")
+
+
+def test_configs_describe_and_alter(broker, b):
+    create(broker, "configured", 1)
+    ok(run("configs", "alter", "--topic", "configured", "--add-config",
+           "retention.ms=60000,cleanup.policy=compact", *b))
+    described = json.loads(ok(run("configs", "describe", "--topic", "configured", "--format",
+                                  "json", *b)).stdout)
+    assert {(c["name"], c["value"], c["source"]) for c in described} >= {
+        ("retention.ms", "60000", "DYNAMIC_TOPIC_CONFIG"),
+        ("cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"),
+    }
+    ok(run("configs", "alter", "--topic", "configured", "--delete-config", "retention.ms", *b))
+    text = ok(run("configs", "describe", "--topic", "configured", *b)).stdout
+    assert "cleanup.policy" in text and "retention.ms" not in text
+    everything = ok(run("configs", "describe", "--topic", "configured", "--all", *b)).stdout
+    assert "retention.ms" in everything and "DEFAULT_CONFIG" in everything
+    broker_configs = json.loads(ok(run("configs", "describe", "--broker", "0", "--all",
+                                       "--format", "json", *b)).stdout)
+    assert "num.partitions" in {c["name"] for c in broker_configs}
+    one_line_error(run("configs", "alter", "--topic", "configured", "--add-config",
+                       "retention.ms=soon", *b), "InvalidConfigError")
+
+
+def test_groups_delete(broker, b):
+    create(broker, "deletable", 1)
+    produce(broker, "deletable", [(0, b"x")])
+    ok(run("consume", "deletable", "-g", "g-deletable", "--from-beginning", "-n", "1", *b))
+    result = ok(run("groups", "delete", "--group", "g-deletable", *b))
+    assert result.stdout == "Deleted consumer group 'g-deletable'.\n"
+    one_line_error(run("groups", "describe", "g-deletable", *b), "does not exist")
+    one_line_error(run("groups", "delete", "--group", "g-deletable", *b), "cannot delete group")
+
+
+def test_describe_producers_and_find_hanging(broker, b):
+    create(broker, "producers", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "hangs"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("producers", b"open")
+    producer.flush(10)
+    try:
+        (state,) = json.loads(ok(run("transactions", "describe-producers", "--topic", "producers",
+                                     "--partition", "0", "--format", "json", *b)).stdout)
+        assert state["current_txn_start_offset"] == 0
+        # The coordinator runs it: not hanging (unless older than the longest timeout).
+        assert json.loads(ok(run("transactions", "find-hanging", "--topic", "producers",
+                                 "--format", "json", *b)).stdout) == []
+        time.sleep(0.2)
+        hanging = json.loads(ok(run("transactions", "find-hanging", "--topic", "producers",
+                                    "--max-transaction-timeout", "1", "--format", "json",
+                                    *b)).stdout)
+        assert [(h["topic"], h["start_offset"], h["transactional_id"]) for h in hanging] == [
+            ("producers", 0, "hangs")
+        ]
+    finally:
+        producer.abort_transaction()
+        producer.close()

@@ -101,7 +101,7 @@ def test_data_dir_that_is_a_file_is_one_clear_line(tmp_path):
 
 
 def test_kafka_server_properties_with_listeners(tmp_path):
-    from tests.unit.test_properties import KAFKA_KRAFT
+    from tests.unit.protocol.test_properties import KAFKA_KRAFT
 
     config = tmp_path / "server.properties"
     text = KAFKA_KRAFT.replace("PLAINTEXT://:9092", "PLAINTEXT://127.0.0.1:0")

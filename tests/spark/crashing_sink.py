@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_connector.options import parse_write_options
+from pyspark.sql.datasource import DataSource
+
+from spark_connector.options import check_options, parse_write_options
 from spark_connector.source import MinibrokerDataSource
 from spark_connector.writer import StreamWriter, TxnCommitMessage, end_transactions
 
@@ -34,6 +36,11 @@ class CrashingStreamWriter(StreamWriter):
 class CrashingDataSource(MinibrokerDataSource):
     """``format("minibroker-crashing")``: the connector with ``CrashingStreamWriter`` as its sink
     (option ``crashMarker``: the file that records that the crash happened)."""
+
+    def __init__(self, options) -> None:
+        # The connector's own definition-time check, without the test-only option.
+        DataSource.__init__(self, options)
+        check_options({k: v for k, v in options.items() if k.lower() != "crashmarker"})
 
     @classmethod
     def name(cls) -> str:

@@ -66,3 +66,10 @@ def partition_count(bootstrap: str, topic: str) -> int:
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         (description,) = admin.describe_topics([topic])
     return len(description.partitions)
+
+
+def slow_identity(value: bytes) -> bytes:
+    """A UDF body that makes a write task take a while (5 ms a row), so that something can happen
+    to the broker while the task is producing."""
+    time.sleep(0.005)
+    return value

@@ -47,7 +47,7 @@ def test_batch_read_returns_committed_records_only(spark, bootstrap, name):
         assert df.rdd.getNumPartitions() == 2  # one Spark partition per topic partition
         rows = df.collect()
         assert sorted(r.value for r in rows) == sorted(committed)
-        assert all(r.key == r.value and r.topic == name and r.headers == [] for r in rows)
+        assert all(r.key == r.value and r.topic == name and r.headers is None for r in rows)  # as Spark
         assert all(isinstance(r.timestamp, datetime.datetime) and r.timestampType == 0 for r in rows)
         for partition in (0, 1):
             offsets = [r.offset for r in rows if r.partition == partition]
@@ -103,13 +103,63 @@ def test_batch_read_offset_ranges_assign_pattern_split_and_schema(spark, bootstr
     [
         ({"subscribe": "t", "maxRecordsPerPartition": "zero"}, "maxRecordsPerPartition"),
         ({"subscribe": "t", "assign": '{"t": [0]}'}, "assign"),
-        ({"subscribe": "t", "kafka.group.id": "mine"}, "kafka.group.id"),
+        ({"subscribe": "t", "startingTimestamp": "noon"}, "startingTimestamp"),
         ({"subscribe": "t", "startingOffsetz": "earliest"}, "startingOffsets"),
     ],
 )
-def test_bad_options_fail_fast_naming_the_option(spark, bootstrap, options, named):
+def test_bad_options_fail_at_load_naming_the_option(spark, bootstrap, options, named):
+    # load() itself raises (the query is never run), for batch and streaming reads
     with pytest.raises(Exception, match=named.replace(".", r"\.")):
-        reader(spark, bootstrap, **options).collect()
+        reader(spark, bootstrap, **options)
+    stream = spark.readStream.format("minibroker").option("bootstrap.servers", bootstrap)
+    for key, value in options.items():
+        stream = stream.option(key, value)
+    with pytest.raises(Exception, match=named.replace(".", r"\.")):
+        stream.load()
+
+
+def test_bad_write_options_fail_at_save(spark, bootstrap, name):
+    df = spark.createDataFrame([(b"v",)], "value binary")
+    with pytest.raises(Exception, match="transactionalIdPrefix"):
+        (
+            df.write.format("minibroker").option("bootstrap.servers", bootstrap)
+            .option("topic", name).option("transactionalIdPrefix", "not ok").mode("append").save()
+        )
+
+
+def test_timestamps_select_the_range_and_missing_headers_are_null(spark, bootstrap, name):
+    create_topic(bootstrap, name, 2)
+    base = 1_700_000_000_000
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        for i in range(20):  # record i of partition p at base + 1000 * i
+            for p in (0, 1):
+                headers = [("h", b"%d" % i)] if i % 2 else None
+                producer.send(name, b"%d-%d" % (p, i), partition=p, timestamp=base + 1000 * i, headers=headers)
+        producer.flush()
+
+    def values(**options):
+        return sorted(r.value for r in reader(spark, bootstrap, subscribe=name, **options).collect())
+
+    expected = sorted(b"%d-%d" % (p, i) for p in (0, 1) for i in range(5, 12))
+    assert values(startingTimestamp=str(base + 5000), endingTimestamp=str(base + 12_000)) == expected
+    by_ts = values(
+        startingOffsetsByTimestamp=f'{{"{name}": {{"0": {base + 5000}, "1": {base + 15_500}}}}}',
+        endingOffsetsByTimestamp=f'{{"{name}": {{"0": {base + 7000}, "1": {base + 99_000_000}}}}}',
+    )
+    assert by_ts == sorted([b"0-5", b"0-6"] + [b"1-%d" % i for i in range(16, 20)])
+    # startingTimestamp wins over startingOffsets, as in Spark
+    assert values(startingTimestamp=str(base + 18_000), startingOffsets="earliest") == [
+        b"0-18", b"0-19", b"1-18", b"1-19"
+    ]
+    late = str(base + 99_000_000)  # after every record
+    with pytest.raises(Exception, match="no record at or after"):
+        values(startingTimestamp=late)
+    assert values(startingTimestamp=late, startingOffsetsByTimestampStrategy="latest") == []
+
+    rows = reader(spark, bootstrap, assign=f'{{"{name}": [0]}}', includeHeaders="true").collect()
+    headers = {r.value: r.headers for r in rows}
+    assert headers[b"0-0"] is None  # Spark's Kafka source gives null, not []
+    assert [(h.key, bytes(h.value)) for h in headers[b"0-1"]] == [("h", b"1")]
 
 
 def test_batch_read_of_a_missing_topic_or_partition_fails_fast(spark, bootstrap, name):
@@ -231,3 +281,28 @@ def test_retried_write_task_writes_its_rows_once(spark_with_retries, bootstrap, 
     assert sum(end_offsets(bootstrap, name, "read_uncommitted").values()) > len(expected) + 2
     # ... and nothing is left open.
     assert no_open_transactions(bootstrap, name)
+
+
+MAX_BLOCK_MS = 10_000
+
+
+def test_write_to_an_unreachable_broker_fails_within_about_one_max_block(spark, name):
+    import socket
+    import time
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    df = spark.createDataFrame([(b"v%d" % i,) for i in range(10)], "value binary").repartition(2)
+    began = time.monotonic()
+    with pytest.raises(Exception, match="max.block.ms|InitProducerId|no broker reachable|timed out"):
+        (
+            df.write.format("minibroker").option("bootstrap.servers", f"127.0.0.1:{port}")
+            .option("topic", name).option("kafka.max.block.ms", str(MAX_BLOCK_MS)).mode("append").save()
+        )
+    elapsed = time.monotonic() - began
+    # The two tasks time out together (one max.block.ms); the driver's abort does not then spend
+    # another max.block.ms per task fencing them one after another, which made 3 x 10 s plus
+    # Spark's own few seconds. Measured here: 1 s of max.block.ms gave 12.6 s in all, 8 s gave
+    # 18.9 s (load average 8): about one max.block.ms plus Spark's overhead.
+    assert elapsed < 3 * MAX_BLOCK_MS / 1000, elapsed

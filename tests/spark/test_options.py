@@ -15,16 +15,20 @@ from spark_connector.options import (
     EARLIEST,
     LATEST,
     OptionError,
+    check_options,
+    parse_duration_ms,
     parse_read_options,
     parse_write_options,
 )
 from spark_connector.planning import (
     OffsetRange,
+    offsets_behind_latest,
     offsets_from_json,
     offsets_to_json,
     rate_limit,
     split_ranges,
 )
+from spark_connector.retry import call_with_retries
 
 BASE = {"bootstrap.servers": "127.0.0.1:9092"}
 
@@ -82,7 +86,21 @@ def test_client_settings_pass_through_by_role():
         ({"subscribe": "a", "endingoffsets": '{"a": {"0": -2}}'}, False, "endingOffsets"),
         ({"subscribe": "a", "failondataloss": "maybe"}, False, "failOnDataLoss"),
         ({"subscribe": "a", "isolation.level": "dirty"}, False, "isolation.level"),
-        ({"subscribe": "a", "kafka.group.id": "g"}, False, "kafka.group.id"),
+        ({"subscribe": "a", "kafka.group.id": " "}, False, "kafka.group.id"),
+        ({"subscribe": "a", "kafka.enable.auto.commit": "true"}, False, "kafka.enable.auto.commit"),
+        ({"subscribe": "a", "startingtimestamp": "yesterday"}, False, "startingTimestamp"),
+        ({"subscribe": "a", "startingtimestamp": "-5"}, True, "startingTimestamp"),
+        ({"subscribe": "a", "endingtimestamp": "5"}, True, "endingTimestamp"),
+        ({"subscribe": "a", "endingoffsetsbytimestamp": '{"a": {"0": 5}}'}, True, "endingOffsetsByTimestamp"),
+        ({"subscribe": "a", "startingoffsetsbytimestamp": '{"a": {"0": -1}}'}, False, "startingOffsetsByTimestamp"),
+        ({"subscribe": "a", "startingoffsetsbytimestamp": '{"a": 5}'}, False, "startingOffsetsByTimestamp"),
+        ({"subscribe": "a", "startingoffsetsbytimestampstrategy": "earliest"}, False, "startingOffsetsByTimestampStrategy"),
+        ({"subscribe": "a", "minoffsetspertrigger": "5"}, False, "minOffsetsPerTrigger"),
+        ({"subscribe": "a", "minoffsetspertrigger": "0"}, True, "minOffsetsPerTrigger"),
+        ({"subscribe": "a", "maxtriggerdelay": "soon"}, True, "maxTriggerDelay"),
+        ({"subscribe": "a", "fetchoffset.numretries": "-1"}, False, "fetchOffset.numRetries"),
+        ({"subscribe": "a", "fetchoffset.retryintervalms": "x"}, False, "fetchOffset.retryIntervalMs"),
+        ({"subscribe": "a", "groupidprefix": "has space"}, False, "groupIdPrefix"),
         ({"subscribe": "a", "kafka.linger.ms": "5"}, False, "kafka.linger.ms"),
         ({"subscribe": "a", "kafka.max.poll.recrds": "5"}, False, "kafka.max.poll.records"),
         ({"subscribe": "a", "kafka.max.poll.records": "-1"}, False, "max.poll.records"),
@@ -115,6 +133,8 @@ def test_missing_bootstrap_servers():
         ({"topic": "a", "kafka.acks": "1"}, "acks"),
         ({"topic": "a", "isolation.level": "read_committed"}, "isolation.level"),
         ({"topic": "a", "progresstopic": ""}, "progressTopic"),
+        ({"topic": "a", "includeheaders": "sometimes"}, "includeHeaders"),
+        ({"topic": "a", "kafka.group.id": "g"}, "kafka.group.id"),
     ],
 )
 def test_bad_write_options_name_the_option(options, named):
@@ -177,3 +197,110 @@ def test_pyspark_finds_the_auto_registration_module():
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, check=True
     ).stdout
     assert "'pyspark_minibroker'" in out and out.strip().endswith("minibroker")
+
+
+def test_spark_kafka_options_with_their_defaults_and_meaning():
+    opts = read(streaming=True, subscribe="a")
+    assert opts.min_offsets_per_trigger is None and opts.max_trigger_delay_ms == 15 * 60 * 1000
+    assert (opts.fetch_offset_num_retries, opts.fetch_offset_retry_interval_ms) == (3, 10)
+    assert opts.starting_timestamp_strategy == "error"
+    # Reads carry a group id (kafka.group.id, else groupIdPrefix-<random>, shared by the tasks)
+    # but never commit to it.
+    assert opts.group_id.startswith("spark-kafka-source-")
+    assert opts.consumer_config()["group.id"] == opts.group_id == opts.consumer_config()["group.id"]
+    assert opts.consumer_config()["enable.auto.commit"] is False
+    assert read(subscribe="a", groupIdPrefix="etl").group_id.startswith("etl-")
+    assert read(subscribe="a", **{"kafka.group.id": "mine"}).consumer_config()["group.id"] == "mine"
+
+    opts = read(
+        streaming=True, subscribe="a", startingTimestamp="1700000000000", minOffsetsPerTrigger="50",
+        maxTriggerDelay="30s", **{"fetchOffset.numRetries": "5", "fetchOffset.retryIntervalMs": "200"},
+    )
+    assert opts.starting_timestamp == 1_700_000_000_000 and opts.min_offsets_per_trigger == 50
+    assert opts.max_trigger_delay_ms == 30_000
+    assert (opts.fetch_offset_num_retries, opts.fetch_offset_retry_interval_ms) == (5, 200)
+    batch = read(
+        subscribe="a",
+        startingOffsetsByTimestamp='{"a": {"0": 10, "1": 20}}',
+        endingOffsetsByTimestamp='{"a": {"0": 30, "1": 40}}',
+        startingOffsetsByTimestampStrategy="LATEST",
+    )
+    assert batch.starting_offsets_by_timestamp == {("a", 0): 10, ("a", 1): 20}
+    assert batch.ending_offsets_by_timestamp == {("a", 0): 30, ("a", 1): 40}
+    assert batch.starting_timestamp_strategy == "latest"
+    # The sink accepts the source's includeHeaders (Spark's sink does; headers go out whenever
+    # the data has a headers column).
+    assert parse_write_options({**BASE, "topic": "t", "includeheaders": "true"}).topic == "t"
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"), [("15m", 900_000), ("30s", 30_000), ("250ms", 250), ("2h", 7_200_000), ("1d", 86_400_000), ("42", 42)]
+)
+def test_durations_as_spark_writes_them(text, ms):
+    assert parse_duration_ms(text, "maxTriggerDelay") == ms
+
+
+def test_definition_time_check_accepts_any_use_and_names_the_option():
+    check_options({**BASE, "subscribe": "a", "startingOffsets".lower(): "latest"})  # fine for a stream
+    check_options({**BASE, "topic": "t"})  # a write
+    with pytest.raises(OptionError, match="maxOffsetsPerTrigger"):
+        check_options({**BASE, "subscribe": "a", "maxoffsetspertrigger": "-3"})
+    with pytest.raises(OptionError, match="transactionalIdPrefix"):
+        check_options({**BASE, "topic": "t", "transactionalidprefix": "a b"})
+
+
+def test_retries_ride_through_retriable_errors_within_the_timeout():
+    from client.errors import BrokerConnectionError, InvalidTxnStateError
+
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    def clock() -> float:
+        return now[0]
+
+    failures = iter([BrokerConnectionError("down")] * 4)
+
+    def flaky() -> str:
+        for exc in failures:
+            raise exc
+        return "up"
+
+    assert call_with_retries(flaky, "probe", timeout_s=10, clock=clock, sleep=sleep) == "up"
+    assert slept == [0.1, 0.2, 0.4, 0.8]  # doubling backoff
+
+    def down() -> None:
+        raise BrokerConnectionError("down")
+
+    now[0], slept[:] = 0.0, []
+    with pytest.raises(BrokerConnectionError):
+        call_with_retries(down, "probe", timeout_s=3, clock=clock, sleep=sleep)
+    assert 2.0 <= now[0] <= 3.0  # gave up at the timeout, not before, not after
+
+    calls = []
+
+    def unknown() -> None:
+        calls.append(1)
+        raise InvalidTxnStateError("not retriable")
+
+    with pytest.raises(InvalidTxnStateError):
+        call_with_retries(unknown, "probe", clock=clock, sleep=sleep)
+    assert len(calls) == 1  # not retriable: raised at once
+    calls.clear()
+    with pytest.raises(InvalidTxnStateError):
+        call_with_retries(unknown, "probe", attempts=3, interval_s=0.01, clock=clock, sleep=sleep)
+    assert len(calls) == 4  # fetchOffset.numRetries: 3 more attempts
+
+
+def test_offsets_behind_latest_from_a_query_progress():
+    progress = {
+        "endOffset": '{"t": {"0": 10, "1": 7}}',
+        "latestOffset": {"t": {"0": 15, "1": 7, "2": 4}},  # partition 2 is new: 4 behind
+    }
+    assert offsets_behind_latest(progress) == {
+        "minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 5.0, "avgOffsetsBehindLatest": 3.0
+    }
+    assert offsets_behind_latest({"endOffset": '{"t": {"0": 1}}', "latestOffset": None}) is None

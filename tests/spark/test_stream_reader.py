@@ -118,3 +118,45 @@ def test_a_deleted_topic_is_data_loss_unless_allowed(bootstrap, name):
     finally:
         strict.stop()
         lenient.stop()
+
+
+def test_min_offsets_per_trigger_waits_until_max_trigger_delay(bootstrap, name):
+    create_topic(bootstrap, name, 1)
+    now = [1000.0]
+    raw = {
+        "bootstrap.servers": bootstrap, "subscribe": name, "startingoffsets": "earliest",
+        "minoffsetspertrigger": "10", "maxtriggerdelay": "30s",
+    }
+    reader = StreamReader(parse_read_options(raw, streaming=True), read_schema(False), clock=lambda: now[0])
+    try:
+        start = reader.initialOffset()
+        produce(bootstrap, name, [b"a%d" % i for i in range(4)])
+        assert reader.latestOffset(start, ReadAllAvailable()) == start  # 4 < 10: no batch yet
+        now[0] += 29
+        assert reader.latestOffset(start, ReadAllAvailable()) == start  # still inside the delay
+        now[0] += 2  # 31 s since the first trigger: the delay is over, 4 offsets make a batch
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert end == {name: {"0": 4}}
+        produce(bootstrap, name, [b"b%d" % i for i in range(12)])
+        assert reader.latestOffset(end, ReadAllAvailable()) == {name: {"0": 16}}  # 12 >= 10: at once
+        assert reader.latestOffset({name: {"0": 16}}, ReadAllAvailable()) == {name: {"0": 16}}
+    finally:
+        reader.stop()
+
+
+def test_starting_timestamp_of_a_stream(bootstrap, name):
+    create_topic(bootstrap, name, 1)
+    from client import Producer
+
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        for i in range(10):
+            producer.send(name, b"%d" % i, partition=0, timestamp=1_700_000_000_000 + i)
+        producer.flush()
+    reader = stream_reader(bootstrap, subscribe=name, startingTimestamp=str(1_700_000_000_000 + 6))
+    try:
+        start = reader.initialOffset()
+        assert start == {name: {"0": 6}}
+        end = reader.latestOffset(start, ReadAllAvailable())
+        assert read_all(reader, start, end) == [b"6", b"7", b"8", b"9"]
+    finally:
+        reader.stop()

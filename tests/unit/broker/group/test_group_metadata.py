@@ -24,7 +24,7 @@ from broker.group.offsets import decode_offset_key_untrusted
 from broker.group.service import GroupService
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
-from tests.unit.test_group_service import (
+from tests.unit.broker.group.test_service import (
     NOW,
     OFFSETS_PARTITIONS,
     codes,

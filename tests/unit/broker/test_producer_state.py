@@ -245,6 +245,28 @@ def test_snapshot_round_trip(tmp_path: Path) -> None:
         state.check(hdr(9, epoch=2), NOW)
 
 
+def test_snapshot_keeps_the_coordinator_epoch_and_reads_older_snapshots(tmp_path: Path) -> None:
+    import json
+
+    import crc32c
+
+    state = ProducerStateManager()
+    state.update(hdr(0), 0, NOW)
+    state.get(PID).coordinator_epoch = 7  # type: ignore[union-attr]
+    path = snapshot_path(tmp_path, 1)
+    state.write_snapshot(path, 1)
+    loaded = ProducerStateManager.read_snapshot(path)
+    assert loaded is not None and loaded[1].get(PID).coordinator_epoch == 7  # type: ignore[union-attr]
+    # A snapshot of the earlier five-element layout: coordinator epoch unknown (-1).
+    doc = json.loads(state.to_json(1))
+    doc["producers"] = [entry[:5] for entry in doc["producers"]]
+    body = json.dumps(doc).encode()
+    path.write_bytes(crc32c.crc32c(body).to_bytes(4, "big") + body)
+    loaded = ProducerStateManager.read_snapshot(path)
+    assert loaded is not None and loaded[1].get(PID).coordinator_epoch == -1  # type: ignore[union-attr]
+    assert loaded[1].get(PID).batches == state.get(PID).batches  # type: ignore[union-attr]
+
+
 def test_damaged_snapshot_is_ignored(tmp_path: Path) -> None:
     state = ProducerStateManager()
     state.update(hdr(0), 0, NOW)

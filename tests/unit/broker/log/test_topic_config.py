@@ -18,7 +18,7 @@ from broker.log.topic_config import (
 )
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import batch_crc_ok, decode_batches_untrusted, parse_header_untrusted
-from tests.unit.test_log import NOW, batch, crash, make
+from tests.unit.broker.log.test_log import NOW, batch, crash, make
 
 # -- validation ------------------------------------------------------------------------------
 

@@ -210,9 +210,38 @@ def test_get_buffer_fills_a_large_frame_in_place() -> None:
     decoder = FrameDecoder()
     decoder.receive_data(framed[:100_000])
     assert decoder.next_frame() is NEED_DATA
-    # From now on the decoder hands out the frame's own remaining bytes to receive into.
-    with decoder.get_buffer() as target:
-        assert len(target) == len(framed) - 100_000
-        target[:] = framed[100_000:]
-    decoder.advance(len(framed) - 100_000)
+    # From now on the decoder hands out the frame's own buffer to receive into; it grows with
+    # the bytes that arrive (doubling), never to what the prefix claims before they do.
+    pos = 100_000
+    while pos < len(framed):
+        with decoder.get_buffer() as target:
+            assert 0 < len(target) <= max(pos, 256 * 1024)
+            n = min(len(target), len(framed) - pos)
+            target[:n] = framed[pos : pos + n]
+        decoder.advance(n)
+        pos += n
     assert decoder.next_frame() == body
+
+
+def test_memory_follows_received_bytes_not_the_announced_size() -> None:
+    decoder = FrameDecoder()
+    assert decoder.capacity <= 8 * 1024  # an idle connection
+    decoder.receive_data(struct.pack(">i", 100 * 1024 * 1024) + bytes(100))
+    assert decoder.next_frame() is NEED_DATA
+    assert decoder.pending_frame_size == 100 * 1024 * 1024
+    assert decoder.capacity <= 300 * 1024
+    decoder.receive_data(bytes(1_000_000))
+    assert decoder.capacity <= 2 * 1024 * 1024 + 300 * 1024
+
+
+def test_receive_buffer_shrinks_when_the_connection_goes_quiet() -> None:
+    decoder = FrameDecoder()
+    for _ in range(10):
+        decoder.receive_data(encode_frame(bytes(60_000)) * 3)
+        assert len(_drain(decoder)) == 3
+    assert decoder.capacity > 64 * 1024
+    decoder.receive_data(encode_frame(b"x"))
+    _drain(decoder)
+    with decoder.get_buffer():
+        pass
+    assert decoder.capacity <= 8 * 1024

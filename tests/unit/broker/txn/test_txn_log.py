@@ -130,7 +130,7 @@ def test_topic_is_created_on_first_use_with_kafka_settings(tmp_path: Path) -> No
     persist(log, c, c.prepare_init_producer_id("tx-1", 60_000, None, NOW))
     assert logs.topics()[TOPIC] == PARTITIONS
     assert logs.topic_config(TOPIC).segment_bytes == SEGMENT_BYTES
-    assert logs.topic_config(TOPIC).retention_ms == -1
+    assert logs.topic_config(TOPIC).compact and not logs.topic_config(TOPIC).delete
     index = partition_for("tx-1", PARTITIONS)
     assert log.partition_of("tx-1") == index
     assert logs.partition(TOPIC, index).log_end_offset == 1
@@ -181,3 +181,37 @@ def test_tombstone_forgets_an_expired_id(tmp_path: Path) -> None:
     logs.close()
     c = replayed(make_logs(tmp_path))
     assert c.get("tx-1") is None and c.get("tx-3") is not None
+
+
+def test_compaction_keeps_the_latest_record_of_each_id_and_drops_expired_ones(
+    tmp_path: Path,
+) -> None:
+    """The transaction log is compacted: history goes, and an expired id's tombstone goes too
+    once delete.retention.ms passed after the cleaning that first saw it."""
+    from broker.log.cleaner import INTERNAL_DELETE_RETENTION_MS, clean_now
+
+    logs = make_logs(tmp_path)
+    log = TxnLog(logs, 1, segment_bytes=1024)
+    for i in range(60):  # many transitions of two ids: several closed segments
+        for tid in ("keep", "expire"):
+            log.append(replace(transition(tid=tid), txn_last_update_ms=NOW + i), NOW).flush()
+    log.append(transition(state=TxnState.DEAD, tid="expire"), NOW).flush()
+    partition = logs.partition(TOPIC, 0)
+
+    def roll(now_ms: int) -> None:  # only closed segments are cleaned: start a new one
+        base = partition.segments[-1].base_offset
+        while partition.segments[-1].base_offset == base:
+            log.append(replace(transition(tid="keep"), txn_last_update_ms=now_ms), now_ms).flush()
+
+    roll(NOW)
+    before = partition.size_bytes
+    clean_now(partition, NOW)
+    records = list(TxnLog(logs, 1).replay())
+    assert [tid for tid, _ in records].count("keep") <= 2  # the latest (+ the active segment's)
+    assert ("expire", None) in records  # the tombstone stays for now
+    assert partition.size_bytes < before / 4
+    later = NOW + INTERNAL_DELETE_RETENTION_MS + 1
+    roll(later)
+    clean_now(partition, later)
+    assert "expire" not in {tid for tid, _ in TxnLog(logs, 1).replay()}
+    assert replayed(logs).get("keep") is not None

@@ -751,3 +751,18 @@ def test_fuzz_mutated_batches(base: bytes, edits, cut: int, fix_crc: bool) -> No
             pass
     _decode_everything(batch)
     _decode_everything(batch[:cut])
+
+
+def test_a_missing_codec_names_its_pypi_package_and_the_extra():
+    import tomllib
+    from pathlib import Path
+
+    from protocol.records import codec_import, missing_codec
+
+    assert codec_import("gzip") is None and codec_import("none") is None
+    message = missing_codec("snappy")
+    assert "python-snappy" in message and "minibroker[compression]" in message
+    pyproject = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())
+    extra = " ".join(pyproject["project"]["optional-dependencies"]["compression"])
+    for codec in ("snappy", "lz4", "zstd"):
+        assert codec_import(codec)[1] in extra

@@ -125,8 +125,9 @@ async def test_offsets_topic_layout(tmp_path) -> None:
     broker = make_broker(tmp_path)
     await settle(broker, broker.groups.commit_offsets(commit_request("my-group", {0: 1}), NOW))
     assert broker.logs.topics()[OFFSETS_TOPIC] == OFFSETS_PARTITIONS
-    assert broker.logs.topic_config(OFFSETS_TOPIC).segment_bytes == 100 * 1024 * 1024
-    assert broker.logs.topic_config(OFFSETS_TOPIC).retention_ms == -1
+    config = broker.logs.topic_config(OFFSETS_TOPIC)
+    assert config.segment_bytes == broker.config.offsets_topic_segment_bytes
+    assert config.compact and not config.delete
     index = partition_for("my-group", OFFSETS_PARTITIONS)
     assert broker.groups.partition_for("my-group") == index
     sizes = {p: broker.logs.partition(OFFSETS_TOPIC, p).log_end_offset
