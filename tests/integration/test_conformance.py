@@ -128,6 +128,29 @@ def request_body(key: ApiKey, version: int) -> dict:
                                    "producer_id": 1, "producer_epoch": 0, "topics": []},
         ApiKey.DESCRIBE_TRANSACTIONS: {"transactional_ids": ["unknown-txn"]},
         ApiKey.LIST_TRANSACTIONS: {"state_filters": [], "producer_id_filters": []},
+        ApiKey.DELETE_RECORDS: {"topics": [{"name": TOPIC, "partitions": [
+                                    {"partition_index": 0, "offset": 0}]}],
+                                "timeout_ms": 5000},
+        ApiKey.DESCRIBE_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": TOPIC,
+                                                 "configuration_keys": None}]},
+        ApiKey.ALTER_CONFIGS: {"resources": [{"resource_type": 2, "resource_name": TOPIC,
+                                              "configs": [{"name": "retention.ms",
+                                                           "value": "86400000"}]}],
+                               "validate_only": True},
+        ApiKey.INCREMENTAL_ALTER_CONFIGS: {"resources": [{
+                                               "resource_type": 2, "resource_name": TOPIC,
+                                               "configs": [{"name": "retention.ms",
+                                                            "config_operation": 0,
+                                                            "value": "86400000"}]}],
+                                           "validate_only": True},
+        ApiKey.CREATE_PARTITIONS: {"topics": [{"name": TOPIC, "count": 8, "assignments": None}],
+                                   "timeout_ms": 5000, "validate_only": True},
+        ApiKey.DESCRIBE_LOG_DIRS: {"topics": None},
+        ApiKey.DELETE_GROUPS: {"groups_names": ["no-such-group"]},
+        ApiKey.OFFSET_DELETE: {"group_id": "no-such-group", "topics": []},
+        ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False,
+                                  "endpoint_type": 1},
+        ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
     }
     return bodies[key]
 
@@ -144,6 +167,8 @@ ALLOWED_ERRORS = {
     ApiKey.ADD_OFFSETS_TO_TXN: {ErrorCode.INVALID_PRODUCER_ID_MAPPING},
     ApiKey.END_TXN: {ErrorCode.INVALID_PRODUCER_ID_MAPPING},
     ApiKey.DESCRIBE_TRANSACTIONS: {ErrorCode.TRANSACTIONAL_ID_NOT_FOUND},
+    ApiKey.DELETE_GROUPS: {ErrorCode.GROUP_ID_NOT_FOUND},
+    ApiKey.OFFSET_DELETE: {ErrorCode.GROUP_ID_NOT_FOUND},
 }
 
 
@@ -182,7 +207,10 @@ def test_every_served_api_is_covered():
         ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.OFFSET_COMMIT,
         ApiKey.OFFSET_FETCH, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS, ApiKey.LIST_GROUPS,
         ApiKey.API_VERSIONS, ApiKey.CREATE_TOPICS, ApiKey.INIT_PRODUCER_ID,
-        ApiKey.TXN_OFFSET_COMMIT, ApiKey.LIST_TRANSACTIONS,
+        ApiKey.TXN_OFFSET_COMMIT, ApiKey.LIST_TRANSACTIONS, ApiKey.DELETE_RECORDS,
+        ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
+        ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
+        ApiKey.DESCRIBE_PRODUCERS,
     }
 
 
