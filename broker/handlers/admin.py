@@ -12,6 +12,12 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
 
+TRANSACTION_VERSION = "transaction.version"
+MAX_TRANSACTION_VERSION = 2
+# The finalized features change only with the configuration, at a restart; clients keep the
+# features of the highest epoch they saw (Kafka's is the metadata offset; -1 means none).
+FEATURES_EPOCH = 0
+
 # KIP-511: what a client may call itself in ApiVersions v3+.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
 
@@ -23,12 +29,19 @@ def api_versions(broker: Broker, header, request) -> dict:
         and _SOFTWARE.fullmatch(request.client_software_version)
     ):
         return {"error_code": ErrorCode.INVALID_REQUEST, "api_keys": []}
+    level = broker.config.transaction_version
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": [
             {"api_key": key, "min_version": r.min, "max_version": r.max}
             for key, r in sorted(ADVERTISED.items())
         ],
+        # v3+ (KIP-584): clients use transaction version 2 when it is finalized at level 2.
+        "supported_features": [{"name": TRANSACTION_VERSION, "min_version": 0,
+                                "max_version": MAX_TRANSACTION_VERSION}],
+        "finalized_features_epoch": FEATURES_EPOCH,
+        "finalized_features": [{"name": TRANSACTION_VERSION, "max_version_level": level,
+                                "min_version_level": level}] if level else [],
     }
 
 

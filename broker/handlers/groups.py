@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import handles, reply
+from broker.dispatcher import Deferred, handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
+from broker.handlers.txn import producer_fenced
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -145,6 +146,39 @@ def offset_fetch(broker: Broker, header, request) -> dict:
     ]}
 
 
+TV2_TXN_OFFSET_COMMIT = 5  # the first version of transaction version 2 (KIP-890 part 2)
+
+
 @handles(ApiKey.TXN_OFFSET_COMMIT)
 def txn_offset_commit(broker: Broker, header, request):
-    return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
+    """v5+ (transaction version 2): no AddOffsetsToTxn before it; the group's offsets partition
+    joins the transaction here, then the offsets are stored as in v0-4."""
+    if header.api_version < TV2_TXN_OFFSET_COMMIT:
+        return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
+    if not request.group_id:
+        return _txn_offsets_refused(request, ErrorCode.INVALID_GROUP_ID)
+    added = broker.transactions.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
+    )
+
+    def store(code: ErrorCode):
+        if code != ErrorCode.NONE:
+            return _txn_offsets_refused(request, producer_fenced(code, header.api_version, 2))
+        return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
+
+    if not isinstance(added, Deferred):
+        return store(added)
+
+    async def stored():
+        result = store(await added.wait())
+        return await result.wait() if isinstance(result, Deferred) else result
+
+    return Deferred(stored)
+
+
+def _txn_offsets_refused(request, code: ErrorCode) -> dict:
+    return {"throttle_time_ms": 0, "topics": [
+        {"name": t.name, "partitions": [
+            {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
+        for t in request.topics]}

@@ -14,6 +14,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
 
 VALID_ACKS = (-1, 0, 1)
+TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 
 
 @handles(ApiKey.PRODUCE, raw=True)
@@ -38,8 +39,10 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
                 partition = broker.partition(topic.name, part.index)
                 if transactions.needs_verification(part.records, request.transactional_id):
-                    # KIP-890 part 1: only partitions of the producer's ongoing transaction.
-                    transactions.verify_produce(partition, part.records, request.transactional_id)
+                    # KIP-890 part 1: only partitions of the producer's ongoing transaction;
+                    # part 2 (v12, transaction version 2): the partition joins it here.
+                    transactions.verify_produce(partition, part.records, request.transactional_id,
+                                                now, add_partition=version >= TV2_PRODUCE)
                 result, flushed = broker.append_untrusted(partition, part.records, now)
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time

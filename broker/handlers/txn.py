@@ -100,15 +100,30 @@ def add_offsets_to_txn(broker: Broker, header, request):
                                        "error_code": producer_fenced(code, version, 2)})
 
 
+TV2_END_TXN = 5  # the first version of transaction version 2 (KIP-890 part 2)
+
+
 @handles(ApiKey.END_TXN)
 def end_txn(broker: Broker, header, request):
-    result = broker.transactions.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        request.committed, broker.clock.now_ms(),
-    )
+    """v5+ (transaction version 2): every end bumps the producer epoch (a late request of this
+    transaction then carries a stale epoch) and the answer carries the pair to go on with."""
     version = header.api_version
-    return reply(result, lambda code: {"throttle_time_ms": 0,
-                                       "error_code": producer_fenced(code, version, 2)})
+    tv2 = version >= TV2_END_TXN
+    transactions = broker.transactions
+    result = transactions.end_txn(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        request.committed, broker.clock.now_ms(), bump_epoch=tv2,
+    )
+
+    def encode(code: ErrorCode) -> dict:
+        response = {"throttle_time_ms": 0, "error_code": producer_fenced(code, version, 2)}
+        if tv2 and code == ErrorCode.NONE:
+            producer_id, epoch = transactions.coordinator.producer_after_end(
+                request.transactional_id)
+            response.update(producer_id=producer_id, producer_epoch=epoch)
+        return response
+
+    return reply(result, encode)
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS)

@@ -367,14 +367,15 @@ class TransactionCoordinator:
             target = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
             if not bump_epoch:
                 return self._prepare(md, md._target(target, now_ms, txn_version=1))
-            if md.producer_epoch >= EPOCH_EXHAUSTED:
-                # The last epoch ends this transaction; the client continues with a new id.
-                changes = dict(producer_epoch=INT16_MAX,
-                               next_producer_id=self._next_producer_id())
-            else:
-                changes = dict(producer_epoch=md.producer_epoch + 1)
+            return self._prepare(md, md._target(target, now_ms, **self._bumped(md)))
+        if bump_epoch and not commit and state in _NOTHING_STARTED:
+            # Transaction version 2: the client cannot know whether its first batch reached us,
+            # so it may abort a transaction that added no partition. The epoch is bumped all the
+            # same (what it sent late is fenced); nothing to mark; it starts now (Kafka's
+            # noPartitionAdded).
             return self._prepare(md, md._target(
-                target, now_ms, last_producer_epoch=md.producer_epoch, txn_version=2, **changes))
+                TxnState.PREPARE_ABORT, now_ms, partitions=frozenset(), txn_start_ms=now_ms,
+                **self._bumped(md)))
         if md.txn_version == 2 and bump_epoch:
             # The current epoch belongs to no transaction yet: nothing to end.
             raise KafkaError(
@@ -391,6 +392,16 @@ class TransactionCoordinator:
             ErrorCode.INVALID_TXN_STATE,
             f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
         )
+
+    def _bumped(self, md: TxnMetadata) -> dict[str, Any]:
+        """The changes of a transaction-version-2 end: the epoch + 1, or, when it is exhausted,
+        the last epoch and a fresh id the client continues with at epoch 0."""
+        if md.producer_epoch >= EPOCH_EXHAUSTED:
+            changes: dict[str, Any] = dict(producer_epoch=INT16_MAX,
+                                           next_producer_id=self._next_producer_id())
+        else:
+            changes = dict(producer_epoch=md.producer_epoch + 1)
+        return dict(last_producer_epoch=md.producer_epoch, txn_version=2, **changes)
 
     def producer_after_end(self, transactional_id: str) -> tuple[int, int]:
         """The producer id and epoch a transaction-version-2 client continues with after the
@@ -563,6 +574,8 @@ class TransactionCoordinator:
             )
 
 
+# States in which a producer's current epoch has no transaction (yet).
+_NOTHING_STARTED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 _ENDED_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                            TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 

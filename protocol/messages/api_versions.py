@@ -59,9 +59,10 @@ class Served(NamedTuple):
 # ones; upper bounds: the newest version current clients send, unless it needs something we
 # do not have.
 SERVED: dict[ApiKey, Served] = {
-    ApiKey.PRODUCE: Served(VersionRange(3, 11),
+    ApiKey.PRODUCE: Served(VersionRange(3, 12),
         "from v3, the first with RecordBatch v2 (the only format stored; older ones would need"
-        " down-conversion); to v11: v12 is transaction version 2 (KIP-890 part 2)"),
+        " down-conversion); to v12: transaction version 2 adds partitions with their first"
+        " batch (KIP-890 part 2)"),
     ApiKey.FETCH: Served(VersionRange(4, 12),
         "from v4, the first with RecordBatch v2 and isolation_level; to v12 (flexible): v13+"
         " name topics by id, which topics do not have here"),
@@ -92,15 +93,17 @@ SERVED: dict[ApiKey, Served] = {
         "all of Kafka's; v3+ carries the client's name and version (KIP-511)"),
     ApiKey.CREATE_TOPICS: Served(VersionRange(0, 6), "to v6: v7 answers topic ids"),
     ApiKey.DELETE_TOPICS: Served(VersionRange(0, 5), "to v5: v6 names topics by id"),
-    ApiKey.INIT_PRODUCER_ID: Served(VersionRange(0, 4),
-        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.INIT_PRODUCER_ID: Served(VersionRange(0, 5),
+        "to v5 (v5 = v4 for a client of transaction version 2): v6 is two-phase commit"
+        " (KIP-939)"),
     ApiKey.ADD_PARTITIONS_TO_TXN: Served(VersionRange(0, 3),
         "to v3: v4+ are the broker-to-broker batched form (KIP-890)"),
     ApiKey.ADD_OFFSETS_TO_TXN: Served(VersionRange(0, 4), "all of Kafka's"),
-    ApiKey.END_TXN: Served(VersionRange(0, 4),
-        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
-    ApiKey.TXN_OFFSET_COMMIT: Served(VersionRange(0, 4),
-        "to v4: v5 is transaction version 2 (KIP-890 part 2)"),
+    ApiKey.END_TXN: Served(VersionRange(0, 5),
+        "all of Kafka's: v5 is transaction version 2 (the epoch bumped at every end, answered)"),
+    ApiKey.TXN_OFFSET_COMMIT: Served(VersionRange(0, 5),
+        "all of Kafka's: v5 is transaction version 2 (the group joins the transaction"
+        " implicitly)"),
     ApiKey.DESCRIBE_TRANSACTIONS: Served(VersionRange(0, 0), "Kafka's only version (KIP-664)"),
     ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
         "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),

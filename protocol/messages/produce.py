@@ -3,7 +3,8 @@
 v1 throttle_time_ms; v2 log_append_time_ms; v3 transactional_id and RecordBatch v2 (the first we
 serve); v4 (KAFKA_STORAGE_ERROR); v5 log_start_offset; v6-7 (no change); v8 record_errors and
 error_message; v9 flexible; v10 current_leader / node_endpoints tagged fields (KIP-951); v11
-(no change, KIP-1005); v12 is transaction version 2 (KIP-890 part 2). ``records`` holds RecordBatch
+(no change, KIP-1005); v12 (no change) is transaction version 2 (KIP-890 part 2): the partition
+joins the producer's transaction with its first batch. ``records`` holds RecordBatch
 v2 bytes (``protocol.records``). acks=0 requests get no response.
 
 The declared codec serves the client (it encodes requests and decodes responses with it). The
@@ -28,7 +29,7 @@ from protocol.messages._declare import F, declare
 from protocol.primitives import encode_uvarint
 
 PRODUCE = declare(
-    ApiKey.PRODUCE, valid="0-11", flexible="9+",
+    ApiKey.PRODUCE, valid="0-12", flexible="9+",
     request=[
         F("transactional_id", "string", "3+", nullable="3+", default=None),
         F("acks", "int16"),

@@ -87,7 +87,7 @@ WRITE_TXN_MARKERS = declare(
 )
 
 TXN_OFFSET_COMMIT = declare(
-    ApiKey.TXN_OFFSET_COMMIT, valid="0-4", flexible="3+",
+    ApiKey.TXN_OFFSET_COMMIT, valid="0-5", flexible="3+",
     request=[
         F("transactional_id", "string"),
         F("group_id", "string"),

@@ -199,10 +199,14 @@ def test_served_versions_have_codecs() -> None:
                 assert (key, v) in IMPLEMENTED
 
 
-def test_transactional_apis_stop_before_transaction_version_2() -> None:
-    assert ADVERTISED[ApiKey.INIT_PRODUCER_ID].max == 4
-    assert ADVERTISED[ApiKey.END_TXN].max == 4
-    assert ADVERTISED[ApiKey.PRODUCE].max == 11
+def test_transaction_version_2_apis_are_served_together() -> None:
+    # A client of transaction version 2 needs all of them (KIP-890 part 2): Produce v12 adds
+    # partitions, EndTxn v5 bumps the epoch, TxnOffsetCommit v5 adds the group.
+    assert ADVERTISED[ApiKey.PRODUCE].max == 12
+    assert ADVERTISED[ApiKey.END_TXN].max == 5
+    assert ADVERTISED[ApiKey.TXN_OFFSET_COMMIT].max == 5
+    assert ADVERTISED[ApiKey.INIT_PRODUCER_ID].max == 5
+    # v4+ is the brokers' batched verification form: clients never send it.
     assert ADVERTISED[ApiKey.ADD_PARTITIONS_TO_TXN].max == 3
 
 
