@@ -27,7 +27,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     flushes = []
     responses = []
     for topic in request.topics:
-        partition_responses: list[tuple[int, int, int, int]] = []
+        partition_responses: list[tuple[int, ErrorCode, int, int]] = []
         for part in topic.partitions:
             error, base_offset, log_append_time = ErrorCode.NONE, -1, -1
             try:

@@ -101,9 +101,9 @@ class Cluster:
             if existing is not None and not existing.closed:  # any_connection() got there first
                 await conn.aclose()
                 return existing
+            self._connections[key] = conn  # before any await: nobody may slip in between
             if existing is not None:
                 await existing.aclose()
-            self._connections[key] = conn
             return conn
 
     def connection_nowait(self, node_id: int, channel: str = "default") -> BrokerConnection | None:
@@ -135,12 +135,12 @@ class Cluster:
             if existing is not None and not existing.closed:
                 await conn.aclose()
                 return existing
-            if existing is not None:
-                await existing.aclose()
-            if node_id >= 0:
+            if node_id >= 0:  # before any await: nobody may slip in between
                 self._connections[(node_id, "default")] = conn
             else:
                 self._bootstrap_conn = conn
+            if existing is not None:
+                await existing.aclose()
             return conn
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
 

@@ -63,9 +63,12 @@ ADVERTISED: dict[ApiKey, VersionRange] = {
     ApiKey.TXN_OFFSET_COMMIT: VersionRange(0, 0),
     # Admin (KIP-664), flexible from v0: the `minibroker transactions` CLI uses them.
     ApiKey.DESCRIBE_TRANSACTIONS: VersionRange(0, 0),
+    # v1 = the duration filter (KIP-994); stops there: v2's transactional-id pattern (KIP-1152,
+    # Kafka 4.1) is not implemented.
     ApiKey.LIST_TRANSACTIONS: VersionRange(0, 1),
     # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x), all
-    # implemented: they are declared per field version (admin_apis.py).
+    # implemented: they are declared per field version (admin_apis.py). v0 of DescribeConfigs and
+    # DescribeLogDirs (below Kafka 4's KIP-896 floor) is served too: it costs nothing.
     ApiKey.DELETE_RECORDS: VersionRange(0, 2),
     ApiKey.DESCRIBE_CONFIGS: VersionRange(0, 4),
     ApiKey.ALTER_CONFIGS: VersionRange(0, 2),
