@@ -163,7 +163,7 @@ def test_api_versions_above_ours_gets_the_v0_fallback(broker):
         versions = conn.request(ApiKey.API_VERSIONS, 0, b"")
         assert versions.error_code == ErrorCode.NONE
         advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-        assert advertised[ApiKey.PRODUCE] == (3, 11)
+        assert advertised[ApiKey.PRODUCE] == (3, 12)
         assert advertised[ApiKey.API_VERSIONS] == (0, 4)
         assert ApiKey.WRITE_TXN_MARKERS not in advertised
 
