@@ -136,11 +136,17 @@ def test_transactions_abort_finishes_what_a_killed_producer_left(broker, b):
 
 
 @pytest.mark.slow
+def _default_sigint() -> None:
+    # A suite started in the background by a shell inherits SIGINT ignored (POSIX), and Python
+    # keeps it ignored: Ctrl-C must reach the CLI as it does in a terminal.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_transactional_produce_aborts(broker, b):
     create(broker, "tx-ctrl-c", 1)
     proc = popen([*minibroker_argv(), "produce", "tx-ctrl-c", "--transactional-id", "ctrl-c", *b],
                  what="minibroker produce", stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                 stderr=subprocess.PIPE, text=True)
+                 stderr=subprocess.PIPE, text=True, preexec_fn=_default_sigint)
     try:
         proc.stdin.write("one\ntwo\n")
         proc.stdin.flush()
