@@ -10,10 +10,6 @@ The request bodies are ours (the unit tests hold our request codecs to the same 
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import warnings
-
 import pytest
 
 from protocol.api_keys import ApiKey, response_header_version
@@ -22,46 +18,17 @@ from protocol.headers import parse_response_header_untrusted
 from protocol.messages import decode_response
 from protocol.messages.api_versions import ADVERTISED
 from protocol.records import encode_batch
+from tests.kafka_python_classes import json_classes, old_classes
 from tests.raw_client import RawConnection
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka.protocol
-    import kafka.protocol.old as kafka_old
-    from kafka.protocol.api_message import ApiMessage
-    from kafka.protocol.old.api import Response as OldResponse
 
 TOPIC = "conformance"
 GROUP = "conformance-group"
 PAIRS = [(key, v) for key, r in sorted(ADVERTISED.items()) for v in range(r.min, r.max + 1)]
 
 
-def _referees():
-    json_classes, old_classes = {}, {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        for info in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
-            if ".old" in info.name:
-                continue
-            try:
-                module = importlib.import_module(info.name)
-            except ImportError:
-                continue
-            for obj in vars(module).values():
-                if (isinstance(obj, type) and issubclass(obj, ApiMessage)
-                        and obj is not ApiMessage and obj.type == "response"
-                        and isinstance(getattr(obj, "API_KEY", None), int)):
-                    json_classes[obj.API_KEY] = obj
-        for info in pkgutil.iter_modules(kafka_old.__path__):
-            module = importlib.import_module(f"{kafka_old.__name__}.{info.name}")
-            for obj in vars(module).values():
-                if (isinstance(obj, type) and issubclass(obj, OldResponse)
-                        and isinstance(getattr(obj, "API_VERSION", None), int)):
-                    old_classes[(obj.API_KEY, obj.API_VERSION)] = obj
-    return json_classes, old_classes
-
-
-JSON, OLD = _referees()
+JSON = {key: cls for (key, direction), cls in json_classes().items() if direction == "response"}
+OLD = {(key, version): cls for (key, version, direction), cls in old_classes().items()
+       if direction == "response"}
 
 
 def referee_decode(key: int, version: int, body: bytes):

@@ -10,10 +10,7 @@ for the versions below Kafka 4's baseline, and golden bytes assembled with ``str
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 import struct
-import warnings
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -44,14 +41,7 @@ from protocol.messages.produce import (
     decode_produce_request_untrusted,
     encode_produce_response,
 )
-
-with warnings.catch_warnings():  # kafka-python's import trips a DeprecationWarning
-    warnings.simplefilter("ignore", DeprecationWarning)
-    import kafka.protocol
-    import kafka.protocol.old as kafka_old
-    from kafka.protocol.api_message import ApiMessage
-    from kafka.protocol.old.api import Request as OldRequest
-    from kafka.protocol.old.api import Response as OldResponse
+from tests.kafka_python_classes import json_classes, old_classes
 
 DIRECTIONS = ("request", "response")
 CASES = [
@@ -445,46 +435,8 @@ def test_golden_end_txn_v0() -> None:
 # -- kafka-python as the referee ------------------------------------------------------------------
 
 
-def _old_classes() -> dict[tuple[int, int, str], type]:
-    """kafka-python's hand-written 2.x protocol classes by (api_key, version, direction)."""
-    found = {}
-    for info in pkgutil.iter_modules(kafka_old.__path__):
-        module = importlib.import_module(f"{kafka_old.__name__}.{info.name}")
-        for obj in vars(module).values():
-            if not isinstance(obj, type) or not hasattr(obj, "SCHEMA"):
-                continue
-            if issubclass(obj, OldRequest):
-                direction = "request"
-            elif issubclass(obj, OldResponse):
-                direction = "response"
-            else:
-                continue
-            if isinstance(obj.API_KEY, int) and isinstance(obj.API_VERSION, int):
-                found[(obj.API_KEY, obj.API_VERSION, direction)] = obj
-    return found
-
-
-def _json_classes() -> dict[tuple[int, str], type]:
-    """kafka-python's classes generated from Kafka's JSON message schemas."""
-    found = {}
-    for info in pkgutil.walk_packages(kafka.protocol.__path__, "kafka.protocol."):
-        if ".old" in info.name:
-            continue
-        try:
-            module = importlib.import_module(info.name)
-        except ImportError:
-            continue
-        for obj in vars(module).values():
-            if (isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage
-                    and isinstance(getattr(obj, "API_KEY", None), int)):
-                found[(obj.API_KEY, obj.type)] = obj
-    return found
-
-
-with warnings.catch_warnings():
-    warnings.simplefilter("ignore", DeprecationWarning)
-    OLD = _old_classes()
-    JSON = _json_classes()
+OLD = old_classes()
+JSON = json_classes()
 
 
 def _json_class(case):
