@@ -12,7 +12,7 @@ from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.handlers.txn import producer_fenced
+from broker.handlers.txn import add_group, producer_fenced
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
@@ -157,10 +157,7 @@ def txn_offset_commit(broker: Broker, header, request):
         return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
     if not request.group_id:
         return _txn_offsets_refused(request, ErrorCode.INVALID_GROUP_ID)
-    added = broker.transactions.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
-    )
+    added = add_group(broker, request)
 
     def store(code: ErrorCode):
         if code != ErrorCode.NONE:

@@ -87,14 +87,20 @@ def add_partitions_to_txn(broker: Broker, header, request):
     return reply(result, lambda code: encode(lambda tp: producer_fenced(code, version, 2)))
 
 
+def add_group(broker: Broker, request):
+    """The group's ``__consumer_offsets`` partition joins the producer's transaction (what
+    AddOffsetsToTxn does, and TxnOffsetCommit v5 by itself)."""
+    return broker.transactions.add_partitions(
+        request.transactional_id, request.producer_id, request.producer_epoch,
+        [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
+    )
+
+
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 def add_offsets_to_txn(broker: Broker, header, request):
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
-    result = broker.transactions.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch,
-        [broker.cross.offsets_partition(request.group_id)], broker.clock.now_ms(),
-    )
+    result = add_group(broker, request)
     version = header.api_version
     return reply(result, lambda code: {"throttle_time_ms": 0,
                                        "error_code": producer_fenced(code, version, 2)})
