@@ -36,7 +36,6 @@ from protocol.messages.api_versions import (
     API_VERSIONS_FALLBACK_BODY,
     IMPLEMENTED,
     SERVED,
-    UNADVERTISED,
 )
 
 log = logging.getLogger("minibroker.dispatch")
@@ -108,7 +107,7 @@ def handles(api_key: ApiKey, *versions: int, raw: bool = False) -> Callable[[Han
     """Mark ``fn`` as the handler of ``api_key`` at ``versions`` (``handler_table`` collects it);
     no versions: every version the served table (``protocol.messages.api_versions``) lists."""
     if not versions:
-        served = (SERVED.get(api_key) or UNADVERTISED[api_key]).versions
+        served = SERVED[api_key].versions
         versions = tuple(range(served.min, served.max + 1))
 
     def mark(fn: Handler) -> Handler:

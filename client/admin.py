@@ -187,6 +187,14 @@ class Admin:
     ) -> list[TransactionDescription]:
         return self._loop.call(self._engine.describe_transactions, list(transactional_ids))
 
+    def abort_transaction(
+        self, partition: tuple[str, int], producer_id: int, producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Abort a hanging transaction on one partition (see ``AsyncAdmin.abort_transaction``)."""
+        self._loop.call(self._engine.abort_transaction, tuple(partition), producer_id,
+                        producer_epoch, coordinator_epoch)
+
     def end_transaction(
         self, handle: TransactionHandle, commit: bool, timeout: float | None = None
     ) -> None:

@@ -135,11 +135,32 @@ def end_txn(broker: Broker, header, request):
 @handles(ApiKey.WRITE_TXN_MARKERS)
 def write_txn_markers(broker: Broker, header, request):
     """The broker-internal marker API: the same path the coordinator uses for its own markers.
-    Answers once every marker written is durable. A marker that does not belong to a transaction
-    this coordinator runs (or targets ``__transaction_state``) gets CLUSTER_AUTHORIZATION_FAILED
+    Answers once every marker written is durable. Accepted: a marker of a transaction this
+    coordinator runs, and an ABORT of a *hanging* transaction (open on the partition at that
+    epoch, run by no coordinator: Kafka's ``kafka-transactions.sh abort --topic --partition``).
+    Anything else (or a marker into ``__transaction_state``) gets CLUSTER_AUTHORIZATION_FAILED
     and writes nothing: a client may not forge markers or write into the internal logs."""
 
     coordinator = broker.transactions.coordinator
+
+    def hanging(pid: int, epoch: int, tp: tuple[str, int]) -> bool:
+        try:
+            entry = broker.partition(*tp).producers.get(pid)
+        except KafkaError:
+            return False
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == epoch
+            and not coordinator.runs_on(pid, tp)
+        )
+
+    def accepted(pid: int, epoch: int, commit: bool, tp: tuple[str, int]) -> bool:
+        if tp[0] == TXN_LOG_TOPIC:
+            return False
+        return coordinator.knows_marker(pid, epoch, commit, tp) or (
+            not commit and hanging(pid, epoch, tp)
+        )
 
     async def write_all() -> dict:
         markers = []
@@ -150,8 +171,7 @@ def write_txn_markers(broker: Broker, header, request):
             for t in marker.topics:
                 for p in t.partition_indexes:
                     tp = (t.name, p)
-                    # Only markers of a transaction the coordinator runs, never into its own log.
-                    if t.name == TXN_LOG_TOPIC or not coordinator.knows_marker(pid, epoch, commit, tp):
+                    if not accepted(pid, epoch, commit, tp):
                         errors[tp] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
                     else:
                         partitions.append(tp)

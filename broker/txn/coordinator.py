@@ -472,6 +472,17 @@ class TransactionCoordinator:
                 return commit in allowed.get(md.state, ()) and tp in md.partitions
         return False
 
+    def runs_on(self, producer_id: int, tp: TopicPartition) -> bool:
+        """Whether a transaction this coordinator has not finished (Ongoing, PrepareCommit,
+        PrepareAbort) of ``producer_id`` includes ``tp``. An open transaction on a partition
+        that no coordinator runs is *hanging* (a marker was lost): only an ABORT marker sent by
+        an operator (``transactions abort --topic --partition``) can end it."""
+        unfinished = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+        return any(
+            md.producer_id == producer_id and md.state in unfinished and tp in md.partitions
+            for md in self._txns.values()
+        )
+
     # -- the periodic task -------------------------------------------------------------------
 
     def timed_out(self, now_ms: int) -> list[str]:

@@ -763,6 +763,29 @@ class AsyncAdmin:
             ))
         return hanging
 
+    async def abort_transaction(
+        self, partition: tuple[str, int], producer_id: int, producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Abort a hanging transaction on one partition (Kafka's ``Admin.abortTransaction``): an
+        ABORT marker through WriteTxnMarkers to the partition's leader, with the producer id and
+        epoch ``describe_producers`` or ``find_hanging_transactions`` reported. The broker
+        refuses it (CLUSTER_AUTHORIZATION_FAILED) for a transaction a coordinator still runs:
+        end those through their transactional id."""
+        topic, index = partition
+        conn = await self._cluster.connection(await self._leader(topic, index))
+        response = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": topic, "partition_indexes": [index]}],
+        }]})
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code, f"abort of producer {producer_id} "
+                                                      f"on {t.name}-{p.partition_index}")
+
     async def end_transaction(
         self, handle: TransactionHandle, commit: bool, timeout: float | None = None
     ) -> None:

@@ -3,6 +3,7 @@
     minibroker transactions list --state Ongoing
     minibroker transactions describe my-transactional-id
     minibroker transactions abort --transactional-id my-transactional-id
+    minibroker transactions abort --topic orders --partition 0 --start-offset 42
 """
 
 from __future__ import annotations
@@ -116,17 +117,73 @@ def describe_transaction(transactional_id, fmt, conf) -> None:
 
 
 @transactions.command("abort")
-@click.option("--transactional-id", required=True,
+@click.option("--transactional-id",
               help="Abort this id's open transaction (its producer is fenced).")
+@click.option("--topic", help="With --partition: abort a hanging transaction on this partition.")
+@click.option("--partition", type=click.IntRange(min=0))
+@click.option("--start-offset", type=click.IntRange(min=0),
+              help="The hanging transaction's first offset (find-hanging, describe-producers).")
+@click.option("--producer-id", type=click.IntRange(min=0),
+              help="Instead of --start-offset: the producer id ...")
+@click.option("--producer-epoch", type=click.IntRange(min=0, max=32767),
+              help="... its epoch ...")
+@click.option("--coordinator-epoch", type=click.IntRange(min=0), help="... and coordinator epoch.")
 @format_option
 @client_options
 @friendly_errors
-def abort_transaction(transactional_id, fmt, conf) -> None:
-    """Abort the open transaction of a transactional id, e.g. one a killed producer left.
+def abort_transaction(transactional_id, topic, partition, start_offset, producer_id,
+                      producer_epoch, coordinator_epoch, fmt, conf) -> None:
+    """Abort an open transaction, in one of two forms:
 
-    Works as a new producer instance of that id would: InitProducerId bumps the epoch, which
-    fences the old producer and aborts its transaction (ABORT markers, then CompleteAbort).
+    \b
+      --transactional-id ID      as a new producer instance of that id would: InitProducerId
+                                 bumps the epoch, which fences the old producer and aborts its
+                                 transaction (ABORT markers, then CompleteAbort);
+      --topic T --partition P --start-offset O
+                                 (or --producer-id/--producer-epoch/--coordinator-epoch): a
+                                 hanging transaction that no coordinator runs any more, as
+                                 kafka-transactions.sh does: an ABORT marker on that partition.
     """
+    by_partition = (topic, partition, start_offset, producer_id, producer_epoch,
+                    coordinator_epoch)
+    if transactional_id is not None:
+        if any(v is not None for v in by_partition):
+            raise click.UsageError("--transactional-id cannot be combined with the partition "
+                                   "options (--topic, --partition, ...)")
+        _abort_by_id(transactional_id, fmt, conf)
+        return
+    if topic is None or partition is None:
+        raise click.UsageError("give --transactional-id, or --topic and --partition")
+    explicit = (producer_id, producer_epoch, coordinator_epoch)
+    if (start_offset is None) == all(v is None for v in explicit):
+        raise click.UsageError("give --start-offset, or --producer-id, --producer-epoch and "
+                               "--coordinator-epoch")
+    if start_offset is None and any(v is None for v in explicit):
+        raise click.UsageError("--producer-id, --producer-epoch and --coordinator-epoch go "
+                               "together")
+    with Admin(for_admin(conf)) as admin:
+        if start_offset is not None:
+            states = admin.describe_producers([(topic, partition)])
+            found = [s for ss in states.values() for s in ss
+                     if s.current_txn_start_offset == start_offset]
+            if not found:
+                raise click.ClickException(
+                    f"no open transaction starts at offset {start_offset} of {topic}-{partition}"
+                )
+            producer_id, producer_epoch, coordinator_epoch = (
+                found[0].producer_id, found[0].producer_epoch, found[0].coordinator_epoch)
+        admin.abort_transaction((topic, partition), producer_id, producer_epoch,
+                                coordinator_epoch)
+    result = {"topic": topic, "partition": partition, "producer_id": producer_id,
+              "producer_epoch": producer_epoch, "coordinator_epoch": coordinator_epoch}
+    if fmt == "json":
+        echo_json([result])
+    else:
+        click.echo(f"Aborted the transaction of producer {producer_id} (epoch {producer_epoch}) "
+                   f"on {topic}-{partition}.")
+
+
+def _abort_by_id(transactional_id: str, fmt: str, conf) -> None:
     with Admin(for_admin(conf)) as admin:
         try:
             (before,) = admin.describe_transactions([transactional_id])

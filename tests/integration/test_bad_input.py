@@ -165,7 +165,7 @@ def test_api_versions_above_ours_gets_the_v0_fallback(broker):
         advertised = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert advertised[ApiKey.PRODUCE] == (3, 12)
         assert advertised[ApiKey.API_VERSIONS] == (0, 4)
-        assert ApiKey.WRITE_TXN_MARKERS not in advertised
+        assert advertised[ApiKey.WRITE_TXN_MARKERS] == (0, 1)
 
 
 def test_api_versions_v3_checks_the_client_software_name(broker):

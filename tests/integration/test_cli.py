@@ -445,3 +445,44 @@ def test_describe_producers_and_find_hanging(broker, b):
     finally:
         producer.abort_transaction()
         producer.close()
+
+
+def test_abort_a_hanging_transaction_by_partition(tmp_path):
+    """A transaction open on a partition that no coordinator runs (its transaction-log state is
+    lost here on purpose) holds the LSO back forever; kafka-transactions.sh's partition form of
+    ``abort`` ends it with an ABORT marker. A producer with nothing open there is refused."""
+    with BrokerProcess(tmp_path / "data") as proc:
+        b = ["--bootstrap-server", proc.bootstrap]
+        create(proc, "hung", 1)
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "transactional.id": "hung"})
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("hung", b"lost-coordinator")
+        producer.flush(10)
+        # A marker for a transaction nobody runs or has open here is refused, nothing written.
+        one_line_error(run("transactions", "abort", "--topic", "hung", "--partition", "0",
+                           "--producer-id", "4242", "--producer-epoch", "0",
+                           "--coordinator-epoch", "0", *b), "CLUSTER_AUTHORIZATION_FAILED")
+        producer.close(0)
+        proc.kill9()
+        for log_dir in (tmp_path / "data").glob("__transaction_state-*"):
+            shutil.rmtree(log_dir)
+        proc.restart()
+        offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
+        assert offsets.stdout == "hung:0:0\n"  # held back by the hanging transaction
+        (hanging,) = json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
+                                       "--format", "json", *b)).stdout)
+        assert (hanging["start_offset"], hanging["transactional_id"]) == (0, None)
+        one_line_error(run("transactions", "abort", "--topic", "hung", "--partition", "0",
+                           "--start-offset", "7", *b), "no open transaction starts at offset 7")
+        result = ok(run("transactions", "abort", "--topic", "hung", "--partition", "0",
+                        "--start-offset", "0", "--format", "json", *b))
+        assert json.loads(result.stdout)[0]["producer_id"] == hanging["producer_id"]
+        offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
+        assert offsets.stdout == "hung:0:2\n"  # the record and its ABORT marker
+        assert json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
+                                 "--format", "json", *b)).stdout) == []
+        assert ok(run("consume", "hung", "--from-beginning", "--timeout", "1", *b)).stdout == ""
+        # Usage errors are one line each.
+        result = run("transactions", "abort", "--topic", "hung", "--partition", "0", *b)
+        assert result.returncode == 2 and "give --start-offset" in result.stderr

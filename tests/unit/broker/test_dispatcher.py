@@ -10,7 +10,7 @@ from broker import handlers
 from broker.app import build_handler_table
 from broker.dispatcher import Dispatcher, check_served, handler_table, handles
 from broker.dispatcher import implemented as implemented_by
-from protocol.api_keys import ApiKey
+from protocol.api_keys import ApiKey, VersionRange
 from protocol.messages.api_versions import ADVERTISED, IMPLEMENTED
 
 
@@ -29,8 +29,9 @@ def test_every_handler_is_reachable():
     assert implemented() == IMPLEMENTED
 
 
-def test_write_txn_markers_is_served_but_not_advertised():
-    assert ApiKey.WRITE_TXN_MARKERS not in ADVERTISED
+def test_write_txn_markers_is_advertised_as_kafka_does():
+    # Kafka's Admin.abortTransaction (kafka-transactions.sh abort --topic) needs it advertised.
+    assert ADVERTISED[ApiKey.WRITE_TXN_MARKERS] == VersionRange(0, 1)
     assert (int(ApiKey.WRITE_TXN_MARKERS), 0) in implemented()
 
 

@@ -31,7 +31,6 @@ from protocol.messages.api_versions import (
     API_VERSIONS_FALLBACK_BODY,
     IMPLEMENTED,
     SERVED,
-    UNADVERTISED,
 )
 from protocol.messages.fetch import decode_fetch_response_untrusted, encode_fetch_response_parts
 from protocol.messages.produce import (
@@ -169,6 +168,7 @@ KAFKA_4 = {
     ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DESCRIBE_CLUSTER: (0, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.WRITE_TXN_MARKERS: (1, 2),
 }
 
 
@@ -181,12 +181,10 @@ def test_served_ranges_cover_kafka_4s_lower_bounds() -> None:
 
 def test_served_versions_have_codecs() -> None:
     assert ADVERTISED == {k: s.versions for k, s in SERVED.items()}
-    assert ApiKey.WRITE_TXN_MARKERS not in ADVERTISED
     assert IMPLEMENTED <= {(ApiKey(k), v) for k, v in SCHEMAS}
-    for table in (SERVED, UNADVERTISED):
-        for key, served in table.items():
-            for v in range(served.versions.min, served.versions.max + 1):
-                assert (key, v) in IMPLEMENTED
+    for key, served in SERVED.items():
+        for v in range(served.versions.min, served.versions.max + 1):
+            assert (key, v) in IMPLEMENTED
 
 
 def test_transaction_version_2_apis_are_served_together() -> None:
