@@ -27,6 +27,7 @@ from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
+from broker.security.service import Security
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -85,8 +86,9 @@ def build_broker(
         if config.log_cleaner_enable
         else None
     )
+    security = Security(config.security, data_dir)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  cleaner)
+                  security, cleaner)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

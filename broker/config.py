@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +35,42 @@ class Listener:
     port: int
     advertised_host: str | None = None
     advertised_port: int | None = None
+    security_protocol: str = "PLAINTEXT"  # from listener.security.protocol.map
+
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+@dataclass(frozen=True)
+class SecurityConfig:
+    """TLS, SASL and authorization settings (Kafka's keys; README "Security")."""
+
+    # TLS (listeners whose protocol is SSL or SASL_SSL): PEM files only.
+    ssl_keystore_location: Path | None = None  # private key and certificate chain
+    ssl_key_password: str | None = None
+    ssl_truststore_location: Path | None = None  # CA certificates for client certificates
+    ssl_client_auth: str = "none"  # none | requested | required
+    # SASL (SASL_PLAINTEXT, SASL_SSL).
+    sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
+    plain_users: tuple[tuple[str, str], ...] = ()  # from a PlainLoginModule jaas config
+    connection_failed_authentication_delay_ms: int = 100
+    # Authorization: on when authorizer.class.name is set (as in Kafka).
+    authorizer: bool = False
+    super_users: frozenset[str] = frozenset()
+    allow_everyone_if_no_acl_found: bool = False
+
+    def __repr__(self) -> str:  # never print passwords
+        return (f"SecurityConfig(keystore={self.ssl_keystore_location}, "
+                f"client_auth={self.ssl_client_auth}, mechanisms={self.sasl_enabled_mechanisms}, "
+                f"plain_users={len(self.plain_users)}, authorizer={self.authorizer})")
 
 
 @dataclass(frozen=True)
 class BrokerConfig:
     host: str = "127.0.0.1"
     port: int = 9092
+    security_protocol: str = "PLAINTEXT"  # of the first listener
     advertised_host: str | None = None  # what clients are told to connect to; default: host
     advertised_port: int | None = None
     data_dir: Path = Path("data")
@@ -91,6 +122,7 @@ class BrokerConfig:
     extra_listeners: tuple[Listener, ...] = ()
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # Prometheus text format on http://host:port/metrics
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @property
     def advertised(self) -> tuple[str, int]:
@@ -178,7 +210,7 @@ _PROPERTIES: dict[str, tuple[str, object, int | None]] = {
 # replication, ZooKeeper, KRaft or SASL: accepted with one warning line each.
 IGNORED_KAFKA_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
-    "controller.listener.names", "inter.broker.listener.name", "listener.security.protocol.map",
+    "controller.listener.names", "inter.broker.listener.name",
     "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "background.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes", "queued.max.requests",
@@ -188,8 +220,8 @@ IGNORED_KAFKA_KEYS = frozenset({
     "delete.topic.enable", "log.flush.interval.messages", "log.flush.interval.ms",
     "log.flush.scheduler.interval.ms",
     "replica.lag.time.max.ms", "auto.leader.rebalance.enable", "confluent.support.metrics.enable",
-    "metadata.log.dir", "security.inter.broker.protocol", "sasl.enabled.mechanisms",
-    "authorizer.class.name", "allow.everyone.if.no.acl.found", "super.users",
+    "metadata.log.dir", "security.inter.broker.protocol",
+    "sasl.mechanism.inter.broker.protocol",
     "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
 })
@@ -244,11 +276,30 @@ def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, 
     return result
 
 
+def _protocol_map(properties: dict[str, str]) -> dict[str, str]:
+    """``listener.security.protocol.map``: listener name -> security protocol (Kafka's default
+    maps each protocol's own name to itself)."""
+    key = "listener.security.protocol.map"
+    if key not in properties:
+        return {p: p for p in SECURITY_PROTOCOLS}
+    result = {}
+    for item in properties[key].split(","):
+        name, sep, protocol = item.strip().partition(":")
+        if not item.strip():
+            continue
+        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"invalid value for {key}: {item.strip()!r} is not NAME:PROTOCOL "
+                              f"(protocols: {', '.join(SECURITY_PROTOCOLS)})")
+        result[name.strip().upper()] = protocol.strip().upper()
+    return result
+
+
 def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None:
     """Kafka's ``listeners`` / ``advertised.listeners``: the first listener is host/port, the
     others become ``extra_listeners``; each is advertised as its ``advertised.listeners`` entry of
-    the same name."""
+    the same name and speaks its ``listener.security.protocol.map`` protocol."""
     listeners = parse_listeners(properties.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
+    protocols = _protocol_map(properties)
     controller_names = {
         n.strip().upper() for n in properties.get("controller.listener.names", "").split(",")
     }
@@ -264,16 +315,93 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
                     f"invalid value for advertised.listeners: {name} is not in listeners"
                 )
             advertised[name] = (host, port)
+    for name, _, _ in listeners:
+        if name not in protocols:
+            raise ConfigError(f"invalid value for listeners: {name} has no security protocol "
+                              f"in listener.security.protocol.map")
     (name, host, port), *rest = listeners
     if "listeners" in properties:
         top["host"], top["port"] = host, port
+    top["security_protocol"] = protocols[name]
     if name in advertised:
         top["advertised_host"], top["advertised_port"] = advertised[name]
     extra = []
     for name, host, port in rest:
         adv_host, adv_port = advertised.get(name, (None, None))
-        extra.append(Listener(name, host, port, adv_host, adv_port))
+        extra.append(Listener(name, host, port, adv_host, adv_port, protocols[name]))
     top["extra_listeners"] = tuple(extra)
+
+
+_JAAS_KEY = re.compile(r"^(listener\.name\.[a-z0-9_]+\.)?([a-z0-9-]+\.)?sasl\.jaas\.config$")
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_SECURITY_KEYS = frozenset({
+    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
+    "ssl.client.auth", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms",
+    "connection.failed.authentication.delay.ms", "authorizer.class.name", "super.users",
+    "allow.everyone.if.no.acl.found",
+})
+
+
+def is_security_key(key: str) -> bool:
+    return key in _SECURITY_KEYS or _JAAS_KEY.match(key) is not None
+
+
+def _plain_users(key: str, value: str) -> list[tuple[str, str]]:
+    """The ``user_NAME="password"`` options of a PlainLoginModule jaas config (Kafka's way of
+    listing PLAIN users); other login modules carry no users."""
+    if "PlainLoginModule" not in value:
+        return []
+    users = [(k[5:], v.replace('\\"', '"')) for k, v in _JAAS_OPTION.findall(value)
+             if k.startswith("user_") and len(k) > 5]
+    if not users:
+        raise ConfigError(f"invalid value for {key}: a PlainLoginModule without user_NAME=\"...\" "
+                          "entries lets nobody in")
+    return users
+
+
+def _security(properties: dict[str, str]) -> SecurityConfig:
+    """The TLS, SASL and authorizer keys (Kafka's names; PEM files only)."""
+    get = properties.get
+    for key in ("ssl.keystore.type", "ssl.truststore.type"):
+        if get(key, "PEM").strip().upper() != "PEM":
+            raise ConfigError(f"invalid value for {key}: only PEM files are read (convert a JKS "
+                              "or PKCS12 store with keytool/openssl)")
+    client_auth = get("ssl.client.auth", "none").strip().lower()
+    if client_auth not in ("none", "requested", "required"):
+        raise ConfigError("invalid value for ssl.client.auth: expected none, requested or required")
+    mechanisms = tuple(m.strip().upper() for m in
+                       get("sasl.enabled.mechanisms", ",".join(SASL_MECHANISMS)).split(",")
+                       if m.strip())
+    unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
+    if unknown:
+        raise ConfigError(f"invalid value for sasl.enabled.mechanisms: {', '.join(unknown)} "
+                          f"(supported: {', '.join(SASL_MECHANISMS)})")
+    users: dict[str, str] = {}
+    for key, value in properties.items():
+        if _JAAS_KEY.match(key):
+            users.update(_plain_users(key, value))
+    delay = get("connection.failed.authentication.delay.ms", "100")
+    if not delay.strip().isdigit():
+        raise ConfigError("invalid value for connection.failed.authentication.delay.ms: "
+                          f"{delay!r} is not a non-negative integer")
+    try:
+        allow_if_none = _bool(get("allow.everyone.if.no.acl.found", "false"))
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for allow.everyone.if.no.acl.found: {exc}") from None
+    keystore, truststore = get("ssl.keystore.location"), get("ssl.truststore.location")
+    return SecurityConfig(
+        ssl_keystore_location=Path(keystore) if keystore else None,
+        ssl_key_password=get("ssl.key.password") or get("ssl.keystore.password"),
+        ssl_truststore_location=Path(truststore) if truststore else None,
+        ssl_client_auth=client_auth,
+        sasl_enabled_mechanisms=mechanisms,
+        plain_users=tuple(sorted(users.items())),
+        connection_failed_authentication_delay_ms=int(delay),
+        authorizer=bool(get("authorizer.class.name", "").strip()),
+        super_users=frozenset(u.strip() for u in get("super.users", "").split(";") if u.strip()),
+        allow_everyone_if_no_acl_found=allow_if_none,
+    )
 
 
 def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
@@ -281,13 +409,15 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     top: dict[str, object] = {}
     log: dict[str, object] = {}
     _apply_listeners(properties, top)
+    top["security"] = _security(properties)
     retention_unit = 0
     ignored = sorted(key for key in properties if key in IGNORED_KAFKA_KEYS)
     if ignored:
         _log.warning("ignored %d Kafka config key(s) that mean nothing to a single minibroker "
                      "node: %s", len(ignored), ", ".join(ignored))
     for key, raw in properties.items():
-        if key in ("listeners", "advertised.listeners") or key in IGNORED_KAFKA_KEYS:
+        if (key in ("listeners", "advertised.listeners", "listener.security.protocol.map")
+                or key in IGNORED_KAFKA_KEYS or is_security_key(key)):
             continue
         if key in _RETENTION_UNITS:
             # log.retention.ms wins over .minutes, which wins over .hours (as in Kafka).
@@ -302,7 +432,8 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
             retention_unit = _RETENTION_UNITS[key]
             continue
         if key not in _PROPERTIES:
-            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_RETENTION_UNITS, "listeners"]
+            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_RETENTION_UNITS, *_SECURITY_KEYS,
+                     "listeners", "listener.security.protocol.map"]
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ConfigError(f"unknown config key {key!r}{suffix}")

@@ -19,6 +19,7 @@ from broker.core import DataArrived, FlushScheduler, Storage
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
+from broker.security.service import Security
 from broker.topics import INTERNAL_TOPICS
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
@@ -39,6 +40,7 @@ class Broker:
         groups: GroupService,
         transactions: TransactionManager,
         cross: CrossService,
+        security: Security,
         cleaner: LogCleaner | None = None,
     ) -> None:
         self.config = config
@@ -50,6 +52,7 @@ class Broker:
         self.transactions = transactions
         self.cross = cross  # the steps that join the group and transaction services
         self.cleaner = cleaner  # log compaction; its task runs in server.serve
+        self.security = security  # SASL, SCRAM credentials, ACLs and the authorizer
 
     @property
     def logs(self) -> LogManager:

@@ -28,6 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from broker import peer
 from broker.metrics import Metrics, error_codes
+from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
 from protocol.headers import RequestHeader, encode_response_header, parse_request_header_untrusted
@@ -165,10 +166,10 @@ class Dispatcher:
         if metrics is not None:
             self.dispatch = self._dispatch_counted  # type: ignore[method-assign]
 
-    def dispatch(self, frame: bytearray) -> tuple[RequestHeader, Any]:
+    def dispatch(self, frame: bytearray) -> tuple[RequestHeader | None, Any]:
         return dispatch(self.table, self.context, frame)
 
-    def _dispatch_counted(self, frame: bytearray) -> tuple[RequestHeader, Any]:
+    def _dispatch_counted(self, frame: bytearray) -> tuple[RequestHeader | None, Any]:
         metrics: Metrics = self.metrics  # type: ignore[assignment]  # set when counting
         started = time.perf_counter()
         try:
@@ -177,6 +178,8 @@ class Dispatcher:
             if len(frame) >= 4:
                 metrics.connection_closed_on_error(*_API_AND_VERSION.unpack_from(frame, 0))
             raise
+        if header is None:  # a bare SASL token
+            return header, result
         key, version = header.api_key, header.api_version
         if isinstance(result, Deferred):
             wait = result.wait
@@ -191,16 +194,23 @@ class Dispatcher:
         return header, result
 
 
-def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader, Any]:
+def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader | None, Any]:
     """Run the handler for one request frame: ``(header, handler result)``.
 
     Raises CloseConnection for requests that cannot be answered.
     """
+    session = peer.session()
+    if session.sasl_state == "tokens":
+        return _bare_sasl_token(session, frame)
     try:
         header, offset = parse_request_header_untrusted(frame)
     except CorruptFrameError as exc:
         raise CloseConnection(f"bad request header: {exc}") from None
     key, version = header.api_key, header.api_version
+    if session.sasl_state != "done" and key not in _SASL_EXCHANGE:
+        # As Kafka: nothing but the SASL exchange (and ApiVersions) before authentication.
+        name = ApiKey(key).name if key in _KNOWN_KEYS else str(key)
+        raise CloseConnection(f"unexpected {name} request during SASL authentication")
     entry = table.get((key, version))
     if entry is None:
         if key == ApiKey.API_VERSIONS:
@@ -225,8 +235,27 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
         raise CloseConnection(f"internal error in {ApiKey(key).name}: {exc!r}") from None
 
 
-def encode_reply(header: RequestHeader, result: Any) -> Chunks | None:
-    """The response frame for a handler result, as chunks (size prefix first); None: no response."""
+_SASL_EXCHANGE = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
+_KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
+
+
+def _bare_sasl_token(session: Any, frame: bytearray) -> tuple[None, bytes]:
+    """After a SaslHandshake v0 the client sends its SASL tokens as bare frames and gets bare
+    frames back; a failure closes the connection without an answer (as in Kafka)."""
+    try:
+        reply = session.sasl.step(bytes(frame))
+    except AuthenticationFailed as exc:
+        raise CloseConnection(str(exc)) from None
+    if session.sasl.done:
+        session.principal, session.sasl_state, session.sasl = session.sasl.principal, "done", None
+    return None, reply
+
+
+def encode_reply(header: RequestHeader | None, result: Any) -> Chunks | None:
+    """The response frame for a handler result, as chunks (size prefix first); None: no response.
+    ``header`` None: ``result`` is a bare SASL token (SaslHandshake v0)."""
+    if header is None:
+        return [len(result).to_bytes(4, "big"), result]
     if result is NO_RESPONSE:
         return None
     if isinstance(result, bytes | bytearray | memoryview):

@@ -29,6 +29,7 @@ import logging
 import resource
 import signal
 import socket as stdsocket
+import ssl
 from collections import deque
 from collections.abc import Sequence
 
@@ -41,7 +42,10 @@ from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_repl
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics_http import serve_metrics
-from broker.peer import Peer, set_peer
+from broker.peer import Peer, Session, set_peer
+from broker.peer import session as peer_session
+from broker.security.tls import certificate_principal, server_context
+from broker.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
 from protocol.framing import FrameDecoder
@@ -125,6 +129,9 @@ async def serve(
         metrics = build_metrics(config)
         broker = build_broker(config, metrics=metrics)
     dispatcher = build_dispatcher(broker, metrics)
+    protocols = {config.security_protocol} | {s.security_protocol for s in config.extra_listeners}
+    tls = (server_context(config.security)
+           if protocols & {"SSL", "SASL_SSL"} else None)  # ConfigError when unusable
     extra: list = []
     try:
         listener = await _bind(config.host, config.port)
@@ -132,6 +139,7 @@ async def serve(
         if config.port == 0 and config.advertised_port is None:
             # An ephemeral port: tell clients the port we actually got.
             broker.config = dataclasses.replace(config, advertised_port=port)
+        main = _ListenerInfo(None, config.security_protocol, tls)
         # Kafka's other listeners (e.g. an external one beside the internal): each tells its
         # clients its own advertised address.
         for spec in config.extra_listeners:
@@ -140,9 +148,11 @@ async def serve(
             host = spec.advertised_host or (
                 spec.host if spec.host not in ("0.0.0.0", "::", "") else config.advertised[0]
             )
-            extra.append((sock, (host, spec.advertised_port or bound)))
-            log.info("listener %s on %s:%d (advertised %s:%d)", spec.name, spec.host, bound,
-                     host, spec.advertised_port or bound)
+            extra.append((sock, _ListenerInfo((host, spec.advertised_port or bound),
+                                              spec.security_protocol, tls)))
+            log.info("listener %s (%s) on %s:%d (advertised %s:%d)", spec.name,
+                     spec.security_protocol, spec.host, bound, host,
+                     spec.advertised_port or bound)
         shared = _Shared(broker, dispatcher)  # the limits count every listener's connections
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
@@ -150,15 +160,15 @@ async def serve(
             nursery.start_soon(_transaction_housekeeping, broker)
             if broker.cleaner is not None:
                 nursery.start_soon(broker.cleaner.run)
-            for sock, advertised in extra:
-                nursery.start_soon(_accept_loop, sock, shared, nursery, advertised)
+            for sock, info in extra:
+                nursery.start_soon(_accept_loop, sock, shared, nursery, info)
             if metrics is not None and config.metrics_port is not None:
                 state = BrokerState(broker)
                 await nursery.start(serve_metrics, config.metrics_host, config.metrics_port,
                                     lambda: render_metrics(metrics, state))
             task_status.started(port)
             with listener:
-                await _accept_loop(listener, shared, nursery)
+                await _accept_loop(listener, shared, nursery, main)
     finally:
         for sock, _ in extra:
             sock.close()
@@ -172,6 +182,13 @@ async def _bind(host: str, port: int):
     await listener.bind((host, port))
     listener.listen(128)
     return listener
+
+
+@dataclasses.dataclass(frozen=True)
+class _ListenerInfo:
+    advertised: tuple[str, int] | None  # None: the broker's main advertised address
+    security_protocol: str
+    tls: ssl.SSLContext | None  # the server context, for SSL and SASL_SSL listeners
 
 
 class _Shared:
@@ -191,7 +208,7 @@ async def _accept_loop(
     listener,
     shared: _Shared,
     nursery: trio.Nursery,
-    advertised: tuple[str, int] | None = None,
+    info: _ListenerInfo,
 ) -> None:
     limits = shared.limits
     while True:
@@ -219,7 +236,7 @@ async def _accept_loop(
             limits.leave(ip)
             continue
         nursery.start_soon(_serve_connection, _Socket(raw, shared.dispatcher.metrics), shared, ip,
-                           advertised)
+                           info)
 
 
 async def _housekeeping(broker: Broker) -> None:
@@ -251,12 +268,36 @@ async def _serve_connection(
     sock: _Socket,
     shared: _Shared,
     ip: str,
-    advertised: tuple[str, int] | None = None,
+    info: _ListenerInfo,
 ) -> None:
-    set_peer(Peer("/" + ip, advertised))  # this task's requests (broker/peer.py)
+    session = Session.for_listener(info.security_protocol)
+    set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/peer.py)
     if sock.metrics is not None:
         sock.metrics.connections_opened += 1
-    connection = _Connection(sock, shared)
+    stream: _Socket | TlsSocket = sock
+    try:
+        if info.tls is not None:
+            stream = TlsSocket(sock, info.tls)
+            with trio.move_on_after(shared.receive_timeout_s) as handshake:
+                await stream.handshake()
+            if handshake.cancelled_caught:
+                log.info("closing %s: no TLS handshake within %g s", sock.peer_name(),
+                         shared.receive_timeout_s)
+                return
+            if info.security_protocol == "SSL":
+                session.principal = (certificate_principal(stream.peer_certificate())
+                                     or session.principal)
+        await _serve_requests(_Connection(stream, shared))
+    except (ssl.SSLError, ConnectionError, OSError) as exc:
+        log.info("closing %s: %s", sock.peer_name(), exc)
+    finally:
+        if sock.metrics is not None:
+            sock.metrics.connections_closed += 1
+        sock.close()
+        shared.limits.leave(ip)
+
+
+async def _serve_requests(connection: _Connection) -> None:
     try:
         with connection.deadline:
             async with trio.open_nursery() as nursery:
@@ -271,11 +312,7 @@ async def _serve_connection(
         # inside an ExceptionGroup; a plain except missed it and the broker died.
         pass
     finally:
-        if sock.metrics is not None:
-            sock.metrics.connections_closed += 1
         connection.release_memory()
-        sock.close()
-        shared.limits.leave(ip)
 
 
 class _Socket:
@@ -354,12 +391,13 @@ class _Connection:
     queue holds ready chunk lists or ``(header, Deferred)``.
     """
 
-    def __init__(self, sock: _Socket, shared: _Shared) -> None:
+    def __init__(self, sock: _Socket | TlsSocket, shared: _Shared) -> None:
         self.sock = sock
         self.broker = shared.broker
         self.dispatch = shared.dispatcher.dispatch
         self.memory = shared.memory
         self.peer = sock.peer_name()
+        self.session = peer_session()
         self.queue: deque = deque()
         self.unsent = 0  # bytes of ready replies in ``queue``
         self._queued = trio.Event()
@@ -417,6 +455,13 @@ class _Connection:
                 finally:
                     del frame
                     self.release_memory()
+                if self.session.close_after_reply:
+                    # A failed authentication: its answer is the last thing sent.
+                    if ready:
+                        self._enqueue(ready, ready_bytes)
+                    self._enqueue((header, result) if isinstance(result, Deferred)
+                                  else encode_reply(header, result), 0)
+                    return
                 if isinstance(result, Deferred):
                     if ready:
                         self._enqueue(ready, ready_bytes)

@@ -1,6 +1,15 @@
 """Request handlers, one module per API family. Importing registers nothing: the composition root
 builds the table from ``MODULES`` (``broker.dispatcher.handler_table``)."""
 
-from broker.handlers import admin, admin_apis, fetch, groups, produce, producer_id, txn
+from broker.handlers import (
+    admin,
+    admin_apis,
+    fetch,
+    groups,
+    produce,
+    producer_id,
+    security,
+    txn,
+)
 
-MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, txn)
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, txn)

@@ -22,6 +22,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     metadata,
     offsets,
     produce,
+    security,
     txn,
 )
 from protocol.messages._registry import (

@@ -123,6 +123,14 @@ SERVED: dict[ApiKey, Served] = {
     # abortTransaction (kafka-transactions.sh abort --topic --partition) sends it. The handler
     # accepts only markers a transaction here can have, and ABORTs of hanging transactions.
     ApiKey.WRITE_TXN_MARKERS: Served(VersionRange(0, 1), "Kafka 3's (v2, TV2 markers, not yet)"),
+    # Security (README "Security"): all of Kafka 4's.
+    ApiKey.SASL_HANDSHAKE: Served(VersionRange(0, 1), "all of Kafka's (v0: bare SASL tokens)"),
+    ApiKey.SASL_AUTHENTICATE: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.DESCRIBE_ACLS: Served(VersionRange(1, 3), "Kafka 4's (v0 removed, KIP-896)"),
+    ApiKey.CREATE_ACLS: Served(VersionRange(1, 3), "Kafka 4's (v0 removed, KIP-896)"),
+    ApiKey.DELETE_ACLS: Served(VersionRange(1, 3), "Kafka 4's (v0 removed, KIP-896)"),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Served(VersionRange(0, 0), "all of Kafka's"),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Served(VersionRange(0, 0), "all of Kafka's"),
 }
 
 ADVERTISED: dict[ApiKey, VersionRange] = {key: s.versions for key, s in SERVED.items()}

@@ -98,7 +98,7 @@ def test_header_versions() -> None:
 def test_first_flexible_versions_match_kafka_schemas() -> None:
     """kafka-python's classes carry Kafka's ``flexibleVersions``: an independent source."""
     theirs = {}
-    for package in ("producer", "consumer", "metadata", "admin"):
+    for package in ("producer", "consumer", "metadata", "admin", "sasl"):
         module = importlib.import_module(f"kafka.protocol.{package}")
         for obj in vars(module).values():
             if isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage:

@@ -96,13 +96,24 @@ def test_two_listeners_internal_and_external():
     config = build_config({
         "listeners": "INTERNAL://0.0.0.0:29092,EXTERNAL://0.0.0.0:9092",
         "advertised.listeners": "INTERNAL://broker:29092,EXTERNAL://localhost:9092",
+        "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:SASL_SSL",
     })
     assert (config.host, config.port, config.advertised) == ("0.0.0.0", 29092, ("broker", 29092))
-    assert config.extra_listeners == (Listener("EXTERNAL", "0.0.0.0", 9092, "localhost", 9092),)
+    assert config.security_protocol == "PLAINTEXT"
+    assert config.extra_listeners == (
+        Listener("EXTERNAL", "0.0.0.0", 9092, "localhost", 9092, "SASL_SSL"),
+    )
 
 
 @pytest.mark.parametrize("props, message", [
     ({"listeners": "localhost:9092"}, "is not NAME://host:port"),
+    ({"listeners": "INTERNAL://:9092"}, "INTERNAL has no security protocol"),
+    ({"listeners": "A://:9092", "listener.security.protocol.map": "A:TLS"}, "is not NAME:PROTOCOL"),
+    ({"ssl.keystore.type": "JKS"}, "only PEM files"),
+    ({"ssl.client.auth": "maybe"}, "expected none, requested or required"),
+    ({"sasl.enabled.mechanisms": "GSSAPI"}, "sasl.enabled.mechanisms: GSSAPI"),
+    ({"listener.name.sasl_ssl.plain.sasl.jaas.config":
+      "org.apache.kafka.common.security.plain.PlainLoginModule required;"}, "lets nobody in"),
     ({"advertised.listeners": "OTHER://x:1"}, "OTHER is not in listeners"),
     ({"log.retention.hours": "a week"}, "invalid value for log.retention.hours"),
 ])

@@ -1,0 +1,98 @@
+"""The server side of SASL PLAIN (RFC 4616) and SCRAM-SHA-256/512 (RFC 5802, 7677; the exchange
+is ``scramp``'s), one ``SaslServer`` per connection and mechanism. Pure: no I/O.
+
+``step(token)`` takes the client's next token and returns the server's reply; ``principal`` is
+set once the exchange succeeded. A failure raises ``AuthenticationFailed`` whose message names
+the user and the mechanism, never a password.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Mapping
+
+from scramp import ScramException, ScramMechanism
+
+from broker.security.scram import Credential
+
+
+class AuthenticationFailed(Exception):
+    pass
+
+
+def _saslname(name: str) -> str:
+    return name.replace("=2C", ",").replace("=3D", "=")
+
+
+class SaslServer:
+    def __init__(
+        self,
+        mechanism: str,
+        plain_users: Mapping[str, str],
+        scram_credential: Callable[[str, str], Credential | None],
+    ) -> None:
+        self.mechanism = mechanism
+        self.principal: str | None = None
+        self._plain_users = plain_users
+        self._credential = scram_credential
+        self._scram = None
+        self._user = "?"
+
+    @property
+    def done(self) -> bool:
+        return self.principal is not None
+
+    def step(self, token: bytes) -> bytes:
+        if self.done:
+            raise AuthenticationFailed("authentication already completed")
+        if self.mechanism == "PLAIN":
+            return self._plain(token)
+        return self._scram_step(token)
+
+    def _fail(self, why: str = "invalid credentials") -> AuthenticationFailed:
+        return AuthenticationFailed(
+            f"Authentication failed: {why} for user {self._user!r} with SASL mechanism "
+            f"{self.mechanism}"
+        )
+
+    def _plain(self, token: bytes) -> bytes:
+        parts = token.split(b"\0")
+        if len(parts) != 3:
+            raise AuthenticationFailed("Authentication failed: malformed PLAIN message")
+        authzid, user, password = (p.decode("utf-8", "replace") for p in parts)
+        self._user = user
+        if authzid and authzid != user:
+            raise self._fail("authorization id differs from the user")
+        expected = self._plain_users.get(user)
+        # compare_digest: no timing hint about the password; unknown users compare too.
+        if not hmac.compare_digest((expected or "\0").encode(), password.encode()) \
+                or expected is None:
+            raise self._fail()
+        self.principal = f"User:{user}"
+        return b""
+
+    def _scram_step(self, token: bytes) -> bytes:
+        try:
+            message = token.decode("utf-8")
+        except UnicodeDecodeError:
+            raise self._fail("malformed SCRAM message") from None
+        try:
+            if self._scram is None:
+                def auth_fn(name: str):
+                    self._user = _saslname(name)
+                    credential = self._credential(self._user, self.mechanism)
+                    if credential is None:
+                        raise ScramException("unknown user")
+                    return (credential.salt, credential.stored_key, credential.server_key,
+                            credential.iterations)
+
+                server = ScramMechanism(self.mechanism).make_server(auth_fn)
+                server.set_client_first(message)
+                self._scram = server
+                return server.get_server_first().encode()
+            self._scram.set_client_final(message)
+            reply = self._scram.get_server_final().encode()
+        except ScramException:
+            raise self._fail() from None
+        self.principal = f"User:{self._user}"
+        return reply

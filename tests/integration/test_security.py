@@ -1,0 +1,187 @@
+"""Security end to end (issue 14): TLS, mTLS and SASL (PLAIN, SCRAM-SHA-256/512) listeners, used by
+confluent-kafka and kafka-python as referees, with certificates made at test time (trustme).
+
+One broker serves the module: PLAINTEXT (the main listener, for setup), SASL_SSL, SSL with
+required client certificates, and SASL_PLAINTEXT.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+import time
+
+import pytest
+import trustme
+from confluent_kafka import Consumer as CKConsumer
+from confluent_kafka import KafkaError
+from confluent_kafka import Producer as CKProducer
+from confluent_kafka.admin import (
+    AdminClient,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from tests.broker_process import BrokerProcess
+
+PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="admin" password="admin-secret" '
+        + " ".join(f'user_{u}="{p}"' for u, p in PLAIN_USERS.items()) + ";")
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    ca = trustme.CA()
+    server = ca.issue_cert("127.0.0.1", "localhost", common_name="minibroker")
+    client = ca.issue_cert("client", common_name="alice", organization_name="Example",
+                           organization_unit_name="eng")
+    files = {
+        "ca": ca.cert_pem, "server": server.private_key_and_cert_chain_pem,
+        "client_key": client.private_key_pem, "client_cert": client.cert_chain_pems[0],
+    }
+    paths = {}
+    for name, blob in files.items():
+        paths[name] = d / f"{name}.pem"
+        blob.write_to_path(str(paths[name]))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def secure_broker(tmp_path_factory, pki):
+    d = tmp_path_factory.mktemp("secure")
+    props = d / "server.properties"
+    props.write_text("\n".join([
+        "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,"
+        "SASL_PLAINTEXT://127.0.0.1:0",
+        f"ssl.keystore.location={pki['server']}",
+        f"ssl.truststore.location={pki['ca']}",
+        "ssl.client.auth=requested",
+        f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
+        "connection.failed.authentication.delay.ms=50",
+    ]) + "\n")
+    proc = BrokerProcess(d / "data", "--config", str(props))
+    proc.start()
+    ports = {m.group(1): int(m.group(2)) for line in proc.output
+             for m in [re.search(r"listener (\w+) \(\w+\) on [^:]+:(\d+)", line)] if m}
+    proc.ports = ports
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def sasl_conf(broker, pki, mechanism="PLAIN", user="alice", password="alice-secret",
+              protocol="SASL_SSL") -> dict:
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.ports[protocol]}",
+            "security.protocol": protocol, "sasl.mechanism": mechanism,
+            "sasl.username": user, "sasl.password": password}
+    if protocol.endswith("SSL"):
+        conf["ssl.ca.location"] = str(pki["ca"])
+    return conf
+
+
+def produce_and_consume(conf: dict, topic: str, n: int = 5) -> list[bytes]:
+    producer = CKProducer({**conf, "enable.idempotence": True})
+    for i in range(n):
+        producer.produce(topic, b"v%d" % i)
+    assert producer.flush(20) == 0
+    consumer = CKConsumer({**conf, "group.id": f"g-{topic}", "auto.offset.reset": "earliest",
+                           "enable.partition.eof": False})
+    consumer.subscribe([topic])
+    got: list[bytes] = []
+    deadline = time.monotonic() + 30
+    while len(got) < n and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    consumer.commit(asynchronous=False)
+    consumer.close()
+    return got
+
+
+def test_confluent_kafka_over_sasl_ssl_plain(secure_broker, pki):
+    assert produce_and_consume(sasl_conf(secure_broker, pki), "sasl-plain") == \
+        [b"v%d" % i for i in range(5)]
+
+
+def test_scram_credentials_made_with_the_admin_api_then_used(secure_broker, pki):
+    admin = AdminClient(sasl_conf(secure_broker, pki, user="admin", password="admin-secret"))
+    futures = admin.alter_user_scram_credentials([
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                                     b"bob-secret"),
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096),
+                                     b"bob-secret-512"),
+    ])
+    for f in futures.values():
+        f.result(15)
+    described = admin.describe_user_scram_credentials(["bob"])
+    infos = described["bob"].result(15).scram_credential_infos
+    assert sorted((i.mechanism, i.iterations) for i in infos) == [
+        (ScramMechanism.SCRAM_SHA_256, 8192), (ScramMechanism.SCRAM_SHA_512, 4096)]
+    for mechanism, password in (("SCRAM-SHA-256", "bob-secret"),
+                                ("SCRAM-SHA-512", "bob-secret-512")):
+        conf = sasl_conf(secure_broker, pki, mechanism, "bob", password)
+        topic = f"scram-{mechanism[-3:]}"
+        assert produce_and_consume(conf, topic, 3) == [b"v0", b"v1", b"v2"]
+    # The wrong password for SCRAM fails authentication.
+    errors = []
+    bad = CKProducer({**sasl_conf(secure_broker, pki, "SCRAM-SHA-256", "bob", "nope"),
+                      "error_cb": errors.append})
+    bad.produce("scram-256", b"x")
+    assert bad.flush(5) == 1
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    # Stored salted, never the password.
+    data = (secure_broker.data_dir / "scram-credentials.json").read_text()
+    assert "bob-secret" not in data and "stored_key" in data
+
+
+def test_wrong_plain_password_is_refused_then_closed(secure_broker, pki):
+    errors = []
+    producer = CKProducer({**sasl_conf(secure_broker, pki, password="wrong"),
+                           "error_cb": errors.append})
+    producer.produce("sasl-plain", b"never")
+    assert producer.flush(5) == 1
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    assert not any("wrong" in line for line in secure_broker.output)  # no secret is logged
+    assert any("Authentication failed: invalid credentials for user 'alice'" in line
+               for line in secure_broker.output)
+
+
+def test_requests_before_authentication_close_the_connection(secure_broker):
+    with socket.create_connection(("127.0.0.1", secure_broker.ports["SASL_PLAINTEXT"])) as s:
+        # Metadata v0 with no SaslHandshake first.
+        body = struct.pack(">hhih", 3, 0, 1, 4) + b"test" + struct.pack(">i", 0)
+        s.sendall(struct.pack(">i", len(body)) + body)
+        s.settimeout(10)
+        assert s.recv(100) == b""  # closed without an answer
+
+
+def test_listeners_log(secure_broker):
+    text = "".join(secure_broker.output)
+    for name in ("SASL_SSL", "SSL", "SASL_PLAINTEXT"):
+        assert f"listener {name} ({name}) on 127.0.0.1:" in text
+
+
+def test_mtls_and_kafka_python_over_sasl_ssl(secure_broker, pki):
+    conf = {"bootstrap.servers": f"127.0.0.1:{secure_broker.ports['SSL']}",
+            "security.protocol": "SSL", "ssl.ca.location": str(pki["ca"]),
+            "ssl.certificate.location": str(pki["client_cert"]),
+            "ssl.key.location": str(pki["client_key"])}
+    assert produce_and_consume(conf, "mtls", 2) == [b"v0", b"v1"]
+    from kafka import KafkaConsumer, KafkaProducer
+
+    kp_conf = dict(bootstrap_servers=f"127.0.0.1:{secure_broker.ports['SASL_SSL']}",
+                   security_protocol="SASL_SSL", sasl_mechanism="PLAIN",
+                   sasl_plain_username="alice", sasl_plain_password="alice-secret",
+                   ssl_cafile=str(pki["ca"]))
+    producer = KafkaProducer(**kp_conf)
+    producer.send("kp-sasl", b"from-kafka-python").get(timeout=20)
+    producer.close()
+    consumer = KafkaConsumer("kp-sasl", auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000, **kp_conf)
+    assert [m.value for m in consumer][:1] == [b"from-kafka-python"]
+    consumer.close()
