@@ -255,7 +255,7 @@ def encode_reply(header: RequestHeader | None, result: Any) -> Chunks | None:
     """The response frame for a handler result, as chunks (size prefix first); None: no response.
     ``header`` None: ``result`` is a bare SASL token (SaslHandshake v0)."""
     if header is None:
-        return [len(result).to_bytes(4, "big"), result]
+        return [len(result).to_bytes(4, "big") + result]
     if result is NO_RESPONSE:
         return None
     if isinstance(result, bytes | bytearray | memoryview):

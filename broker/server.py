@@ -350,7 +350,7 @@ class _Socket:
 
     async def send_chunks(self, chunks: Sequence) -> None:
         """Send every chunk (gather write), handling partial sends."""
-        views = [memoryview(c) for c in chunks]
+        views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
         if self.metrics is not None:
             self.metrics.bytes_out += sum(v.nbytes for v in views)
         while views:

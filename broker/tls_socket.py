@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Sequence
+from typing import cast
 
 import trio
 
@@ -65,7 +66,7 @@ class TlsSocket:
     async def recv_into(self, buffer) -> int:
         while True:
             try:
-                n = self._tls.read(len(buffer), buffer)
+                n = cast(int, self._tls.read(len(buffer), buffer))  # with a buffer: a count
             except ssl.SSLWantReadError:
                 await self._flush()
                 if not await self._fill():

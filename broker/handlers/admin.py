@@ -7,6 +7,8 @@ import re
 from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles
+from broker.handlers.authz import allowed
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -57,13 +59,24 @@ def metadata(broker: Broker, header, request) -> dict:
         names = [t.name for t in request.topics]
         allow_create = request.allow_auto_topic_creation
     topics = []
+    listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
     for name in names:
+        # Describe before existence (Kafka: an undescribable topic is never disclosed): left
+        # out of the all-topics answer, TOPIC_AUTHORIZATION_FAILED when named.
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name):
+            if not listing_all:
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "is_internal": False, "partitions": []})
+            continue
+        create = allow_create and may_create(broker, name)
         try:
-            count = broker.ensure_topic(name, allow_create)
+            count = broker.ensure_topic(name, create)
         except KafkaError as exc:
-            topics.append(
-                {"error_code": exc.code, "name": name, "is_internal": False, "partitions": []}
-            )
+            code = exc.code
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and allow_create and not create:
+                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # may not auto-create it
+            topics.append({"error_code": code, "name": name, "is_internal": False,
+                           "partitions": []})
             continue
         partitions = [
             {
@@ -92,7 +105,15 @@ def metadata(broker: Broker, header, request) -> dict:
     }
 
 
+def may_create(broker: Broker, topic: str) -> bool:
+    """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation)."""
+    return (allowed(broker, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+            or allowed(broker, Operation.CREATE, ResourceType.TOPIC, topic))
+
+
 def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
+    if not may_create(broker, topic.name):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
     if topic.replication_factor not in (-1, 1):
         return ErrorCode.INVALID_REPLICATION_FACTOR, "this broker has one node: replication factor must be 1"
     if topic.assignments:
@@ -138,7 +159,9 @@ def delete_topics(broker: Broker, header, request) -> dict:
     responses = []
     for name in request.topic_names:  # (v6 names topics by name or id: not served)
         code = ErrorCode.NONE
-        if name in INTERNAL_TOPICS:
+        if not allowed(broker, Operation.DELETE, ResourceType.TOPIC, name):
+            code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        elif name in INTERNAL_TOPICS:
             code = ErrorCode.INVALID_REQUEST  # Kafka: TOPIC_AUTHORIZATION_FAILED-like refusal
         else:
             try:

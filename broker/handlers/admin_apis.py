@@ -14,6 +14,9 @@ from broker import configs
 from broker.configs import ConfigSource, ResourceType
 from broker.context import Broker
 from broker.dispatcher import handles, reply
+from broker.handlers.authz import allowed
+from broker.security.acl import CLUSTER_NAME, Operation
+from broker.security.acl import ResourceType as AclResource
 from broker.topics import INTERNAL_TOPICS
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
@@ -39,6 +42,20 @@ def _error(exc: KafkaError) -> tuple[ErrorCode, str | None]:
 # -- configs ------------------------------------------------------------------------------
 
 
+def _may(broker: Broker, operation: Operation, kind: ResourceType, name: str) -> None:
+    """Raise the authorization error of a config resource (topic or broker = the cluster)."""
+    if kind is ResourceType.TOPIC:
+        if not allowed(broker, operation, AclResource.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif not allowed(broker, operation, AclResource.CLUSTER, CLUSTER_NAME):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+
+
+def _may_topic(broker: Broker, operation: Operation, topic: str) -> None:
+    if not allowed(broker, operation, AclResource.TOPIC, topic):
+        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+
+
 @handles(ApiKey.DESCRIBE_CONFIGS, *_versions(ApiKey.DESCRIBE_CONFIGS))
 def describe_configs(broker: Broker, header, request) -> dict:
     version = header.api_version
@@ -49,6 +66,7 @@ def describe_configs(broker: Broker, header, request) -> dict:
         code, message, entries = ErrorCode.NONE, None, []
         try:
             kind = configs.check_resource_type(resource.resource_type)
+            _may(broker, Operation.DESCRIBE_CONFIGS, kind, resource.resource_name)
             if kind is ResourceType.TOPIC:
                 entries = configs.describe_topic(
                     broker.logs, broker.config, resource.resource_name,
@@ -108,6 +126,7 @@ def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "resource listed twice")
             seen.add(ident)
             kind = configs.check_resource_type(resource.resource_type)
+            _may(broker, Operation.ALTER_CONFIGS, kind, resource.resource_name)
             if kind is ResourceType.TOPIC:
                 alter_topic(resource)
             else:
@@ -154,6 +173,7 @@ def create_partitions(broker: Broker, header, request) -> dict:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "topic listed twice in one request")
             seen.add(topic.name)
+            _may_topic(broker, Operation.ALTER, topic.name)
             if topic.name in INTERNAL_TOPICS:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"{topic.name} is internal: its partition count is fixed")
@@ -177,6 +197,7 @@ def delete_records(broker: Broker, header, request) -> dict:
         for part in topic.partitions:
             low, code = -1, ErrorCode.NONE
             try:
+                _may_topic(broker, Operation.DELETE, topic.name)
                 if topic.name in INTERNAL_TOPICS:
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
                 low = broker.partition(topic.name, part.partition_index).delete_records(part.offset)
@@ -195,9 +216,12 @@ def delete_records(broker: Broker, header, request) -> dict:
 @handles(ApiKey.DELETE_GROUPS, *_versions(ApiKey.DELETE_GROUPS))
 def delete_groups(broker: Broker, header, request):
     names = list(request.groups_names)
-    result = broker.groups.delete_groups(list(dict.fromkeys(names)), broker.clock.now_ms())
+    refused = {g for g in names if not allowed(broker, Operation.DELETE, AclResource.GROUP, g)}
+    result = broker.groups.delete_groups([g for g in dict.fromkeys(names) if g not in refused],
+                                         broker.clock.now_ms())
 
     def encode(codes: dict[str, ErrorCode]) -> dict:
+        codes = {**codes, **{g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in refused}}
         return {
             "throttle_time_ms": 0,
             "results": [{"group_id": g, "error_code": codes[g]} for g in dict.fromkeys(names)],
@@ -208,7 +232,13 @@ def delete_groups(broker: Broker, header, request):
 
 @handles(ApiKey.OFFSET_DELETE, *_versions(ApiKey.OFFSET_DELETE))
 def offset_delete(broker: Broker, header, request):
-    requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not allowed(broker, Operation.DELETE, AclResource.GROUP, request.group_id):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "throttle_time_ms": 0,
+                "topics": []}
+    refused = {t.name for t in request.topics
+               if not allowed(broker, Operation.READ, AclResource.TOPIC, t.name)}
+    requested = [(t.name, p.partition_index) for t in request.topics for p in t.partitions
+                 if t.name not in refused]
     result = broker.groups.delete_offsets(request.group_id, requested, broker.clock.now_ms())
 
     def encode(result) -> dict:
@@ -216,7 +246,8 @@ def offset_delete(broker: Broker, header, request):
         topics = [] if code else [
             {"name": t.name, "partitions": [
                 {"partition_index": p.partition_index,
-                 "error_code": errors[(t.name, p.partition_index)]}
+                 "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name in refused
+                 else errors[(t.name, p.partition_index)]}
                 for p in t.partitions
             ]}
             for t in request.topics
@@ -238,6 +269,8 @@ def list_groups(broker: Broker, header, request) -> dict:
         for group_id, protocol_type, state in sorted(broker.groups.list_groups(broker.clock.now_ms())):
             if states and state.lower() not in states:
                 continue
+            if not allowed(broker, Operation.DESCRIBE, AclResource.GROUP, group_id):
+                continue  # as Kafka: only the groups the principal may describe
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
                            "group_state": state, "group_type": CLASSIC})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
@@ -269,6 +302,9 @@ def describe_cluster(broker: Broker, header, request) -> dict:
 @handles(ApiKey.DESCRIBE_LOG_DIRS, *_versions(ApiKey.DESCRIBE_LOG_DIRS))
 def describe_log_dirs(broker: Broker, header, request) -> dict:
     """One log directory (the data dir); ``topics`` null means every partition."""
+    if not allowed(broker, Operation.DESCRIBE, AclResource.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "results": []}
     logs = broker.logs
     if request.topics is None:
         wanted = [(name, list(range(count))) for name, count in sorted(logs.topics().items())]
@@ -307,6 +343,7 @@ def describe_producers(broker: Broker, header, request) -> dict:
         for index in topic.partition_indexes:
             code, message, active = ErrorCode.NONE, None, []
             try:
+                _may_topic(broker, Operation.READ, topic.name)
                 state = broker.partition(topic.name, index).producers
                 for producer_id, entry in sorted(state.producers.items()):
                     txn_first = entry.current_txn_first_offset
@@ -351,6 +388,9 @@ def list_transactions(broker: Broker, header, request) -> dict:
             continue
         if duration >= 0 and (md.txn_start_ms < 0 or now - md.txn_start_ms <= duration):
             continue
+        if not allowed(broker, Operation.DESCRIBE, AclResource.TRANSACTIONAL_ID,
+                       md.transactional_id):
+            continue  # as Kafka: only the ids the principal may describe
         listed.append({"transactional_id": md.transactional_id, "producer_id": md.producer_id,
                        "transaction_state": md.state.display_name})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,

@@ -11,6 +11,8 @@ import trio
 
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles
+from broker.handlers.authz import allowed
+from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages import encode_response
@@ -26,8 +28,9 @@ LATEST_TIERED_TIMESTAMP = -5  # v9+ (KIP-1005)
 MAX_WAIT_CAP_MS = 60_000
 
 
-def _read_partitions(broker: Broker, request) -> tuple[list, int]:
-    """One pass over the requested partitions: ``(response topics, bytes of records)``."""
+def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[list, int]:
+    """One pass over the requested partitions: ``(response topics, bytes of records)``; the
+    topics in ``refused`` (no Read) answer TOPIC_AUTHORIZATION_FAILED."""
     committed = request.isolation_level == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the client asks for (plus at
     # most one batch beyond it, which a consumer needs to make progress).
@@ -43,6 +46,8 @@ def _read_partitions(broker: Broker, request) -> tuple[list, int]:
             aborted = None
             error = ErrorCode.NONE
             try:
+                if topic.topic in refused:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = broker.partition(topic.topic, part.partition)
                 hw, lso = partition.high_watermark, partition.last_stable_offset
                 log_start = partition.log_start_offset
@@ -70,7 +75,9 @@ def fetch(broker: Broker, header, request):
         return encode_response(ApiKey.FETCH, version, {
             "error_code": ErrorCode.FETCH_SESSION_ID_NOT_FOUND, "session_id": 0, "responses": [],
         })
-    topics, total = _read_partitions(broker, request)
+    refused = frozenset(t.topic for t in request.topics
+                        if not allowed(broker, Operation.READ, ResourceType.TOPIC, t.topic))
+    topics, total = _read_partitions(broker, request, refused)
     max_wait_ms = min(request.max_wait_ms, MAX_WAIT_CAP_MS)
     if total >= request.min_bytes or max_wait_ms <= 0 or _has_error(topics):
         return encode_fetch_response_parts(version, 0, topics)
@@ -80,9 +87,9 @@ def fetch(broker: Broker, header, request):
         with trio.move_on_after(max_wait_ms / 1000):
             while total < request.min_bytes:
                 await broker.data_arrived.event().wait()
-                topics, total = _read_partitions(broker, request)
+                topics, total = _read_partitions(broker, request, refused)
         if total < request.min_bytes:
-            topics, total = _read_partitions(broker, request)
+            topics, total = _read_partitions(broker, request, refused)
         return encode_fetch_response_parts(version, 0, topics)
 
     return Deferred(long_poll)
@@ -98,9 +105,12 @@ def list_offsets(broker: Broker, header, request) -> dict:
     topics = []
     for topic in request.topics:
         partitions = []
+        describable = allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
             error, timestamp, offset = ErrorCode.NONE, -1, -1
             try:
+                if not describable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = broker.partition(topic.name, part.partition_index)
                 visible = partition.last_stable_offset if committed else partition.high_watermark
                 if part.timestamp == LATEST_TIMESTAMP:

@@ -12,9 +12,34 @@ from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
 from broker.group.coordinator import JoinResult, SyncResult
+from broker.handlers.authz import allowed
 from broker.handlers.txn import add_group, producer_fenced
+from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+
+
+def _group_ok(broker: Broker, operation: Operation, group_id: str) -> bool:
+    return allowed(broker, operation, ResourceType.GROUP, group_id)
+
+
+def _split_topics(broker: Broker, request, operation: Operation) -> list:
+    """Keep in ``request.topics`` the topics the principal may ``operation``; return the
+    others' answers (TOPIC_AUTHORIZATION_FAILED per partition), to add to the response."""
+    refused = [t for t in request.topics
+               if not allowed(broker, operation, ResourceType.TOPIC, t.name)]
+    if not refused:
+        return []
+    request.topics = [t for t in request.topics if t not in refused]
+    return [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+        for p in t.partitions]} for t in refused]
+
+
+def _with_refused(result, refused: list):
+    if not refused:
+        return result
+    return reply(result, lambda r: {**r, "topics": [*r["topics"], *refused]})
 
 
 def _join_response(result: JoinResult, version: int) -> dict:
@@ -40,6 +65,10 @@ def _join_response(result: JoinResult, version: int) -> dict:
 @handles(ApiKey.JOIN_GROUP)
 def join_group(broker: Broker, header, request):
     version = header.api_version
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "generation_id": -1,
+                "protocol_name": "" if version < 7 else None, "leader": "", "members": [],
+                "member_id": request.member_id}
     result = broker.groups.join_group(
         header.client_id or "", peer.client_host(), request, broker.clock.now_ms(),
         require_known_member_id=version >= 4,  # KIP-394
@@ -51,6 +80,8 @@ def join_group(broker: Broker, header, request):
 def sync_group(broker: Broker, header, request):
     version = header.api_version
     group_id = request.group_id
+    if not _group_ok(broker, Operation.READ, group_id):
+        return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "assignment": b""}
 
     def encode(result: SyncResult) -> dict:
         response = {"throttle_time_ms": 0, "error_code": result.error,
@@ -75,6 +106,8 @@ def sync_group(broker: Broker, header, request):
 
 @handles(ApiKey.HEARTBEAT)
 def heartbeat(broker: Broker, header, request) -> dict:
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     error = broker.groups.heartbeat(
         request.group_id, request.generation_id, request.member_id, broker.clock.now_ms(),
         request.group_instance_id,
@@ -85,6 +118,9 @@ def heartbeat(broker: Broker, header, request) -> dict:
 @handles(ApiKey.LEAVE_GROUP)
 def leave_group(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "members": []}
     if header.api_version < 3:
         return {"throttle_time_ms": 0,
                 "error_code": broker.groups.leave_group(request.group_id, request.member_id, now)}
@@ -103,6 +139,11 @@ def describe_groups(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
     groups = []
     for group_id in request.groups:
+        if not _group_ok(broker, Operation.DESCRIBE, group_id):
+            groups.append({"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                           "group_id": group_id, "group_state": "", "protocol_type": "",
+                           "protocol_data": "", "members": []})
+            continue
         summary = broker.groups.describe_group(group_id, now)
         groups.append(
             {
@@ -129,20 +170,41 @@ def describe_groups(broker: Broker, header, request) -> dict:
 
 @handles(ApiKey.OFFSET_COMMIT)
 def offset_commit(broker: Broker, header, request):
-    return broker.groups.commit_offsets(request, broker.clock.now_ms())
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return _txn_offsets_refused(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused = _split_topics(broker, request, Operation.READ)
+    return _with_refused(broker.groups.commit_offsets(request, broker.clock.now_ms()), refused)
 
 
 @handles(ApiKey.OFFSET_FETCH)
 def offset_fetch(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
     stable = request.require_stable
+
+    def fetch(group_id: str, topics) -> dict:
+        # Describe on the group; partitions of topics it may not describe are left out (all
+        # topics) or answered TOPIC_AUTHORIZATION_FAILED (named topics), as in Kafka.
+        if not _group_ok(broker, Operation.DESCRIBE, group_id):
+            return {"topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+        response = broker.groups.fetch_offsets(group_id, topics, now, stable)
+        if broker.security.authorizer is None:
+            return response
+        kept = []
+        for t in response["topics"]:
+            if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"]):
+                kept.append(t)
+            elif topics is not None:
+                kept.append({"name": t["name"], "partitions": [
+                    {"partition_index": p["partition_index"], "committed_offset": -1,
+                     "metadata": "", "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+                    for p in t["partitions"]]})
+        return {**response, "topics": kept}
+
     if header.api_version < 8:
-        response = broker.groups.fetch_offsets(request.group_id, request.topics, now, stable)
-        return {"throttle_time_ms": 0, **response}
+        return {"throttle_time_ms": 0, **fetch(request.group_id, request.topics)}
     # v8+: a batch of groups (KIP-709)
     return {"throttle_time_ms": 0, "groups": [
-        {"group_id": g.group_id, **broker.groups.fetch_offsets(g.group_id, g.topics, now, stable)}
-        for g in request.groups
+        {"group_id": g.group_id, **fetch(g.group_id, g.topics)} for g in request.groups
     ]}
 
 
@@ -152,7 +214,18 @@ TV2_TXN_OFFSET_COMMIT = 5  # the first version of transaction version 2 (KIP-890
 @handles(ApiKey.TXN_OFFSET_COMMIT)
 def txn_offset_commit(broker: Broker, header, request):
     """v5+ (transaction version 2): no AddOffsetsToTxn before it; the group's offsets partition
-    joins the transaction here, then the offsets are stored as in v0-4."""
+    joins the transaction here, then the offsets are stored as in v0-4. Authorization as in
+    Kafka: Write on the transactional id, Read on the group, Read on each topic."""
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   request.transactional_id):
+        return _txn_offsets_refused(request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return _txn_offsets_refused(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    refused = _split_topics(broker, request, Operation.READ)
+    return _with_refused(_txn_offset_commit(broker, header, request), refused)
+
+
+def _txn_offset_commit(broker: Broker, header, request):
     if header.api_version < TV2_TXN_OFFSET_COMMIT:
         return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
     if not request.group_id:

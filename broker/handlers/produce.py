@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from broker.context import Broker
 from broker.dispatcher import NO_RESPONSE, Deferred, handles
+from broker.handlers.authz import allowed
+from broker.security.acl import Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -25,11 +27,22 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     transactions = broker.transactions
     flushes = []
     responses = []
+    # Authorization (the seeds' checks, as Kafka makes them): Write on the transactional id for
+    # a transactional produce (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    # and Write on each topic. Nothing of a refused partition is written.
+    txn_refused = request.transactional_id is not None and not allowed(
+        broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
     for topic in request.topics:
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
+        refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
+                   else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                   if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic.name)
+                   else None)
         for part in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
             try:
+                if refused is not None:
+                    raise KafkaError(refused)
                 if request.acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
                 if part.records is None or len(part.records) == 0:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from broker.context import Broker
 from broker.dispatcher import handles, reply
+from broker.handlers.authz import allowed, any_allowed
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.txn.manager import InitResult
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -36,7 +38,15 @@ def _response(result: InitResult, version: int) -> dict:
 def init_producer_id(broker: Broker, header, request):
     version = header.api_version
     if request.transactional_id is None:
+        # An idempotent producer: IdempotentWrite on the cluster (the seeds' rule), or, as in
+        # Kafka since 3.0 (KIP-679), Write on any topic.
+        if not (allowed(broker, Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER, CLUSTER_NAME)
+                or any_allowed(broker, Operation.WRITE, ResourceType.TOPIC)):
+            return _response(InitResult(ErrorCode.CLUSTER_AUTHORIZATION_FAILED), version)
         return _response(InitResult(ErrorCode.NONE, broker.producer_ids.next_id(), 0), version)
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   request.transactional_id):
+        return _response(InitResult(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED), version)
     expected = None
     if header.api_version >= 3:
         producer_id, producer_epoch = request.producer_id, request.producer_epoch

@@ -199,7 +199,7 @@ def describe_user_scram_credentials(broker: Broker, header, request) -> dict:
                 "error_message": _refused("Describe", "the cluster"), "results": []}
     known = broker.security.scram.users()
     names = sorted(known) if request.users is None else [u.name for u in request.users]
-    results = []
+    results: list[dict] = []
     for name in dict.fromkeys(names):
         if name not in known:
             results.append({"user": name, "error_code": ErrorCode.RESOURCE_NOT_FOUND,
@@ -220,7 +220,7 @@ def describe_user_scram_credentials(broker: Broker, header, request) -> dict:
 def alter_user_scram_credentials(broker: Broker, header, request) -> dict:
     refused = not allowed(broker, Operation.ALTER, ResourceType.CLUSTER, CLUSTER_NAME)
     users = [d.name for d in request.deletions] + [u.name for u in request.upsertions]
-    errors: dict[str, tuple[ErrorCode, str]] = {}
+    errors: dict[str, tuple[ErrorCode, str | None]] = {}
     seen: set[tuple[str, int]] = set()
     for item in [*request.deletions, *request.upsertions]:
         if (item.name, item.mechanism) in seen:
@@ -263,6 +263,8 @@ def alter_user_scram_credentials(broker: Broker, header, request) -> dict:
         log.info("%s altered SCRAM credentials of %s", peer.principal_and_host()[0],
                  sorted({u for u, *_ in upserts} | {u for u, _ in deletions}))
     results = []
+    code: ErrorCode
+    message: str | None
     for name in dict.fromkeys(users):
         if refused:
             code, message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, _refused("Alter", "the cluster")

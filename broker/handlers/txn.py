@@ -11,6 +11,8 @@ from __future__ import annotations
 from broker import peer
 from broker.context import Broker
 from broker.dispatcher import Deferred, handles, reply
+from broker.handlers.authz import allowed
+from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -28,6 +30,13 @@ def find_coordinator(broker: Broker, header, request) -> dict:
         if request.key_type not in COORDINATOR_KEY_TYPES:
             return {"key": key, "error_code": ErrorCode.INVALID_REQUEST,
                     "error_message": f"unknown key type {request.key_type}",
+                    "node_id": -1, "host": "", "port": -1}
+        # Describe on the group or transactional id (Kafka's rule).
+        resource = ResourceType.TRANSACTIONAL_ID if request.key_type == 1 else ResourceType.GROUP
+        if not allowed(broker, Operation.DESCRIBE, resource, key):
+            code = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if request.key_type == 1
+                    else ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            return {"key": key, "error_code": code, "error_message": None,
                     "node_id": -1, "host": "", "port": -1}
         if request.key_type == 1 and not broker.transactions.log.available(key):
             return {"key": key, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -75,9 +84,15 @@ def add_partitions_to_txn(broker: Broker, header, request):
             ],
         }
 
-    if unknown:
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   request.transactional_id):
+        return encode(lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    refused = {t.name for t in request.topics
+               if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, t.name)}
+    if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
-        return encode(lambda tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+        return encode(lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
+                      else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                       else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, requested,
@@ -98,6 +113,11 @@ def add_group(broker: Broker, request):
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN)
 def add_offsets_to_txn(broker: Broker, header, request):
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   request.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
     if not request.group_id:
         return {"throttle_time_ms": 0, "error_code": ErrorCode.INVALID_GROUP_ID}
     result = add_group(broker, request)
@@ -114,6 +134,9 @@ def end_txn(broker: Broker, header, request):
     """v5+ (transaction version 2): every end bumps the producer epoch (a late request of this
     transaction then carries a stale epoch) and the answer carries the pair to go on with."""
     version = header.api_version
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                   request.transactional_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     tv2 = version >= TV2_END_TXN
     transactions = broker.transactions
     result = transactions.end_txn(
@@ -142,6 +165,7 @@ def write_txn_markers(broker: Broker, header, request):
     and writes nothing: a client may not forge markers or write into the internal logs."""
 
     coordinator = broker.transactions.coordinator
+    cluster_action = allowed(broker, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
 
     def hanging(pid: int, epoch: int, tp: tuple[str, int]) -> bool:
         try:
@@ -156,7 +180,7 @@ def write_txn_markers(broker: Broker, header, request):
         )
 
     def accepted(pid: int, epoch: int, commit: bool, tp: tuple[str, int]) -> bool:
-        if tp[0] == TXN_LOG_TOPIC:
+        if tp[0] == TXN_LOG_TOPIC or not cluster_action:  # ClusterAction: Kafka's rule
             return False
         return coordinator.knows_marker(pid, epoch, commit, tp) or (
             not commit and hanging(pid, epoch, tp)
@@ -204,9 +228,12 @@ def describe_transactions(broker: Broker, header, request) -> dict:
     states = []
     for transactional_id in request.transactional_ids:
         md = coordinator.get(transactional_id) if transactional_id else None
-        if md is None:
+        refused = not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                              transactional_id)
+        if md is None or refused:
             states.append({
-                "error_code": ErrorCode.INVALID_REQUEST if not transactional_id
+                "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if refused
+                else ErrorCode.INVALID_REQUEST if not transactional_id
                 else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                 "transactional_id": transactional_id, "transaction_state": "",
                 "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,

@@ -51,9 +51,8 @@ class ScramStore:
         raw = durable_json.load(path, {})
         self._users: dict[str, dict[str, Credential]] = {
             user: {
-                mech: Credential(*(base64.b64decode(c[k]) for k in ("salt", "stored_key",
-                                                                   "server_key")),
-                                 int(c["iterations"]))
+                mech: Credential(base64.b64decode(c["salt"]), base64.b64decode(c["stored_key"]),
+                                 base64.b64decode(c["server_key"]), int(c["iterations"]))
                 for mech, c in mechs.items()
             }
             for user, mechs in raw.items()

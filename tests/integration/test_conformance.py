@@ -126,6 +126,21 @@ def request_body(key: ApiKey, version: int) -> dict:
         ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False,
                                   "endpoint_type": 1},
         ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
+        ApiKey.SASL_HANDSHAKE: {"mechanism": "PLAIN"},
+        ApiKey.SASL_AUTHENTICATE: {"auth_bytes": b"\0user\0password"},
+        ApiKey.DESCRIBE_ACLS: {"resource_type_filter": 1, "resource_name_filter": None,
+                               "pattern_type_filter": 1, "principal_filter": None,
+                               "host_filter": None, "operation": 1, "permission_type": 1},
+        ApiKey.CREATE_ACLS: {"creations": [{
+            "resource_type": 2, "resource_name": TOPIC, "resource_pattern_type": 3,
+            "principal": "User:alice", "host": "*", "operation": 3, "permission_type": 3}]},
+        ApiKey.DELETE_ACLS: {"filters": [{
+            "resource_type_filter": 1, "resource_name_filter": None, "pattern_type_filter": 1,
+            "principal_filter": None, "host_filter": None, "operation": 1,
+            "permission_type": 1}]},
+        ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": [{"name": "nobody"}]},
+        ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {"deletions": [{"name": "nobody", "mechanism": 1}],
+                                              "upsertions": []},
         ApiKey.WRITE_TXN_MARKERS: {"markers": [{
             "producer_id": 4242, "producer_epoch": 0, "transaction_result": False,
             "topics": [{"name": TOPIC, "partition_indexes": [0]}], "coordinator_epoch": 0}]},
@@ -148,6 +163,14 @@ ALLOWED_ERRORS = {
     ApiKey.DELETE_GROUPS: {ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.OFFSET_DELETE: {ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.WRITE_TXN_MARKERS: {ErrorCode.CLUSTER_AUTHORIZATION_FAILED},  # no such transaction
+    # A PLAINTEXT listener without an authorizer (README "Security").
+    ApiKey.SASL_HANDSHAKE: {ErrorCode.ILLEGAL_SASL_STATE},
+    ApiKey.SASL_AUTHENTICATE: {ErrorCode.ILLEGAL_SASL_STATE},
+    ApiKey.DESCRIBE_ACLS: {ErrorCode.SECURITY_DISABLED},
+    ApiKey.CREATE_ACLS: {ErrorCode.SECURITY_DISABLED},
+    ApiKey.DELETE_ACLS: {ErrorCode.SECURITY_DISABLED},
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND},
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {ErrorCode.RESOURCE_NOT_FOUND},
 }
 
 
