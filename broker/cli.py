@@ -16,6 +16,7 @@ import trio
 
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
+from broker.security.tls import listener_context
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -81,6 +82,7 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
             # 127.0.0.1 would send every remote client to itself; Kafka advertises the host name.
             config = dataclasses.replace(config, advertised_host=socket.gethostname())
         _check_data_dir(config.data_dir)
+        listener_context(config)  # the TLS key and certificates load, before anything starts
     except ConfigError as exc:
         click.echo(f"minibroker: error: {exc}", err=True)  # one line, no usage text
         sys.exit(2)

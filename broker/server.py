@@ -44,7 +44,7 @@ from broker.metrics import render as render_metrics
 from broker.metrics_http import serve_metrics
 from broker.peer import Peer, Session, set_peer
 from broker.peer import session as peer_session
-from broker.security.tls import certificate_principal, server_context
+from broker.security.tls import certificate_principal, listener_context
 from broker.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
@@ -129,9 +129,7 @@ async def serve(
         metrics = build_metrics(config)
         broker = build_broker(config, metrics=metrics)
     dispatcher = build_dispatcher(broker, metrics)
-    protocols = {config.security_protocol} | {s.security_protocol for s in config.extra_listeners}
-    tls = (server_context(config.security)
-           if protocols & {"SSL", "SASL_SSL"} else None)  # ConfigError when unusable
+    tls = listener_context(config)
     extra: list = []
     try:
         listener = await _bind(config.host, config.port)

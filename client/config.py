@@ -35,6 +35,8 @@ from protocol.records import codec_import, missing_codec
 
 INT32_MAX = 2**31 - 1
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 PRODUCER = "producer"
 CONSUMER = "consumer"
 ADMIN = "admin"
@@ -98,6 +100,21 @@ def _choice(*choices: str) -> Callable[[Any], str]:
         raise ValueError(f"expected one of {', '.join(choices)}")
 
     return parse
+
+
+def _upper_choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        if isinstance(value, str) and value.strip().upper() in choices:
+            return value.strip().upper()
+        raise ValueError(f"expected one of {', '.join(choices)}")
+
+    return parse
+
+
+def _endpoint_check(value: Any) -> str:
+    if value in ("", None):  # the Java client's way of turning the check off
+        return "none"
+    return _choice("https", "none")(value)
 
 
 def _optional_str(value: Any) -> str | None:
@@ -189,6 +206,21 @@ _OPTIONS: tuple[Option, ...] = (
     Option(
         "socket.connection.setup.timeout.ms", _int_range(1), 10_000, _ALL, "TCP connect timeout"
     ),
+    # -- security (librdkafka's names; README "Security") -------------------------------------------
+    Option("security.protocol", _upper_choice(*SECURITY_PROTOCOLS), "PLAINTEXT", _ALL,
+           "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
+    Option("sasl.mechanism", _upper_choice(*SASL_MECHANISMS), "PLAIN", _ALL,
+           "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
+    Option("sasl.username", _optional_str, None, _ALL, "SASL user"),
+    Option("sasl.password", _optional_str, None, _ALL, "SASL password (never shown)"),
+    Option("ssl.ca.location", _optional_str, None, _ALL,
+           "PEM CA certificates for the broker's (default: the system's)"),
+    Option("ssl.certificate.location", _optional_str, None, _ALL,
+           "client certificate (PEM; may hold the key too) for mTLS"),
+    Option("ssl.key.location", _optional_str, None, _ALL, "the client certificate's key (PEM)"),
+    Option("ssl.key.password", _optional_str, None, _ALL, "the key's password (never shown)"),
+    Option("ssl.endpoint.identification.algorithm", _endpoint_check, "https", _ALL,
+           "https: the broker's certificate must name its host; none: do not check"),
     # -- producer ---------------------------------------------------------------------------------
     Option("acks", _acks, -1, (PRODUCER,), "all/-1, 0 or 1"),
     Option("retries", _int_range(0), INT32_MAX, (PRODUCER,), "retries of a failed batch"),
@@ -256,6 +288,10 @@ OPTIONS: dict[str, Option] = {o.key: o for o in _OPTIONS}
 # librdkafka (confluent-kafka) names of the same settings: accepted as they are.
 LIBRDKAFKA_ALIASES: dict[str, str] = {
     "metadata.broker.list": "bootstrap.servers",
+    "sasl.mechanisms": "sasl.mechanism",
+    # The Java client's names (PEM stores) of the same TLS settings.
+    "ssl.truststore.location": "ssl.ca.location",
+    "ssl.keystore.location": "ssl.certificate.location",
     "queue.buffering.max.ms": "linger.ms",
     "message.timeout.ms": "delivery.timeout.ms",
     "request.required.acks": "acks",
@@ -286,7 +322,12 @@ LIBRDKAFKA_REFUSED: dict[str, str] = {
     "dr_msg_cb": "pass on_delivery to send()",
     "error_cb": "errors are raised by the calls (and delivery futures)",
     "on_delivery": "pass on_delivery to send()",
+    "sasl.jaas.config": "use sasl.username and sasl.password",
+    "ssl.keystore.type": "PEM files only: ssl.certificate.location and ssl.key.location",
+    "ssl.truststore.type": "PEM files only: ssl.ca.location",
 }
+
+SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password"})
 
 # librdkafka spellings of auto.offset.reset values.
 _OFFSET_RESET_ALIASES = {
@@ -319,7 +360,9 @@ class ClientConfig(Mapping[str, Any]):
         return len(self._values)
 
     def __repr__(self) -> str:
-        return f"ClientConfig({self.role}, {self._values!r})"
+        shown = {k: "******" if k in SECRET_KEYS and v is not None else v
+                 for k, v in self._values.items()}
+        return f"ClientConfig({self.role}, {shown!r})"
 
 
 def _parse(role: str, conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], frozenset[str]]:
@@ -352,13 +395,20 @@ def _parse(role: str, conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], f
         try:
             values[key] = option.parse(raw)
         except ValueError as exc:
-            raise ConfigError(f"Invalid value {raw!r} for configuration {key}: {exc}") from None
+            shown = "******" if key in SECRET_KEYS else repr(raw)
+            raise ConfigError(f"Invalid value {shown} for configuration {key}: {exc}") from None
     explicit = frozenset(values)
     for key in role_keys:
         if key not in values:
             values[key] = OPTIONS[key].default
     if values["bootstrap.servers"] is None:
         raise ConfigError("Missing required configuration 'bootstrap.servers'")
+    if values["security.protocol"].startswith("SASL_") and (
+            values["sasl.username"] is None or values["sasl.password"] is None):
+        raise ConfigError(f"security.protocol {values['security.protocol']} needs sasl.username "
+                          "and sasl.password")
+    if values["ssl.key.location"] is not None and values["ssl.certificate.location"] is None:
+        raise ConfigError("ssl.key.location needs ssl.certificate.location")
     return values, explicit
 
 

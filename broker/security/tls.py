@@ -6,7 +6,15 @@ from __future__ import annotations
 
 import ssl
 
-from broker.config import ConfigError, SecurityConfig
+from broker.config import BrokerConfig, ConfigError, SecurityConfig
+
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+
+
+def listener_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The server context when some listener speaks TLS, else None (ConfigError if unusable)."""
+    protocols = {config.security_protocol} | {s.security_protocol for s in config.extra_listeners}
+    return server_context(config.security) if protocols & TLS_PROTOCOLS else None
 
 # RFC 2253 / 4514 attribute keywords for the names Python's ssl module reports.
 _KEYWORDS = {

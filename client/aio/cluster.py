@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import trio
 
 from client.aio.connection import BrokerConnection
+from client.aio.security import ClientSecurity
 from client.config import ClientConfig
 from client.errors import (
     BrokerConnectionError,
@@ -30,7 +31,9 @@ from client.errors import (
     LeaderNotAvailableError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
+    SaslAuthenticationFailedError,
     UnknownTopicOrPartitionError,
+    UnsupportedSaslMechanismError,
     error_for,
 )
 from client.structs import TopicPartition
@@ -58,6 +61,7 @@ class Cluster:
         self.bootstrap: tuple[tuple[str, int], ...] = config["bootstrap.servers"]
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
+        self.security = ClientSecurity.from_config(config)  # TLS context built once
         self.retry_backoff: float = config["retry.backoff.ms"] / 1000
         self.brokers: dict[int, tuple[str, int]] = {}
         self.cluster_id: str | None = None
@@ -123,6 +127,8 @@ class Cluster:
         for node_id, address in candidates:
             try:
                 conn = await self._open(address, node_id)
+            except (SaslAuthenticationFailedError, UnsupportedSaslMechanismError):
+                raise  # refused credentials: another address or a retry will not help
             except KafkaClientError as exc:
                 errors.append(str(exc))
                 continue
@@ -151,6 +157,7 @@ class Cluster:
             node_id=node_id,
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
+            security=self.security,
         )
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:

@@ -28,6 +28,7 @@ from typing import Any
 
 import trio
 
+from client.aio.security import ClientSecurity, authenticate
 from client.errors import (
     BrokerConnectionError,
     CorruptResponseError,
@@ -123,14 +124,17 @@ class BrokerConnection:
         node_id: int = -1,
         client_id: str = "",
         request_timeout_ms: int = 30_000,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.host = host
+        self.security = security
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._stream: trio.SocketStream | None = None
+        self._stream: trio.SocketStream | trio.SSLStream | None = None
+        self._socket: Any = None  # the TCP socket under it (closed by _fail)
         self._send_lock = trio.Lock()
         self._pending: deque[_Pending] = deque()
         self._correlation_id = 0
@@ -157,15 +161,26 @@ class BrokerConnection:
 
     async def connect(self, nursery: trio.Nursery, timeout: float) -> None:
         """Open the socket, start the reader in ``nursery``, and negotiate versions."""
+        security = self.security
         try:
             with trio.fail_after(timeout):
-                self._stream = await trio.open_tcp_stream(self.host, self.port)
-        except (OSError, trio.TooSlowError) as exc:
+                tcp = await trio.open_tcp_stream(self.host, self.port)
+                self._socket = tcp.socket
+                self._stream = tcp
+                tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if security is not None and security.tls is not None:
+                    tls = trio.SSLStream(tcp, security.tls, server_hostname=self.host,
+                                         https_compatible=True)
+                    self._stream = tls
+                    await tls.do_handshake()
+        except (OSError, trio.TooSlowError, trio.BrokenResourceError) as exc:
             self._closed = True
+            if self._socket is not None:
+                self._socket.close()
+            cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
             raise BrokerConnectionError(
-                f"cannot connect to {self.host}:{self.port}: {exc or 'timed out'}"
+                f"cannot connect to {self.host}:{self.port}: {cause or 'timed out'}"
             ) from None
-        self._stream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         await nursery.start(self._reader)
         response = await self.request(ApiKey.API_VERSIONS, {
             "client_software_name": SOFTWARE_NAME, "client_software_version": SOFTWARE_VERSION,
@@ -179,6 +194,12 @@ class BrokerConnection:
             await self.aclose(error_for(response.error_code, "ApiVersions"))
             raise error_for(response.error_code, f"ApiVersions from {self.host}:{self.port}")
         self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        if security is not None and security.sasl:
+            try:
+                await authenticate(self.request, security, f"{self.host}:{self.port}")
+            except KafkaClientError as exc:
+                await self.aclose(exc)
+                raise
 
     async def aclose(self, error: BaseException | None = None) -> None:
         self._fail(error or BrokerConnectionError(f"connection to {self} closed"))
@@ -200,10 +221,10 @@ class BrokerConnection:
         pending, self._pending = self._pending, deque()
         for p in pending:
             p.resolve(None, error)
-        if self._stream is not None:
+        if self._socket is not None:
             # Closing the socket here lets a concurrent send_all fail at once.
             try:
-                self._stream.socket.close()
+                self._socket.close()
             except OSError:
                 pass
 
@@ -333,7 +354,14 @@ class BrokerConnection:
                 self._fail(CorruptResponseError(f"bad response from {self}: {exc}"))
 
     async def _read_loop(self, decoder: FrameDecoder) -> None:
-        sock = self._stream.socket
+        stream = self._stream
+        if isinstance(stream, trio.SSLStream):
+            async def recv_into(buffer) -> int:
+                data = await stream.receive_some(len(buffer))
+                buffer[:len(data)] = data
+                return len(data)
+        else:
+            recv_into = stream.socket.recv_into
         inf = float("inf")
         while True:
             # The receive is bounded by the oldest pending request's deadline; ``send`` moves the
@@ -344,7 +372,7 @@ class BrokerConnection:
             with trio.CancelScope(deadline=deadline) as scope:
                 self._receive_scope = scope
                 with decoder.get_buffer() as buffer:
-                    n = await sock.recv_into(buffer)
+                    n = await recv_into(buffer)
             self._receive_scope = None
             if scope.cancelled_caught:
                 if self._pending and trio.current_time() >= self._pending[0].deadline:

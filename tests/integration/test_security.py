@@ -185,3 +185,74 @@ def test_mtls_and_kafka_python_over_sasl_ssl(secure_broker, pki):
                              consumer_timeout_ms=10_000, **kp_conf)
     assert [m.value for m in consumer][:1] == [b"from-kafka-python"]
     consumer.close()
+
+
+def ours(broker, pki, protocol: str, **extra) -> dict:
+    conf = {"bootstrap.servers": f"127.0.0.1:{broker.ports[protocol]}",
+            "security.protocol": protocol, "ssl.ca.location": str(pki["ca"]), **extra}
+    return conf
+
+
+def test_our_client_over_sasl_ssl_scram_with_a_transaction(secure_broker, pki):
+    from client import Admin, Consumer, Producer
+
+    admin_conf = ours(secure_broker, pki, "SASL_SSL", **{
+        "sasl.mechanism": "PLAIN", "sasl.username": "admin", "sasl.password": "admin-secret"})
+    with Admin(admin_conf) as admin:
+        admin.create_topic("ours-scram", 2)
+    # A SCRAM user made with confluent-kafka's admin client, used by ours.
+    ck_admin = AdminClient(sasl_conf(secure_broker, pki, user="admin", password="admin-secret"))
+    ck_admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"carol-secret")]
+    )["carol"].result(15)
+    conf = ours(secure_broker, pki, "SASL_SSL", **{
+        "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "carol",
+        "sasl.password": "carol-secret"})
+    with Producer({**conf, "transactional.id": "ours-tx"}) as producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(4):
+            producer.send("ours-scram", b"c%d" % i, partition=i % 2)
+        producer.commit_transaction()
+    with Consumer({**conf, "group.id": "ours-g", "auto.offset.reset": "earliest"}) as consumer:
+        consumer.subscribe(["ours-scram"])
+        got: list = []
+        deadline = time.monotonic() + 30
+        while len(got) < 4 and time.monotonic() < deadline:
+            got.extend(r.value for r in consumer.poll(0.5))
+        consumer.commit()
+    assert sorted(got) == [b"c0", b"c1", b"c2", b"c3"]
+    # A wrong password: a clear, non-retriable error naming the user, without the password.
+    from client.errors import SaslAuthenticationFailedError
+
+    with pytest.raises(SaslAuthenticationFailedError) as info:
+        with Admin({**conf, "sasl.password": "not-carols"}) as admin:
+            admin.list_topics()
+    assert "carol" in str(info.value) and "not-carols" not in str(info.value)
+
+
+def test_our_client_over_mtls_and_the_cli_with_security_settings(secure_broker, pki, tmp_path):
+    from client import Admin
+
+    conf = ours(secure_broker, pki, "SSL", **{
+        "ssl.certificate.location": str(pki["client_cert"]),
+        "ssl.key.location": str(pki["client_key"])})
+    with Admin(conf) as admin:
+        admin.create_topic("ours-mtls", 1)
+        assert "ours-mtls" in admin.list_topics()
+    # The CLI takes the same settings from a client properties file (Kafka's --command-config).
+    from tests.integration.test_cli import run
+
+    props = tmp_path / "client.properties"
+    props.write_text("security.protocol=SASL_SSL\nsasl.mechanism=PLAIN\nsasl.username=alice\n"
+                     f"sasl.password=alice-secret\nssl.ca.location={pki['ca']}\n")
+    b = ["--bootstrap-server", f"127.0.0.1:{secure_broker.ports['SASL_SSL']}"]
+    result = run("topics", "list", "--command-config", str(props), *b)
+    assert result.returncode == 0 and "ours-mtls" in result.stdout.split(), result.stderr
+    bad = run("topics", "list", "--command-config", str(props), "-X", "sasl.password=nope", *b)
+    assert bad.returncode == 1 and "Authentication failed" in bad.stderr
+    assert "nope" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+    # Without the CA the broker's certificate is not trusted.
+    untrusted = run("topics", "list", "-X", "security.protocol=SSL", *b[:1],
+                    f"127.0.0.1:{secure_broker.ports['SSL']}", timeout=60)
+    assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
