@@ -9,6 +9,8 @@ from client.admin import Admin
 from client.consumer import Consumer
 from client.producer import Producer
 from client.structs import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigOp,
     ConfigResource,
     ConsumerGroupMetadata,
@@ -21,6 +23,8 @@ from client.structs import (
 )
 
 __all__ = [
+    "AclBinding",
+    "AclBindingFilter",
     "Admin",
     "AlterConfigOp",
     "ConfigResource",

@@ -19,6 +19,8 @@ from client._loop import LoopThread
 from client.aio.admin import AsyncAdmin, raise_first
 from client.errors import BrokerResponseError
 from client.structs import (
+    AclBinding,
+    AclBindingFilter,
     AlterConfigOp,
     ConfigEntry,
     ConfigResource,
@@ -194,6 +196,30 @@ class Admin:
         """Abort a hanging transaction on one partition (see ``AsyncAdmin.abort_transaction``)."""
         self._loop.call(self._engine.abort_transaction, tuple(partition), producer_id,
                         producer_epoch, coordinator_epoch)
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        self._loop.call(self._engine.create_acls, list(bindings))
+
+    def describe_acls(self, match: AclBindingFilter | None = None) -> list[AclBinding]:
+        return self._loop.call(self._engine.describe_acls, match)
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[AclBinding]:
+        return self._loop.call(self._engine.delete_acls, list(filters))
+
+    def describe_user_scram_credentials(
+        self, users: Iterable[str] | None = None
+    ) -> dict[str, dict[str, int]]:
+        return self._loop.call(self._engine.describe_user_scram_credentials,
+                               None if users is None else list(users))
+
+    def alter_user_scram_credentials(
+        self,
+        upserts: Iterable[tuple[str, str, str, int]] = (),
+        deletions: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        """``upserts``: (user, mechanism, password, iterations); ``deletions``: (user,
+        mechanism). The password is salted and hashed before it leaves this process."""
+        self._loop.call(self._engine.alter_user_scram_credentials, list(upserts), list(deletions))
 
     def end_transaction(
         self, handle: TransactionHandle, commit: bool, timeout: float | None = None

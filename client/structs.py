@@ -216,3 +216,39 @@ class HangingTransaction(NamedTuple):
     start_offset: int
     transactional_id: str | None  # None: no coordinator knows this producer
     age_ms: int  # -1 when the coordinator does not know it
+
+
+# ACLs: Kafka's names, lower-case (the wire codes are in client/aio/admin.py).
+ACL_RESOURCE_TYPES = {"any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional_id": 5}
+ACL_PATTERN_TYPES = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
+ACL_OPERATIONS = {"any": 1, "all": 2, "read": 3, "write": 4, "create": 5, "delete": 6,
+                  "alter": 7, "describe": 8, "cluster_action": 9, "describe_configs": 10,
+                  "alter_configs": 11, "idempotent_write": 12}
+ACL_PERMISSIONS = {"any": 1, "deny": 2, "allow": 3}
+
+
+class AclBinding(NamedTuple):
+    """``principal`` from ``host`` is ``permission`` (allow/deny) ``operation`` on the resources
+    of ``resource_type`` named ``name`` (``pattern_type`` literal: that name, ``*`` = all;
+    prefixed: every name starting with it). The cluster resource is named ``kafka-cluster``."""
+
+    resource_type: str
+    name: str
+    principal: str
+    operation: str
+    permission: str = "allow"
+    pattern_type: str = "literal"
+    host: str = "*"
+
+
+class AclBindingFilter(NamedTuple):
+    """What ``describe_acls`` / ``delete_acls`` match: None and ``any`` match everything;
+    pattern type ``match``: every binding that applies to the named resource."""
+
+    resource_type: str = "any"
+    name: str | None = None
+    principal: str | None = None
+    operation: str = "any"
+    permission: str = "any"
+    pattern_type: str = "any"
+    host: str | None = None

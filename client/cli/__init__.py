@@ -17,11 +17,12 @@ from client.cli.common import CONTEXT
 from client.cli.groups import groups
 from client.cli.perf import perf
 from client.cli.records import consume, produce
+from client.cli.security import acls, users
 from client.cli.topics import get_offsets, topics
 from client.cli.transactions import transactions
 
 COMMANDS: list[click.Command] = [
-    topics, produce, consume, groups, transactions, get_offsets, perf, configs
+    topics, produce, consume, groups, transactions, get_offsets, perf, configs, acls, users
 ]
 
 

@@ -252,3 +252,50 @@ def test_kafka_python_gets_its_authorization_exceptions(broker):
     with pytest.raises(TopicAuthorizationFailedError):
         producer.send("secret", b"nope").get(timeout=15)
     producer.close()
+
+
+def test_cli_acls_and_users(broker, tmp_path):
+    import json
+
+    from tests.integration.test_cli import run
+
+    admin_props = tmp_path / "admin.properties"
+    admin_props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                           "sasl.username=admin\nsasl.password=admin-secret\n")
+    b = ["--bootstrap-server", broker.bootstrap, "--command-config", str(admin_props)]
+    # A SCRAM user made with the CLI (password on stdin, twice for the confirmation).
+    made = run("users", "add", "dave", "--mechanism", "SCRAM-SHA-256", *b,
+               input="dave-secret\ndave-secret\n")
+    assert made.returncode == 0, made.stderr
+    assert "dave-secret" not in made.stdout + made.stderr
+    assert json.loads(run("users", "list", "--format", "json", *b).stdout)["dave"] == {
+        "SCRAM-SHA-256": 8192}
+    added = run("acls", "add", "--allow-principal", "User:dave", "--operation", "Write",
+                "--operation", "Describe", "--topic", "orders", "--format", "json", *b)
+    assert added.returncode == 0, added.stderr
+    assert len(json.loads(added.stdout)) == 2
+    listed = json.loads(run("acls", "list", "--principal", "User:dave", "--format", "json",
+                            *b).stdout)
+    assert sorted(a["operation"] for a in listed) == ["describe", "write"]
+    dave = {"bootstrap.servers": broker.bootstrap, "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "SCRAM-SHA-256", "sasl.username": "dave",
+            "sasl.password": "dave-secret"}
+    producer = CKProducer(dave)
+    producer.produce("orders", b"from-dave")
+    assert producer.flush(15) == 0
+    removed = run("acls", "remove", "--topic", "orders", "--principal", "User:dave", *b)
+    assert removed.returncode == 0 and "Removed 2 ACL(s)." in removed.stderr
+    delivered = []
+    producer = CKProducer({**dave, "message.send.max.retries": 0})
+    producer.produce("orders", b"refused", on_delivery=lambda e, m: delivered.append(e.code()))
+    producer.flush(15)
+    assert delivered == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+    assert run("users", "delete", "dave", *b).returncode == 0
+    assert "dave" not in json.loads(run("users", "list", "--format", "json", *b).stdout)
+    # Not a super user: a one-line refusal naming the principal.
+    refused = run("acls", "add", "--allow-principal", "User:alice", "--operation", "All",
+                  "--cluster", "--bootstrap-server", broker.bootstrap,
+                  "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.username=alice",
+                  "-X", "sasl.password=alice-secret")
+    assert refused.returncode == 1
+    assert "User:alice from 127.0.0.1 is not allowed Alter on the cluster" in refused.stderr
