@@ -122,8 +122,9 @@ OffsetSpec = str | dict[TopicPartition, int]
 @dataclass(frozen=True)
 class CommonOptions:
     bootstrap_servers: str
-    # kafka.<key> settings with the prefix removed, values as given (strings)
-    client: dict[str, str] = field(default_factory=dict)
+    # kafka.<key> settings with the prefix removed, values as given (strings); not in the repr,
+    # which Spark may log: they can hold kafka.sasl.password
+    client: dict[str, str] = field(default_factory=dict, repr=False)
 
     def client_config(self, role: str, **managed: Any) -> dict[str, Any]:
         """A client configuration for ``role`` ("consumer", "producer" or "admin"): the user's
