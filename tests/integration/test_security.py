@@ -68,6 +68,7 @@ def secure_broker(tmp_path_factory, pki):
     ports = {m.group(1): int(m.group(2)) for line in proc.output
              for m in [re.search(r"listener (\w+) \(\w+\) on [^:]+:(\d+)", line)] if m}
     proc.ports = ports
+    proc.ca = pki["ca"]
     try:
         yield proc
     finally:
@@ -160,10 +161,18 @@ def test_requests_before_authentication_close_the_connection(secure_broker):
         assert s.recv(100) == b""  # closed without an answer
 
 
-def test_listeners_log(secure_broker):
+def test_each_listener_speaks_its_own_protocol(secure_broker):
     text = "".join(secure_broker.output)
     for name in ("SASL_SSL", "SSL", "SASL_PLAINTEXT"):
         assert f"listener {name} ({name}) on 127.0.0.1:" in text
+    # The PLAINTEXT listener beside them: no TLS, no SASL.
+    assert produce_and_consume({"bootstrap.servers": secure_broker.bootstrap}, "plain", 2) == \
+        [b"v0", b"v1"]
+    # Metadata answers with the address of the listener the request came on.
+    for protocol in ("SASL_SSL", "SASL_PLAINTEXT"):
+        conf = sasl_conf(secure_broker, {"ca": secure_broker.ca}, protocol=protocol)
+        brokers = AdminClient(conf).list_topics(timeout=15).brokers
+        assert [b.port for b in brokers.values()] == [secure_broker.ports[protocol]]
 
 
 def test_mtls_and_kafka_python_over_sasl_ssl(secure_broker, pki):

@@ -37,6 +37,21 @@ def test_bad_config_value(tmp_path):
     assert_one_line_error(result, "invalid value for num.partitions")
 
 
+@pytest.mark.parametrize("lines, needle", [
+    (["listeners=SSL://127.0.0.1:0"], "ssl.keystore.location is not set"),
+    (["listeners=SASL_SSL://127.0.0.1:0", "ssl.keystore.location={tmp}/missing.pem"],
+     "cannot load a key and certificate"),
+    (["listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=GSSAPI"],
+     "sasl.enabled.mechanisms: GSSAPI"),
+])
+def test_unusable_security_settings_are_one_line(tmp_path, lines, needle):
+    config = tmp_path / "server.properties"
+    config.write_text("\n".join(lines).format(tmp=tmp_path) + "\n")
+    result = run_serve("--config", str(config), "--data-dir", str(tmp_path / "d"))
+    assert_one_line_error(result, needle)
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_missing_config_file(tmp_path):
     result = run_serve("--config", str(tmp_path / "nope.properties"))
     assert_one_line_error(result, "cannot read config file")
@@ -110,7 +125,8 @@ def test_kafka_server_properties_with_listeners(tmp_path):
     broker.start()
     try:
         output = "".join(broker.output)
-        assert "ignored 13 Kafka config key(s)" in output
+        # (listener.security.protocol.map is read, not ignored)
+        assert "ignored 12 Kafka config key(s)" in output
         assert "(advertised localhost:9092)" in output  # advertised.listeners
     finally:
         assert broker.stop() == 0
@@ -151,13 +167,14 @@ def test_a_second_listener_advertises_its_own_address(tmp_path):
     config.write_text(
         "listeners=INTERNAL://127.0.0.1:0,EXTERNAL://127.0.0.1:0\n"
         "advertised.listeners=EXTERNAL://outside.example:19092\n"
+        "listener.security.protocol.map=INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT\n"
     )
     broker = BrokerProcess(tmp_path / "d", "--config", str(config))
     broker.start()
     try:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            found = re.search(r"listener EXTERNAL on 127\.0\.0\.1:(\d+)", "".join(broker.output))
+            found = re.search(r"listener EXTERNAL \(PLAINTEXT\) on 127\.0\.0\.1:(\d+)", "".join(broker.output))
             if found:
                 break
             time.sleep(0.05)
