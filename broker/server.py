@@ -137,10 +137,10 @@ async def serve(
         if config.port == 0 and config.advertised_port is None:
             # An ephemeral port: tell clients the port we actually got.
             broker.config = dataclasses.replace(config, advertised_port=port)
-        def info(advertised, protocol: str) -> _ListenerInfo:
+        def listener_info(advertised, protocol: str) -> _ListenerInfo:
             return _ListenerInfo(advertised, protocol, tls if protocol in TLS_PROTOCOLS else None)
 
-        main = info(None, config.security_protocol)
+        main = listener_info(None, config.security_protocol)
         # Kafka's other listeners (e.g. an external one beside the internal): each tells its
         # clients its own advertised address.
         for spec in config.extra_listeners:
@@ -149,8 +149,8 @@ async def serve(
             host = spec.advertised_host or (
                 spec.host if spec.host not in ("0.0.0.0", "::", "") else config.advertised[0]
             )
-            extra.append((sock, info((host, spec.advertised_port or bound),
-                                     spec.security_protocol)))
+            extra.append((sock, listener_info((host, spec.advertised_port or bound),
+                                              spec.security_protocol)))
             log.info("listener %s (%s) on %s:%d (advertised %s:%d)", spec.name,
                      spec.security_protocol, spec.host, bound, host,
                      spec.advertised_port or bound)
