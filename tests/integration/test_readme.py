@@ -22,7 +22,7 @@ def fenced_blocks(language: str) -> list[str]:
 
 @pytest.mark.slow
 def test_readme_properties_and_command_line_tour(tmp_path):
-    (properties,) = fenced_blocks("properties")
+    properties = fenced_blocks("properties")[0]  # the second one is the Security section's
     config = tmp_path / "server.properties"
     config.write_text(properties)
     (tour,) = fenced_blocks("sh")
@@ -55,3 +55,32 @@ def test_readme_properties_and_command_line_tour(tmp_path):
         ["alice=10", "bob=250", "carol=99", "dave=120"]
     described = next(out for cmd, out in outputs.items() if cmd.endswith("groups describe billing"))
     assert "CURRENT-OFFSET" in described and "orders" in described
+
+
+def test_readme_security_example_starts(tmp_path):
+    """The Security section's server.properties, with certificates made here, loopback addresses
+    and free ports: the broker starts with its four listeners and answers on the SASL one."""
+    import trustme
+    from confluent_kafka.admin import AdminClient
+
+    (example,) = fenced_blocks("properties")[1:]
+    ca = trustme.CA()
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
+        str(tmp_path / "server.pem"))
+    text = example.replace("/etc/minibroker", str(tmp_path)).replace("0.0.0.0", "127.0.0.1")
+    text = re.sub(r"//(127\.0\.0\.1):909\d", r"//\1:0", text.split("advertised.listeners")[0]) + \
+        "advertised.listeners" + text.split("advertised.listeners")[1]
+    (tmp_path / "server.properties").write_text(text)
+    broker = BrokerProcess(tmp_path / "data", "--config", str(tmp_path / "server.properties"))
+    broker.start()
+    try:
+        port = int(re.search(r"listener SASL_SSL \(SASL_SSL\) on 127\.0\.0\.1:(\d+)",
+                             "".join(broker.output)).group(1))
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}",
+                             "security.protocol": "SASL_SSL", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "admin", "sasl.password": "admin-secret",
+                             "ssl.ca.location": str(tmp_path / "ca.pem")})
+        assert admin.list_topics(timeout=15).brokers[0].host == "broker.example"
+    finally:
+        assert broker.stop() == 0
