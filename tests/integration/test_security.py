@@ -109,6 +109,23 @@ def produce_and_consume(conf: dict, topic: str, n: int = 5) -> list[bytes]:
 def test_confluent_kafka_over_sasl_ssl_plain(secure_broker, pki):
     assert produce_and_consume(sasl_conf(secure_broker, pki), "sasl-plain") == \
         [b"v%d" % i for i in range(5)]
+    # A transaction: the committed one is read, the aborted one is not.
+    producer = CKProducer({**sasl_conf(secure_broker, pki), "transactional.id": "ck-sasl"})
+    producer.init_transactions(15)
+    for value, commit in ((b"aborted", False), (b"committed", True)):
+        producer.begin_transaction()
+        producer.produce("sasl-txn", value)
+        (producer.commit_transaction if commit else producer.abort_transaction)(15)
+    consumer = CKConsumer({**sasl_conf(secure_broker, pki), "group.id": "g-sasl-txn",
+                           "auto.offset.reset": "earliest", "isolation.level": "read_committed"})
+    consumer.subscribe(["sasl-txn"])
+    got, deadline = [], time.monotonic() + 20
+    while not got and time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(m.value())
+    consumer.close()
+    assert got == [b"committed"]
 
 
 def test_scram_credentials_made_with_the_admin_api_then_used(secure_broker, pki):
@@ -195,6 +212,21 @@ def test_mtls_and_kafka_python_over_sasl_ssl(secure_broker, pki):
     consumer = KafkaConsumer("kp-sasl", auto_offset_reset="earliest",
                              consumer_timeout_ms=10_000, **kp_conf)
     assert [m.value for m in consumer][:1] == [b"from-kafka-python"]
+    consumer.close()
+    # SCRAM-SHA-512 and a consumer group.
+    ck_admin = AdminClient(sasl_conf(secure_broker, pki, user="admin", password="admin-secret"))
+    ck_admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "kp", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"kp-secret")]
+    )["kp"].result(15)
+    scram = {**kp_conf, "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "kp",
+             "sasl_plain_password": "kp-secret"}
+    producer = KafkaProducer(**scram)
+    producer.send("kp-scram", b"scram-512").get(timeout=20)
+    producer.close()
+    consumer = KafkaConsumer("kp-scram", group_id="kp-group", auto_offset_reset="earliest",
+                             consumer_timeout_ms=10_000, **scram)
+    assert [m.value for m in consumer][:1] == [b"scram-512"]
+    consumer.commit()
     consumer.close()
 
 
