@@ -37,7 +37,7 @@ import trio
 
 from client.errors import KafkaTimeoutError
 from client.structs import RecordMetadata, TopicPartition
-from protocol.records import NO_SEQUENCE, Compression, encode_batch
+from protocol.records import HEADER_SIZE, NO_SEQUENCE, Compression, encode_batch
 
 log = logging.getLogger("client.producer")
 
@@ -46,7 +46,7 @@ SEQUENCE_MODULUS = 1 << 31  # sequences are non-negative int32 and wrap to 0 aft
 # Bytes a record adds to a batch beyond its key, value and headers: length, attributes,
 # timestamp delta, offset delta, key length, value length and header count varints, at most.
 RECORD_OVERHEAD = 21
-BATCH_OVERHEAD = 61
+BATCH_OVERHEAD = HEADER_SIZE
 
 Headers = Sequence[tuple[str, bytes | None]]
 DeliveryCallback = Callable[[BaseException | None, RecordMetadata | None], Any]

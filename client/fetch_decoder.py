@@ -21,6 +21,9 @@ from collections.abc import Iterable, Sequence
 
 from client.structs import ConsumerRecord
 from protocol.records import (
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
     ControlType,
     decode_batches_untrusted,
     parse_control_record,
@@ -28,9 +31,7 @@ from protocol.records import (
 
 _new = tuple.__new__
 _BASE_OFFSET = struct.Struct(">qi")  # baseOffset, length
-_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of the batch
-_LOG_OVERHEAD = 12
-_HEADER_SIZE = 61
+_LAST_OFFSET_DELTA = struct.Struct(">i")
 
 
 def next_fetch_offset(data: bytes, fetch_offset: int) -> int:
@@ -39,12 +40,12 @@ def next_fetch_offset(data: bytes, fetch_offset: int) -> int:
     are left for ``decode_fetched`` to report; this only stops at them."""
     pos, end = 0, len(data)
     next_offset = fetch_offset
-    while end - pos >= _HEADER_SIZE:
+    while end - pos >= HEADER_SIZE:
         base_offset, length = _BASE_OFFSET.unpack_from(data, pos)
-        size = length + _LOG_OVERHEAD
-        if length < _HEADER_SIZE - _LOG_OVERHEAD or pos + size > end:
+        size = length + LOG_OVERHEAD
+        if length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             break
-        (last_delta,) = _LAST_OFFSET_DELTA.unpack_from(data, pos + 23)
+        (last_delta,) = _LAST_OFFSET_DELTA.unpack_from(data, pos + LAST_OFFSET_DELTA_OFFSET)
         if base_offset + last_delta + 1 > next_offset:
             next_offset = base_offset + last_delta + 1
         pos += size

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
@@ -40,7 +41,7 @@ class SaslServer:
         self.principal: str | None = None
         self._plain_users = plain_users
         self._credential = scram_credential
-        self._scram = None
+        self._scram: Any = None  # scramp.ScramServer once the client-first arrived
         self._server_first = ""
         self._channel = ""  # base64 of the client's GS2 header, which c= must repeat
         self._user = "?"

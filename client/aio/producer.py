@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
@@ -57,6 +56,7 @@ from client.accumulator import (
     ProducerBatch,
 )
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_metadata_error
+from client.clock import Clock, WallClock
 from client.config import ClientConfig, producer_config
 from client.errors import (
     BrokerConnectionError,
@@ -96,16 +96,15 @@ CONCURRENT_TRANSACTIONS_BACKOFF = 0.02
 Serializer = Callable[[Any], "bytes | str | None"]
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class AsyncProducer:
     """A Kafka producer on trio (see the module docstring)."""
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+    ) -> None:
         cfg = config if isinstance(config, ClientConfig) else producer_config(config)
         self.config = cfg
+        self._now_ms = (clock or WallClock()).now_ms  # record timestamps, linger, delivery
         self.transactional_id: str | None = cfg["transactional.id"]
         self._idempotent: bool = cfg["enable.idempotence"]
         self._acks: int = cfg["acks"]
@@ -292,7 +291,7 @@ class AsyncProducer:
             raise ValueError(
                 f"Invalid partition given with record: {partition} is not in the range [0...{count})."
             )
-        now = time.time_ns() // 1_000_000
+        now = self._now_ms()
         if timestamp is None:
             timestamp = now
         tp = (topic, partition)
@@ -358,7 +357,7 @@ class AsyncProducer:
         if tm.state is TxnState.FATAL_ERROR:
             self._fail_everything(tm.last_error)
             return math.inf
-        now = wall_ms()
+        now = self._now_ms()
         for batch in acc.expire(now, self._delivery_timeout_ms):
             batch.finish(
                 -1,
@@ -406,7 +405,7 @@ class AsyncProducer:
             return self._retry_backoff_ms / 1000
         if next_ms is None:
             return math.inf
-        return max(next_ms - wall_ms(), 0) / 1000
+        return max(next_ms - self._now_ms(), 0) / 1000
 
     def _drain(self, states: list, now: int) -> list[tuple[int, list[ProducerBatch]]]:
         """Group due batches into Produce requests: at most one batch per partition per request,
@@ -483,7 +482,7 @@ class AsyncProducer:
     ) -> None:
         """Runs in the connection's reader task (or the sender): settle each batch's outcome."""
         self._node_in_flight[node] = max(self._node_in_flight.get(node, 1) - 1, 0)
-        now = wall_ms()
+        now = self._now_ms()
         # Batches failed meanwhile (a fatal error, close(0)) are settled already.
         batches = [b for b in batches if not b.done]
         if error is not None:

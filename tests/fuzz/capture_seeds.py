@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import shutil
 import socket
-import struct
 import sys
 import tempfile
 import threading
 from pathlib import Path
+
+from protocol.framing import FrameDecoder
+from protocol.headers import parse_request_header_untrusted
 
 SEEDS = Path(__file__).parent / "seeds"
 PER_API_VERSION = 3
@@ -56,17 +58,17 @@ class RecordingProxy:
                     pass
 
     def _pump_requests(self, src: socket.socket, dst: socket.socket) -> None:
-        buf = b""
+        decoder = FrameDecoder()  # frames cut as the broker cuts them
         try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-                buf += data
-                while len(buf) >= 4:
-                    (size,) = struct.unpack_from(">i", buf)
-                    if len(buf) < 4 + size:
-                        break
-                    self.frames.append(buf[4 : 4 + size])
-                    buf = buf[4 + size :]
+            while True:
+                with decoder.get_buffer() as buffer:
+                    n = src.recv_into(buffer)
+                    dst.sendall(buffer[:n])
+                if n == 0:
+                    break
+                decoder.advance(n)
+                while isinstance(frame := decoder.next_frame(), bytearray):
+                    self.frames.append(bytes(frame))
         except OSError:
             pass
         finally:
@@ -161,7 +163,8 @@ def main() -> None:
         counts: dict[tuple[int, int], int] = {}
         written = 0
         for frame in proxy.frames:
-            api_key, version = struct.unpack_from(">hh", frame)
+            header, _ = parse_request_header_untrusted(bytearray(frame))
+            api_key, version = header.api_key, header.api_version
             n = counts.get((api_key, version), 0)
             if n >= (PER_PRODUCE_VERSION if api_key == 0 else PER_API_VERSION):
                 continue
