@@ -46,7 +46,8 @@ def test_admin_topics(broker_proc):
 
 def test_cli_commands_are_exported():
     assert {c.name for c in COMMANDS} == {
-        "topics", "produce", "consume", "groups", "transactions", "get-offsets", "perf", "configs"
+        "topics", "produce", "consume", "groups", "transactions", "get-offsets", "perf", "configs",
+        "acls", "users",
     }
 
 
