@@ -82,7 +82,7 @@ class Consumer:
         deadline = time.monotonic() + timeout
         while True:
             remaining = max(deadline - time.monotonic(), 0.0)
-            step = self._loop.call(self._engine._poll_step, remaining, max_records)
+            step = self._loop.call(self._engine.poll_step, remaining, max_records)
             if isinstance(step, RebalanceCallback):
                 listener = self._on_assign if step.kind == "assigned" else self._on_revoke
                 if listener is not None:

@@ -46,7 +46,7 @@ class Producer:
         self.config = self._engine.config
         self._loop = LoopThread(self._engine, "minibroker-producer")
         self._loop.start()
-        self._acc = self._engine._acc
+        self._acc = self._engine.accumulator
         self._buffer_memory = self.config["buffer.memory"]
         self._max_block = self.config["max.block.ms"] / 1000
         self._closed = False
@@ -71,19 +71,19 @@ class Producer:
         ``buffer.memory`` is full). ``on_delivery(error, metadata)`` runs on the client thread."""
         engine = self._engine
         check_topic(topic)
-        count = engine._cluster.partition_count(topic)
+        count = engine.partition_count(topic)
         if count is None:
             count = self._loop.call(engine.wait_for_topic, topic)
         if self._acc.buffered_bytes >= self._buffer_memory:
             self._wait_for_buffer()
-        return engine._append(topic, value, key, partition, headers, timestamp, on_delivery, count)
+        return engine.append(topic, value, key, partition, headers, timestamp, on_delivery, count)
 
     def _wait_for_buffer(self) -> None:
         deadline = time.monotonic() + self._max_block
         acc = self._acc
         with acc.space:
             while acc.buffered_bytes >= self._buffer_memory:
-                self._engine._tm.raise_if_fatal()
+                self._engine.raise_if_fatal()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise KafkaTimeoutError(
@@ -95,7 +95,7 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until each record is acknowledged or failed."""
         batches = self._acc.incomplete_batches()
-        self._engine._wake_sender()
+        self._engine.wake_sender()
         deadline = None if timeout is None else time.monotonic() + timeout
         for batch in batches:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0)

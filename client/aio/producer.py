@@ -232,8 +232,41 @@ class AsyncProducer:
         """Partition count of ``topic`` (asking the broker, which may auto-create it)."""
         return await self._cluster.wait_for_topic(topic, self._max_block, allow_auto_create=True)
 
+    # -- the thread-safe surface: what the blocking ``Producer`` calls from the application's
+    # thread (everything else runs on the loop thread) ------------------------------------------
+
     def partition_count(self, topic: str) -> int | None:
+        """The cached partition count of ``topic`` (None: not known yet). Thread-safe."""
         return self._cluster.partition_count(topic)
+
+    @property
+    def accumulator(self) -> Accumulator:
+        """The record buffer; thread-safe by its own lock (``buffered_bytes``, ``space``,
+        ``incomplete_batches``)."""
+        return self._acc
+
+    def raise_if_fatal(self) -> None:
+        """Raise the producer's fatal error, if it has one. Thread-safe."""
+        self._tm.raise_if_fatal()
+
+    def wake_sender(self) -> None:
+        """Make the sender task look at the buffer now. Thread-safe."""
+        self._wake_sender()
+
+    def append(
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int | None,
+        headers: Headers | None,
+        timestamp: int | None,
+        on_delivery: DeliveryCallback | None,
+        count: int,
+    ) -> DeliveryFuture:
+        """The part of ``send`` that never waits, for ``topic`` of ``count`` partitions.
+        Thread-safe."""
+        return self._append(topic, value, key, partition, headers, timestamp, on_delivery, count)
 
     def _append(
         self,

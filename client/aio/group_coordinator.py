@@ -1,0 +1,472 @@
+"""The consumer's group membership and committed offsets (aiokafka's GroupCoordinator):
+the classic protocol with eager rebalancing, heartbeats, OffsetCommit / OffsetFetch.
+
+``coordinate`` advances the rebalance state machine from ``poll``: a rebalance (a heartbeat
+answering REBALANCE_IN_PROGRESS, a changed partition count seen by the leader, a failed commit)
+sets ``rejoin_needed`` and wakes ``poll``, which commits (with auto-commit), revokes, joins
+(JoinGroup, then SyncGroup, where the leader runs the assignor over the members' subscriptions)
+and assigns. It returns the rebalance callbacks for ``poll`` to run in the caller's context.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+import trio
+
+from client.aio.cluster import GROUP, Cluster, is_coordinator_error
+from client.aio.subscription import SubscriptionState
+from client.config import ClientConfig
+from client.errors import (
+    CommitFailedError,
+    CorruptResponseError,
+    IllegalStateError,
+    KafkaClientError,
+    error_for,
+    for_code,
+)
+from client.group_protocol import (
+    ASSIGNORS,
+    PROTOCOL_TYPE,
+    decode_assignment_untrusted,
+    decode_subscription_untrusted,
+    encode_assignment,
+    encode_subscription,
+)
+from client.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from protocol.api_keys import ApiKey
+from protocol.errors import CorruptFrameError, ErrorCode
+
+log = logging.getLogger("client.consumer")
+
+COORDINATOR_CHANNEL = "coordinator"  # commits and membership do not queue behind long polls
+
+REJOIN_CODES = (
+    ErrorCode.REBALANCE_IN_PROGRESS,
+    ErrorCode.ILLEGAL_GENERATION,
+    ErrorCode.UNKNOWN_MEMBER_ID,
+)
+
+# group phases
+STABLE = "stable"
+JOINING = "joining"
+ASSIGNED = "assigned"
+
+
+class RebalanceCallback(NamedTuple):
+    """A rebalance callback ``poll`` needs run before it goes on: kind is "revoked" or "assigned"."""
+
+    kind: str
+    partitions: list[TopicPartition]
+
+
+class GroupCoordinator:
+    def __init__(
+        self,
+        config: ClientConfig,
+        subscriptions: SubscriptionState,
+        set_assignment: Callable[[Sequence[TopicPartition]], None],
+        wake_poll: Callable[[], None],
+    ) -> None:
+        self.config = config
+        self.group_id: str | None = config["group.id"]
+        self._cluster: Cluster = None  # type: ignore[assignment]  # set by start()
+        self._subs = subscriptions
+        self._set_assignment = set_assignment
+        self._wake_poll = wake_poll
+        self.auto_commit: bool = config["enable.auto.commit"]
+        self._assignor = ASSIGNORS[config["partition.assignment.strategy"]]
+        self._strategy: str = config["partition.assignment.strategy"]
+        self._request_timeout = config["request.timeout.ms"] / 1000
+        self._retry_backoff = config["retry.backoff.ms"] / 1000
+        self.member_id = ""
+        self.generation_id = -1
+        self.phase = STABLE
+        self.rejoin_needed = False
+        self._heartbeat_running = False
+        self._assigned_counts: dict[str, int] | None = None  # as the leader last assigned them
+        self._nursery: trio.Nursery | None = None
+        self.closed = False
+
+    def start(self, cluster: Cluster, nursery: trio.Nursery) -> None:
+        self._cluster = cluster
+        self._nursery = nursery
+
+    def require_group(self) -> str:
+        if self.group_id is None:
+            raise IllegalStateError("this consumer has no group.id: offsets cannot be committed")
+        return self.group_id
+
+    def metadata(self) -> ConsumerGroupMetadata:
+        """What ``send_offsets_to_transaction`` needs (group id, generation, member id)."""
+        return ConsumerGroupMetadata(self.require_group(), self.generation_id, self.member_id)
+
+    def request_rejoin(self) -> None:
+        self.rejoin_needed = True
+        self._wake_poll()
+
+    # -- committed offsets ---------------------------------------------------------------------------
+
+    async def commit(self, offsets: Mapping[Any, int | OffsetAndMetadata] | None = None) -> None:
+        """Commit ``{(topic, partition): next offset}`` (default: the current positions) and wait."""
+        group_id = self.require_group()
+        if offsets is None:
+            offsets = self._subs.positions()
+        if not offsets:
+            return
+        topics: dict[str, list[dict]] = {}
+        for tp, offset in offsets.items():
+            metadata = None
+            if isinstance(offset, OffsetAndMetadata):
+                offset, metadata = offset.offset, offset.metadata
+            topics.setdefault(tp[0], []).append(
+                {
+                    "partition_index": tp[1],
+                    "committed_offset": offset,
+                    "committed_metadata": metadata,
+                }
+            )
+        in_group = self._subs.subscribed and self.generation_id >= 0
+        body = {
+            "group_id": group_id,
+            "generation_id": self.generation_id if in_group else -1,
+            "member_id": self.member_id if in_group else "",
+            "retention_time_ms": -1,
+            "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
+        }
+
+        async def attempt() -> None:
+            response = await self._cluster.coordinator_request(
+                GROUP, group_id, ApiKey.OFFSET_COMMIT, body, channel=COORDINATOR_CHANNEL
+            )
+            worst = _worst(p.error_code for t in response.topics for p in t.partitions)
+            if not worst:
+                return
+            if worst in REJOIN_CODES:
+                if worst == ErrorCode.UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+                self.request_rejoin()
+                raise CommitFailedError(
+                    "Commit cannot be completed since the group has already rebalanced and "
+                    "assigned the partitions to another member."
+                ) from error_for(worst)
+            exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetCommit")
+            raise exc
+
+        await self._cluster.retry_call(
+            attempt, timeout=self._request_timeout * 2, what="OffsetCommit"
+        )
+
+    def commit_async(
+        self,
+        offsets: Mapping[Any, int | OffsetAndMetadata] | None = None,
+        callback: Callable[[BaseException | None, Any], Any] | None = None,
+    ) -> None:
+        self.require_group()
+        if offsets is None:
+            offsets = self._subs.positions()
+        assert self._nursery is not None
+        self._nursery.start_soon(self._commit_task, dict(offsets), callback)
+
+    async def _commit_task(self, offsets: dict, callback: Callable | None) -> None:
+        error: BaseException | None = None
+        try:
+            await self.commit(offsets)
+        except KafkaClientError as exc:
+            error = exc
+            log.info("async commit failed: %s", exc)
+        if callback is not None:
+            try:
+                callback(error, offsets)
+            except Exception:
+                log.exception("commit callback failed")
+
+    async def auto_commit_task(self) -> None:
+        try:
+            await self.commit()
+        except KafkaClientError as exc:
+            log.info("auto-commit failed: %s", exc)
+
+    async def committed(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's committed offsets (None where nothing is committed)."""
+        group_id = self.require_group()
+        tps = [TopicPartition(*tp) for tp in partitions]
+        topics: dict[str, list[int]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(tp.partition)
+
+        async def attempt() -> Any:
+            response = await self._cluster.coordinator_request(
+                GROUP,
+                group_id,
+                ApiKey.OFFSET_FETCH,
+                {
+                    "group_id": group_id,
+                    "topics": [{"name": t, "partition_indexes": p} for t, p in topics.items()],
+                },
+                channel=COORDINATOR_CHANNEL,
+            )
+            worst = response.error_code or _worst(
+                p.error_code for t in response.topics for p in t.partitions
+            )
+            if worst:
+                exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetFetch")
+                raise exc
+            return response
+
+        response = await self._cluster.retry_call(
+            attempt, timeout=self._request_timeout * 2, what="OffsetFetch"
+        )
+        result: dict[TopicPartition, OffsetAndMetadata | None] = {tp: None for tp in tps}
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                if tp in result and p.committed_offset >= 0:
+                    result[tp] = OffsetAndMetadata(p.committed_offset, p.metadata)
+        return result
+
+    # -- membership ----------------------------------------------------------------------------------
+
+    async def leave(self) -> None:
+        """LeaveGroup (bounded by the request timeout), so the others rebalance at once."""
+        if self._subs.subscribed and self.member_id:
+            with trio.move_on_after(self._request_timeout):
+                try:
+                    await self._cluster.coordinator_request(
+                        GROUP,
+                        self.group_id,
+                        ApiKey.LEAVE_GROUP,
+                        {"group_id": self.group_id, "member_id": self.member_id},
+                        channel=COORDINATOR_CHANNEL,
+                    )
+                except KafkaClientError as exc:
+                    log.info("LeaveGroup failed: %s", exc)
+        self.member_id = ""
+        self.generation_id = -1
+
+    async def coordinate(self) -> RebalanceCallback | None:
+        """Advance the rebalance state machine; a callback to run, or None when stable."""
+        if self.phase == STABLE:
+            if not self.rejoin_needed:
+                return None
+            revoked = sorted(self._subs.assignment)
+            if revoked and self.auto_commit:
+                try:
+                    await self.commit()
+                except KafkaClientError as exc:
+                    log.info("commit before rebalance failed: %s", exc)
+            self.phase = JOINING
+            self._set_assignment([])
+            if revoked and self._subs.on_revoke is not None:
+                return RebalanceCallback("revoked", revoked)
+        if self.phase == JOINING:
+            assigned = await self._join_and_sync()
+            self._set_assignment(assigned)
+            self.phase = ASSIGNED
+            if not self._heartbeat_running:
+                self._heartbeat_running = True
+                assert self._nursery is not None
+                self._nursery.start_soon(self._heartbeat_loop)
+        if self.phase == ASSIGNED:
+            self.phase = STABLE
+            if self._subs.on_assign is not None:
+                return RebalanceCallback("assigned", sorted(self._subs.assignment))
+        return None
+
+    async def _join_and_sync(self) -> list[TopicPartition]:
+        cluster = self._cluster
+        group_id = self.group_id
+        cfg = self.config
+        rebalance_timeout_ms = cfg["max.poll.interval.ms"]
+        while True:
+            self.rejoin_needed = False
+            topics = list(self._subs.topics or ())
+            try:
+                join = await cluster.coordinator_request(
+                    GROUP,
+                    group_id,
+                    ApiKey.JOIN_GROUP,
+                    {
+                        "group_id": group_id,
+                        "session_timeout_ms": cfg["session.timeout.ms"],
+                        "rebalance_timeout_ms": rebalance_timeout_ms,
+                        "member_id": self.member_id,
+                        "protocol_type": PROTOCOL_TYPE,
+                        "protocols": [
+                            {"name": self._strategy, "metadata": encode_subscription(topics)}
+                        ],
+                    },
+                    channel=COORDINATOR_CHANNEL,
+                    extra_timeout=rebalance_timeout_ms / 1000,
+                )
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                cluster.forget_coordinator(GROUP, group_id)
+                await trio.sleep(self._retry_backoff)
+                continue
+            if join.error_code:
+                if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                    # KIP-394 (JoinGroup v4+): the coordinator gave us our member id; join
+                    # again with it at once, as Kafka's consumer does.
+                    log.info("group %s: joining again with member id %s", group_id, join.member_id)
+                    self.member_id = join.member_id
+                    continue
+                if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+                    continue
+                exc = error_for(join.error_code, "JoinGroup")
+                if exc.retriable or join.error_code in REJOIN_CODES:
+                    if is_coordinator_error(exc):
+                        cluster.forget_coordinator(GROUP, group_id)
+                    await trio.sleep(self._retry_backoff)
+                    continue
+                raise exc
+            self.member_id = join.member_id
+            self.generation_id = join.generation_id
+            assignments = []
+            self._assigned_counts = None
+            if join.leader == join.member_id:
+                assignments = await self._lead_assignment(join.members)
+            try:
+                sync = await cluster.coordinator_request(
+                    GROUP,
+                    group_id,
+                    ApiKey.SYNC_GROUP,
+                    {
+                        "group_id": group_id,
+                        "generation_id": self.generation_id,
+                        "member_id": self.member_id,
+                        "assignments": assignments,
+                    },
+                    channel=COORDINATOR_CHANNEL,
+                    extra_timeout=rebalance_timeout_ms / 1000,
+                )
+            except KafkaClientError as exc:
+                if not exc.retriable:
+                    raise
+                cluster.forget_coordinator(GROUP, group_id)
+                await trio.sleep(self._retry_backoff)
+                continue
+            if sync.error_code:
+                if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+                exc = error_for(sync.error_code, "SyncGroup")
+                if exc.retriable or sync.error_code in REJOIN_CODES:
+                    if is_coordinator_error(exc):
+                        cluster.forget_coordinator(GROUP, group_id)
+                    continue
+                raise exc
+            try:
+                assigned = decode_assignment_untrusted(sync.assignment)
+            except CorruptFrameError as exc:
+                raise CorruptResponseError(f"bad assignment from the group leader: {exc}") from exc
+            log.info(
+                "joined group %s generation %d as %s: %s",
+                group_id,
+                self.generation_id,
+                self.member_id,
+                assigned,
+            )
+            return assigned
+
+    async def _lead_assignment(self, members: Sequence[Any]) -> list[dict]:
+        subscriptions: dict[str, list[str]] = {}
+        for member in members:
+            try:
+                subscriptions[member.member_id] = decode_subscription_untrusted(member.metadata)
+            except CorruptFrameError as exc:
+                log.warning("member %s sent a bad subscription: %s", member.member_id, exc)
+                subscriptions[member.member_id] = []
+        topics = sorted({t for ts in subscriptions.values() for t in ts})
+        counts: dict[str, int] = {}
+        if topics:
+            try:
+                await self._cluster.refresh_metadata(topics)
+            except KafkaClientError as exc:
+                log.info("metadata for assignment failed: %s", exc)
+            for topic in topics:
+                counts[topic] = self._cluster.partition_count(topic) or 0
+        self._assigned_counts = counts
+        plan = self._assignor(subscriptions, counts)
+        return [
+            {"member_id": member_id, "assignment": encode_assignment(tps)}
+            for member_id, tps in plan.items()
+        ]
+
+    async def _heartbeat_loop(self) -> None:
+        interval = self.config["heartbeat.interval.ms"] / 1000
+        next_metadata_check = trio.current_time()
+        try:
+            while self._subs.subscribed and not self.closed:
+                await trio.sleep(interval)
+                if self.phase != STABLE or self.rejoin_needed or not self.member_id:
+                    continue
+                if self._assigned_counts is not None and trio.current_time() >= next_metadata_check:
+                    next_metadata_check = trio.current_time() + await self._check_partition_counts()
+                try:
+                    response = await self._cluster.coordinator_request(
+                        GROUP,
+                        self.group_id,
+                        ApiKey.HEARTBEAT,
+                        {
+                            "group_id": self.group_id,
+                            "generation_id": self.generation_id,
+                            "member_id": self.member_id,
+                        },
+                        channel=COORDINATOR_CHANNEL,
+                    )
+                except KafkaClientError as exc:
+                    log.info("heartbeat failed: %s", exc)
+                    self._cluster.forget_coordinator(GROUP, self.group_id)
+                    continue
+                code = response.error_code
+                if code == ErrorCode.NONE:
+                    continue
+                if code in REJOIN_CODES:
+                    if code == ErrorCode.UNKNOWN_MEMBER_ID:
+                        self.member_id = ""
+                    log.info("group %s is rebalancing (%s)", self.group_id, ErrorCode(code).name)
+                    self.request_rejoin()
+                elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
+                    self._cluster.forget_coordinator(GROUP, self.group_id)
+                else:
+                    log.warning("heartbeat error %s", error_for(code))
+        finally:
+            self._heartbeat_running = False
+
+    async def _check_partition_counts(self) -> float:
+        """The leader's metadata watch: a subscribed topic that appeared or grew since the
+        assignment means a new rebalance. Returns the seconds until the next check (soon while
+        some subscribed topic has no partitions yet)."""
+        counts = self._assigned_counts or {}
+        try:
+            await self._cluster.refresh_metadata(list(counts))
+        except KafkaClientError as exc:
+            log.info("metadata check failed: %s", exc)
+            return self._retry_backoff * 10
+        changed = [t for t, n in counts.items() if (self._cluster.partition_count(t) or 0) != n]
+        if changed:
+            log.info("partitions of %s changed: rebalancing group %s", changed, self.group_id)
+            self.request_rejoin()
+        waiting = any(n == 0 for n in counts.values())
+        return 1.0 if waiting else self.config["metadata.max.age.ms"] / 1000
+
+
+def _worst(codes: Iterable[int]) -> int:
+    """The most severe non-zero error code: fatal, then non-retriable, then retriable."""
+    worst, rank = 0, -1
+    for code in codes:
+        if not code:
+            continue
+        cls = for_code(code)
+        r = 3 if cls.fatal else (1 if cls.retriable else 2)
+        if code in REJOIN_CODES:
+            r = 4
+        if r > rank:
+            worst, rank = code, r
+    return worst
