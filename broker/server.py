@@ -59,6 +59,9 @@ _MAX_UNSENT_REPLY_BYTES = 1024 * 1024
 # Frames below this size are not charged to queued.max.request.bytes (they fit the per-connection
 # receive buffer, which max.connections bounds).
 _POOLED_FRAME_MIN = 64 * 1024
+# The largest frame a SASL listener reads before authentication (Kafka's default
+# sasl.server.max.receive.size).
+SASL_MAX_RECEIVE_SIZE = 524_288
 # Descriptors kept free for segments, indexes, snapshots and the flusher's duplicates.
 _RESERVED_FDS = 128
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -431,7 +434,12 @@ class _Connection:
             self._reserved = 0
 
     async def read_requests(self) -> None:
-        decoder = FrameDecoder(self.broker.config.socket_request_max_bytes)
+        max_bytes = self.broker.config.socket_request_max_bytes
+        session = self.session
+        # Before SASL authentication only small frames (Kafka's sasl.server.max.receive.size):
+        # an unauthenticated peer cannot make the broker hold a large request.
+        decoder = FrameDecoder(max_bytes if session.sasl_state == "done"
+                               else min(max_bytes, SASL_MAX_RECEIVE_SIZE))
         while True:
             with decoder.get_buffer() as buffer:
                 n = await self.sock.recv_into(buffer)
@@ -456,7 +464,9 @@ class _Connection:
                 finally:
                     del frame
                     self.release_memory()
-                if self.session.close_after_reply:
+                if session.sasl_state == "done" and decoder.max_frame_size != max_bytes:
+                    decoder.max_frame_size = max_bytes  # authenticated
+                if session.close_after_reply:
                     # A failed authentication: its answer is the last thing sent.
                     if ready:
                         self._enqueue(ready, ready_bytes)

@@ -171,6 +171,14 @@ def test_wrong_plain_password_is_refused_then_closed(secure_broker, pki):
                for line in secure_broker.output)
 
 
+def test_large_frames_before_authentication_are_refused(secure_broker):
+    with socket.create_connection(("127.0.0.1", secure_broker.ports["SASL_PLAINTEXT"])) as s:
+        s.sendall(struct.pack(">i", 10 * 1024 * 1024) + b"\0" * 1024)  # announces 10 MiB
+        s.settimeout(10)
+        assert s.recv(100) == b""  # closed at once, nothing buffered
+    assert any("outside [0, 524288]" in line for line in secure_broker.output)
+
+
 def test_requests_before_authentication_close_the_connection(secure_broker):
     with socket.create_connection(("127.0.0.1", secure_broker.ports["SASL_PLAINTEXT"])) as s:
         # Metadata v0 with no SaslHandshake first.
