@@ -72,6 +72,15 @@ API_VERSIONS_FIRST = 3  # the version a connection opens with
 _MAX_RESPONSE_SIZE = 512 * 1024 * 1024
 
 
+def _discard(queue: deque[_Pending], pending: _Pending) -> bool:
+    """Remove ``pending`` (by identity) from ``queue``; whether it was there."""
+    for i, queued in enumerate(queue):
+        if queued is pending:
+            del queue[i]
+            return True
+    return False
+
+
 class _Pending:
     __slots__ = (
         "correlation_id",
@@ -291,7 +300,11 @@ class BrokerConnection:
         expect_response: bool = True,
         extra_timeout: float = 0.0,
     ) -> _Pending | None:
-        """Write one request; returns its pending entry (None when no response is expected)."""
+        """Write one request; returns its pending entry (None when no response is expected).
+
+        A request's outcome is reported exactly once: if ``send`` raises, the request was never
+        registered and its callback never runs; if it returns, the outcome arrives through the
+        pending entry (its callback or ``done``), failures included."""
         if self._closed:
             raise self._close_error or BrokerConnectionError(f"{self} is closed")
         async with self._send_lock:
@@ -315,7 +328,10 @@ class BrokerConnection:
                 await self._stream.send_all(frame)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 error = BrokerConnectionError(f"sending to {self} failed: {exc}")
+                ours = pending is not None and _discard(self._pending, pending)
                 self._fail(error)
+                if pending is not None and not ours:
+                    return pending  # a concurrent failure answered it already
                 raise error from None
             return pending
 
