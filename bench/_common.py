@@ -286,8 +286,11 @@ class RunningBroker:
     def __init__(self, spec: BrokerSpec, work_dir: Path, ready_timeout_s: float = 60.0) -> None:
         self.spec = spec
         self.port = free_port()
-        self.data_dir = work_dir / f"{spec.name}-{self.port}"
-        self.log_path = work_dir / f"{spec.name}-{self.port}.log"
+        # A fresh dir per run: the same free port can come back later in one bench run, and a
+        # reused data dir would hold the earlier run's topics.
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(tempfile.mkdtemp(prefix=f"{spec.name}-{self.port}-", dir=work_dir))
+        self.log_path = self.data_dir.with_suffix(".log")
         self.ready_timeout_s = ready_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -57,6 +57,7 @@ layers.
 from __future__ import annotations
 
 import enum
+import functools
 import importlib
 import struct
 import zlib
@@ -912,11 +913,131 @@ def _varint32_untrusted(data: Any, p: int) -> tuple[int, int]:
     return (result >> 1) ^ -(result & 1), p
 
 
+# Where the offset delta of a record (a zig-zag varint) needs one more byte: records 0-63 take
+# one byte, 64-8191 two, 8192-1048575 three.
+_DELTA_WIDTH_STARTS = (0, 64, 8192, 1 << 20)
+
+
+@functools.cache
+def _delta_columns(width: int, cap: int) -> tuple[bytes, ...]:
+    """The offset deltas of the records from ``_DELTA_WIDTH_STARTS[width - 1]`` to ``cap - 1``
+    as Kafka encodes them (``width`` bytes each), one bytes object per byte position."""
+    deltas = range(_DELTA_WIDTH_STARTS[width - 1], cap)
+    return tuple(
+        bytes((((2 * j) >> (7 * i)) & 0x7F) | (0x80 if i < width - 1 else 0) for j in deltas)
+        for i in range(width)
+    )
+
+
 def _check_records(data: Any, p: int, n: int, count: int) -> None:
-    # The hot path of every Produce: one- and two-byte varints inlined (lengths up to 8191),
-    # fields that only need skipping are skipped. IndexError means a read past the data.
     if count > (n - p) // _MIN_RECORD_SIZE:
         raise CorruptFrameError(f"records count {count} does not fit in {n - p} bytes of records")
+    if not _same_shape_records(data, p, n, count):
+        _check_each_record(data, p, n, count)
+
+
+def _same_shape_records(data: Any, p: int, n: int, count: int) -> bool:
+    """The fast path of ``_check_records``: True when the records are valid and alike.
+
+    Producers usually write records of one shape: the same key and value lengths, a one-byte
+    timestamp delta, no headers. Such records sit at a fixed stride (which grows by one byte at
+    offset deltas 64 and 8192, where the delta needs another byte), so the first record of each run is
+    parsed and the others are checked a column at a time, comparing the bytes at one position
+    of every record with strided slices (C loops, whatever the record count). False means "not
+    of that shape, or invalid": the caller then checks record by record, which also words the
+    error. True only when ``_check_each_record`` would accept the same bytes.
+    """
+    zz = _ZIGZAG1
+    j = 0
+    try:
+        while j < count:
+            if j < 64:
+                stop, delta_width, cap = min(count, 64), 1, 64
+            elif j < 8192:
+                stop, delta_width, cap = min(count, 8192), 2, 8192
+            elif j < 1 << 20:
+                stop, delta_width = min(count, 1 << 20), 3
+                cap = min(1 << 20, 1 << (stop - 1).bit_length())  # a few cached sizes
+            else:
+                return False
+            b = data[p]
+            if b < 0x80:
+                length, length_width = zz[b], 1
+            else:
+                c = data[p + 1]
+                if c >= 0x80:
+                    return False
+                u = (b & 0x7F) | (c << 7)
+                length, length_width = (u >> 1) ^ -(u & 1), 2
+            if length < _MIN_RECORD_BODY:
+                return False
+            stride = length_width + length
+            m = stop - j
+            end = p + m * stride
+            if end > n:
+                return False
+            # The first record of the run: attributes, a one-byte timestamp delta, the offset
+            # delta (checked with its column below), key and value lengths, no headers.
+            ts = p + length_width + 1
+            if data[ts] >= 0x80:
+                return False
+            key = ts + 1 + delta_width
+            q = key
+            b = data[q]
+            if b < 0x80:
+                k = zz[b]
+                q += 1
+            else:
+                c = data[q + 1]
+                if c >= 0x80:
+                    return False
+                u = (b & 0x7F) | (c << 7)
+                k = (u >> 1) ^ -(u & 1)
+                q += 2
+            if k < -1:
+                return False
+            key_end = q
+            value = q + (k if k > 0 else 0)
+            q = value
+            b = data[q]
+            if b < 0x80:
+                k = zz[b]
+                q += 1
+            else:
+                c = data[q + 1]
+                if c >= 0x80:
+                    return False
+                u = (b & 0x7F) | (c << 7)
+                k = (u >> 1) ^ -(u & 1)
+                q += 2
+            if k < -1:
+                return False
+            value_end = q
+            headers = q + (k if k > 0 else 0)
+            if headers + 1 != p + stride or data[headers] != 0:
+                return False
+
+            # Each column: the byte at one position of every record of the run.
+            if not bytes(data[ts:end:stride]).isascii():
+                return False
+            first = j - _DELTA_WIDTH_STARTS[delta_width - 1]
+            for i, expected in enumerate(_delta_columns(delta_width, cap)):
+                if bytes(data[ts + 1 + i : end : stride]) != expected[first : first + m]:
+                    return False
+            for at in (*range(p, ts - 1), *range(key, key_end), *range(value, value_end),
+                       headers):
+                if bytes(data[at:end:stride]).count(data[at]) != m:
+                    return False
+            p = end
+            j = stop
+    except IndexError:
+        return False
+    return p == n
+
+
+def _check_each_record(data: Any, p: int, n: int, count: int) -> None:
+    # Record by record: one- and two-byte varints inlined (lengths up to 8191), fields that only
+    # need skipping are skipped. IndexError means a read past the data.
     zz = _ZIGZAG1
     v32 = _varint32_untrusted
     try:

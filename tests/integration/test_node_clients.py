@@ -1,6 +1,8 @@
 """A Node.js client (kafkajs 2.2.4) against the broker: an idempotent producer, an exactly-once
 copier (transactional producer + consumer group reading read_committed + sendOffsets), an
-aborted transaction, and a read_committed reader of the output.
+aborted transaction, and a read_committed reader of the output; and kafkajs's admin client
+walking the calls Node admin tools and web consoles make (cluster, topics, partitions, configs,
+group offsets, record deletion, group deletion).
 
 kafkajs picks InitProducerId v1 when the broker advertises v0-3 or more: the broker used to
 advertise that range but serve only v0 and v3, so every idempotent or transactional kafkajs
@@ -36,7 +38,7 @@ pytestmark = [
 def node_project(tmp_path_factory) -> Path:
     """tests/node installed with ``npm ci`` (the lockfile's versions) in a temporary copy."""
     work = tmp_path_factory.mktemp("node")
-    for name in ("package.json", "package-lock.json", "kafkajs_eos.js"):
+    for name in ("package.json", "package-lock.json", "kafkajs_eos.js", "kafkajs_admin.js"):
         shutil.copy(NODE_PROJECT / name, work / name)
     env = dict(os.environ, npm_config_cache=str(work / ".npm-cache"), npm_config_update_notifier="false")
     result = subprocess.run(
@@ -52,9 +54,10 @@ def test_kafkajs_uses_init_producer_id_v1_which_is_served():
     assert ADVERTISED[ApiKey.INIT_PRODUCER_ID].min <= 1 <= ADVERTISED[ApiKey.INIT_PRODUCER_ID].max
 
 
-def test_kafkajs_exactly_once_copy(node_project, broker_proc):
+def _run_node(node_project: Path, script: str, port: int, suffix: str) -> dict:
+    """Run one of tests/node's scripts against the broker; its last JSON line."""
     result = subprocess.run(
-        [NODE, "kafkajs_eos.js", f"127.0.0.1:{broker_proc.port}", "eos"],
+        [NODE, script, f"127.0.0.1:{port}", suffix],
         cwd=node_project, capture_output=True, text=True, timeout=180,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
@@ -62,6 +65,34 @@ def test_kafkajs_exactly_once_copy(node_project, broker_proc):
     outcome = json.loads(lines[-1])
     assert "error" not in outcome, outcome.get("error")
     assert result.returncode == 0
+    return outcome
+
+
+def test_kafkajs_admin_walk(node_project, broker_proc):
+    outcome = _run_node(node_project, "kafkajs_admin.js", broker_proc.port, "adm")
+    assert outcome["cluster"] == {"brokers": [0], "controller": 0}
+    assert outcome["created"] is True
+    assert outcome["partitions"] == [0, 1, 2]  # CreatePartitions 2 -> 3
+    assert outcome["listed"] is True
+    # AlterConfigs replaced the topic's set; DescribeConfigs reports values and defaults
+    assert outcome["topicConfigs"]["cleanup.policy"] == {
+        "value": "compact", "isDefault": False, "readOnly": False}
+    assert outcome["topicConfigs"]["retention.ms"]["value"] == "7200000"
+    assert outcome["topicConfigs"]["segment.bytes"]["isDefault"] is True
+    assert outcome["brokerConfigCount"] > 10
+    # the compacted topic is applied: a keyless record is refused as Kafka refuses it
+    assert outcome["keylessOnCompacted"] == "INVALID_RECORD"
+    assert outcome["groupOffsets"] == [[0, "6"], [1, "-1"], [2, "-1"]]
+    assert outcome["groups"] == ["js-admin-group-adm"]
+    assert outcome["groupState"] == "Empty"
+    # DeleteRecords moved partition 0's log start offset to 4
+    assert outcome["topicOffsets"] == [[0, "4", "10"], [1, "0", "0"], [2, "0", "0"]]
+    assert outcome["groupsAfterDelete"] == 0
+    assert outcome["listedAfterDelete"] is False
+
+
+def test_kafkajs_exactly_once_copy(node_project, broker_proc):
+    outcome = _run_node(node_project, "kafkajs_eos.js", broker_proc.port, "eos")
     count = 20
     assert outcome["copied"] >= count
     # every input record was consumed and committed in the transactions
