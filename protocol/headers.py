@@ -51,6 +51,8 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
             raise CorruptFrameError("client_id is not UTF-8") from exc
         pos += n
     if api_key >= 0 and request_header_version(api_key, api_version) >= 2:
+        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
+            return RequestHeader(api_key, api_version, correlation_id, client_id), pos + 1
         stream = io.BytesIO(frame)
         stream.seek(pos)
         read_tagged_fields(stream)

@@ -168,7 +168,7 @@ def decode_produce_request_untrusted(frame: bytearray, offset: int, version: int
         if version >= FIRST_FLEXIBLE:
             return _decode_flexible(frame, offset)
         return _decode_v3(frame, offset)
-    except struct.error as exc:
+    except (struct.error, IndexError) as exc:
         raise CorruptFrameError(f"truncated Produce request: {exc}") from None
     except UnicodeDecodeError as exc:
         raise CorruptFrameError(f"string is not UTF-8: {exc}") from None
@@ -208,17 +208,28 @@ def _decode_v3(frame: bytearray, offset: int) -> ProduceRequest:
 
 
 def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
+    # Varints below 128 and empty tagged fields (what clients send) are read inline; anything
+    # else goes through the general readers. IndexError means a read past the frame.
     end = len(frame)
     view = memoryview(frame)
     transactional_id, pos = compact_nullable_string_at(frame, offset, end)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
-    topic_count, pos = uvarint_at(frame, pos + 6)
+    pos += 6
+    topic_count = frame[pos]
+    if topic_count < 0x80:
+        pos += 1
+    else:
+        topic_count, pos = uvarint_at(frame, pos)
     if topic_count == 0:
         raise CorruptFrameError("null for a non-nullable compact array")
     topics = []
     for _ in range(topic_count - 1):
         name, pos = compact_string_at(frame, pos, end)
-        partition_count, pos = uvarint_at(frame, pos)
+        partition_count = frame[pos]
+        if partition_count < 0x80:
+            pos += 1
+        else:
+            partition_count, pos = uvarint_at(frame, pos)
         if partition_count == 0:
             raise CorruptFrameError("null for a non-nullable compact array")
         partitions = []
@@ -233,9 +244,15 @@ def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
                     raise CorruptFrameError("records run past the end of the frame")
                 records = view[pos : pos + size]
                 pos += size
-            pos = skip_tagged_fields_at(frame, pos, end)
+            if frame[pos] == 0:
+                pos += 1
+            else:
+                pos = skip_tagged_fields_at(frame, pos, end)
             partitions.append(ProducePartition(index, records))
-        pos = skip_tagged_fields_at(frame, pos, end)
+        if frame[pos] == 0:
+            pos += 1
+        else:
+            pos = skip_tagged_fields_at(frame, pos, end)
         topics.append(ProduceTopic(name, partitions))
     skip_tagged_fields_at(frame, pos, end)
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
