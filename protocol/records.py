@@ -916,6 +916,11 @@ def _varint32_untrusted(data: Any, p: int) -> tuple[int, int]:
 # Where the offset delta of a record (a zig-zag varint) needs one more byte: records 0-63 take
 # one byte, 64-8191 two, 8192-1048575 three.
 _DELTA_WIDTH_STARTS = (0, 64, 8192, 1 << 20)
+# Records the fast path checks together at most; a run it cannot take is halved down to
+# _LEAF_RUN records, and those are checked record by record.
+_RUN = 4096
+_LEAF_RUN = 64
+_HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
 @functools.cache
@@ -932,116 +937,149 @@ def _delta_columns(width: int, cap: int) -> tuple[bytes, ...]:
 def _check_records(data: Any, p: int, n: int, count: int) -> None:
     if count > (n - p) // _MIN_RECORD_SIZE:
         raise CorruptFrameError(f"records count {count} does not fit in {n - p} bytes of records")
-    if not _same_shape_records(data, p, n, count):
-        _check_each_record(data, p, n, count)
+    j = 0
+    while j < count:
+        # A run never spans a change in the width of the offset delta.
+        width = 1 if j < 64 else 2 if j < 8192 else 3 if j < 1 << 20 else 0
+        if width:
+            stop = min(count, j + _RUN, _DELTA_WIDTH_STARTS[width])
+            p = _check_run(data, p, n, j, stop, width)
+        else:
+            stop = count
+            p = _check_each_record(data, p, n, j, stop)
+        j = stop
+    if p != n:
+        raise CorruptFrameError(f"{n - p} bytes left after {count} records")
 
 
-def _same_shape_records(data: Any, p: int, n: int, count: int) -> bool:
-    """The fast path of ``_check_records``: True when the records are valid and alike.
+def _check_run(data: Any, p: int, n: int, first: int, stop: int, delta_width: int) -> int:
+    """Records ``first`` to ``stop - 1`` from ``p``: the position after them. A run that is not
+    of one shape (a batch whose timestamp deltas grow a byte wider halfway) is halved, so that
+    only the part around the change is checked record by record."""
+    end = _same_shape_run(data, p, n, first, stop, delta_width)
+    if end >= 0:
+        return end
+    if stop - first <= _LEAF_RUN:
+        return _check_each_record(data, p, n, first, stop)
+    middle = (first + stop) // 2
+    p = _check_run(data, p, n, first, middle, delta_width)
+    return _check_run(data, p, n, middle, stop, delta_width)
 
-    Producers usually write records of one shape: the same key and value lengths, a one-byte
-    timestamp delta, no headers. Such records sit at a fixed stride (which grows by one byte at
-    offset deltas 64 and 8192, where the delta needs another byte), so the first record of each run is
-    parsed and the others are checked a column at a time, comparing the bytes at one position
-    of every record with strided slices (C loops, whatever the record count). False means "not
-    of that shape, or invalid": the caller then checks record by record, which also words the
-    error. True only when ``_check_each_record`` would accept the same bytes.
+
+def _varint_width(data: Any, q: int, limit: int) -> int:
+    """The number of bytes of the varint at ``q``, or 0 if it is longer than ``limit`` bytes."""
+    for width in range(1, limit + 1):
+        if data[q + width - 1] < 0x80:
+            return width
+    return 0
+
+
+def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_width: int) -> int:
+    """The fast path of ``_check_records``: records ``first`` to ``stop - 1`` from ``p``, when
+    they are valid and alike; returns the position after them, or -1.
+
+    Producers usually write records of one shape: the same key and value lengths, no headers,
+    timestamp deltas of one width. Such records sit at a fixed stride, so the first record of
+    the run is parsed and the others are checked a column at a time: the bytes at one position
+    of every record, taken with a strided slice and compared in C, whatever the record count.
+    -1 means "not of one shape, or invalid": the caller then checks the run record by record,
+    which also words the error. A position is returned only when ``_check_each_record`` would
+    accept the same bytes. ``delta_width``: the width of every offset delta in the run.
     """
     zz = _ZIGZAG1
-    j = 0
     try:
-        while j < count:
-            if j < 64:
-                stop, delta_width, cap = min(count, 64), 1, 64
-            elif j < 8192:
-                stop, delta_width, cap = min(count, 8192), 2, 8192
-            elif j < 1 << 20:
-                stop, delta_width = min(count, 1 << 20), 3
-                cap = min(1 << 20, 1 << (stop - 1).bit_length())  # a few cached sizes
-            else:
-                return False
-            b = data[p]
-            if b < 0x80:
-                length, length_width = zz[b], 1
-            else:
-                c = data[p + 1]
-                if c >= 0x80:
-                    return False
-                u = (b & 0x7F) | (c << 7)
-                length, length_width = (u >> 1) ^ -(u & 1), 2
-            if length < _MIN_RECORD_BODY:
-                return False
-            stride = length_width + length
-            m = stop - j
-            end = p + m * stride
-            if end > n:
-                return False
-            # The first record of the run: attributes, a one-byte timestamp delta, the offset
-            # delta (checked with its column below), key and value lengths, no headers.
-            ts = p + length_width + 1
-            if data[ts] >= 0x80:
-                return False
-            key = ts + 1 + delta_width
-            q = key
-            b = data[q]
-            if b < 0x80:
-                k = zz[b]
-                q += 1
-            else:
-                c = data[q + 1]
-                if c >= 0x80:
-                    return False
-                u = (b & 0x7F) | (c << 7)
-                k = (u >> 1) ^ -(u & 1)
-                q += 2
-            if k < -1:
-                return False
-            key_end = q
-            value = q + (k if k > 0 else 0)
-            q = value
-            b = data[q]
-            if b < 0x80:
-                k = zz[b]
-                q += 1
-            else:
-                c = data[q + 1]
-                if c >= 0x80:
-                    return False
-                u = (b & 0x7F) | (c << 7)
-                k = (u >> 1) ^ -(u & 1)
-                q += 2
-            if k < -1:
-                return False
-            value_end = q
-            headers = q + (k if k > 0 else 0)
-            if headers + 1 != p + stride or data[headers] != 0:
-                return False
+        b = data[p]
+        if b < 0x80:
+            length, length_width = zz[b], 1
+        else:
+            c = data[p + 1]
+            if c >= 0x80:
+                return -1
+            u = (b & 0x7F) | (c << 7)
+            length, length_width = (u >> 1) ^ -(u & 1), 2
+        if length < _MIN_RECORD_BODY:
+            return -1
+        stride = length_width + length
+        m = stop - first
+        end = p + m * stride
+        if end > n:
+            return -1
+        # The first record: attributes, the timestamp delta, the offset delta (checked with its
+        # columns below), key and value lengths, no headers.
+        ts = p + length_width + 1
+        ts_width = _varint_width(data, ts, 3)
+        if not ts_width:
+            return -1
+        key = ts + ts_width + delta_width
+        q = key
+        b = data[q]
+        if b < 0x80:
+            k = zz[b]
+            q += 1
+        else:
+            c = data[q + 1]
+            if c >= 0x80:
+                return -1
+            u = (b & 0x7F) | (c << 7)
+            k = (u >> 1) ^ -(u & 1)
+            q += 2
+        if k < -1:
+            return -1
+        key_end = q
+        value = q + (k if k > 0 else 0)
+        q = value
+        b = data[q]
+        if b < 0x80:
+            k = zz[b]
+            q += 1
+        else:
+            c = data[q + 1]
+            if c >= 0x80:
+                return -1
+            u = (b & 0x7F) | (c << 7)
+            k = (u >> 1) ^ -(u & 1)
+            q += 2
+        if k < -1:
+            return -1
+        value_end = q
+        headers = q + (k if k > 0 else 0)
+        if headers + 1 != p + stride or data[headers] != 0:
+            return -1
 
-            # Each column: the byte at one position of every record of the run.
-            if not bytes(data[ts:end:stride]).isascii():
-                return False
-            first = j - _DELTA_WIDTH_STARTS[delta_width - 1]
-            for i, expected in enumerate(_delta_columns(delta_width, cap)):
-                if bytes(data[ts + 1 + i : end : stride]) != expected[first : first + m]:
-                    return False
-            for at in (*range(p, ts - 1), *range(key, key_end), *range(value, value_end),
-                       headers):
-                if bytes(data[at:end:stride]).count(data[at]) != m:
-                    return False
-            p = end
-            j = stop
+        # The columns. Timestamp deltas: continuation bytes, then a last byte, in every record.
+        for at in range(ts, ts + ts_width - 1):
+            if bytes(data[at:end:stride]).translate(None, _HIGH_BYTES):
+                return -1
+        if not bytes(data[ts + ts_width - 1 : end : stride]).isascii():
+            return -1
+        # Offset deltas: first, first + 1, ... as Kafka encodes them.
+        cap = _DELTA_WIDTH_STARTS[delta_width]
+        if delta_width == 3:
+            cap = min(cap, 1 << (stop - 1).bit_length())  # a few cached sizes
+        at_delta = first - _DELTA_WIDTH_STARTS[delta_width - 1]
+        delta = ts + ts_width
+        for i, expected in enumerate(_delta_columns(delta_width, cap)):
+            if bytes(data[delta + i : end : stride]) != expected[at_delta : at_delta + m]:
+                return -1
+        # The length, key length, value length and header count: the first record's bytes.
+        for at in (*range(p, ts - 1), *range(key, key_end), *range(value, value_end), headers):
+            if bytes(data[at:end:stride]).count(data[at]) != m:
+                return -1
     except IndexError:
-        return False
-    return p == n
+        return -1
+    return end
 
 
-def _check_each_record(data: Any, p: int, n: int, count: int) -> None:
-    # Record by record: one- and two-byte varints inlined (lengths up to 8191), fields that only
-    # need skipping are skipped. IndexError means a read past the data.
+def _check_each_record(data: Any, p: int, n: int, first: int, stop: int) -> int:
+    """Records ``first`` to ``stop - 1`` from ``p``, one by one: the position after them.
+
+    One- and two-byte varints inlined (lengths up to 8191), fields that only need skipping are
+    skipped. IndexError means a read past the data.
+    """
     zz = _ZIGZAG1
     v32 = _varint32_untrusted
     try:
-        for i in range(count):
+        for i in range(first, stop):
             b = data[p]
             if b < 0x80:
                 length = zz[b]
@@ -1125,8 +1163,7 @@ def _check_each_record(data: Any, p: int, n: int, count: int) -> None:
             p = rec_end
     except IndexError:
         raise CorruptFrameError("record runs past the end of the batch") from None
-    if p != n:
-        raise CorruptFrameError(f"{n - p} bytes left after {count} records")
+    return p
 
 
 def _check_headers(data: Any, q: int, rec_end: int, i: int) -> int:

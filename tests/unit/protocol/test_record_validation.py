@@ -6,13 +6,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from protocol import records as records_module
 from protocol.errors import CorruptFrameError
 from protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     Compression,
     _check_each_record,
-    _same_shape_records,
+    _check_records,
     decode_records_untrusted,
     encode_batch,
     parse_header_untrusted,
@@ -61,7 +62,7 @@ def test_count_beyond_the_bound_is_refused_before_decompressing() -> None:
             records_count=10**9), 1000)
 
 
-# The fast path for records of one shape (_same_shape_records) must never accept what the
+# The fast path for runs of records of one shape (_same_shape_run) must never accept what the
 # record-by-record check refuses, and must take the batches real producers write.
 
 def _section(batch: bytes) -> tuple[memoryview, int, int, int]:
@@ -69,48 +70,106 @@ def _section(batch: bytes) -> tuple[memoryview, int, int, int]:
     return memoryview(batch), HEADER_SIZE, header.length + LOG_OVERHEAD, header.records_count
 
 
-def _each_accepts(batch: bytes) -> bool:
+def _accepted_one_by_one(batch: bytes) -> bool:
+    data, p, n, count = _section(batch)
     try:
-        _check_each_record(*_section(batch))
+        return _check_each_record(data, p, n, 0, count) == n
+    except CorruptFrameError:
+        return False
+
+
+def _accepted(batch: bytes) -> bool:
+    try:
+        _check_records(*_section(batch))
     except CorruptFrameError:
         return False
     return True
 
 
+@pytest.fixture
+def slow_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The runs (first, stop) that were checked record by record."""
+    runs: list[tuple[int, int]] = []
+
+    def spy(data, p, n, first, stop):
+        runs.append((first, stop))
+        return _check_each_record(data, p, n, first, stop)
+
+    monkeypatch.setattr(records_module, "_check_each_record", spy)
+    return runs
+
+
 @pytest.mark.parametrize("count", [1, 2, 63, 64, 65, 200, 8192, 8193, 9500, 16385])
 @pytest.mark.parametrize("key", [None, b"", b"k" * 70])
-def test_records_of_one_shape_take_the_fast_path(count: int, key: bytes | None) -> None:
+def test_records_of_one_shape_take_the_fast_path(count: int, key: bytes | None,
+                                                 slow_runs: list) -> None:
     # one- two- and three-byte offset deltas (librdkafka's default 1 MB batches of 100-byte
     # values hold about 9,000 records)
-    batch = encode_batch([(key, b"v" * 60, [], TS + i % 50) for i in range(count)])
-    assert _same_shape_records(*_section(batch))
-    _validate(batch)
+    _validate(encode_batch([(key, b"v" * 60, [], TS + i % 50) for i in range(count)]))
+    assert slow_runs == []
+
+
+def test_a_run_of_another_shape_is_checked_alone(slow_runs: list) -> None:
+    # Timestamp deltas of one byte, then two from record 300 (a batch that spans more than
+    # 63 ms), then three from record 700: the run 64-999 is halved until the parts around the
+    # two changes are small, and only those are checked record by record.
+    records = [(None, b"v" * 20, [], TS + (0 if i < 300 else 100 if i < 700 else 9000))
+               for i in range(1000)]
+    _validate(encode_batch(records))
+    assert len(slow_runs) == 2
+    for (first, stop), change in zip(slow_runs, (300, 700), strict=True):
+        assert first < change < stop and stop - first <= records_module._LEAF_RUN
 
 
 @pytest.mark.parametrize("records", [
     [(None, b"v" * (i % 3), [], TS) for i in range(10)],         # lengths differ
     [(None, b"v", [("h", b"x")], TS) for i in range(10)],         # headers
-    [(None, b"v", [], TS + i * 1000) for i in range(10)],         # two-byte timestamp deltas
 ])
-def test_records_of_other_shapes_are_checked_one_by_one(records: list) -> None:
-    batch = encode_batch(records)
-    assert not _same_shape_records(*_section(batch))
-    _validate(batch)
+def test_records_of_other_shapes_are_checked_one_by_one(records: list, slow_runs: list) -> None:
+    _validate(encode_batch(records))
+    assert slow_runs == [(0, 10)]
 
 
-@given(count=st.sampled_from([1, 2, 63, 64, 65, 140, 8191, 8192, 8193, 8300]), key_len=st.integers(-1, 200), value_len=st.integers(-1, 200),
-       data=st.data())
+@given(count=st.sampled_from([1, 2, 63, 64, 65, 140, 300, 8191, 8192, 8193, 8300]),
+       key_len=st.integers(-1, 200), value_len=st.integers(-1, 200),
+       ts_step=st.sampled_from([0, 1, 70, 9000]), data=st.data())
 @settings(max_examples=300, deadline=None)
 def test_the_fast_path_never_accepts_what_the_full_check_refuses(
-    count: int, key_len: int, value_len: int, data: st.DataObject
+    count: int, key_len: int, value_len: int, ts_step: int, data: st.DataObject
 ) -> None:
     key = None if key_len < 0 else b"k" * key_len
     value = None if value_len < 0 else b"v" * value_len
-    batch = bytearray(encode_batch([(key, value, [], TS) for _ in range(count)]))
-    assert _same_shape_records(*_section(bytes(batch)))
+    batch = bytearray(encode_batch([(key, value, [], TS + ts_step * min(i, 1))
+                                    for i in range(count)]))
+    stride = (len(batch) - HEADER_SIZE) // count  # about: record 0 may be a byte shorter
     for _ in range(data.draw(st.integers(1, 3))):
-        at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        if data.draw(st.booleans()):  # anywhere
+            at = data.draw(st.integers(HEADER_SIZE, len(batch) - 1))
+        else:  # the framing bytes at the start and end of a record
+            record = data.draw(st.integers(0, count - 1))
+            offset = data.draw(st.sampled_from([0, 1, 2, 3, 4, 5, 6, stride - 1]))
+            at = min(len(batch) - 1, HEADER_SIZE + record * stride + offset)
         batch[at] = data.draw(st.integers(0, 255))
     mutated = bytes(batch)
-    if _same_shape_records(*_section(mutated)):
-        assert _each_accepts(mutated)
+    assert _accepted(mutated) == _accepted_one_by_one(mutated)
+
+
+@pytest.mark.parametrize("key, value, ts_step", [
+    (None, b"v" * 20, 0),           # one-byte varints
+    (b"k" * 3, b"v" * 70, 100),     # two-byte value lengths, timestamp and offset deltas
+])
+def test_every_byte_value_at_every_position_of_a_record(key, value, ts_step) -> None:
+    # Exhaustive for record 70 (in the run of records 64-79): each of its bytes set to each
+    # value. Records 1-79 have the same timestamp delta; 64-79 the same size.
+    def batch_of(count: int) -> bytes:
+        return encode_batch([(key, value, [], TS + ts_step * min(i, 1)) for i in range(count)])
+
+    count = 80
+    batch = batch_of(count)
+    stride = len(batch_of(count + 1)) - len(batch)
+    start = len(batch) - (count - 70) * stride
+    for at in range(start, start + stride):
+        for byte in range(256):
+            mutated = bytearray(batch)
+            mutated[at] = byte
+            assert _accepted(bytes(mutated)) == _accepted_one_by_one(bytes(mutated)), (at, byte)
