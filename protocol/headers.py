@@ -83,6 +83,8 @@ def parse_response_header_untrusted(frame, api_key: int, api_version: int) -> tu
     (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
     pos = 4
     if response_header_version(api_key, api_version) >= 1:
+        if len(frame) > pos and frame[pos] == 0:  # no tagged fields: the usual case
+            return correlation_id, pos + 1
         stream = io.BytesIO(frame)
         stream.seek(pos)
         read_tagged_fields(stream)

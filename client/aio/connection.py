@@ -356,7 +356,7 @@ class BrokerConnection:
     # -- the reader -----------------------------------------------------------------------------
 
     async def _reader(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
-        decoder = FrameDecoder(_MAX_RESPONSE_SIZE)
+        decoder = FrameDecoder(_MAX_RESPONSE_SIZE, preallocate=True)
         with trio.CancelScope() as scope:
             self._reader_scope = scope
             task_status.started()
