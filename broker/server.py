@@ -160,6 +160,7 @@ async def serve(
         shared = _Shared(broker, dispatcher)  # the limits count every listener's connections
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
+            await nursery.start(broker.transactions.run)  # finishes transactions (markers)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
             if broker.cleaner is not None:

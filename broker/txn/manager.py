@@ -9,7 +9,9 @@
 - EndTxn: PrepareCommit/PrepareAbort durable -> markers appended to every partition of the
   transaction (the ``__consumer_offsets`` partition included), made durable by one group-commit
   round -> the markers' ``on_durable`` step (wired by the root: pending offsets materialised or
-  dropped) -> CompleteCommit/CompleteAbort written -> reply. A marker write that failed leaves the transaction
+  dropped) -> CompleteCommit/CompleteAbort written -> reply. Everything after the Prepare record
+  runs in the manager's own task (``run``), so a reply that is never sent (a reset connection)
+  cannot leave a decided transaction unfinished. A marker write that failed leaves the transaction
   prepared (the reply is still NONE: the outcome is decided) and the periodic task retries it.
   The epoch is unchanged by a normal commit or abort.
 - InitProducerId of an id with an Ongoing transaction first aborts it with a bumped epoch (the old
@@ -118,6 +120,42 @@ class TransactionManager:
         self._completing: dict[str, trio.Event] = {}
         self._crash_hook = crash_hook
         self.recovery: TxnRecovery | None = None
+        # Where markers are finished while the broker serves (``run``); None: in the reply.
+        self._nursery: trio.Nursery | None = None
+
+    async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the tasks that finish transactions (the server runs this while it serves).
+
+        A decided transaction's markers are finished here, not in the reply that announces
+        it: replies go out in request order and a connection that is reset drops the ones not
+        sent yet, which left such a transaction prepared with its id marked as completing, so
+        neither the periodic task nor a new request could ever finish it (the LSO stuck).
+        """
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+
+    def _finish_soon(self, transactional_id: str, written: MarkerWrite) -> Callable[[], Any]:
+        """Finish the markers of ``written`` (``_start_markers`` registered the id): in the
+        ``run`` task when there is one, else when the returned coroutine function is awaited
+        (the manager driven directly, in unit tests). Await the result for the outcome."""
+        done = self._completing[transactional_id]
+        if self._nursery is None:
+            return lambda: self._finish_markers(transactional_id, written)
+        self._nursery.start_soon(self._finish_in_background, transactional_id, written)
+        return done.wait
+
+    async def _finish_in_background(self, transactional_id: str, written: MarkerWrite) -> None:
+        try:
+            await self._finish_markers(transactional_id, written)
+        except Exception:
+            # A bug costs this completion, never the broker: the periodic task retries it.
+            log.exception("completing the transaction of %r failed; retrying later",
+                          transactional_id)
 
     def _after_completion(
         self, transactional_id: str, retry: Callable[[int], Any]
@@ -296,8 +334,10 @@ class TransactionManager:
         if written is None:
             return InitResult(ErrorCode.CONCURRENT_TRANSACTIONS)
 
+        finished = self._finish_soon(transactional_id, written)
+
         async def after_abort() -> InitResult:
-            await self._finish_markers(transactional_id, written)
+            await finished()
             # The new instance's request was validated before the abort bumped the epoch: bump
             # again as for a plain InitProducerId (Kafka makes the client retry for this step).
             try:
@@ -381,8 +421,10 @@ class TransactionManager:
         if written is None:
             return ErrorCode.NONE  # decided and durable; the periodic task completes it
 
+        finished = self._finish_soon(transactional_id, written)
+
         async def ended() -> ErrorCode:
-            await self._finish_markers(transactional_id, written)
+            await finished()
             return ErrorCode.NONE
 
         return Deferred(ended)

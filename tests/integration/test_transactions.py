@@ -6,6 +6,8 @@ kill -9 of the broker between EndTxn's PrepareCommit and the markers."""
 from __future__ import annotations
 
 import os
+import socket
+import struct
 import subprocess
 import sys
 import textwrap
@@ -612,3 +614,57 @@ def test_transactions_cli_lists_and_describes(broker):
     result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", "127.0.0.1:1"])
     assert result.exit_code == 1 and result.output.startswith("Error: no broker reachable")
     assert os.environ.get("MINIBROKER_TEST_CRASH_AT") is None
+
+
+def _open_transaction(conn: RawConnection, tid: str, topic: str) -> tuple[int, int]:
+    """InitProducerId, AddPartitionsToTxn and one record on ``topic``-0: ``(pid, epoch)``."""
+    init = conn.request(ApiKey.INIT_PRODUCER_ID, 0,
+                        {"transactional_id": tid, "transaction_timeout_ms": 60_000})
+    pid, epoch = init.producer_id, init.producer_epoch
+    added = conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
+        "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+        "topics": [{"name": topic, "partitions": [0]}]})
+    assert added.results[0].results[0].error_code == ErrorCode.NONE
+    batch = encode_batch([(None, b"v", (), 0)], producer_id=pid, producer_epoch=epoch,
+                         base_sequence=0, transactional=True)
+    produced = conn.request(ApiKey.PRODUCE, 3, {
+        "transactional_id": tid, "acks": -1, "timeout_ms": 30_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+    assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+    return pid, epoch
+
+
+@pytest.mark.parametrize("request_", ["EndTxn", "InitProducerId"])
+def test_a_decided_transaction_completes_when_its_reply_is_never_sent(broker, request_):
+    # Replies go out in request order, so the reply to an EndTxn (or to an InitProducerId that
+    # aborts the open transaction first) waits behind a long-poll Fetch; the peer then resets
+    # the connection, and that reply is never sent. The outcome was decided (the Prepare record
+    # is durable) and must still be carried out: markers, the LSO moved, the id usable again.
+    # (It used to stay prepared for ever, its id marked as completing.)
+    topic = "unsent-reply"
+    create_topic(broker.bootstrap, topic, 1)
+    create_topic(broker.bootstrap, topic + "-idle", 1)
+    tid = "unsent-reply"
+    with RawConnection(broker.port) as conn:
+        pid, epoch = _open_transaction(conn, tid, topic)
+        conn.send_request(ApiKey.FETCH, 4, {  # waits: nothing to read in the idle topic
+            "replica_id": -1, "max_wait_ms": 5_000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "topics": [{"topic": topic + "-idle", "partitions": [
+                {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]})
+        if request_ == "EndTxn":
+            conn.send_request(ApiKey.END_TXN, 0, {
+                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+                "committed": True})
+        else:
+            conn.send_request(ApiKey.INIT_PRODUCER_ID, 0,
+                              {"transactional_id": tid, "transaction_timeout_ms": 60_000})
+        time.sleep(0.5)  # both requests read and dispatched
+        conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    final = "CompleteCommit" if request_ == "EndTxn" else "CompleteAbort"
+    assert wait_until(lambda: describe(broker.port, tid).transaction_state == final,
+                      timeout=15), describe(broker.port, tid)
+    assert list_offset(broker.port, topic, 0, committed=True) == 2  # the record and its marker
+    with RawConnection(broker.port) as conn:  # the id serves a new producer
+        again = conn.request(ApiKey.INIT_PRODUCER_ID, 0,
+                             {"transactional_id": tid, "transaction_timeout_ms": 60_000})
+        assert again.error_code == ErrorCode.NONE and again.producer_epoch > epoch
