@@ -57,7 +57,6 @@ layers.
 from __future__ import annotations
 
 import enum
-import functools
 import importlib
 import struct
 import zlib
@@ -923,15 +922,33 @@ _LEAF_RUN = 64
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
-@functools.cache
-def _delta_columns(width: int, cap: int) -> tuple[bytes, ...]:
-    """The offset deltas of the records from ``_DELTA_WIDTH_STARTS[width - 1]`` to ``cap - 1``
-    as Kafka encodes them (``width`` bytes each), one bytes object per byte position."""
-    deltas = range(_DELTA_WIDTH_STARTS[width - 1], cap)
-    return tuple(
-        bytes((((2 * j) >> (7 * i)) & 0x7F) | (0x80 if i < width - 1 else 0) for j in deltas)
-        for i in range(width)
-    )
+# The low byte of the offset deltas 0..63 (repeating every 64 records): alone (a one-byte varint)
+# and with the continuation bit (the first byte of a longer one).
+_DELTA_LOW = bytes(range(0, 128, 2))
+_DELTA_LOW_CONTINUED = bytes(0x80 | d for d in _DELTA_LOW)
+
+
+def _delta_columns(first: int, stop: int, width: int) -> list[bytes]:
+    """The offset deltas ``first`` to ``stop - 1`` (each ``width`` bytes long) as Kafka encodes
+    them, one bytes object per byte position: what those columns of a run must hold. Built
+    from repeated blocks (a byte of the varint only changes every 2**(7i - 1) records), so
+    the cost does not grow with the delta values."""
+    m = stop - first
+    if width == 1:
+        return [_DELTA_LOW[first:stop]]
+    at = first & 63
+    columns = [(_DELTA_LOW_CONTINUED * (m // 64 + 2))[at : at + m]]
+    for i in range(1, width):
+        flag = 0x80 if i < width - 1 else 0
+        block = 1 << (7 * i - 1)
+        parts = []
+        j = first
+        while j < stop:
+            end = min(stop, (j // block + 1) * block)
+            parts.append(bytes(((((2 * j) >> (7 * i)) & 0x7F) | flag,)) * (end - j))
+            j = end
+        columns.append(b"".join(parts))
+    return columns
 
 
 def _check_records(data: Any, p: int, n: int, count: int) -> None:
@@ -1053,13 +1070,9 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
         if not bytes(data[ts + ts_width - 1 : end : stride]).isascii():
             return -1
         # Offset deltas: first, first + 1, ... as Kafka encodes them.
-        cap = _DELTA_WIDTH_STARTS[delta_width]
-        if delta_width == 3:
-            cap = min(cap, 1 << (stop - 1).bit_length())  # a few cached sizes
-        at_delta = first - _DELTA_WIDTH_STARTS[delta_width - 1]
         delta = ts + ts_width
-        for i, expected in enumerate(_delta_columns(delta_width, cap)):
-            if bytes(data[delta + i : end : stride]) != expected[at_delta : at_delta + m]:
+        for i, expected in enumerate(_delta_columns(first, stop, delta_width)):
+            if bytes(data[delta + i : end : stride]) != expected:
                 return -1
         # The length, key length, value length and header count: the first record's bytes.
         for at in (*range(p, ts - 1), *range(key, key_end), *range(value, value_end), headers):
