@@ -47,7 +47,7 @@ Crash points for tests: ``crash_hook(point)`` is called at ``after_prepare_commi
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -234,6 +234,63 @@ class TransactionManager:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
         self.coordinator.complete(transition)
 
+    def _persist_shared(
+        self, transition: TxnTransition, now_ms: int,
+        then: Callable[[], Callable[[], Awaitable[Any]] | None] | None = None,
+    ) -> ErrorCode | Deferred[ErrorCode]:
+        """``_persist``, sharing the fdatasync of a group-commit round that is under way.
+
+        With no round under way (one producer) the record is synced inline as ``_persist``
+        does. Otherwise (many producers: their data and markers keep rounds going) it joins
+        the next round, and the manager's own task applies the transition once that round is
+        durable, or abandons it (KAFKA_STORAGE_ERROR). ``then`` runs once the transition is
+        applied; what it returns, if anything, is awaited before the answer. Raises KafkaError
+        only for a failed write, as ``_persist``.
+        """
+        if self._nursery is None or not self._storage.flusher.busy:
+            self._persist(transition, now_ms)
+            wait = then() if then is not None else None
+            if wait is None:
+                return ErrorCode.NONE
+
+            async def answer_after() -> ErrorCode:
+                await wait()
+                return ErrorCode.NONE
+
+            return Deferred(answer_after)
+        partition = self._begin(transition, now_ms)
+        last = partition.log_end_offset - 1
+        round_done = self._storage.mark_dirty(partition)
+        outcome: list[ErrorCode] = []
+        done = trio.Event()
+
+        async def complete() -> None:
+            try:
+                await round_done.wait()
+                if partition.high_watermark <= last:  # the round's fdatasync failed
+                    self.coordinator.abandon(transition)
+                    outcome.append(ErrorCode.KAFKA_STORAGE_ERROR)
+                    return
+                self.coordinator.complete(transition)
+                wait = then() if then is not None else None
+                if wait is not None:
+                    await wait()
+                outcome.append(ErrorCode.NONE)
+            except Exception:
+                # A bug costs this request, never the broker.
+                log.exception("persisting a transition of %r failed",
+                              transition.transactional_id)
+            finally:
+                done.set()
+
+        self._nursery.start_soon(complete)
+
+        async def answer() -> ErrorCode:
+            await done.wait()
+            return outcome[0] if outcome else ErrorCode.UNKNOWN_SERVER_ERROR
+
+        return Deferred(answer)
+
     def _crash_point(self, point: str) -> None:
         if self._crash_hook is not None:
             self._crash_hook(point)
@@ -376,11 +433,11 @@ class TransactionManager:
             transition = self.coordinator.prepare_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now_ms
             )
-            if transition is not None:
-                self._persist(transition, now_ms)
+            if transition is None:
+                return ErrorCode.NONE
+            return self._persist_shared(transition, now_ms)
         except KafkaError as exc:
             return exc.code
-        return ErrorCode.NONE
 
     # -- EndTxn ------------------------------------------------------------------------------
 
@@ -413,21 +470,21 @@ class TransactionManager:
             )
             if transition is None:
                 return ErrorCode.NONE  # a retry: already complete with this outcome
-            self._persist(transition, now_ms)
         except KafkaError as exc:
             return exc.code
-        self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
-        written = self._start_markers(transactional_id, now_ms)
-        if written is None:
-            return ErrorCode.NONE  # decided and durable; the periodic task completes it
 
-        finished = self._finish_soon(transactional_id, written)
+        def after_prepare() -> Callable[[], Awaitable[Any]] | None:
+            # The Prepare record is durable and applied: the markers now.
+            self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
+            written = self._start_markers(transactional_id, self._clock.now_ms())
+            if written is None:
+                return None  # decided and durable; the periodic task completes it
+            return self._finish_soon(transactional_id, written)
 
-        async def ended() -> ErrorCode:
-            await finished()
-            return ErrorCode.NONE
-
-        return Deferred(ended)
+        try:
+            return self._persist_shared(transition, now_ms, then=after_prepare)
+        except KafkaError as exc:
+            return exc.code
 
     # -- the periodic task -------------------------------------------------------------------
 
