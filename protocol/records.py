@@ -991,6 +991,19 @@ def _varint_width(data: Any, q: int, limit: int) -> int:
     return 0
 
 
+def _short_varint(data: Any, q: int) -> tuple[int, int]:
+    """The zig-zag varint of one or two bytes at ``q``: ``(value, position after it)``; a
+    longer one gives ``(-2, q)``, which every caller refuses as a length."""
+    b = data[q]
+    if b < 0x80:
+        return _ZIGZAG1[b], q + 1
+    c = data[q + 1]
+    if c >= 0x80:
+        return -2, q
+    u = (b & 0x7F) | (c << 7)
+    return (u >> 1) ^ -(u & 1), q + 2
+
+
 def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_width: int) -> int:
     """The fast path of ``_check_records``: records ``first`` to ``stop - 1`` from ``p``, when
     they are valid and alike; returns the position after them, or -1.
@@ -1003,63 +1016,30 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
     which also words the error. A position is returned only when ``_check_each_record`` would
     accept the same bytes. ``delta_width``: the width of every offset delta in the run.
     """
-    zz = _ZIGZAG1
     try:
-        b = data[p]
-        if b < 0x80:
-            length, length_width = zz[b], 1
-        else:
-            c = data[p + 1]
-            if c >= 0x80:
-                return -1
-            u = (b & 0x7F) | (c << 7)
-            length, length_width = (u >> 1) ^ -(u & 1), 2
+        length, attributes = _short_varint(data, p)
         if length < _MIN_RECORD_BODY:
             return -1
-        stride = length_width + length
+        stride = attributes - p + length
         m = stop - first
         end = p + m * stride
         if end > n:
             return -1
         # The first record: attributes, the timestamp delta, the offset delta (checked with its
         # columns below), key and value lengths, no headers.
-        ts = p + length_width + 1
+        ts = attributes + 1
         ts_width = _varint_width(data, ts, 3)
         if not ts_width:
             return -1
         key = ts + ts_width + delta_width
-        q = key
-        b = data[q]
-        if b < 0x80:
-            k = zz[b]
-            q += 1
-        else:
-            c = data[q + 1]
-            if c >= 0x80:
-                return -1
-            u = (b & 0x7F) | (c << 7)
-            k = (u >> 1) ^ -(u & 1)
-            q += 2
+        k, key_end = _short_varint(data, key)
         if k < -1:
             return -1
-        key_end = q
-        value = q + (k if k > 0 else 0)
-        q = value
-        b = data[q]
-        if b < 0x80:
-            k = zz[b]
-            q += 1
-        else:
-            c = data[q + 1]
-            if c >= 0x80:
-                return -1
-            u = (b & 0x7F) | (c << 7)
-            k = (u >> 1) ^ -(u & 1)
-            q += 2
+        value = key_end + (k if k > 0 else 0)
+        k, value_end = _short_varint(data, value)
         if k < -1:
             return -1
-        value_end = q
-        headers = q + (k if k > 0 else 0)
+        headers = value_end + (k if k > 0 else 0)
         if headers + 1 != p + stride or data[headers] != 0:
             return -1
 
@@ -1075,7 +1055,8 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
             if bytes(data[delta + i : end : stride]) != expected:
                 return -1
         # The length, key length, value length and header count: the first record's bytes.
-        for at in (*range(p, ts - 1), *range(key, key_end), *range(value, value_end), headers):
+        for at in (*range(p, attributes), *range(key, key_end), *range(value, value_end),
+                   headers):
             if bytes(data[at:end:stride]).count(data[at]) != m:
                 return -1
     except IndexError:
