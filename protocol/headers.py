@@ -51,13 +51,18 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
             raise CorruptFrameError("client_id is not UTF-8") from exc
         pos += n
     if api_key >= 0 and request_header_version(api_key, api_version) >= 2:
-        if pos < len(frame) and frame[pos] == 0:  # no tagged fields: the usual case
-            return RequestHeader(api_key, api_version, correlation_id, client_id), pos + 1
-        stream = io.BytesIO(frame)
-        stream.seek(pos)
-        read_tagged_fields(stream)
-        pos = stream.tell()
+        pos = _after_tagged_fields(frame, pos)
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def _after_tagged_fields(frame, pos: int) -> int:
+    """The position after the tagged-field section at ``pos`` of a header."""
+    if pos < len(frame) and frame[pos] == 0:  # none: the usual case, without copying the frame
+        return pos + 1
+    stream = io.BytesIO(frame)
+    stream.seek(pos)
+    read_tagged_fields(stream)
+    return stream.tell()
 
 
 def encode_request_header(header: RequestHeader) -> bytes:
@@ -83,10 +88,5 @@ def parse_response_header_untrusted(frame, api_key: int, api_version: int) -> tu
     (correlation_id,) = _CORRELATION.unpack_from(frame, 0)
     pos = 4
     if response_header_version(api_key, api_version) >= 1:
-        if len(frame) > pos and frame[pos] == 0:  # no tagged fields: the usual case
-            return correlation_id, pos + 1
-        stream = io.BytesIO(frame)
-        stream.seek(pos)
-        read_tagged_fields(stream)
-        pos = stream.tell()
+        pos = _after_tagged_fields(frame, pos)
     return correlation_id, pos

@@ -117,6 +117,8 @@ def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, i
 
 def uvarint_at(frame, pos: int) -> tuple[int, int]:
     """An unsigned varint at ``pos``: ``(value, position after it)``."""
+    if pos < len(frame) and frame[pos] < 0x80:  # one byte: counts, lengths, empty tag sections
+        return frame[pos], pos + 1
     result = 0
     for shift in range(0, 35, 7):
         if pos >= len(frame):
@@ -148,6 +150,8 @@ def compact_string_at(frame, pos: int, end: int) -> tuple[str, int]:
 
 def skip_tagged_fields_at(frame, pos: int, end: int) -> int:
     count, pos = uvarint_at(frame, pos)
+    if not count:  # what clients send
+        return pos
     for _ in range(count):
         _, pos = uvarint_at(frame, pos)
         size, pos = uvarint_at(frame, pos)
@@ -168,7 +172,7 @@ def decode_produce_request_untrusted(frame: bytearray, offset: int, version: int
         if version >= FIRST_FLEXIBLE:
             return _decode_flexible(frame, offset)
         return _decode_v3(frame, offset)
-    except (struct.error, IndexError) as exc:
+    except struct.error as exc:
         raise CorruptFrameError(f"truncated Produce request: {exc}") from None
     except UnicodeDecodeError as exc:
         raise CorruptFrameError(f"string is not UTF-8: {exc}") from None
@@ -208,28 +212,17 @@ def _decode_v3(frame: bytearray, offset: int) -> ProduceRequest:
 
 
 def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
-    # Varints below 128 and empty tagged fields (what clients send) are read inline; anything
-    # else goes through the general readers. IndexError means a read past the frame.
     end = len(frame)
     view = memoryview(frame)
     transactional_id, pos = compact_nullable_string_at(frame, offset, end)
     acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(frame, pos)
-    pos += 6
-    topic_count = frame[pos]
-    if topic_count < 0x80:
-        pos += 1
-    else:
-        topic_count, pos = uvarint_at(frame, pos)
+    topic_count, pos = uvarint_at(frame, pos + 6)
     if topic_count == 0:
         raise CorruptFrameError("null for a non-nullable compact array")
     topics = []
     for _ in range(topic_count - 1):
         name, pos = compact_string_at(frame, pos, end)
-        partition_count = frame[pos]
-        if partition_count < 0x80:
-            pos += 1
-        else:
-            partition_count, pos = uvarint_at(frame, pos)
+        partition_count, pos = uvarint_at(frame, pos)
         if partition_count == 0:
             raise CorruptFrameError("null for a non-nullable compact array")
         partitions = []
@@ -244,15 +237,9 @@ def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
                     raise CorruptFrameError("records run past the end of the frame")
                 records = view[pos : pos + size]
                 pos += size
-            if frame[pos] == 0:
-                pos += 1
-            else:
-                pos = skip_tagged_fields_at(frame, pos, end)
-            partitions.append(ProducePartition(index, records))
-        if frame[pos] == 0:
-            pos += 1
-        else:
             pos = skip_tagged_fields_at(frame, pos, end)
+            partitions.append(ProducePartition(index, records))
+        pos = skip_tagged_fields_at(frame, pos, end)
         topics.append(ProduceTopic(name, partitions))
     skip_tagged_fields_at(frame, pos, end)
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
