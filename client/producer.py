@@ -70,7 +70,8 @@ class Producer:
         """Queue a record and return at once (blocks only for a new topic's metadata, or while
         ``buffer.memory`` is full). ``on_delivery(error, metadata)`` runs on the client thread."""
         engine = self._engine
-        check_topic(topic)
+        if topic.__class__ is not str or not topic:
+            check_topic(topic)  # raises
         count = engine.partition_count(topic)
         if count is None:
             count = self._loop.call(engine.wait_for_topic, topic)

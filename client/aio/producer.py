@@ -30,7 +30,7 @@ only once the coordinator added it. ``commit_transaction`` flushes, then sends E
 ``transaction_handle`` flushes and hands the open transaction to another process
 (``AsyncAdmin.end_transaction``).
 
-Thread safety: ``_append`` may be called from other threads (the blocking ``Producer``); it only
+Thread safety: ``append`` may be called from other threads (the blocking ``Producer``); it only
 touches the accumulator (locked) and wakes the sender through the trio token.
 """
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
@@ -119,6 +120,7 @@ class AsyncProducer:
         self._compression = Compression[cfg["compression.type"].upper()]
         self._key_serializer: Serializer | None = cfg["key.serializer"]
         self._value_serializer: Serializer | None = cfg["value.serializer"]
+        self._serializing = self._key_serializer is not None or self._value_serializer is not None
         self._tm = TransactionManager(self.transactional_id)
         # The state in which send() needs no further check (the common case, tested first).
         self._send_state = (
@@ -220,7 +222,7 @@ class AsyncProducer:
                         f"Failed to allocate buffer within the configured max blocking time "
                         f"{self._max_block * 1000:.0f} ms (buffer.memory)"
                     )
-        return self._append(topic, value, key, partition, headers, timestamp, on_delivery, count)
+        return self.append(topic, value, key, partition, headers, timestamp, on_delivery, count)
 
     async def send_and_wait(
         self, topic: str, value: bytes | str | None = None, **kwargs: Any
@@ -265,21 +267,7 @@ class AsyncProducer:
         count: int,
     ) -> DeliveryFuture:
         """The part of ``send`` that never waits, for ``topic`` of ``count`` partitions.
-        Thread-safe."""
-        return self._append(topic, value, key, partition, headers, timestamp, on_delivery, count)
-
-    def _append(
-        self,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int | None,
-        headers: Headers | None,
-        timestamp: int | None,
-        on_delivery: DeliveryCallback | None,
-        count: int,
-    ) -> DeliveryFuture:
-        """The part of ``send`` that never waits; callable from any thread."""
+        Thread-safe (the blocking ``Producer`` calls it from the application's thread)."""
         tm = self._tm
         if tm.state is not self._send_state:
             tm.check_send()
@@ -287,12 +275,9 @@ class AsyncProducer:
             raise IllegalStateError("Cannot send after the producer is closed.")
         # Every argument is checked here, before anything is buffered: a bad one raises
         # TypeError/ValueError to the caller and the producer stays usable.
-        if value is not None and (
-            value.__class__ is not bytes or self._value_serializer is not None
-        ):
-            value = _record_bytes("value", value, self._value_serializer)
-        if key is not None and (key.__class__ is not bytes or self._key_serializer is not None):
-            key = _record_bytes("key", key, self._key_serializer)
+        # (One test for the common case, bytes and no serializer: this runs for every record.)
+        if value.__class__ is not bytes or key is not None or self._serializing:
+            key, value = self._record_key_value(key, value)
         size = RECORD_OVERHEAD
         if value is not None:
             size += len(value)
@@ -324,7 +309,7 @@ class AsyncProducer:
             raise ValueError(
                 f"Invalid partition given with record: {partition} is not in the range [0...{count})."
             )
-        now = self._now_ms()
+        now = time.time_ns() // 1_000_000
         if timestamp is None:
             timestamp = now
         tp = (topic, partition)
@@ -338,6 +323,15 @@ class AsyncProducer:
         if wake or opened:
             self._wake_sender()
         return future
+
+    def _record_key_value(self, key: Any, value: Any) -> tuple[bytes | None, bytes | None]:
+        if value is not None and (
+            value.__class__ is not bytes or self._value_serializer is not None
+        ):
+            value = _record_bytes("value", value, self._value_serializer)
+        if key is not None and (key.__class__ is not bytes or self._key_serializer is not None):
+            key = _record_bytes("key", key, self._key_serializer)
+        return key, value
 
     async def flush(self, timeout: float | None = None) -> None:
         """Send every buffered record now and wait until each one is acknowledged or failed."""
