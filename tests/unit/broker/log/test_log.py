@@ -463,6 +463,22 @@ def test_clean_close_skips_the_scan(tmp_path: Path, mgr: LogManager,
     assert not m3.recovered[0].clean and m3.recovered[0].log_end_offset == 16
 
 
+def test_only_small_writes_are_preallocated(tmp_path: Path) -> None:
+    m = make(tmp_path, preallocate=True)
+    m.create_topic("t", 1)
+    p = m.partition("t", 0)
+    large = batch(700, value_size=100)  # about 90 KB: written as it is, nothing zero-filled
+    assert len(large) >= 64 * 1024
+    p.append_untrusted(large, NOW)
+    path = _active_log(p)
+    assert path.stat().st_size == len(large)
+    small = batch(2)
+    p.append_untrusted(small, NOW)  # a small write gets zeroed room ahead of it
+    assert path.stat().st_size > len(large) + len(small)
+    p.flush()
+    assert p.read(0, 1 << 20, 702) == bytes(large) + bytes(small)
+
+
 def test_clean_close_trims_preallocation(tmp_path: Path) -> None:
     m = make(tmp_path, preallocate=True)
     m.create_topic("t", 1)
