@@ -76,7 +76,7 @@ class Broker:
 
     def ensure_topic(self, topic: str, allow_create: bool) -> int:
         """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""
-        count = self.logs.topics().get(topic)
+        count = self.logs.partition_count(topic)
         if count is not None:
             return count
         if not (allow_create and self.config.auto_create_topics) or topic in INTERNAL_TOPICS:

@@ -16,8 +16,8 @@ DeleteTopics, and Metadata reports them as internal.
 
 from __future__ import annotations
 
+import functools
 import struct
-from collections.abc import Mapping
 
 TopicPartition = tuple[str, int]
 
@@ -26,10 +26,10 @@ TRANSACTION_STATE_TOPIC = "__transaction_state"
 INTERNAL_TOPICS = frozenset({CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
-def offsets_partition_count(topics: Mapping[str, int], configured: int) -> int:
-    """Partitions of ``__consumer_offsets``: the topic's if it exists, else
+def offsets_partition_count(existing: int | None, configured: int) -> int:
+    """Partitions of ``__consumer_offsets``: the topic's (``existing``) if it exists, else
     ``offsets.topic.num.partitions`` (the count it will be created with)."""
-    return topics.get(CONSUMER_OFFSETS_TOPIC) or configured
+    return existing or configured
 
 
 def offsets_partition(group_id: str, partition_count: int) -> TopicPartition:
@@ -41,6 +41,7 @@ _UINT32 = 0xFFFFFFFF
 _INT32_MIN = -(1 << 31)
 
 
+@functools.lru_cache(maxsize=16384)  # transactional and group ids recur on every request
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode()`` of ``s``: a signed 32-bit int."""
     data = s.encode("utf-16-be", "surrogatepass")

@@ -147,7 +147,8 @@ class GroupService:
 
     def offsets_partition_count(self) -> int:
         """Partitions of ``__consumer_offsets``: the topic's if it exists, else the config's."""
-        return offsets_partition_count(self._logs.topics(), self._offsets_partitions)
+        return offsets_partition_count(self._logs.partition_count(CONSUMER_OFFSETS_TOPIC),
+                                       self._offsets_partitions)
 
     def offsets_topic_partition(self, group_id: str) -> TopicPartition:
         """The ``__consumer_offsets`` partition that holds ``group_id``'s offsets (the one
@@ -160,7 +161,7 @@ class GroupService:
     def offsets_partition(self, group_id: str, now_ms: int) -> Partition:
         """The group's ``__consumer_offsets`` partition, creating the topic on first use."""
         logs = self._logs
-        if CONSUMER_OFFSETS_TOPIC not in logs.topics():
+        if logs.partition_count(CONSUMER_OFFSETS_TOPIC) is None:
             logs.create_topic(
                 CONSUMER_OFFSETS_TOPIC, self._offsets_partitions,
                 offsets_topic_config(self._offsets_segment_bytes), now_ms,
@@ -171,13 +172,13 @@ class GroupService:
 
     def _high_watermark(self, group_id: str) -> int:
         logs = self._logs
-        if CONSUMER_OFFSETS_TOPIC not in logs.topics():
+        if logs.partition_count(CONSUMER_OFFSETS_TOPIC) is None:
             return 0
         return logs.partition(*self.offsets_topic_partition(group_id)).high_watermark
 
     def _replay(self) -> int:
         logs = self._logs
-        count = logs.topics().get(CONSUMER_OFFSETS_TOPIC, 0)
+        count = logs.partition_count(CONSUMER_OFFSETS_TOPIC) or 0
         batches = 0
         groups: dict[str, GroupMetadataRecord | None] = {}
         for index in range(count):
@@ -425,7 +426,7 @@ class GroupService:
     # -- offsets -----------------------------------------------------------------------------
 
     def _check_partition(self, topic: str, partition: int, metadata: str | None) -> ErrorCode:
-        count = self._logs.topics().get(topic)
+        count = self._logs.partition_count(topic)
         if count is None or not 0 <= partition < count:
             return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         if metadata is not None and len(metadata.encode("utf-8")) > MAX_METADATA_BYTES:

@@ -151,8 +151,13 @@ class LogManager:
     # -- topics ------------------------------------------------------------------------------
 
     def topics(self) -> dict[str, int]:
-        """Topic name -> partition count."""
+        """Topic name -> partition count (a new dict: for listings, not per-request lookups)."""
         return {name: len(parts) for name, parts in self._partitions.items()}
+
+    def partition_count(self, topic: str) -> int | None:
+        """Partitions of ``topic``; None if there is no such topic."""
+        parts = self._partitions.get(topic)
+        return None if parts is None else len(parts)
 
     def topic_config(self, topic: str) -> LogConfig:
         try:

@@ -202,7 +202,7 @@ class TxnLog:
                  segment_bytes: int = SEGMENT_BYTES) -> None:
         self.logs = logs
         self.topic_config = topic_config(segment_bytes)
-        existing = logs.topics().get(TRANSACTION_STATE_TOPIC)
+        existing = logs.partition_count(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
         # Partitions whose records could not all be decoded at the last replay -> why.
         self.unavailable: dict[int, str] = {}
@@ -211,7 +211,7 @@ class TxnLog:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+        if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is None:
             self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.topic_config,
                                    now_ms)
         return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
@@ -232,7 +232,7 @@ class TxnLog:
         transition or None for a tombstone)``. A partition with an undecodable record yields
         nothing and lands in ``unavailable`` (partition -> reason), with one error line."""
         self.unavailable.clear()
-        if TRANSACTION_STATE_TOPIC not in self.logs.topics():
+        if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is None:
             return
         for index in range(self.num_partitions):
             partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)

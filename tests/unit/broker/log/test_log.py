@@ -786,3 +786,10 @@ def test_log_config_validation() -> None:
         LogConfig(flush="sometimes")
     with pytest.raises(ValueError):
         LogConfig(segment_bytes=0)
+
+
+def test_partition_count_of_one_topic(mgr: LogManager) -> None:
+    mgr.create_topic("three", 3)
+    assert mgr.partition_count("three") == 3
+    assert mgr.partition_count("t") == 1
+    assert mgr.partition_count("missing") is None
