@@ -4,7 +4,8 @@
     .venv/bin/python bench/produce.py --quick    # smoke run with small volumes
     .venv/bin/python bench/produce.py --only tansu --only noida
 
-Steps (each figure is the median of --repeat runs; every run starts a fresh broker):
+Steps (each figure is the median of --repeat runs; every run starts a fresh broker; in (e) and (f)
+the brokers take turns, one run each per round):
   (a) loopback limit: a trio sink reads and discards what a client sends over loopback;
   (b) disk limit: sequential write + fdatasync of the same volume, in chunks the size of the record
       batches the durable run sent, in a temp dir beside the broker data dirs;
@@ -127,37 +128,54 @@ def run_broker(
     value_size: int,
     extra_config: dict | None = None,
 ) -> BrokerResult:
-    """settings.repeat runs, each on a fresh broker; the first failure ends the series."""
+    """settings.repeat runs in a row, each on a fresh broker; the first failure ends the series."""
     result = BrokerResult(spec.label, scenario)
     for attempt in range(1, settings.repeat + 1):
-        log(f"  {scenario}: {spec.label} run {attempt}/{settings.repeat} ...")
-        broker = common.RunningBroker(spec, work_dir)
-        try:
-            with broker:
-                common.create_topic(broker.bootstrap, "bench", PARTITIONS)
-                run = common.produce_records(
-                    broker.bootstrap,
-                    "bench",
-                    records,
-                    value_size,
-                    PARTITIONS,
-                    extra_config,
-                    broker.cpu_seconds,
-                )
-                result.memory.append(broker.memory())
-        except Exception as exc:
-            result.error = f"{type(exc).__name__}: {exc}"
-            tail = broker.log_tail(3)
-            if tail and tail not in result.error:
-                result.error += f" [log: {tail}]"
-            log(f"    failed: {result.error}")
-            return result
-        result.runs.append(run)
-        log(
-            f"    {run.records_per_s:,.0f} records/s, {run.mb_per_s:.1f} MB/s, "
-            f"{run.produce_requests} requests{', ' + run.note if run.note else ''}"
-        )
+        if not run_once(spec, result, attempt, work_dir, settings, records, value_size,
+                        extra_config):
+            break
     return result
+
+
+def run_once(
+    spec: BrokerSpec,
+    result: BrokerResult,
+    attempt: int,
+    work_dir: Path,
+    settings: Settings,
+    records: int,
+    value_size: int,
+    extra_config: dict | None = None,
+) -> bool:
+    """One run on a fresh broker, added to ``result``; False (``result.error`` set) if it failed."""
+    log(f"  {result.scenario}: {spec.label} run {attempt}/{settings.repeat} ...")
+    broker = common.RunningBroker(spec, work_dir)
+    try:
+        with broker:
+            common.create_topic(broker.bootstrap, "bench", PARTITIONS)
+            run = common.produce_records(
+                broker.bootstrap,
+                "bench",
+                records,
+                value_size,
+                PARTITIONS,
+                extra_config,
+                broker.cpu_seconds,
+            )
+            result.memory.append(broker.memory())
+    except Exception as exc:
+        result.error = f"{type(exc).__name__}: {exc}"
+        tail = broker.log_tail(3)
+        if tail and tail not in result.error:
+            result.error += f" [log: {tail}]"
+        log(f"    failed: {result.error}")
+        return False
+    result.runs.append(run)
+    log(
+        f"    {run.records_per_s:,.0f} records/s, {run.mb_per_s:.1f} MB/s, "
+        f"{run.produce_requests} requests{', ' + run.note if run.note else ''}"
+    )
+    return True
 
 
 def unavailable(name: str, scenario: str, reason: str) -> BrokerResult:
@@ -234,10 +252,18 @@ def run_scenario(
     scenario: str,
     specs: Sequence[BrokerSpec],
     missing: dict[str, str],
-    runner: Callable[[BrokerSpec], BrokerResult],
+    settings: Settings,
+    run: Callable[[BrokerSpec, BrokerResult, int], bool],
 ) -> list[BrokerResult]:
-    results = [unavailable(label, scenario, reason) for label, reason in missing.items()]
-    return results + [runner(spec) for spec in specs]
+    """settings.repeat rounds, each running every broker once: a slow stretch of the machine
+    then touches every broker alike instead of one broker's whole series (on this VM runs of
+    one broker spread by 20-30%). A broker whose run failed is not run again."""
+    results = [BrokerResult(spec.label, scenario) for spec in specs]
+    for attempt in range(1, settings.repeat + 1):
+        for spec, result in zip(specs, results, strict=True):
+            if result.error is None:
+                run(spec, result, attempt)
+    return [unavailable(label, scenario, reason) for label, reason in missing.items()] + results
 
 
 # --------------------------------------------------------------------------------------------
@@ -628,15 +654,20 @@ def run_all(settings: Settings, work_dir: Path) -> dict:
         "default",
         specs,
         missing,
-        lambda s: run_broker(s, "default", work_dir, settings, settings.records, SMALL_VALUE_SIZE),
+        settings,
+        lambda s, result, attempt: run_once(
+            s, result, attempt, work_dir, settings, settings.records, SMALL_VALUE_SIZE
+        ),
     )
     log("(f): 100-byte values, batch.size=4096")
     small = run_scenario(
         "batch4096",
         specs,
         missing,
-        lambda s: run_broker(
-            s, "batch4096", work_dir, settings, settings.records, SMALL_VALUE_SIZE, SMALL_REQUESTS
+        settings,
+        lambda s, result, attempt: run_once(
+            s, result, attempt, work_dir, settings, settings.records, SMALL_VALUE_SIZE,
+            SMALL_REQUESTS,
         ),
     )
     checks = evaluate(base, kib, default, small)
