@@ -39,7 +39,6 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable, Mapping
 from contextlib import AsyncExitStack
 from functools import partial
@@ -105,7 +104,7 @@ class AsyncProducer:
     ) -> None:
         cfg = config if isinstance(config, ClientConfig) else producer_config(config)
         self.config = cfg
-        self._now_ms = (clock or WallClock()).now_ms  # record timestamps, linger, delivery
+        self._now_ns = (clock or WallClock()).now_ns  # record timestamps, linger, delivery
         self.transactional_id: str | None = cfg["transactional.id"]
         self._idempotent: bool = cfg["enable.idempotence"]
         self._acks: int = cfg["acks"]
@@ -309,7 +308,7 @@ class AsyncProducer:
             raise ValueError(
                 f"Invalid partition given with record: {partition} is not in the range [0...{count})."
             )
-        now = time.time_ns() // 1_000_000
+        now = self._now_ns() // 1_000_000
         if timestamp is None:
             timestamp = now
         tp = (topic, partition)
@@ -384,7 +383,7 @@ class AsyncProducer:
         if tm.state is TxnState.FATAL_ERROR:
             self._fail_everything(tm.last_error)
             return math.inf
-        now = self._now_ms()
+        now = self._now_ns() // 1_000_000
         for batch in acc.expire(now, self._delivery_timeout_ms):
             batch.finish(
                 -1,
@@ -432,7 +431,7 @@ class AsyncProducer:
             return self._retry_backoff_ms / 1000
         if next_ms is None:
             return math.inf
-        return max(next_ms - self._now_ms(), 0) / 1000
+        return max(next_ms - self._now_ns() // 1_000_000, 0) / 1000
 
     def _drain(self, states: list, now: int) -> list[tuple[int, list[ProducerBatch]]]:
         """Group due batches into Produce requests: at most one batch per partition per request,
@@ -509,7 +508,7 @@ class AsyncProducer:
     ) -> None:
         """Runs in the connection's reader task (or the sender): settle each batch's outcome."""
         self._node_in_flight[node] = max(self._node_in_flight.get(node, 1) - 1, 0)
-        now = self._now_ms()
+        now = self._now_ns() // 1_000_000
         # Batches failed meanwhile (a fatal error, close(0)) are settled already.
         batches = [b for b in batches if not b.done]
         if error is not None:
