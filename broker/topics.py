@@ -16,7 +16,6 @@ DeleteTopics, and Metadata reports them as internal.
 
 from __future__ import annotations
 
-import functools
 import struct
 
 TopicPartition = tuple[str, int]
@@ -41,7 +40,6 @@ _UINT32 = 0xFFFFFFFF
 _INT32_MIN = -(1 << 31)
 
 
-@functools.lru_cache(maxsize=16384)  # transactional and group ids recur on every request
 def java_string_hash(s: str) -> int:
     """Java's ``String.hashCode()`` of ``s``: a signed 32-bit int."""
     data = s.encode("utf-16-be", "surrogatepass")
