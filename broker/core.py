@@ -86,6 +86,8 @@ class FlushScheduler:
             self._wakeup = trio.Event()
             # Let every request that is already runnable append first: one fsync then covers them.
             await trio.lowlevel.cancel_shielded_checkpoint()
+            if not self._dirty:
+                continue  # ``flush_now`` took them meanwhile (EndTxn's markers, one producer)
             dirty, done = self._take_round()
             small = _small_round(dirty)
             tickets = self._begin(dirty)

@@ -11,8 +11,10 @@
   round -> the markers' ``on_durable`` step (wired by the root: pending offsets materialised or
   dropped) -> CompleteCommit/CompleteAbort written -> reply. Everything after the Prepare record
   runs in the manager's own task (``run``), so a reply that is never sent (a reset connection)
-  cannot leave a decided transaction unfinished. A marker write that failed leaves the transaction
-  prepared (the reply is still NONE: the outcome is decided) and the periodic task retries it.
+  cannot leave a decided transaction unfinished; or, when no group-commit round is under way
+  (one producer), synchronously in the request, with the markers fsync'd inline. A marker
+  write that failed leaves the transaction prepared (the reply is still NONE: the outcome is
+  decided) and the periodic task retries it.
   The epoch is unchanged by a normal commit or abort.
 - InitProducerId of an id with an Ongoing transaction first aborts it with a bumped epoch (the old
   instance is fenced), then bumps the epoch again for the new instance (Kafka makes the client retry
@@ -314,7 +316,17 @@ class TransactionManager:
             raise
 
     async def _finish_markers(self, transactional_id: str, written: MarkerWrite) -> None:
-        """Wait for the markers' group-commit round, then CompleteCommit/CompleteAbort.
+        """Wait for the markers' group-commit round, then ``_markers_durable``."""
+        try:
+            for event in written.flushes:
+                await event.wait()
+        except BaseException:
+            self._completed(transactional_id)
+            raise
+        self._markers_durable(transactional_id, written)
+
+    def _markers_durable(self, transactional_id: str, written: MarkerWrite) -> None:
+        """Tell the markers' partitions' other owners, then CompleteCommit/CompleteAbort.
 
         The Complete record is appended but not fsync'd on its own (Kafka does not wait for it
         either): the markers are durable, so losing it only makes recovery write the same
@@ -322,8 +334,6 @@ class TransactionManager:
         partition and fsync'd, which makes it durable too. (One fsync less per transaction.)
         """
         try:
-            for event in written.flushes:
-                await event.wait()
             md = self.coordinator.get(transactional_id)
             if md is None:
                 return
@@ -344,9 +354,12 @@ class TransactionManager:
                 return
             self.coordinator.complete(complete)
         finally:
-            done = self._completing.pop(transactional_id, None)
-            if done is not None:
-                done.set()
+            self._completed(transactional_id)
+
+    def _completed(self, transactional_id: str) -> None:
+        done = self._completing.pop(transactional_id, None)
+        if done is not None:
+            done.set()
 
     async def _complete_transaction(self, transactional_id: str) -> None:
         written = self._start_markers(transactional_id, self._clock.now_ms())
@@ -476,10 +489,17 @@ class TransactionManager:
         def after_prepare() -> Callable[[], Awaitable[Any]] | None:
             # The Prepare record is durable and applied: the markers now.
             self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
+            # Nothing else waits for an fsync (one producer): sync the markers inline, as
+            # ``_persist`` does the record, and complete here, with no task and no round.
+            alone = not self._storage.flusher.busy
             written = self._start_markers(transactional_id, self._clock.now_ms())
             if written is None:
                 return None  # decided and durable; the periodic task completes it
-            return self._finish_soon(transactional_id, written)
+            if not alone:
+                return self._finish_soon(transactional_id, written)
+            self._storage.flush_now()
+            self._markers_durable(transactional_id, written)
+            return None
 
         try:
             return self._persist_shared(transition, now_ms, then=after_prepare)

@@ -120,6 +120,35 @@ async def test_end_txn_writes_markers_before_answering(broker: Broker) -> None:
     assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
 
 
+async def test_end_txn_completes_inline_unless_a_round_is_under_way(broker: Broker, nursery) -> None:
+    """With nothing else waiting for an fsync (one producer) EndTxn syncs its markers inline and
+    answers at once, complete; with a group-commit round under way it joins the round and the
+    manager's own task completes the transaction before the answer."""
+    await nursery.start(broker.transactions.run)
+    pid, epoch = await begin(broker)
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    result = broker.transactions.end_txn("tx", pid, epoch, True, NOW)
+    assert result == ErrorCode.NONE  # not a Deferred: nothing left to wait for
+    p = broker.partition("t", 0)
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
+    assert p.last_stable_offset == p.high_watermark == 3
+    assert broker.transactions.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
+
+    await run(broker.transactions.add_partitions("tx", pid, epoch, [("t", 0), ("t", 1)], NOW))
+    await produce(broker, "tx", pid, epoch, 1, 0)
+    other = broker.partition("t", 1)
+    other.append_untrusted(bytearray(encode_batch([(None, b"plain", (), NOW)])), NOW)
+    broker.storage.mark_dirty(other)  # someone else's write: a round is about to start
+    assert broker.flusher.busy
+    result = broker.transactions.end_txn("tx", pid, epoch, False, NOW)
+    assert isinstance(result, Deferred)
+    assert await result.wait() == ErrorCode.NONE
+    # t-1 was in the first transaction too (its COMMIT marker at 0): data 1-2, plain 3.
+    assert markers(broker, 1) == [(0, 0, ControlType.COMMIT), (4, 0, ControlType.ABORT)]
+    assert other.last_stable_offset == other.high_watermark == 5
+    assert broker.transactions.coordinator.get("tx").state is TxnState.COMPLETE_ABORT
+
+
 async def test_produce_check_needs_the_partition_in_the_transaction(broker: Broker) -> None:
     pid, epoch = await begin(broker, partitions=[("t", 0)])
     with pytest.raises(KafkaError) as info:
