@@ -11,6 +11,8 @@ records without copying them). A handler returns one of:
 - ``Deferred(async_fn)``: the reply comes later (acks=all fsync, long-poll fetch, a rebalance, the
   markers of EndTxn); the connection awaits it in request order and ``async_fn()`` returns one of
   the above;
+- ``AnswerFirst(value, finish)``: answer ``value`` at once, then run ``finish()`` (the fsync of a
+  change already decided) right after the answer is sent and before anything else runs;
 - ``NO_RESPONSE`` (Produce with acks=0).
 
 ``Deferred`` is the one type for "a reply that comes later": the services return their results as
@@ -69,6 +71,32 @@ class Deferred(Generic[T]):
         return Deferred(mapped)
 
 
+class AnswerFirst(Generic[T]):
+    """A result to answer at once, with ``finish``: work the answer does not depend on (making
+    a decided change durable) that must be done before anything else sees the broker.
+
+    The connection sends the answer and calls ``finish()`` straight after, with no checkpoint
+    between: no other request, on any connection, is read or handled before ``finish`` ends,
+    unless the send had to wait for the socket (the services then guard the state themselves).
+    The peer learns the outcome one fsync earlier, while it prepares its next request. An answer
+    that must wait behind an earlier deferred reply has ``finish`` run first, then waits.
+    """
+
+    __slots__ = ("finish", "value")
+
+    def __init__(self, value: T, finish: Callable[[], None]) -> None:
+        self.value = value
+        self.finish = finish
+
+
+def settled(result: T | AnswerFirst[T]) -> T:
+    """The value of a result nobody answers with (a service calling another): ``finish`` now."""
+    if isinstance(result, AnswerFirst):
+        result.finish()
+        return result.value
+    return result
+
+
 class _Waitable(Protocol):
     async def wait(self) -> Any: ...
 
@@ -85,10 +113,14 @@ def after(events: Iterable[_Waitable], value: T) -> Deferred[T]:
     return Deferred(wait)
 
 
-def reply(result: T | Deferred[T], encode: Callable[[T], U]) -> U | Deferred[U]:
+def reply(
+    result: T | Deferred[T] | AnswerFirst[T], encode: Callable[[T], U]
+) -> U | Deferred[U] | AnswerFirst[U]:
     """``encode(result)`` now, or once a deferred result is there."""
     if isinstance(result, Deferred):
         return result.then(encode)
+    if isinstance(result, AnswerFirst):
+        return AnswerFirst(encode(result.value), result.finish)
     return encode(result)
 
 
@@ -190,7 +222,8 @@ class Dispatcher:
                 return value
 
             return header, Deferred(timed)
-        metrics.request(key, version, time.perf_counter() - started, error_codes(result))
+        answer = result.value if isinstance(result, AnswerFirst) else result
+        metrics.request(key, version, time.perf_counter() - started, error_codes(answer))
         return header, result
 
 

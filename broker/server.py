@@ -38,7 +38,7 @@ import trio
 from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
 from broker.context import Broker
-from broker.dispatcher import CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.dispatcher import AnswerFirst, CloseConnection, Deferred, Dispatcher, encode_reply
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics_http import serve_metrics
@@ -467,6 +467,19 @@ class _Connection:
                     self.release_memory()
                 if session.sasl_state == "done" and decoder.max_frame_size != max_bytes:
                     decoder.max_frame_size = max_bytes  # authenticated
+                if isinstance(result, AnswerFirst):
+                    answer = encode_reply(header, result.value) or []
+                    if self.queue:  # the answer waits behind another: finish, then queue it
+                        result.finish()
+                        self._enqueue(answer, _size(answer))
+                        continue
+                    ready.extend(answer)
+                    try:
+                        await self.sock.send_chunks(ready)
+                    finally:  # even for a peer that is gone: the work is the broker's
+                        result.finish()  # no checkpoint since the send: nothing ran between
+                    ready, ready_bytes = [], 0
+                    continue
                 if session.close_after_reply:
                     # A failed authentication: its answer is the last thing sent.
                     if ready:

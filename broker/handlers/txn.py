@@ -96,7 +96,7 @@ def add_partitions_to_txn(broker: Broker, header, request):
                       else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, requested,
-        broker.clock.now_ms(),
+        broker.clock.now_ms(), answer_first=True,
     )
     version = header.api_version
     return reply(result, lambda code: encode(lambda tp: producer_fenced(code, version, 2)))
@@ -141,7 +141,7 @@ def end_txn(broker: Broker, header, request):
     transactions = broker.transactions
     result = transactions.end_txn(
         request.transactional_id, request.producer_id, request.producer_epoch,
-        request.committed, broker.clock.now_ms(), bump_epoch=tv2,
+        request.committed, broker.clock.now_ms(), bump_epoch=tv2, answer_first=True,
     )
 
     def encode(code: ErrorCode) -> dict:

@@ -51,6 +51,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -58,7 +59,7 @@ import trio
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.core import Storage
-from broker.dispatcher import Deferred
+from broker.dispatcher import AnswerFirst, Deferred
 from broker.log.partition import Partition
 from broker.topics import TopicPartition
 from broker.txn.coordinator import AbortFirst, TransactionCoordinator, TxnConfig, TxnTransition
@@ -124,6 +125,9 @@ class TransactionManager:
         self.recovery: TxnRecovery | None = None
         # Where markers are finished while the broker serves (``run``); None: in the reply.
         self._nursery: trio.Nursery | None = None
+        # AddPartitionsToTxn records answered before their fsync (``answer_first``) and not
+        # known durable yet: transactional id -> (transaction-log partition, record offset).
+        self._unsynced_adds: dict[str, tuple[Partition, int]] = {}
 
     async def run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the tasks that finish transactions (the server runs this while it serves).
@@ -433,8 +437,18 @@ class TransactionManager:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
-    ) -> ErrorCode | Deferred[ErrorCode]:
-        """Record partitions in the transaction, durably, before answering."""
+        answer_first: bool = False,
+    ) -> ErrorCode | Deferred[ErrorCode] | AnswerFirst[ErrorCode]:
+        """Record partitions in the transaction, durably, before answering.
+
+        ``answer_first`` (AddPartitionsToTxn, when no group-commit round is under way): the
+        answer goes out before the record's fsync, which follows at once, before anything else
+        runs (``AnswerFirst``); the producer prepares its batch meanwhile. Nothing can depend on
+        the record before it is durable: a batch of the transaction is appended only after it
+        (``verify_produce`` syncs it if it is not yet), and EndTxn's Prepare record follows it in
+        the same file. Lost to a power cut in between, it only makes the producer's next batch
+        fail (INVALID_TXN_STATE): no batch was appended for it.
+        """
         if not self.log.available(transactional_id):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partitions = list(partitions)
@@ -448,9 +462,41 @@ class TransactionManager:
             )
             if transition is None:
                 return ErrorCode.NONE
-            return self._persist_shared(transition, now_ms)
+            if not answer_first or self._storage.flusher.busy:
+                return self._persist_shared(transition, now_ms)
+            partition = self._begin(transition, now_ms)
         except KafkaError as exc:
             return exc.code
+        self.coordinator.complete(transition)
+        self._unsynced_adds[transactional_id] = (partition, partition.log_end_offset - 1)
+        return AnswerFirst(ErrorCode.NONE, lambda: self._sync_add_logged(transactional_id))
+
+    def _sync_add(self, transactional_id: str) -> None:
+        """Make the record of an AddPartitionsToTxn answered before its fsync durable, if it
+        is not yet. Raises KafkaError (KAFKA_STORAGE_ERROR, retriable) if it cannot be now."""
+        pending = self._unsynced_adds.pop(transactional_id, None)
+        if pending is None:
+            return
+        partition, offset = pending
+        if partition.high_watermark > offset:
+            return
+        if not partition.dirty:
+            reason = "a group-commit round is syncing it"
+        else:
+            try:
+                partition.flush()
+                return
+            except OSError as exc:
+                reason = str(exc)
+        self._unsynced_adds[transactional_id] = pending
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                         f"the transaction's AddPartitionsToTxn record is not durable: {reason}")
+
+    def _sync_add_logged(self, transactional_id: str) -> None:
+        try:
+            self._sync_add(transactional_id)
+        except KafkaError as exc:
+            log.error("%s (transactional id %r); its next batch retries", exc, transactional_id)
 
     # -- EndTxn ------------------------------------------------------------------------------
 
@@ -462,49 +508,70 @@ class TransactionManager:
         commit: bool,
         now_ms: int,
         bump_epoch: bool = False,
-    ) -> ErrorCode | Deferred[ErrorCode]:
+        answer_first: bool = False,
+    ) -> ErrorCode | Deferred[ErrorCode] | AnswerFirst[ErrorCode]:
         """PrepareCommit/PrepareAbort durable and the markers appended at once; the answer once
         the markers are durable and CompleteCommit/CompleteAbort is appended.
 
         Kafka answers as soon as the Prepare record is durable and writes the markers after. We
-        answer after the markers (PROTOCOL.md 7.4): a committed transaction is then visible to
-        read_committed readers (and ListOffsets) when commit returns, and the next transaction
-        never waits for the previous one's markers. The price is one fsync of latency per commit
-        (bench/transactions.py: about 10-20% of back-to-back one-record transactions)."""
+        write them first (PROTOCOL.md 7.4): a committed transaction is then visible to every
+        read_committed reader (and ListOffsets) handled after the answer, and the next
+        transaction never waits for the previous one's markers.
+
+        ``answer_first`` (the EndTxn handler): when no group-commit round is under way (one
+        producer) the answer goes out once the Prepare record is durable and the markers are
+        appended, and their fsync and the Complete record follow at once, before anything else
+        runs (``AnswerFirst``), while the producer prepares its next transaction. What the
+        answer promises holds either way: the outcome is durable, and no request is handled
+        between the answer and the markers' fsync."""
         if not self.log.available(transactional_id):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
             return waiting
+        crash_point = "after_prepare_commit" if commit else "after_prepare_abort"
         try:
             transition = self.coordinator.prepare_end_txn(
                 transactional_id, producer_id, producer_epoch, commit, now_ms, bump_epoch
             )
             if transition is None:
                 return ErrorCode.NONE  # a retry: already complete with this outcome
+            # No group-commit round under way (one producer): all of it here, the markers
+            # fsync'd inline as ``_persist`` does the record: no task, no round.
+            inline = not self._storage.flusher.busy
+            if inline:
+                self._persist(transition, now_ms)
         except KafkaError as exc:
             return exc.code
+        if inline:
+            self._crash_point(crash_point)
+            written = self._start_markers(transactional_id, self._clock.now_ms())
+            if written is None:
+                return ErrorCode.NONE  # decided and durable; the periodic task completes it
+            finish = partial(self._markers_inline, transactional_id, written)
+            if answer_first:
+                return AnswerFirst(ErrorCode.NONE, finish)
+            finish()
+            return ErrorCode.NONE
 
         def after_prepare() -> Callable[[], Awaitable[Any]] | None:
             # The Prepare record is durable and applied: the markers now.
-            self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
-            # Nothing else waits for an fsync (one producer): sync the markers inline, as
-            # ``_persist`` does the record, and complete here, with no task and no round.
-            alone = not self._storage.flusher.busy
+            self._crash_point(crash_point)
             written = self._start_markers(transactional_id, self._clock.now_ms())
             if written is None:
                 return None  # decided and durable; the periodic task completes it
-            if not alone:
-                return self._finish_soon(transactional_id, written)
-            self._storage.flush_now()
-            self._markers_durable(transactional_id, written)
-            return None
+            return self._finish_soon(transactional_id, written)
 
         try:
             return self._persist_shared(transition, now_ms, then=after_prepare)
         except KafkaError as exc:
             return exc.code
+
+    def _markers_inline(self, transactional_id: str, written: MarkerWrite) -> None:
+        """Sync the markers now (no round is under way), then complete the transaction."""
+        self._storage.flush_now()
+        self._markers_durable(transactional_id, written)
 
     # -- the periodic task -------------------------------------------------------------------
 
@@ -577,6 +644,8 @@ class TransactionManager:
                 if key not in checked:
                     if not add_partition:
                         self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
+                        if self._unsynced_adds:  # the batch only after the record adding tp
+                            self._sync_add(transactional_id)
                     elif transactional_id in self._completing:
                         raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
                                          "the previous transaction is completing")

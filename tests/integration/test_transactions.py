@@ -23,6 +23,13 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from client.cli.transactions import transactions as transactions_cli
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.framing import encode_frame
+from protocol.headers import (
+    RequestHeader,
+    encode_request_header,
+    parse_response_header_untrusted,
+)
+from protocol.messages import decode_response, encode_request
 from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
 from tests.broker_process import BrokerProcess
 from tests.process_guard import popen
@@ -506,6 +513,51 @@ def _fetch(conn: RawConnection, topic: str, committed: bool, offset: int = 0):
             {"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20}]}],
     })
     return response.responses[0].partitions[0]
+
+
+def test_requests_behind_end_txn_find_the_transaction_complete(broker):
+    """EndTxn is answered before its markers' fsync when nothing else waits (one producer), and
+    the fsync and the completion follow before any other request is handled: a Fetch and the
+    next AddPartitionsToTxn sent in the same packet as EndTxn see the transaction complete."""
+    create_topic(broker.bootstrap, "pipe", 1)
+    with RawConnection(broker.port) as conn:
+        init = conn.request(ApiKey.INIT_PRODUCER_ID, 0,
+                            {"transactional_id": "pipe-tx", "transaction_timeout_ms": 60_000})
+        pid, epoch = init.producer_id, init.producer_epoch
+        ids = {"transactional_id": "pipe-tx", "producer_id": pid, "producer_epoch": epoch}
+        add = {**ids, "topics": [{"name": "pipe", "partitions": [0]}]}
+        assert conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, add).results[0].results[0] \
+            .error_code == ErrorCode.NONE
+        batch = encode_batch([(None, b"p%d" % i, (), 0) for i in range(3)], producer_id=pid,
+                             producer_epoch=epoch, base_sequence=0, transactional=True)
+        produced = conn.request(ApiKey.PRODUCE, 3, {
+            "transactional_id": "pipe-tx", "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": "pipe", "partition_data": [{"index": 0, "records": batch}]}]})
+        assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
+
+        fetch = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+                 "isolation_level": 1, "topics": [{"topic": "pipe", "partitions": [
+                     {"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}]}
+        pipelined = [(ApiKey.END_TXN, 0, {**ids, "committed": True}), (ApiKey.FETCH, 4, fetch),
+                     (ApiKey.ADD_PARTITIONS_TO_TXN, 0, add)]
+        conn.send_raw(b"".join(
+            encode_frame(encode_request_header(RequestHeader(key, version, 100 + i, "raw"))
+                         + encode_request(key, version, body))
+            for i, (key, version, body) in enumerate(pipelined)))
+        answers = []
+        for i, (key, version, _) in enumerate(pipelined):
+            frame = conn.read_frame()
+            assert frame is not None
+            correlation, offset = parse_response_header_untrusted(frame, key, version)
+            assert correlation == 100 + i
+            answers.append(decode_response(key, version, frame, offset))
+        ended, fetched, added = answers
+        assert ended.error_code == ErrorCode.NONE
+        part = fetched.responses[0].partitions[0]
+        assert (part.high_watermark, part.last_stable_offset) == (4, 4)  # the marker durable
+        assert [h.base_offset for h, _ in decode_batches_untrusted(part.records)] == [0, 3]
+        assert added.results[0].results[0].error_code == ErrorCode.NONE  # the next one started
+    assert describe(broker.port, "pipe-tx").transaction_state == "Ongoing"
 
 
 def test_write_txn_markers_frame_writes_the_marker_and_moves_the_lso(broker):

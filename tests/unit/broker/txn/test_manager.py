@@ -4,13 +4,16 @@ crash at each point of EndTxn (the test-only crash hook, raising instead of exit
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
 from broker.context import Broker
-from broker.dispatcher import Deferred
+from broker.dispatcher import AnswerFirst, Deferred
 from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
 from broker.txn.manager import CrashHook, InitResult
 from broker.txn.state import TxnState
@@ -147,6 +150,62 @@ async def test_end_txn_completes_inline_unless_a_round_is_under_way(broker: Brok
     assert markers(broker, 1) == [(0, 0, ControlType.COMMIT), (4, 0, ControlType.ABORT)]
     assert other.last_stable_offset == other.high_watermark == 5
     assert broker.transactions.coordinator.get("tx").state is TxnState.COMPLETE_ABORT
+
+
+async def test_answer_first_makes_the_change_durable_before_anything_depends_on_it(
+    broker: Broker,
+) -> None:
+    """AddPartitionsToTxn and EndTxn answer before their last fsync (the connection runs
+    ``finish`` right after sending): nothing may depend on the change before it is durable."""
+    tm = broker.transactions
+    init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
+    pid, epoch = init.producer_id, init.producer_epoch
+    txn_log = broker.partition(TOPIC, tm.log.partition_of("tx"))
+
+    added = tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW, answer_first=True)
+    assert isinstance(added, AnswerFirst) and added.value == ErrorCode.NONE
+    assert txn_log.high_watermark < txn_log.log_end_offset  # answered, not durable yet
+    # A batch of the transaction is appended only once the record adding its partition is.
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    assert txn_log.high_watermark == txn_log.log_end_offset
+    added.finish()  # nothing left to do
+
+    ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
+    assert isinstance(ended, AnswerFirst) and ended.value == ErrorCode.NONE
+    data = broker.partition("t", 0)
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]  # appended before the answer
+    assert data.last_stable_offset == 0  # but not durable: not visible yet
+    assert tm.coordinator.get("tx").state is TxnState.PREPARE_COMMIT
+    following = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW, answer_first=True)
+    assert isinstance(following, Deferred)  # the next transaction waits for the completion
+    ended.finish()
+    assert data.last_stable_offset == data.high_watermark == 3
+    assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
+    assert await following.wait() == ErrorCode.NONE
+    assert tm.coordinator.get("tx").partitions == {("t", 1)}
+
+
+async def test_a_batch_waits_for_an_add_record_whose_fsync_failed(
+    broker: Broker, monkeypatch
+) -> None:
+    tm = broker.transactions
+    init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
+    pid, epoch = init.producer_id, init.producer_epoch
+    added = tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW, answer_first=True)
+    real_fdatasync = os.fdatasync
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    added.finish()  # logged; the record stays unsynced
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, "tx", pid, epoch, 0, 0)
+    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR  # retriable: nothing appended
+    assert broker.partition("t", 0).log_end_offset == 0
+    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+    await produce(broker, "tx", pid, epoch, 0, 0)  # the retry syncs the record first
+    assert broker.partition("t", 0).log_end_offset == 2
 
 
 async def test_produce_check_needs_the_partition_in_the_transaction(broker: Broker) -> None:
