@@ -4,7 +4,8 @@
     .venv/bin/python bench/transactions.py --quick    # smoke run
 
 One broker process (``--flush always``: acks=all answers after fdatasync, every transaction-log
-record and marker durable before its answer), confluent-kafka producers, 1 KiB values:
+record and marker durable before any request that depends on it is handled), confluent-kafka
+producers, 1 KiB values:
 
   (a) throughput: the same producer settings (acks=all, idempotent, linger.ms=5, 3 partitions)
       non-transactional, and transactional committing every 100 ms; runs alternate, ``--seconds``

@@ -89,14 +89,6 @@ class AnswerFirst(Generic[T]):
         self.finish = finish
 
 
-def settled(result: T | AnswerFirst[T]) -> T:
-    """The value of a result nobody answers with (a service calling another): ``finish`` now."""
-    if isinstance(result, AnswerFirst):
-        result.finish()
-        return result.value
-    return result
-
-
 class _Waitable(Protocol):
     async def wait(self) -> Any: ...
 

@@ -5,17 +5,18 @@
 - Two phases per transition: prepare (the id answers CONCURRENT_TRANSACTIONS meanwhile), append
   the record to ``__transaction_state``, fdatasync it, then complete. The records are small, so
   they are fsync'd inline (``_persist``): InitProducerId and AddPartitionsToTxn answer at once,
-  durably.
+  durably. (With one producer, AddPartitionsToTxn answers just before that fsync: see
+  ``add_partitions``.)
 - EndTxn: PrepareCommit/PrepareAbort durable -> markers appended to every partition of the
   transaction (the ``__consumer_offsets`` partition included), made durable by one group-commit
   round -> the markers' ``on_durable`` step (wired by the root: pending offsets materialised or
   dropped) -> CompleteCommit/CompleteAbort written -> reply. Everything after the Prepare record
   runs in the manager's own task (``run``), so a reply that is never sent (a reset connection)
-  cannot leave a decided transaction unfinished; or, when no group-commit round is under way
-  (one producer), synchronously in the request, with the markers fsync'd inline. A marker
-  write that failed leaves the transaction prepared (the reply is still NONE: the outcome is
-  decided) and the periodic task retries it.
-  The epoch is unchanged by a normal commit or abort.
+  cannot leave a decided transaction unfinished. When no group-commit round is under way (one
+  producer) all of it runs in the request instead, the markers fsync'd inline, and the answer
+  goes out just before that fsync (``end_txn``). A marker write that failed leaves the
+  transaction prepared (the reply is still NONE: the outcome is decided) and the periodic task
+  retries it. The epoch is unchanged by a normal commit or abort.
 - InitProducerId of an id with an Ongoing transaction first aborts it with a bumped epoch (the old
   instance is fenced), then bumps the epoch again for the new instance (Kafka makes the client retry
   for that second step; here the request simply waits).
@@ -30,7 +31,9 @@
 
 Ordering that makes kill -9 (and power loss) safe: a transition's record is durable before its
 effects are visible or acknowledged; a Prepare record is durable before any of its markers is
-written; the markers are durable before the Complete record is written and before the reply.
+written; the markers are durable before the Complete record is written and before any other
+request is handled. (An answer sent just before the last fsync, ``AnswerFirst``, promises only
+what is already durable, and the fsync runs before the loop handles anything else.)
 
 ``verify_produce`` is the KIP-890 part-1 check of the Produce path: a transactional batch must
 belong to its producer's Ongoing transaction, with the partition added to it.
