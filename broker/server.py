@@ -470,14 +470,14 @@ class _Connection:
                 if isinstance(result, AnswerFirst):
                     answer = encode_reply(header, result.value) or []
                     if self.queue:  # the answer waits behind another: finish, then queue it
-                        result.finish()
+                        _finish(result)
                         self._enqueue(answer, _size(answer))
                         continue
                     ready.extend(answer)
                     try:
                         await self.sock.send_chunks(ready)
                     finally:  # even for a peer that is gone: the work is the broker's
-                        result.finish()  # no checkpoint since the send: nothing ran between
+                        _finish(result)  # no checkpoint since the send: nothing ran between
                     ready, ready_bytes = [], 0
                     continue
                 if session.close_after_reply:
@@ -559,6 +559,15 @@ class _Connection:
             # A bug must cost one connection, never the broker.
             log.exception("closing %s after an internal error while replying", self.peer)
             cancel_scope.cancel()
+
+
+def _finish(result: AnswerFirst) -> None:
+    try:
+        result.finish()
+    except Exception:
+        # A bug costs this completion, never the broker (the periodic task completes prepared
+        # transactions).
+        log.exception("finishing after an answer failed")
 
 
 def _size(chunks: list) -> int:

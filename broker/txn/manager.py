@@ -573,7 +573,11 @@ class TransactionManager:
 
     def _markers_inline(self, transactional_id: str, written: MarkerWrite) -> None:
         """Sync the markers now (no round is under way), then complete the transaction."""
-        self._storage.flush_now()
+        try:
+            self._storage.flush_now()
+        except BaseException:
+            self._completed(transactional_id)  # left prepared: the periodic task completes it
+            raise
         self._markers_durable(transactional_id, written)
 
     # -- the periodic task -------------------------------------------------------------------
