@@ -70,9 +70,9 @@ class Broker:
         return self.storage.logs.partition(topic, index)
 
     def append_untrusted(
-        self, partition: Partition, records: Any, now: int
+        self, partition: Partition, records: Any, now: int, waited_for: bool = False
     ) -> tuple[AppendResult, trio.Event | None]:
-        return self.storage.append_untrusted(partition, records, now)
+        return self.storage.append_untrusted(partition, records, now, waited_for)
 
     def ensure_topic(self, topic: str, allow_create: bool) -> int:
         """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""

@@ -56,7 +56,8 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     # part 2 (v12, transaction version 2): the partition joins it here.
                     transactions.verify_produce(partition, part.records, request.transactional_id,
                                                 now, add_partition=version >= TV2_PRODUCE)
-                result, flushed = broker.append_untrusted(partition, part.records, now)
+                result, flushed = broker.append_untrusted(partition, part.records, now,
+                                                          waited_for=request.acks == -1)
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset
