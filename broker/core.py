@@ -127,18 +127,17 @@ class FlushScheduler:
         if self.busy or now - self._inline_started < _INLINE_WINDOW_SYNCS * self._inline_seconds:
             return False
         self._inline_started = now
-        started = time.perf_counter()
-        tickets = self._begin([partition])
-        _sync_all([t for _, t in tickets if t is not None])
-        self._finish_round(tickets, None, started)
+        self._sync_inline([partition], None)
         self._inline_seconds = self._seconds() - now
         return partition.high_watermark == partition.log_end_offset
 
     def flush_now(self) -> None:
         """Flush every dirty partition inline (shutdown, or callers that cannot wait)."""
-        dirty, done = self._take_round()
+        self._sync_inline(*self._take_round())
+
+    def _sync_inline(self, partitions: list[Partition], done: trio.Event | None) -> None:
         started = time.perf_counter()
-        tickets = self._begin(dirty)
+        tickets = self._begin(partitions)
         _sync_all([t for _, t in tickets if t is not None])
         self._finish_round(tickets, done, started)
 

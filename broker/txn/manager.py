@@ -533,7 +533,12 @@ class TransactionManager:
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
             return waiting
-        crash_point = "after_prepare_commit" if commit else "after_prepare_abort"
+        def start_markers() -> MarkerWrite | None:
+            # The Prepare record is durable and applied: the markers now. None: decided and
+            # durable, and the periodic task completes it.
+            self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
+            return self._start_markers(transactional_id, self._clock.now_ms())
+
         try:
             transition = self.coordinator.prepare_end_txn(
                 transactional_id, producer_id, producer_epoch, commit, now_ms, bump_epoch
@@ -548,10 +553,9 @@ class TransactionManager:
         except KafkaError as exc:
             return exc.code
         if inline:
-            self._crash_point(crash_point)
-            written = self._start_markers(transactional_id, self._clock.now_ms())
+            written = start_markers()
             if written is None:
-                return ErrorCode.NONE  # decided and durable; the periodic task completes it
+                return ErrorCode.NONE
             finish = partial(self._markers_inline, transactional_id, written)
             if answer_first:
                 return AnswerFirst(ErrorCode.NONE, finish)
@@ -559,12 +563,8 @@ class TransactionManager:
             return ErrorCode.NONE
 
         def after_prepare() -> Callable[[], Awaitable[Any]] | None:
-            # The Prepare record is durable and applied: the markers now.
-            self._crash_point(crash_point)
-            written = self._start_markers(transactional_id, self._clock.now_ms())
-            if written is None:
-                return None  # decided and durable; the periodic task completes it
-            return self._finish_soon(transactional_id, written)
+            written = start_markers()
+            return None if written is None else self._finish_soon(transactional_id, written)
 
         try:
             return self._persist_shared(transition, now_ms, then=after_prepare)
