@@ -69,9 +69,16 @@ class FlushScheduler:
         self.partition_syncs = 0
         self.seconds = 0.0
 
-    def mark(self, partition: Partition) -> trio.Event:
+    def mark(self, partition: Partition, wake: bool = True) -> trio.Event:
+        """Put ``partition`` in the next round; the event is set once that round is done.
+
+        ``wake=False``: the caller syncs it inline (``flush_now``) before its request ends, so the
+        task is not woken for a round that would find nothing (two passes of the event loop per
+        transaction).
+        """
         self._dirty[id(partition)] = partition
-        self._wakeup.set()
+        if wake:
+            self._wakeup.set()
         return self._round
 
     @property
@@ -171,6 +178,7 @@ class FlushScheduler:
                           ticket.error)
                 self._dirty[id(partition)] = partition
                 self._retry = True
+                self._wakeup.set()  # an inline sync failed: the task retries it
         elapsed = time.perf_counter() - started
         self.seconds += elapsed
         if self._on_round is not None and tickets:
@@ -260,10 +268,10 @@ class Storage:
             return result, None
         return result, self.flusher.mark(partition)
 
-    def mark_dirty(self, partition: Partition) -> trio.Event:
+    def mark_dirty(self, partition: Partition, wake: bool = True) -> trio.Event:
         """Flush ``partition`` in the next round (whatever ``durable`` says): the event is set
-        once that round is done."""
-        return self.flusher.mark(partition)
+        once that round is done. ``wake=False``: the caller calls ``flush_now`` itself."""
+        return self.flusher.mark(partition, wake)
 
     def flush_now(self) -> None:
         self.flusher.flush_now()

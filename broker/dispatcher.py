@@ -112,7 +112,12 @@ def reply(
     if isinstance(result, Deferred):
         return result.then(encode)
     if isinstance(result, AnswerFirst):
-        return AnswerFirst(encode(result.value), result.finish)
+        try:
+            value = encode(result.value)
+        except BaseException:
+            result.finish()  # the change is decided: make it durable even if the answer fails
+            raise
+        return AnswerFirst(value, result.finish)
     return encode(result)
 
 

@@ -306,9 +306,11 @@ class TransactionManager:
 
     # -- completing a decided transaction ------------------------------------------------------
 
-    def _start_markers(self, transactional_id: str, now_ms: int) -> MarkerWrite | None:
+    def _start_markers(self, transactional_id: str, now_ms: int,
+                       wake: bool = True) -> MarkerWrite | None:
         """Append the markers of a PrepareCommit/PrepareAbort transaction (synchronous part).
-        None if it is not in such a state or someone else is completing it."""
+        None if it is not in such a state or someone else is completing it. ``wake=False``: the
+        caller syncs them inline (``_markers_inline``), not the group-commit task."""
         md = self.coordinator.get(transactional_id)
         if (transactional_id in self._completing or md is None or md.pending is not None
                 or md.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)):
@@ -317,7 +319,7 @@ class TransactionManager:
         try:
             return self.markers.write(md.producer_id, md.producer_epoch,
                                       md.state is TxnState.PREPARE_COMMIT, COORDINATOR_EPOCH,
-                                      md.partitions, now_ms)
+                                      md.partitions, now_ms, wake)
         except BaseException:
             self._completing.pop(transactional_id).set()
             raise
@@ -533,11 +535,11 @@ class TransactionManager:
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
             return waiting
-        def start_markers() -> MarkerWrite | None:
+        def start_markers(wake: bool) -> MarkerWrite | None:
             # The Prepare record is durable and applied: the markers now. None: decided and
             # durable, and the periodic task completes it.
             self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
-            return self._start_markers(transactional_id, self._clock.now_ms())
+            return self._start_markers(transactional_id, self._clock.now_ms(), wake)
 
         try:
             transition = self.coordinator.prepare_end_txn(
@@ -553,7 +555,7 @@ class TransactionManager:
         except KafkaError as exc:
             return exc.code
         if inline:
-            written = start_markers()
+            written = start_markers(wake=False)
             if written is None:
                 return ErrorCode.NONE
             finish = partial(self._markers_inline, transactional_id, written)
@@ -563,7 +565,7 @@ class TransactionManager:
             return ErrorCode.NONE
 
         def after_prepare() -> Callable[[], Awaitable[Any]] | None:
-            written = start_markers()
+            written = start_markers(wake=True)
             return None if written is None else self._finish_soon(transactional_id, written)
 
         try:
@@ -572,12 +574,20 @@ class TransactionManager:
             return exc.code
 
     def _markers_inline(self, transactional_id: str, written: MarkerWrite) -> None:
-        """Sync the markers now (no round is under way), then complete the transaction."""
+        """Sync the markers now (no round is under way), then complete the transaction.
+
+        A round that started meanwhile (the answer's send waited, and another request woke the
+        group-commit task) may have taken the markers: their events then tell, and the
+        transaction completes once that round is done, never before the markers are durable.
+        """
         try:
             self._storage.flush_now()
         except BaseException:
             self._completed(transactional_id)  # left prepared: the periodic task completes it
             raise
+        if self._nursery is not None and not all(e.is_set() for e in written.flushes):
+            self._nursery.start_soon(self._finish_in_background, transactional_id, written)
+            return
         self._markers_durable(transactional_id, written)
 
     # -- the periodic task -------------------------------------------------------------------

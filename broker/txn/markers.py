@@ -63,8 +63,10 @@ class MarkerWriter:
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
+        wake: bool = True,
     ) -> MarkerWrite:
-        """Append the marker to every partition (not yet durable); errors per partition."""
+        """Append the marker to every partition (not yet durable); errors per partition.
+        ``wake=False``: the caller flushes them inline (``Storage.flush_now``)."""
         out = MarkerWrite()
         for tp in sorted(partitions):
             try:
@@ -80,7 +82,7 @@ class MarkerWriter:
                 continue
             out.errors[tp] = ErrorCode.NONE
             # Markers are always durable before anyone is told (even with --flush never).
-            out.flushes.append(self._storage.mark_dirty(partition))
+            out.flushes.append(self._storage.mark_dirty(partition, wake))
             out.written.append(tp)
         return out
 

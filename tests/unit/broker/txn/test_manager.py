@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 
 import pytest
+import trio
+import trio.testing
 
+from broker import core
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
@@ -150,6 +154,78 @@ async def test_end_txn_completes_inline_unless_a_round_is_under_way(broker: Brok
     assert markers(broker, 1) == [(0, 0, ControlType.COMMIT), (4, 0, ControlType.ABORT)]
     assert other.last_stable_offset == other.high_watermark == 5
     assert broker.transactions.coordinator.get("tx").state is TxnState.COMPLETE_ABORT
+
+
+async def test_a_lone_end_txn_leaves_the_group_commit_task_asleep(broker: Broker, nursery) -> None:
+    """EndTxn's inline markers are synced by the request itself: the group-commit task is not
+    woken for a round that would find nothing (two event-loop passes per transaction)."""
+    tm = broker.transactions
+    await nursery.start(tm.run)
+    pid, epoch = await begin(broker, partitions=(("t", 0),))
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    await trio.testing.wait_all_tasks_blocked()
+    steps = _TaskSteps("broker.core.FlushScheduler.run")
+    trio.lowlevel.add_instrument(steps)
+    try:
+        ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
+        assert isinstance(ended, AnswerFirst)
+        ended.finish()
+        await trio.testing.wait_all_tasks_blocked()
+    finally:
+        trio.lowlevel.remove_instrument(steps)
+    assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
+    data = broker.partition("t", 0)
+    assert data.last_stable_offset == data.high_watermark == data.log_end_offset == 3
+    assert steps.count == 0
+
+
+async def test_markers_a_round_took_before_finish_complete_after_that_round(
+    broker: Broker, nursery, monkeypatch
+) -> None:
+    """Between EndTxn's answer and ``finish`` (a send that had to wait) another request can
+    start a group-commit round that takes the markers into its worker thread. ``finish`` then
+    finds nothing to sync: the transaction completes once that round is done, not before."""
+    tm = broker.transactions
+    await nursery.start(tm.run)
+    release = threading.Event()
+    real_sync_all = core._sync_all
+
+    def held_sync_all(tickets):
+        if threading.current_thread() is not threading.main_thread():  # the round's thread
+            release.wait(10)
+        real_sync_all(tickets)
+
+    monkeypatch.setattr(core, "_sync_all", held_sync_all)
+    pid, epoch = await begin(broker, partitions=(("t", 0),))
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
+    assert isinstance(ended, AnswerFirst)
+    # Someone else's large write starts a round (worker thread), which takes the markers too.
+    other = broker.partition("t", 1)
+    other.append_untrusted(bytearray(encode_batch([(None, b"x" * 20_000, (), NOW)])), NOW)
+    broker.storage.mark_dirty(other)
+    await trio.testing.wait_all_tasks_blocked()
+    ended.finish()
+    data = broker.partition("t", 0)
+    assert tm.coordinator.get("tx").state is TxnState.PREPARE_COMMIT  # markers not durable yet
+    assert data.last_stable_offset == 0
+    release.set()
+    with trio.fail_after(10):
+        while tm.coordinator.get("tx").state is not TxnState.COMPLETE_COMMIT:
+            await trio.sleep(0.01)
+    assert data.last_stable_offset == data.high_watermark == 3
+
+
+class _TaskSteps(trio.abc.Instrument):
+    """Counts the steps of the tasks called ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+
+    def before_task_step(self, task) -> None:
+        if task.name == self.name:
+            self.count += 1
 
 
 async def test_answer_first_makes_the_change_durable_before_anything_depends_on_it(
