@@ -144,17 +144,21 @@ class FlushScheduler:
 
     def _sync_inline(self, partitions: list[Partition], done: trio.Event | None) -> None:
         started = time.perf_counter()
-        tickets = self._begin(partitions)
+        # The loop waits for these fdatasyncs: the partitions' own descriptors serve.
+        tickets = self._begin(partitions, shared=False)
         _sync_all([t for _, t in tickets if t is not None])
         self._finish_round(tickets, done, started)
 
-    def _begin(self, dirty: list[Partition]) -> list[tuple[Partition, FlushTicket | None]]:
-        """Each partition's ticket; one that cannot be taken (out of descriptors: EMFILE) is
-        logged and left dirty for the next round, whose waiters then see no progress."""
+    def _begin(
+        self, dirty: list[Partition], shared: bool = True
+    ) -> list[tuple[Partition, FlushTicket | None]]:
+        """Each partition's ticket (``shared``: see ``Partition.begin_flush``); one that cannot
+        be taken (out of descriptors: EMFILE) is logged and left dirty for the next round, whose
+        waiters then see no progress."""
         tickets = []
         for partition in dirty:
             try:
-                tickets.append((partition, partition.begin_flush()))
+                tickets.append((partition, partition.begin_flush(shared)))
             except OSError as exc:
                 log.error("flush of %s-%d postponed: %s", partition.topic, partition.index, exc)
                 self._dirty[id(partition)] = partition

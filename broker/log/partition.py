@@ -88,10 +88,12 @@ class FlushTicket:
     directory: Path | None
     log_end_offset: int
     error: OSError | None = None  # set by sync() if the disk refused (EIO, ENOSPC)
+    owned: bool = True  # the fds are duplicates that ``sync`` closes
 
     def sync(self) -> None:
-        """fdatasync the files (and the directory); safe in a worker thread. Closes the fds.
-        An OSError is kept in ``error`` (the high watermark must then not move)."""
+        """fdatasync the files (and the directory); safe in a worker thread when the fds are
+        owned duplicates, which it closes. An OSError is kept in ``error`` (the high watermark
+        must then not move)."""
         try:
             for fd in self.fds:
                 os.fdatasync(fd)
@@ -100,8 +102,9 @@ class FlushTicket:
         except OSError as exc:
             self.error = exc
         finally:
-            for fd in self.fds:
-                os.close(fd)
+            if self.owned:
+                for fd in self.fds:
+                    os.close(fd)
             self.fds = []
 
 
@@ -444,7 +447,7 @@ class Partition:
 
     def flush(self) -> int:
         """fdatasync what was written since the last flush; then HW = LEO. Returns the HW."""
-        ticket = self.begin_flush()
+        ticket = self.begin_flush(shared=False)
         if ticket is not None:
             ticket.sync()
             if not self.complete_flush(ticket):
@@ -452,11 +455,13 @@ class Partition:
                 raise ticket.error
         return self.high_watermark
 
-    def begin_flush(self) -> FlushTicket | None:
+    def begin_flush(self, shared: bool = True) -> FlushTicket | None:
         """Split flush, first part (event-loop thread): take what the next fdatasync must cover.
 
         ``ticket.sync()`` may then run in a worker thread while appends go on; the files are
         duplicated descriptors, so a segment deleted or closed meanwhile is still synced safely.
+        ``shared=False``: the caller syncs before the event loop runs anything else (an inline
+        sync), so the partition's own descriptors serve, without two system calls per file.
         ``complete_flush(ticket)`` (event-loop thread again) moves the high watermark. None: clean.
         """
         if not self.dirty:
@@ -470,18 +475,20 @@ class Partition:
         fds: list[int] = []
         try:
             for seg in segments:
-                fds.append(os.dup(seg.fd))
+                fds.append(os.dup(seg.fd) if shared else seg.fd)
             # The aborted-transaction index first: a durable ABORT marker must have a durable
             # entry.
-            index_fd = self.txn_index.take_sync_fd()
+            index_fd = self.txn_index.take_sync_fd(shared)
         except BaseException:
-            for fd in fds:
-                os.close(fd)
+            if shared:
+                for fd in fds:
+                    os.close(fd)
             raise
         ticket = FlushTicket(
             fds=([] if index_fd is None else [index_fd]) + fds,
             directory=self.dir if self._dir_dirty else None,
             log_end_offset=self.log_end_offset,
+            owned=shared,
         )
         self._unsynced.clear()
         self._dirty = False

@@ -126,12 +126,14 @@ class TxnIndex:
             os.fdatasync(self._fd)
             self._dirty = False
 
-    def take_sync_fd(self) -> int | None:
+    def take_sync_fd(self, duplicate: bool = True) -> int | None:
         """For a flush round in a worker thread: a duplicate descriptor to fdatasync (the caller
-        closes it), or None if nothing was appended since the last sync."""
+        closes it), or None if nothing was appended since the last sync. ``duplicate=False``:
+        the index's own descriptor, for a sync done before anything else runs."""
         if not self._dirty or self._fd < 0:
             return None
-        fd = os.dup(self._fd)  # may raise (EMFILE): then still dirty for the next round
+        # dup may raise (EMFILE): then still dirty for the next round
+        fd = os.dup(self._fd) if duplicate else self._fd
         self._dirty = False
         return fd
 

@@ -65,3 +65,24 @@ async def test_a_lone_acks_all_write_is_synced_by_its_request(tmp_path: Path) ->
     _, event = s.append_untrusted(p2, record(), NOW, waited_for=True)  # alone again
     assert event is None and p2.high_watermark == p2.log_end_offset
     s.close()
+
+
+async def test_inline_syncs_need_no_spare_descriptors(tmp_path: Path, monkeypatch) -> None:
+    """Inline syncs (a lone write, ``flush_now``, ``Partition.flush``) fdatasync the files' own
+    descriptors: out of descriptors (EMFILE), they still make writes durable. (A round in the
+    worker thread duplicates them, as its files may be closed meanwhile.)"""
+    seconds = Seconds()
+    s = storage(tmp_path, seconds)
+    p0, p1 = s.partition("t", 0), s.partition("t", 1)
+
+    def no_descriptors(fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr("broker.log.partition.os.dup", no_descriptors)
+    _, event = s.append_untrusted(p0, record(), NOW, waited_for=True)
+    assert event is None and p0.high_watermark == 1
+    p1.append_untrusted(record(), NOW)
+    assert p1.flush() == 1
+    s.append_untrusted(p0, record(), NOW)
+    s.flush_now()
+    assert p0.high_watermark == 2
