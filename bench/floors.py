@@ -1,0 +1,182 @@
+"""What this machine charges before any broker work: the floors under issue 12's targets.
+
+    .venv/bin/python bench/floors.py            # about half a minute
+    .venv/bin/python bench/floors.py --quick    # smoke run
+
+Two figures, each the median of ``--repeat`` runs:
+
+- fdatasync of a small append (200 bytes, what a one-record transaction writes per file): CPU
+  and wall time per call, in a file under bench/.cache/ (the disk the benchmarks' brokers use).
+  A durable one-record transaction from librdkafka makes four of them (AddPartitionsToTxn's
+  record, the data, PrepareCommit, the markers), two of which its answers must wait for.
+- one request and its answer over loopback (40 bytes each way, one at a time, as librdkafka
+  sends a transaction's requests): the server's CPU per round trip, for a blocking server and for
+  a trio server that reads the way broker/server.py does (try the receive, else
+  ``wait_readable``). The server runs in its own process; the client is blocking Python.
+  A transaction is three such requests.
+
+Writes bench/results/floors-<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as common  # noqa: E402  (bench/ is not a package)
+
+MESSAGE = 40  # bytes of each request and answer
+WARM_UP = 500
+
+
+def fsync_floor(directory: Path, calls: int) -> tuple[float, float]:
+    """(CPU us, wall us) per 200-byte append + fdatasync, in a fresh file under ``directory``."""
+    path = Path(tempfile.mkdtemp(prefix="floor-", dir=directory)) / "segment.log"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    record = os.urandom(200)
+    try:
+        for _ in range(50):
+            os.write(fd, record)
+            os.fdatasync(fd)
+        cpu = time.process_time()
+        wall = time.perf_counter()
+        for _ in range(calls):
+            os.write(fd, record)
+            os.fdatasync(fd)
+        return ((time.process_time() - cpu) / calls * 1e6,
+                (time.perf_counter() - wall) / calls * 1e6)
+    finally:
+        os.close(fd)
+        path.unlink()
+        path.parent.rmdir()
+
+
+def request_floor(kind: str, requests: int) -> float:
+    """The server's CPU us per round trip (``kind``: blocking or trio)."""
+    server = subprocess.Popen([sys.executable, __file__, "serve", kind, str(requests)],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        with socket.create_connection((common.LOOPBACK, port)) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = os.urandom(MESSAGE)
+            for _ in range(WARM_UP + requests):
+                sock.sendall(request)
+                _receive(sock, MESSAGE)
+        cpu_s = float(server.stdout.readline())
+        server.wait(timeout=10)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return cpu_s / requests * 1e6
+
+
+def _receive(sock: socket.socket, n: int) -> None:
+    got = 0
+    while got < n:
+        chunk = sock.recv(n - got)
+        if not chunk:
+            raise ConnectionError("the server closed early")
+        got += len(chunk)
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _serve(kind: str, requests: int) -> None:
+    """Answer each 40-byte request with 40 bytes; print the CPU seconds of the timed requests."""
+    listener = socket.create_server((common.LOOPBACK, 0))
+    print(listener.getsockname()[1], flush=True)
+    conn, _ = listener.accept()
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    answer = os.urandom(MESSAGE)
+    buffer = bytearray(64 * 1024)
+    marks: list[float] = []
+
+    def count(handled: int) -> None:
+        if handled in (WARM_UP, WARM_UP + requests):
+            marks.append(_cpu_s())
+
+    if kind == "blocking":
+        handled = 0
+        while conn.recv_into(buffer):  # the client sends one request at a time
+            conn.sendall(answer)
+            handled += 1
+            count(handled)
+    else:
+        import trio
+
+        async def serve() -> None:
+            conn.setblocking(False)
+            handled = 0
+            while True:
+                try:
+                    n = conn.recv_into(buffer)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(conn)
+                    continue
+                if not n:
+                    return
+                conn.sendmsg([memoryview(answer)])
+                handled += 1
+                count(handled)
+
+        trio.run(serve)
+    print(marks[1] - marks[0], flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="Short runs (a smoke test).")
+    args = parser.parse_args()
+    repeat = 1 if args.quick else args.repeat
+    calls, requests = (200, 500) if args.quick else (2000, 5000)
+    fsync: list[tuple[float, float]] = []
+    blocking: list[float] = []
+    trio_loop: list[float] = []
+    with common.work_directory("floors") as work:
+        for _ in range(repeat):  # alternating, so that drift hits all three alike
+            fsync.append(fsync_floor(work, calls))
+            blocking.append(request_floor("blocking", requests))
+            trio_loop.append(request_floor("trio", requests))
+    fsync_cpu = statistics.median(f[0] for f in fsync)
+    fsync_wall = statistics.median(f[1] for f in fsync)
+    rows = [
+        ["fdatasync of a 200-byte append: CPU / wall", f"{fsync_cpu:.0f} / {fsync_wall:.0f} us"],
+        ["one request and answer, server CPU: blocking server",
+         f"{statistics.median(blocking):.0f} us"],
+        ["the same, trio server reading as broker/server.py does",
+         f"{statistics.median(trio_loop):.0f} us"],
+        ["a durable one-record transaction before any broker work: 4 fdatasyncs + 3 trio "
+         "round trips, CPU", f"{4 * fsync_cpu + 3 * statistics.median(trio_loop):.0f} us"],
+        ["the fdatasync waits its answers cannot avoid (data, PrepareCommit)",
+         f"{2 * fsync_wall:.0f} us"],
+    ]
+    print(common.markdown_table(["floor", "median"], rows))
+    path = common.write_results_json("floors", {
+        "fsync_cpu_us": [f[0] for f in fsync], "fsync_wall_us": [f[1] for f in fsync],
+        "blocking_server_cpu_us": blocking, "trio_server_cpu_us": trio_loop,
+    })
+    print(f"results written to {path}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        _serve(sys.argv[2], int(sys.argv[3]))
+    else:
+        main()
