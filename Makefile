@@ -28,13 +28,17 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
+# The suite waits on brokers, clients and Spark more than it computes: worker processes
+# (pytest-xdist, one per core, at most four) overlap those waits.
+PYTEST_WORKERS := -n auto --maxprocesses=4
+
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest
+	$(PY) -m pytest $(PYTEST_WORKERS)
 
 test-fast: $(TEST_STAMP)
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest $(PYTEST_WORKERS) -m "not slow"
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
