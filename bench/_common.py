@@ -661,7 +661,7 @@ def loopback_limit(volume_bytes: int, chunk_bytes: int = 256 * 1024) -> Loopback
                 sock.sendall(chunk)
             sock.sendall(chunk[:rest])
             sock.shutdown(socket.SHUT_WR)
-            received = int.from_bytes(_recv_exactly(sock, 8), "big")
+            received = int.from_bytes(recv_exactly(sock, 8), "big")
             elapsed = time.perf_counter() - started
         if received != volume_bytes:
             raise RuntimeError(f"sink read {received} bytes, {volume_bytes} sent")
@@ -675,12 +675,12 @@ def loopback_limit(volume_bytes: int, chunk_bytes: int = 256 * 1024) -> Loopback
     )
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
     data = b""
     while len(data) < n:
         more = sock.recv(n - len(data))
         if not more:
-            raise ConnectionError("sink closed early")
+            raise ConnectionError("the peer closed early")
         data += more
     return data
 
@@ -710,6 +710,7 @@ class DiskResult:
     elapsed_s: float
     mb_per_s: float
     fdatasync_ms: float  # mean per chunk, write included
+    fdatasync_cpu_ms: float  # this process's CPU time, mean per chunk, write included
 
 
 def disk_limit(
@@ -727,17 +728,20 @@ def disk_limit(
     try:
         if preallocate:
             _zero_fill(fd, chunks * chunk_bytes)
+        cpu_started = time.process_time()
         started = time.perf_counter()
         for _ in range(chunks):
             os.write(fd, chunk)
             os.fdatasync(fd)
         elapsed = time.perf_counter() - started
+        cpu = time.process_time() - cpu_started
     finally:
         os.close(fd)
         shutil.rmtree(path.parent, ignore_errors=True)
     written = chunks * chunk_bytes
     return DiskResult(
-        written, chunk_bytes, preallocate, elapsed, written / elapsed / MB, elapsed / chunks * 1e3
+        written, chunk_bytes, preallocate, elapsed, written / elapsed / MB, elapsed / chunks * 1e3,
+        cpu / chunks * 1e3,
     )
 
 

@@ -27,8 +27,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -41,24 +39,8 @@ WARM_UP = 500
 
 def fsync_floor(directory: Path, calls: int) -> tuple[float, float]:
     """(CPU us, wall us) per 200-byte append + fdatasync, in a fresh file under ``directory``."""
-    path = Path(tempfile.mkdtemp(prefix="floor-", dir=directory)) / "segment.log"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    record = os.urandom(200)
-    try:
-        for _ in range(50):
-            os.write(fd, record)
-            os.fdatasync(fd)
-        cpu = time.process_time()
-        wall = time.perf_counter()
-        for _ in range(calls):
-            os.write(fd, record)
-            os.fdatasync(fd)
-        return ((time.process_time() - cpu) / calls * 1e6,
-                (time.perf_counter() - wall) / calls * 1e6)
-    finally:
-        os.close(fd)
-        path.unlink()
-        path.parent.rmdir()
+    disk = common.disk_limit(directory, 200 * calls, 200)
+    return disk.fdatasync_cpu_ms * 1e3, disk.fdatasync_ms * 1e3
 
 
 def request_floor(kind: str, requests: int) -> float:
@@ -73,7 +55,7 @@ def request_floor(kind: str, requests: int) -> float:
             request = os.urandom(MESSAGE)
             for _ in range(WARM_UP + requests):
                 sock.sendall(request)
-                _receive(sock, MESSAGE)
+                common.recv_exactly(sock, MESSAGE)
         cpu_s = float(server.stdout.readline())
         server.wait(timeout=10)
     finally:
@@ -81,15 +63,6 @@ def request_floor(kind: str, requests: int) -> float:
             server.kill()
             server.wait()
     return cpu_s / requests * 1e6
-
-
-def _receive(sock: socket.socket, n: int) -> None:
-    got = 0
-    while got < n:
-        chunk = sock.recv(n - got)
-        if not chunk:
-            raise ConnectionError("the server closed early")
-        got += len(chunk)
 
 
 def _cpu_s() -> float:
