@@ -23,7 +23,7 @@ COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 @handles(ApiKey.FIND_COORDINATOR)
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
-    Metadata (PROTOCOL.md section 7.2)."""
+    Metadata (docs/protocol.md section 7.2)."""
     host, port = peer.advertised(broker.config.advertised)
 
     def coordinator(key: str) -> dict:

@@ -519,7 +519,7 @@ class TransactionManager:
         the markers are durable and CompleteCommit/CompleteAbort is appended.
 
         Kafka answers as soon as the Prepare record is durable and writes the markers after. We
-        write them first (PROTOCOL.md 7.4): a committed transaction is then visible to every
+        write them first (docs/protocol.md 7.4): a committed transaction is then visible to every
         read_committed reader (and ListOffsets) handled after the answer, and the next
         transaction never waits for the previous one's markers.
 

@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md section 2, checked on the source with ``ast``.
+"""The import rules of docs/design.md section 2, checked on the source with ``ast``.
 
 - protocol/ is pure: nothing of ours outside protocol, and never trio, socket, asyncio, time, os;
 - broker/ and client/ may import protocol; client never imports broker; broker never imports
