@@ -29,8 +29,9 @@ run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
 # The suite waits on brokers, clients and Spark more than it computes: worker processes
-# (pytest-xdist, one per core, at most four) overlap those waits.
-PYTEST_WORKERS := -n auto --maxprocesses=4
+# (pytest-xdist, one per core, at most four) overlap those waits. --dist loadgroup: the tests marked
+# xdist_group("kafka_ref") all run on one worker, so one reference Kafka serves them (tests/kafka_ref/).
+PYTEST_WORKERS := -n auto --maxprocesses=4 --dist loadgroup
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .

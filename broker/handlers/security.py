@@ -37,7 +37,7 @@ log = logging.getLogger("minibroker.security")
 
 
 @handles(ApiKey.SASL_HANDSHAKE)
-def sasl_handshake(broker: Broker, header, request) -> dict:
+def sasl_handshake(broker: Broker, header, request) -> dict | Deferred[dict]:
     session = peer.session()
     enabled = list(broker.config.security.sasl_enabled_mechanisms)
     if session.sasl_state != "handshake":
@@ -46,7 +46,9 @@ def sasl_handshake(broker: Broker, header, request) -> dict:
         session.close_after_reply = True
         log.info("closing %s: SASL mechanism %r is not enabled", peer.client_host(),
                  request.mechanism)
-        return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+        # A failed authentication in Kafka too: answered after the delay, then closed.
+        return _after_failure_delay(broker, {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                             "mechanisms": enabled})
     session.sasl = broker.security.sasl_server(request.mechanism)
     session.sasl_state = "authenticate" if header.api_version >= 1 else "tokens"
     return {"error_code": ErrorCode.NONE, "mechanisms": enabled}
@@ -64,20 +66,27 @@ def sasl_authenticate(broker: Broker, header, request):
     except AuthenticationFailed as exc:
         log.warning("%s (client %s)", exc, peer.client_host())
         session.close_after_reply = True
-        failed = {"error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
-                  "auth_bytes": b""}
-        delay = broker.config.security.connection_failed_authentication_delay_ms / 1000
-
-        async def later() -> dict:
-            await trio.sleep(delay)  # slows down password guessing, as Kafka does
-            return failed
-
-        return Deferred(later)
+        return _after_failure_delay(broker, {
+            "error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
+            "auth_bytes": b""})
     if session.sasl.done:
         session.principal, session.sasl_state = session.sasl.principal, "done"
         session.sasl = None
     return {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
             "session_lifetime_ms": 0}
+
+
+def _after_failure_delay(broker: Broker, answer: dict) -> Deferred[dict]:
+    """``answer`` after ``connection.failed.authentication.delay.ms``: slows down password
+    guessing, as Kafka does (the SaslHandshake v0 path, which has no answer, is the
+    dispatcher's)."""
+    delay = broker.config.security.connection_failed_authentication_delay_ms / 1000
+
+    async def later() -> dict:
+        await trio.sleep(delay)
+        return answer
+
+    return Deferred(later)
 
 
 # -- ACLs ------------------------------------------------------------------------------------------
