@@ -171,7 +171,7 @@ def implemented(table: HandlerTable) -> frozenset[tuple[int, int]]:
 def check_served(table: HandlerTable) -> None:
     """Refuse a table that does not serve exactly the served-versions table: every advertised
     (api, version) must have a codec and a handler, and no handler may serve a version outside
-    the table (PROTOCOL.md section 2: what ApiVersions advertises is what is implemented)."""
+    the table (docs/protocol.md section 2: what ApiVersions advertises is what is implemented)."""
     wanted = frozenset((int(k), v) for k, v in IMPLEMENTED)
     missing = sorted(wanted - implemented(table))
     extra = sorted(frozenset(table) - wanted)
@@ -247,7 +247,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
     if entry is None:
         if key == ApiKey.API_VERSIONS:
             # A version above ours: answer in v0 with UNSUPPORTED_VERSION and our ApiVersions
-            # range, so that the client retries with one we serve (PROTOCOL.md section 3).
+            # range, so that the client retries with one we serve (docs/protocol.md section 3).
             return header, API_VERSIONS_FALLBACK_BODY
         raise CloseConnection(f"unsupported api_key {key} version {version}")
     fn, raw = entry

@@ -176,7 +176,11 @@ def delete_acls(broker: Broker, header, request) -> dict:
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in filters]}
     usable = [f for f in filters if _filter_error(f) is None]
-    removed = iter(broker.security.remove_acls(usable))
+    matched = broker.security.remove_acls(usable)  # durable before the answer
+    gone = [b for group in matched for b in group]
+    if gone:
+        log.info("%s deleted ACLs: %s", peer.principal_and_host()[0], gone)
+    removed = iter(matched)
     results = []
     for f in filters:
         error = _filter_error(f)

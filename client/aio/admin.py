@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -34,6 +33,7 @@ import trio
 from client._loop import require_trio
 from client.aio._tasks import EngineTasks
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
+from client.clock import Clock, WallClock
 from client.config import ClientConfig, admin_config
 from client.errors import (
     BrokerResponseError,
@@ -86,8 +86,11 @@ log = logging.getLogger("client.admin")
 class AsyncAdmin:
     """Kafka admin operations on trio (``async with AsyncAdmin(conf) as admin``)."""
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+    ) -> None:
         self.config = config if isinstance(config, ClientConfig) else admin_config(config)
+        self.clock: Clock = clock or WallClock()
         self._timeout = self.config["request.timeout.ms"] / 1000
         self._cluster = Cluster(self.config)
         self._tasks = EngineTasks("AsyncAdmin")
@@ -748,7 +751,7 @@ class AsyncAdmin:
             d.transactional_id: d
             for d in await self.describe_transactions(sorted(set(by_producer.values())))
         }
-        now = int(time.time() * 1000)
+        now = self.clock.now_ns() // 1_000_000
         hanging = []
         for tp, state in open_txns:
             transactional_id = by_producer.get(state.producer_id)

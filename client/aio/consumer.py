@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -48,6 +47,7 @@ from client.aio.subscription import (
     RebalanceListener,
     SubscriptionState,
 )
+from client.clock import Clock, WallClock
 from client.config import ClientConfig, consumer_config
 from client.errors import IllegalStateError, KafkaClientError, NoOffsetForPartitionError
 from client.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
@@ -60,12 +60,15 @@ __all__ = ["AsyncConsumer", "RebalanceCallback", "RebalanceListener"]
 class AsyncConsumer:
     """A Kafka consumer on trio (see the module docstring)."""
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+    ) -> None:
         cfg = config if isinstance(config, ClientConfig) else consumer_config(config)
         self.config = cfg
+        self.clock: Clock = clock or WallClock()
         self.group_id: str | None = cfg["group.id"]
         self._auto_commit: bool = cfg["enable.auto.commit"]
-        self._auto_commit_interval = cfg["auto.commit.interval.ms"] / 1000
+        self._auto_commit_interval_ns: int = cfg["auto.commit.interval.ms"] * 1_000_000
         self._reset_policy: str = cfg["auto.offset.reset"]
         self._max_poll_records: int = cfg["max.poll.records"]
         self._request_timeout = cfg["request.timeout.ms"] / 1000
@@ -75,7 +78,7 @@ class AsyncConsumer:
         self._fetcher = Fetcher(cfg, self._subs, self._cluster)
         self._group = GroupCoordinator(cfg, self._subs, self._cluster, self._tasks,
                                        self._set_assignment, self._fetcher.wake_poll)
-        self._next_auto_commit = 0.0  # time.monotonic() of the next auto-commit
+        self._next_auto_commit_ns = 0  # clock.monotonic_ns() of the next auto-commit
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
@@ -318,9 +321,11 @@ class AsyncConsumer:
                 callback = await group.coordinate()
                 if callback is not None:
                     return callback
-            if self._auto_commit and subs.assignment and time.monotonic() >= self._next_auto_commit:
-                self._next_auto_commit = time.monotonic() + self._auto_commit_interval
-                self._tasks.start_soon(group.auto_commit_task)
+            if self._auto_commit and subs.assignment:
+                now_ns = self.clock.monotonic_ns()
+                if now_ns >= self._next_auto_commit_ns:
+                    self._next_auto_commit_ns = now_ns + self._auto_commit_interval_ns
+                    self._tasks.start_soon(group.auto_commit_task)
             if any(s.position is None for s in subs.assignment.values()):
                 await self._resolve_positions()
             records, wake = fetcher.take(max_records or self._max_poll_records)
@@ -351,7 +356,7 @@ class AsyncConsumer:
             or (
                 self._auto_commit
                 and self._subs.assignment
-                and time.monotonic() >= self._next_auto_commit
+                and self.clock.monotonic_ns() >= self._next_auto_commit_ns
             )
         ):
             return []

@@ -105,7 +105,8 @@ class AsyncProducer:
     ) -> None:
         cfg = config if isinstance(config, ClientConfig) else producer_config(config)
         self.config = cfg
-        self._now_ns = (clock or WallClock()).now_ns  # record timestamps, linger, delivery
+        self.clock: Clock = clock or WallClock()
+        self._now_ns = self.clock.now_ns  # record timestamps, linger, delivery
         self.transactional_id: str | None = cfg["transactional.id"]
         self._idempotent: bool = cfg["enable.idempotence"]
         self._acks: int = cfg["acks"]
