@@ -11,7 +11,7 @@ configs are read-only here (no dynamic broker config): altering one is INVALID_C
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig, property_values
@@ -68,11 +68,14 @@ def _render_optional(value: object) -> str | None:
 
 
 def describe_topic(
-    logs: LogManager, broker: BrokerConfig, topic: str, keys: Iterable[str] | None
+    logs: LogManager, broker: BrokerConfig, topic: str, keys: Iterable[str] | None,
+    overrides: Mapping[str, str] | None = None,
 ) -> list[ConfigEntry]:
     """Every topic config of ``topic`` (or those of ``keys`` that exist), with its source and
-    synonyms. UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
-    overrides = logs.topic_overrides(topic)
+    synonyms. UNKNOWN_TOPIC_OR_PARTITION for an unknown topic; ``overrides`` describes a topic
+    that does not exist yet (CreateTopics with validate_only)."""
+    if overrides is None:
+        overrides = logs.topic_overrides(topic)
     wanted = None if keys is None else set(keys)
     defaults = broker.log
     built_in = LogConfig()
