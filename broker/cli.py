@@ -17,6 +17,7 @@ import trio
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 from broker.security.tls import listener_context
+from client.cli.common import ToolRoot  # the one import of client/ besides the tools below
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -24,7 +25,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 log = logging.getLogger("minibroker")
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=ToolRoot, context_settings=CONTEXT)
 @click.version_option(package_name="minibroker")
 def main() -> None:
     """minibroker: a Kafka-compatible broker with idempotence and transactions.
