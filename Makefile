@@ -11,7 +11,7 @@ DATA_DIR ?= ./data
 ARGS ?=
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-fast lint bench clean
+.PHONY: run test test-fast lint docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,9 @@ run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
 # The suite waits on brokers, clients and Spark more than it computes: worker processes
-# (pytest-xdist, one per core, at most four) overlap those waits.
-PYTEST_WORKERS := -n auto --maxprocesses=4
+# (pytest-xdist, one per core, at most four) overlap those waits. --dist loadgroup: the tests marked
+# xdist_group("kafka_ref") all run on one worker, so one reference Kafka serves them (tests/kafka_ref/).
+PYTEST_WORKERS := -n auto --maxprocesses=4 --dist loadgroup
 
 test: $(TEST_STAMP)
 	$(PY) -m ruff check .
@@ -43,6 +44,10 @@ test-fast: $(TEST_STAMP)
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+
+# docs/configuration.md from the broker's config tables (a test fails when it is stale).
+docs: $(STAMP)
+	$(PY) -m broker.config_reference
 
 bench: $(TEST_STAMP)
 	$(PY) bench/produce.py

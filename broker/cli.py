@@ -62,10 +62,17 @@ def main() -> None:
 @click.option("--log-format", type=click.Choice(logsetup.FORMATS), default="text",
               envvar="MINIBROKER_LOG_FORMAT", show_envvar=True, show_default=True,
               help="One line per event, as text or JSON.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="MINIBROKER_LOG_FILE", show_envvar=True,
+              help="Also append every log line to this file (reopened when logrotate moves it).")
 def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush,
-          metrics_port, log_level, log_format) -> None:
+          metrics_port, log_level, log_format, log_file) -> None:
     """Run the broker until SIGINT or SIGTERM."""
-    logsetup.configure(log_level, log_format)
+    try:
+        logsetup.configure(log_level, log_format, log_file=log_file)
+    except OSError as exc:
+        click.echo(f"minibroker: error: cannot open log file {log_file}: {exc.strerror}", err=True)
+        sys.exit(2)
     try:
         properties = read_properties(config_file) if config_file else {}
         config = build_config(

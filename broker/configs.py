@@ -20,9 +20,11 @@ from broker.log.topic_config import (
     TOPIC_CONFIGS,
     ConfigType,
     LogConfig,
+    check_internal_alter,
     incremental_overrides,
     render,
 )
+from broker.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
 
 
@@ -141,12 +143,14 @@ def alter_topic(
 ) -> None:
     """AlterConfigs on a topic: ``configs`` become its overrides, everything else returns to the
     default. INVALID_REQUEST for a null value, INVALID_CONFIG for bad keys or values."""
-    logs.topic_overrides(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
+    current = logs.topic_overrides(topic)  # UNKNOWN_TOPIC_OR_PARTITION first
     overrides: dict[str, str] = {}
     for key, value in configs:
         if value is None:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}")
         overrides[key] = value
+    if topic in INTERNAL_TOPICS:
+        check_internal_alter(topic, current, {k: v.strip() for k, v in overrides.items()})
     logs.alter_topic_config(topic, overrides, validate_only)
 
 
@@ -156,6 +160,8 @@ def incremental_alter_topic(
     """IncrementalAlterConfigs on a topic (SET / DELETE / APPEND / SUBTRACT)."""
     current = logs.topic_overrides(topic)
     overrides = incremental_overrides(current, logs.default_config, ops)
+    if topic in INTERNAL_TOPICS:
+        check_internal_alter(topic, current, overrides)
     logs.alter_topic_config(topic, overrides, validate_only)
 
 

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+import trio
+
 from broker import peer
 from broker.metrics import Metrics, error_codes
 from broker.reply import AnswerFirst, Deferred
@@ -97,7 +99,7 @@ def implemented(table: HandlerTable) -> frozenset[tuple[int, int]]:
 def check_served(table: HandlerTable) -> None:
     """Refuse a table that does not serve exactly the served-versions table: every advertised
     (api, version) must have a codec and a handler, and no handler may serve a version outside
-    the table (PROTOCOL.md section 2: what ApiVersions advertises is what is implemented)."""
+    the table (docs/protocol.md section 2: what ApiVersions advertises is what is implemented)."""
     wanted = frozenset((int(k), v) for k, v in IMPLEMENTED)
     missing = sorted(wanted - implemented(table))
     extra = sorted(frozenset(table) - wanted)
@@ -159,7 +161,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
     """
     session = peer.session()
     if session.sasl_state == "tokens":
-        return _bare_sasl_token(session, frame)
+        return _bare_sasl_token(broker, session, frame)
     try:
         header, offset = parse_request_header_untrusted(frame)
     except CorruptFrameError as exc:
@@ -173,7 +175,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
     if entry is None:
         if key == ApiKey.API_VERSIONS:
             # A version above ours: answer in v0 with UNSUPPORTED_VERSION and our ApiVersions
-            # range, so that the client retries with one we serve (PROTOCOL.md section 3).
+            # range, so that the client retries with one we serve (docs/protocol.md section 3).
             return header, API_VERSIONS_FALLBACK_BODY
         raise CloseConnection(f"unsupported api_key {key} version {version}")
     fn, raw = entry
@@ -197,13 +199,23 @@ _SASL_EXCHANGE = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.S
 _KNOWN_KEYS = frozenset(int(k) for k in ApiKey)
 
 
-def _bare_sasl_token(session: Any, frame: bytearray) -> tuple[None, bytes]:
+def _bare_sasl_token(broker: Any, session: Any, frame: bytearray) -> tuple[None, Any]:
     """After a SaslHandshake v0 the client sends its SASL tokens as bare frames and gets bare
-    frames back; a failure closes the connection without an answer (as in Kafka)."""
+    frames back. A failure has no answer: as in Kafka, the connection is closed after
+    ``connection.failed.authentication.delay.ms`` (as on the SaslAuthenticate path), so that a
+    password guesser gains nothing by choosing v0."""
     try:
         reply = session.sasl.step(bytes(frame))
     except AuthenticationFailed as exc:
-        raise CloseConnection(str(exc)) from None
+        log.warning("%s (client %s)", exc, peer.client_host())
+        session.close_after_reply = True
+        delay = broker.config.security.connection_failed_authentication_delay_ms / 1000
+
+        async def close_later() -> object:
+            await trio.sleep(delay)
+            return NO_RESPONSE
+
+        return None, Deferred(close_later)
     if session.sasl.done:
         session.principal, session.sasl_state, session.sasl = session.sasl.principal, "done", None
     return None, reply
@@ -212,10 +224,10 @@ def _bare_sasl_token(session: Any, frame: bytearray) -> tuple[None, bytes]:
 def encode_reply(header: RequestHeader | None, result: Any) -> Chunks | None:
     """The response frame for a handler result, as chunks (size prefix first); None: no response.
     ``header`` None: ``result`` is a bare SASL token (SaslHandshake v0)."""
-    if header is None:
-        return [len(result).to_bytes(4, "big") + result]
     if result is NO_RESPONSE:
         return None
+    if header is None:
+        return [len(result).to_bytes(4, "big") + result]
     if isinstance(result, bytes | bytearray | memoryview):
         chunks: Chunks = [result]
     elif isinstance(result, list):

@@ -296,6 +296,8 @@ async def _serve_connection(
     except (ssl.SSLError, ConnectionError, OSError) as exc:
         log.info("closing %s: %s", sock.peer_name(), exc)
     finally:
+        if session.refusals is not None:
+            session.refusals.close()  # the count of refusal lines left out, if any
         if sock.metrics is not None:
             sock.metrics.connections_closed += 1
         sock.close()

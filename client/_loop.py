@@ -93,12 +93,9 @@ class LoopThread:
             return trio.from_thread.run(fn, *args, trio_token=self.token)
 
         async def bounded() -> T:
-            with trio.move_on_after(timeout if timeout >= 0 else math.inf) as scope:
+            with trio.move_on_after(timeout if timeout >= 0 else math.inf):
                 return await fn(*args)
-            if scope.cancelled_caught:
-                raise KafkaTimeoutError(
-                    f"{getattr(fn, '__name__', 'call')} timed out after {timeout} s"
-                )
+            raise KafkaTimeoutError(f"{getattr(fn, '__name__', 'call')} timed out after {timeout} s")
 
         return trio.from_thread.run(bounded, trio_token=self.token)
 
@@ -132,8 +129,10 @@ class LoopThread:
         self._stopped = True
         if self.in_loop_thread:
             raise IllegalStateError("cannot close the client from its own thread")
-        try:
-            trio.from_thread.run_sync(self._stop.set, trio_token=self.token)
-        except trio.RunFinishedError:
-            pass
+        stop = self._stop
+        if stop is not None:  # None: the loop never started
+            try:
+                trio.from_thread.run_sync(stop.set, trio_token=self.token)
+            except trio.RunFinishedError:
+                pass
         self._thread.join()

@@ -260,7 +260,8 @@ class Accumulator:
         self.lock = threading.Lock()
         # Notified whenever buffered_bytes drops: send() may be waiting for buffer.memory room.
         self.space = threading.Condition(self.lock)
-        self.partitions: dict[TopicPartition, PartitionState] = {}
+        # Keyed by TopicPartition; a plain (topic, partition) tuple finds the same entry.
+        self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.buffered_bytes = 0  # bytes of batches not yet finished
         self.producer_id = -1
         self.producer_epoch = -1

@@ -17,12 +17,12 @@ called from several threads, though a consumer is normally polled by one thread.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from client._loop import LoopThread
 from client.aio.consumer import AsyncConsumer, RebalanceCallback
+from client.clock import monotonic_s
 from client.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
 
 
@@ -79,9 +79,10 @@ class Consumer:
         records = self._engine.take_ready(max_records)
         if records:
             return records
-        deadline = time.monotonic() + timeout
+        clock = self._engine.clock
+        deadline = monotonic_s(clock) + timeout
         while True:
-            remaining = max(deadline - time.monotonic(), 0.0)
+            remaining = max(deadline - monotonic_s(clock), 0.0)
             step = self._loop.call(self._engine.poll_step, remaining, max_records)
             if isinstance(step, RebalanceCallback):
                 listener = self._on_assign if step.kind == "assigned" else self._on_revoke

@@ -18,7 +18,7 @@ have their own classes below, named after their Java counterparts (``ConfigExcep
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from protocol.errors import RETRIABLE, ErrorCode, error_name
 
@@ -116,7 +116,7 @@ class BrokerResponseError(KafkaClientError):
     code: ClassVar[ErrorCode] = ErrorCode.UNKNOWN_SERVER_ERROR
     default_message: ClassVar[str] = ""
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         code = cls.__dict__.get("code")
         if code is None:

@@ -109,7 +109,7 @@ def decode_assignment_untrusted(data: bytes) -> list[TopicPartition]:
     reader = _Reader(bytes(data))
     if reader.i16() < 0:
         raise CorruptFrameError("negative assignment version")
-    result = []
+    result: list[TopicPartition] = []
     for _ in range(reader.count()):
         topic = reader.string()
         n = reader.i32()

@@ -27,13 +27,13 @@ coordinator's timeout) raises ``ProducerFencedError`` and its transaction was ab
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from typing import Any
 
 from client._loop import LoopThread
 from client.accumulator import DeliveryCallback, DeliveryFuture, Headers
 from client.aio.producer import AsyncProducer, check_topic
+from client.clock import monotonic_s
 from client.errors import KafkaTimeoutError
 from client.structs import ConsumerGroupMetadata, OffsetAndMetadata, TransactionHandle
 
@@ -81,12 +81,13 @@ class Producer:
         return engine.append(topic, value, key, partition, headers, timestamp, on_delivery, count)
 
     def _wait_for_buffer(self) -> None:
-        deadline = time.monotonic() + self._max_block
+        clock = self._engine.clock
+        deadline = monotonic_s(clock) + self._max_block
         acc = self._acc
         with acc.space:
             while acc.buffered_bytes >= self._buffer_memory:
                 self._engine.raise_if_fatal()
-                remaining = deadline - time.monotonic()
+                remaining = deadline - monotonic_s(clock)
                 if remaining <= 0:
                     raise KafkaTimeoutError(
                         "Failed to allocate buffer within the configured max blocking time "
@@ -98,9 +99,10 @@ class Producer:
         """Send everything buffered and wait until each record is acknowledged or failed."""
         batches = self._acc.incomplete_batches()
         self._engine.wake_sender()
-        deadline = None if timeout is None else time.monotonic() + timeout
+        clock = self._engine.clock
+        deadline = None if timeout is None else monotonic_s(clock) + timeout
         for batch in batches:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+            remaining = None if deadline is None else max(deadline - monotonic_s(clock), 0)
             if not batch.event.wait(remaining):
                 raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
 

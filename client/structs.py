@@ -36,6 +36,14 @@ class OffsetAndMetadata(NamedTuple):
     metadata: str | None = None
 
 
+def offset_and_metadata(value: int | OffsetAndMetadata) -> tuple[int, str | None]:
+    """A committed offset as given to ``commit`` or ``send_offsets_to_transaction`` (a plain
+    offset, or with metadata) as ``(offset, metadata)``."""
+    if isinstance(value, OffsetAndMetadata):
+        return value.offset, value.metadata
+    return value, None
+
+
 class ConsumerGroupMetadata(NamedTuple):
     """What ``send_offsets_to_transaction`` needs to know of a consumer's group membership."""
 

@@ -123,9 +123,11 @@ class TransactionManager:
 
     # -- checks before public calls ----------------------------------------------------------------
 
-    def require_transactional(self) -> None:
-        if not self.is_transactional:
+    def require_transactional(self) -> str:
+        """The transactional id; ``IllegalStateError`` for a producer without one."""
+        if self.transactional_id is None:
             raise IllegalStateError(MSG_NOT_TRANSACTIONAL)
+        return self.transactional_id
 
     def raise_if_fatal(self) -> None:
         if self.state is TxnState.FATAL_ERROR:
@@ -189,7 +191,8 @@ class TransactionManager:
         self.pending_partitions.add(tp)
         return True
 
-    def is_partition_added(self, tp: TopicPartition) -> bool:
+    def is_partition_added(self, tp: tuple[str, int]) -> bool:
+        """(``tp`` may be a plain ``(topic, partition)`` tuple: it equals the TopicPartition.)"""
         return tp in self.partitions
 
     def partitions_added(self, added: list[TopicPartition]) -> None:

@@ -7,7 +7,7 @@ reads its range with our consumer (``client.Consumer``), which under read_commit
 transaction markers and aborted records; the task stops once its position reaches the range end,
 which may lie past the last record it returned (a marker or aborted data ends the range).
 
-Facts of PySpark's API this relies on (../shared/SPARK.md): the batch reader is pickled before
+Facts of PySpark's API this relies on (docs/spark.md): the batch reader is pickled before
 ``partitions()`` runs, so every fact a task needs travels in its ``RangePartition``; a stream
 reader's planning methods run on one long-lived instance (it keeps its clients) and ``read()``
 on a pickled copy (which must not carry them).

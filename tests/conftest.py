@@ -7,6 +7,12 @@ import trio
 
 from broker.config import build_config
 from tests.broker_process import BrokerProcess
+from tests.kafka_ref.fixtures import (  # noqa: F401  (the reference Kafka's fixtures, for every test)
+    kafka_one,
+    kafka_ref,
+    kafka_three,
+    pytest_runtest_makereport,
+)
 from tests.process_guard import pytest_sessionfinish  # noqa: F401  (fails a session that leaks a process)
 
 pytest_plugins = ["pytester"]

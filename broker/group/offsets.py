@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -311,30 +311,44 @@ class OffsetStore:
         header: BatchHeader,
         records: Iterable[Record],
         high_watermark: int | None = None,
+        skip: Callable[[int, str], None] | None = None,
     ) -> None:
         """Apply one batch read back from ``__consumer_offsets`` partition ``offsets_partition``
         (at broker start; ``high_watermark`` is the partition's): plain records are committed
         offsets, transactional ones pending, a control record ends the producer's transaction.
-        Raises CorruptFrameError on a record that does not decode (the caller skips the batch)."""
+        A record that does not decode is left out and reported to ``skip(offset, reason)``; the
+        others are applied (without ``skip`` the first one raises CorruptFrameError)."""
+        def bad(record: Record, exc: CorruptFrameError) -> None:
+            if skip is None:
+                raise exc
+            skip(record.offset, str(exc))
+
         if header.is_control:
             for record in records:
-                control_type, _ = parse_control_record(record)
+                try:
+                    control_type, _ = parse_control_record(record)
+                except CorruptFrameError as exc:
+                    bad(record, exc)
+                    continue
                 self.complete_txn(
                     offsets_partition, header.producer_id, control_type is ControlType.COMMIT
                 )
             return
-        decoded = []
         for record in records:
-            key = decode_offset_key_untrusted(record.key)
-            if key is None:
+            try:
+                key = decode_offset_key_untrusted(record.key)
+                if key is None:
+                    continue
+                value = decode_offset_value_untrusted(record.value)
+            except CorruptFrameError as exc:
+                bad(record, exc)
                 continue
-            decoded.append((key, record.offset, decode_offset_value_untrusted(record.value)))
-        for (group_id, topic, partition), log_offset, value in decoded:
+            group_id, topic, partition = key
             if header.is_transactional:
                 if value is not None:
                     self.add_pending(
                         offsets_partition, header.producer_id, group_id, (topic, partition),
-                        log_offset, value,
+                        record.offset, value,
                     )
             else:
-                self.put(group_id, (topic, partition), log_offset, value, high_watermark)
+                self.put(group_id, (topic, partition), record.offset, value, high_watermark)

@@ -56,6 +56,7 @@ from broker.group.offsets import (
     build_offset_tombstones,
 )
 from broker.group.state import GroupState
+from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
 from broker.log.partition import Partition
 from broker.reply import Deferred, after
@@ -67,7 +68,7 @@ from broker.topics import (
     offsets_partition_count,
 )
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
-from protocol.records import INT32_MAX, decode_records_untrusted, iter_batches_untrusted
+from protocol.records import INT32_MAX
 
 INT64_MAX = (1 << 63) - 1  # a "high watermark" that shows values not yet durable too
 
@@ -88,7 +89,6 @@ def offsets_topic_config(segment_bytes: int) -> dict[str, str]:
 
 # A waiting reply re-examines the coordinator's timers at least this often.
 MAX_TIMER_SLEEP_S = 1.0
-_REPLAY_CHUNK = 1 << 20
 
 # Append errors as OffsetCommit reports them (Kafka's GroupMetadataManager mapping).
 _APPEND_ERRORS = {
@@ -179,6 +179,9 @@ class GroupService:
     def _replay(self) -> int:
         logs = self._logs
         count = logs.partition_count(CONSUMER_OFFSETS_TOPIC) or 0
+        if count:
+            restore_fixed_config(logs, CONSUMER_OFFSETS_TOPIC,
+                                 offsets_topic_config(self._offsets_segment_bytes), log)
         batches = 0
         groups: dict[str, GroupMetadataRecord | None] = {}
         for index in range(count):
@@ -200,33 +203,24 @@ class GroupService:
     def _replay_partition(
         self, partition: Partition, groups: dict[str, GroupMetadataRecord | None]
     ) -> int:
+        """Load one partition; what cannot be read is skipped with a log line naming its offset
+        (``broker/internal_replay.py``), everything else is loaded."""
         store = self.coordinator.offsets
-        offset, end = partition.log_start_offset, partition.high_watermark
+        skips = SkipLog(log, partition)
         batches = 0
-        while offset < end:
-            data = partition.read(offset, _REPLAY_CHUNK, end)
-            if not data:
-                break
-            for pos, header in iter_batches_untrusted(data):
-                if header.base_offset + header.last_offset_delta < offset:
-                    continue  # below a log start offset inside the first batch read
-                try:
-                    records = list(decode_records_untrusted(data, pos, header))
-                    store.replay_batch(partition.index, header, records, end)
-                    if not header.is_control and not header.is_transactional:
-                        for record in records:
-                            group_id = decode_group_metadata_key_untrusted(record.key)
-                            if group_id is not None:
-                                groups[group_id] = decode_group_metadata_value_untrusted(
-                                    record.value
-                                )
-                except CorruptFrameError as exc:
-                    # Recovery already checked every CRC, so this is a record we cannot read:
-                    # skip it rather than refuse to start.
-                    log.error("%s-%d: skipping undecodable batch at offset %d: %s",
-                              CONSUMER_OFFSETS_TOPIC, partition.index, header.base_offset, exc)
-                batches += 1
-                offset = header.base_offset + header.last_offset_delta + 1
+        for header, records in read_batches(partition, partition.high_watermark, skips):
+            store.replay_batch(partition.index, header, records, partition.high_watermark,
+                               skips.skip)
+            if not header.is_control and not header.is_transactional:
+                for record in records:
+                    try:
+                        group_id = decode_group_metadata_key_untrusted(record.key)
+                        if group_id is not None:
+                            groups[group_id] = decode_group_metadata_value_untrusted(record.value)
+                    except CorruptFrameError as exc:
+                        skips.skip(record.offset, str(exc))
+            batches += 1
+        skips.close()
         return batches
 
     # -- waiting -----------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import re
 from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles
-from broker.handlers.authz import allowed
+from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
@@ -19,6 +19,8 @@ MAX_TRANSACTION_VERSION = 2
 # The finalized features change only with the configuration, at a restart; clients keep the
 # features of the highest epoch they saw (Kafka's is the metadata offset; -1 means none).
 FEATURES_EPOCH = 0
+
+INT32_MIN = -(1 << 31)  # an authorized-operations field that was not asked for
 
 # KIP-511: what a client may call itself in ApiVersions v3+.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -60,24 +62,35 @@ def metadata(broker: Broker, header, request) -> dict:
         allow_create = request.allow_auto_topic_creation
     topics = []
     listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
+    # v8+: the operations the principal may do on each topic it may describe (Kafka's bits).
+    with_operations = header.api_version >= 8 and request.include_topic_authorized_operations
     for name in names:
         # Describe before existence (Kafka: an undescribable topic is never disclosed): left
-        # out of the all-topics answer, TOPIC_AUTHORIZATION_FAILED when named.
-        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        # out of the all-topics answer (without a refusal line, as Kafka), TOPIC_AUTHORIZATION_
+        # FAILED when named.
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                       log_refusal=not listing_all):
             if not listing_all:
                 topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
                                "is_internal": False, "partitions": []})
             continue
-        create = allow_create and may_create(broker, name)
-        try:
-            count = broker.ensure_topic(name, create)
-        except KafkaError as exc:
-            code = exc.code
-            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and allow_create and not create:
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # may not auto-create it
-            topics.append({"error_code": code, "name": name, "is_internal": False,
-                           "partitions": []})
-            continue
+        operations = (authorized_operations(broker, ResourceType.TOPIC, name)
+                      if with_operations else INT32_MIN)
+        count = broker.logs.partition_count(name)
+        if count is None:
+            # Create is asked only of a topic that does not exist and would be auto-created.
+            auto = (allow_create and broker.config.auto_create_topics
+                    and name not in INTERNAL_TOPICS)
+            create = auto and may_create(broker, name)
+            try:
+                count = broker.ensure_topic(name, create)
+            except KafkaError as exc:
+                code = exc.code
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto and not create:
+                    code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
+                topics.append({"error_code": code, "name": name, "is_internal": False,
+                               "partitions": [], "topic_authorized_operations": operations})
+                continue
         partitions = [
             {
                 "error_code": ErrorCode.NONE,
@@ -94,20 +107,27 @@ def metadata(broker: Broker, header, request) -> dict:
                 "name": name,
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
+                "topic_authorized_operations": operations,
             }
         )
+    cluster_operations = INT32_MIN
+    if 8 <= header.api_version <= 10 and request.include_cluster_authorized_operations:
+        cluster_operations = cluster_authorized_operations(broker)
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": node,
         "topics": topics,
+        "cluster_authorized_operations": cluster_operations,
     }
 
 
 def may_create(broker: Broker, topic: str) -> bool:
-    """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation)."""
-    return (allowed(broker, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+    """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation;
+    as Kafka, only the refusal on the topic is logged)."""
+    return (allowed(broker, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME,
+                    log_refusal=False)
             or allowed(broker, Operation.CREATE, ResourceType.TOPIC, topic))
 
 

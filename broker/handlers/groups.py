@@ -12,12 +12,14 @@ from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.handlers.authz import allowed
+from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.txn import add_group, producer_fenced
 from broker.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+
+INT32_MIN = -(1 << 31)  # an authorized-operations field that was not asked for
 
 
 def _group_ok(broker: Broker, operation: Operation, group_id: str) -> bool:
@@ -138,6 +140,8 @@ def leave_group(broker: Broker, header, request) -> dict:
 @handles(ApiKey.DESCRIBE_GROUPS)
 def describe_groups(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
+    # v3+: the operations the principal may do on each group it may describe (Kafka's bits).
+    with_operations = header.api_version >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups:
         if not _group_ok(broker, Operation.DESCRIBE, group_id):
@@ -164,6 +168,9 @@ def describe_groups(broker: Broker, header, request) -> dict:
                     }
                     for m in summary.members
                 ],
+                "authorized_operations": (
+                    authorized_operations(broker, ResourceType.GROUP, group_id)
+                    if with_operations else INT32_MIN),
             }
         )
     return {"throttle_time_ms": 0, "groups": groups}
@@ -184,15 +191,25 @@ def offset_fetch(broker: Broker, header, request) -> dict:
 
     def fetch(group_id: str, topics) -> dict:
         # Describe on the group; partitions of topics it may not describe are left out (all
-        # topics) or answered TOPIC_AUTHORIZATION_FAILED (named topics), as in Kafka.
+        # topics, without a refusal line each) or answered TOPIC_AUTHORIZATION_FAILED (named
+        # topics), as in Kafka.
         if not _group_ok(broker, Operation.DESCRIBE, group_id):
+            if header.api_version < 2:
+                # v0-1 have no top-level error: as Kafka, the error on every requested
+                # partition (an empty answer would send the client to auto.offset.reset).
+                return {"topics": [{"name": t.name, "partitions": [
+                    {"partition_index": index, "committed_offset": -1, "metadata": "",
+                     "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+                    for index in t.partition_indexes]} for t in topics or ()],
+                        "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
             return {"topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         response = broker.groups.fetch_offsets(group_id, topics, now, stable)
         if broker.security.authorizer is None:
             return response
         kept = []
         for t in response["topics"]:
-            if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"]):
+            if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"],
+                       log_refusal=topics is not None):
                 kept.append(t)
             elif topics is not None:
                 kept.append({"name": t["name"], "partitions": [

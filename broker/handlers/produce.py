@@ -18,6 +18,15 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
 
 VALID_ACKS = (-1, 0, 1)
+# The log's refusals answered without the partition's log start offset; every other refusal of
+# the log (sequence, epoch, invalid record) carries it, as Kafka's ReplicaManager.appendToLocalLog
+# answers (LogAppendInfo.UNKNOWN_LOG_APPEND_INFO for these, unknownLogAppendInfoWithLogStartOffset
+# for the rest).
+NO_LOG_START = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+})
 TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 
 
@@ -42,6 +51,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                    else None)
         for part in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
+            appending = None
             try:
                 if refused is not None:
                     raise KafkaError(refused)
@@ -58,6 +68,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     # part 2 (v12, transaction version 2): the partition joins it here.
                     transactions.verify_produce(partition, part.records, request.transactional_id,
                                                 now, add_partition=version >= TV2_PRODUCE)
+                appending = partition
                 # A transactional batch is answered once appended: durable by its transaction's
                 # PrepareCommit (broker/storage/store.py).
                 result, commit = broker.storage.append(partition, part.records, now,
@@ -70,6 +81,8 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     commits.append((commit, partition_responses, len(partition_responses)))
             except KafkaError as exc:
                 error = exc.code
+                if appending is not None and error not in NO_LOG_START:
+                    log_start = appending.log_start_offset
             partition_responses.append(
                 (part.index, error, base_offset, log_append_time, log_start)
             )

@@ -38,7 +38,7 @@ log = logging.getLogger("minibroker.security")
 
 
 @handles(ApiKey.SASL_HANDSHAKE)
-def sasl_handshake(broker: Broker, header, request) -> dict:
+def sasl_handshake(broker: Broker, header, request) -> dict | Deferred[dict]:
     session = peer.session()
     enabled = list(broker.config.security.sasl_enabled_mechanisms)
     if session.sasl_state != "handshake":
@@ -47,7 +47,9 @@ def sasl_handshake(broker: Broker, header, request) -> dict:
         session.close_after_reply = True
         log.info("closing %s: SASL mechanism %r is not enabled", peer.client_host(),
                  request.mechanism)
-        return {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM, "mechanisms": enabled}
+        # A failed authentication in Kafka too: answered after the delay, then closed.
+        return _after_failure_delay(broker, {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                             "mechanisms": enabled})
     session.sasl = broker.security.sasl_server(request.mechanism)
     session.sasl_state = "authenticate" if header.api_version >= 1 else "tokens"
     return {"error_code": ErrorCode.NONE, "mechanisms": enabled}
@@ -65,20 +67,27 @@ def sasl_authenticate(broker: Broker, header, request):
     except AuthenticationFailed as exc:
         log.warning("%s (client %s)", exc, peer.client_host())
         session.close_after_reply = True
-        failed = {"error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
-                  "auth_bytes": b""}
-        delay = broker.config.security.connection_failed_authentication_delay_ms / 1000
-
-        async def later() -> dict:
-            await trio.sleep(delay)  # slows down password guessing, as Kafka does
-            return failed
-
-        return Deferred(later)
+        return _after_failure_delay(broker, {
+            "error_code": ErrorCode.SASL_AUTHENTICATION_FAILED, "error_message": str(exc),
+            "auth_bytes": b""})
     if session.sasl.done:
         session.principal, session.sasl_state = session.sasl.principal, "done"
         session.sasl = None
     return {"error_code": ErrorCode.NONE, "error_message": None, "auth_bytes": token,
             "session_lifetime_ms": 0}
+
+
+def _after_failure_delay(broker: Broker, answer: dict) -> Deferred[dict]:
+    """``answer`` after ``connection.failed.authentication.delay.ms``: slows down password
+    guessing, as Kafka does (the SaslHandshake v0 path, which has no answer, is the
+    dispatcher's)."""
+    delay = broker.config.security.connection_failed_authentication_delay_ms / 1000
+
+    async def later() -> dict:
+        await trio.sleep(delay)
+        return answer
+
+    return Deferred(later)
 
 
 # -- ACLs ------------------------------------------------------------------------------------------
@@ -152,7 +161,12 @@ def create_acls(broker: Broker, header, request) -> dict:
             valid.append(binding)
             results.append({"error_code": ErrorCode.NONE, "error_message": None})
     if valid:
-        broker.security.add_acls(valid)  # durable before the answer
+        try:
+            broker.security.add_acls(valid)  # durable before the answer
+        except OSError as exc:
+            return {"throttle_time_ms": 0, "results": [
+                r if r["error_code"] != ErrorCode.NONE else _not_saved("ACLs", exc)
+                for r in results]}
         log.info("%s created ACLs: %s", peer.principal_and_host()[0], valid)
     return {"throttle_time_ms": 0, "results": results}
 
@@ -168,7 +182,15 @@ def delete_acls(broker: Broker, header, request) -> dict:
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in filters]}
     usable = [f for f in filters if _filter_error(f) is None]
-    removed = iter(broker.security.remove_acls(usable))
+    try:
+        matched = broker.security.remove_acls(usable)  # durable before the answer
+    except OSError as exc:
+        return {"throttle_time_ms": 0, "filter_results": [
+            {**_not_saved("ACLs", exc), "matching_acls": []} for _ in filters]}
+    gone = [b for group in matched for b in group]
+    if gone:
+        log.info("%s deleted ACLs: %s", peer.principal_and_host()[0], gone)
+    removed = iter(matched)
     results = []
     for f in filters:
         error = _filter_error(f)
@@ -183,6 +205,13 @@ def delete_acls(broker: Broker, header, request) -> dict:
             for b in next(removed)
         ]})
     return {"throttle_time_ms": 0, "filter_results": results}
+
+
+def _not_saved(what: str, exc: OSError) -> dict:
+    """The answer to a change that could not be saved (disk full, I/O error): nothing changed."""
+    log.error("could not save %s: %s", what, exc)
+    return {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR,
+            "error_message": f"the broker could not save the {what} ({exc}); nothing changed"}
 
 
 def _refused(operation: str, what: str) -> str:
@@ -260,7 +289,14 @@ def alter_user_scram_credentials(broker: Broker, header, request) -> dict:
     upserts = [x for x in upserts if x[0] not in errors]
     deletions = [x for x in deletions if x[0] not in errors]
     if upserts or deletions:
-        broker.security.scram.apply(upserts, deletions)  # durable before the answer
+        try:
+            broker.security.scram.apply(upserts, deletions)  # durable before the answer
+        except OSError as exc:
+            failed = _not_saved("SCRAM credentials", exc)
+            for user in {u for u, *_ in upserts} | {u for u, _ in deletions}:
+                errors[user] = (failed["error_code"], failed["error_message"])
+            upserts, deletions = [], []
+    if upserts or deletions:
         log.info("%s altered SCRAM credentials of %s", peer.principal_and_host()[0],
                  sorted({u for u, *_ in upserts} | {u for u, _ in deletions}))
     results = []

@@ -14,6 +14,7 @@ from broker.dispatcher import handles
 from broker.handlers.authz import allowed
 from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -24,7 +25,7 @@ COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 @handles(ApiKey.FIND_COORDINATOR)
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
-    Metadata (PROTOCOL.md section 7.2)."""
+    Metadata (docs/protocol.md section 7.2)."""
     host, port = peer.advertised(broker.config.advertised)
 
     def coordinator(key: str) -> dict:
@@ -88,8 +89,10 @@ def add_partitions_to_txn(broker: Broker, header, request):
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                    request.transactional_id):
         return encode(lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    refused = {t.name for t in request.topics
-               if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, t.name)}
+    # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
+    # or not): the markers EndTxn writes would land in the broker's own logs.
+    refused = {t.name for t in request.topics if t.name in INTERNAL_TOPICS
+               or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, t.name)}
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
         return encode(lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
@@ -162,8 +165,10 @@ def write_txn_markers(broker: Broker, header, request):
     Answers once every marker written is durable. Accepted: a marker of a transaction this
     coordinator runs, and an ABORT of a *hanging* transaction (open on the partition at that
     epoch, run by no coordinator: Kafka's ``kafka-transactions.sh abort --topic --partition``).
-    Anything else (or a marker into ``__transaction_state``) gets CLUSTER_AUTHORIZATION_FAILED
-    and writes nothing: a client may not forge markers or write into the internal logs."""
+    Anything else gets CLUSTER_AUTHORIZATION_FAILED and writes nothing: a client may not forge
+    markers or write into the internal logs. Never into ``__transaction_state``; into
+    ``__consumer_offsets`` only the ABORT of a hanging transaction (the repair of a pending
+    TxnOffsetCommit whose coordinator forgot it): the coordinator writes its own markers there."""
 
     coordinator = broker.transactions.coordinator
     cluster_action = allowed(broker, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
@@ -183,6 +188,8 @@ def write_txn_markers(broker: Broker, header, request):
     def accepted(pid: int, epoch: int, commit: bool, tp: tuple[str, int]) -> bool:
         if tp[0] == TXN_LOG_TOPIC or not cluster_action:  # ClusterAction: Kafka's rule
             return False
+        if tp[0] == CONSUMER_OFFSETS_TOPIC:
+            return not commit and hanging(pid, epoch, tp)
         return coordinator.knows_marker(pid, epoch, commit, tp) or (
             not commit and hanging(pid, epoch, tp)
         )

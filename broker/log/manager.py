@@ -241,7 +241,10 @@ class LogManager:
             return config
         topics = dict(self._topics)
         topics[topic] = {**topics[topic], "config": stored}
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}: {exc}") from exc
         self._topics = topics
         self._configs[topic] = config
         for p in self._partitions[topic]:
@@ -301,7 +304,10 @@ class LogManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         topics = dict(self._topics)
         del topics[name]
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
         self._topics = topics
         del self._configs[name]
         for p in self._partitions.pop(name):

@@ -50,9 +50,11 @@ from broker.producer_state import (
     list_snapshots,
     snapshot_path,
 )
+from broker.topics import INTERNAL_TOPICS
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
     CONTROL_BIT,
+    INT32_MAX,
     LOG_OVERHEAD,
     BatchHeader,
     batch_crc_ok,
@@ -215,7 +217,9 @@ class Partition:
         n = mv.nbytes
         if n == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches")
-        max_size = self.config.max_message_bytes
+        # max.message.bytes is a limit for clients; only the broker's own services write into
+        # the internal topics (every client path refuses them), and nothing may stop them.
+        max_size = INT32_MAX if self.topic in INTERNAL_TOPICS else self.config.max_message_bytes
         batches: list[tuple[int, BatchHeader]] = []
         pos = 0
         while pos < n:

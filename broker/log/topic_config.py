@@ -327,3 +327,41 @@ def incremental_overrides(
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
     apply_overrides(defaults, result)  # the combination must hold too
     return result
+
+
+# -- internal topics ---------------------------------------------------------------------------
+
+# Keys of ``__transaction_state`` and ``__consumer_offsets`` that no client may change: each one
+# could make the broker forget its own state (retention or a delete policy removes segments of
+# live transactions and committed offsets), refuse to write it (max.message.bytes) or drown it
+# in segment files (segment.bytes, segment.ms, max.compaction.lag.ms roll a segment per batch).
+# The broker sets them when it creates the topic (``broker/log/cleaner.py``,
+# ``internal_topic_config``); the other keys (compaction pace, tombstone retention, index
+# interval, preallocation, timestamp type) stay alterable as on any topic.
+INTERNAL_FIXED_KEYS = frozenset({
+    "cleanup.policy", "retention.ms", "retention.bytes", "segment.bytes", "segment.ms",
+    "max.message.bytes", "max.compaction.lag.ms",
+})
+
+
+def check_internal_alter(topic: str, current: Mapping[str, str], new: Mapping[str, str]) -> None:
+    """POLICY_VIOLATION if ``new`` (the overrides an alter would store for internal topic
+    ``topic``) changes, adds or removes a key of ``INTERNAL_FIXED_KEYS``."""
+    changed = sorted(k for k in INTERNAL_FIXED_KEYS if current.get(k) != new.get(k))
+    if changed:
+        raise KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"{', '.join(changed)} of internal topic {topic} cannot be changed: the broker "
+            "keeps its transaction and offset state there",
+        )
+
+
+def internal_overrides_restored(
+    current: Mapping[str, str], canonical: Mapping[str, str]
+) -> dict[str, str] | None:
+    """The overrides of an internal topic with every key of ``INTERNAL_FIXED_KEYS`` as the broker
+    creates it (``canonical``); None if they already are (a data dir from a version that let a
+    client change them is repaired at start)."""
+    restored = {k: v for k, v in current.items() if k not in INTERNAL_FIXED_KEYS}
+    restored.update((k, v) for k, v in canonical.items() if k in INTERNAL_FIXED_KEYS)
+    return None if restored == dict(current) else restored

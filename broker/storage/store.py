@@ -26,6 +26,7 @@ from typing import Any
 
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
+from broker.log.segment import atomic_write
 from broker.storage.flusher import Commit, DataArrived, FlushScheduler, OnDurable
 from broker.storage.lock import DataDirLock
 
@@ -115,7 +116,6 @@ def load_cluster_id(data_dir: Path) -> str:
             if key.strip() == "cluster.id":
                 return value.strip()
     cluster_id = uuid.uuid4().hex[:22]
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"cluster.id={cluster_id}\nversion=0\n", encoding="utf-8")
-    tmp.replace(path)
+    # Durable before it is used: a crash must not leave an empty file or a second cluster id.
+    atomic_write(path, f"cluster.id={cluster_id}\nversion=0\n".encode())
     return cluster_id

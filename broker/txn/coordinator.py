@@ -17,7 +17,7 @@ to change, answer NONE" (e.g. a retried EndTxn after the transaction completed).
 
 Errors are raised as ``KafkaError``. Stale epochs raise INVALID_PRODUCER_EPOCH (47): Kafka's
 PRODUCER_FENCED (90) only exists from InitProducerId v4 / EndTxn v2 / AddPartitionsToTxn v2 on,
-and the pinned versions (PROTOCOL.md section 6) get 47 instead, as Kafka sends them.
+and the pinned versions (docs/protocol.md section 6) get 47 instead, as Kafka sends them.
 
 Epochs: a normal commit or abort keeps the epoch. InitProducerId bumps it (fencing older
 instances); when it reaches 32766 (``EPOCH_EXHAUSTED``) the next InitProducerId rotates to a new

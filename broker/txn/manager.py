@@ -69,7 +69,7 @@ from broker.config import BrokerConfig
 from broker.log.partition import Partition
 from broker.reply import AnswerFirst, Deferred
 from broker.storage import Commit, Storage
-from broker.topics import TopicPartition
+from broker.topics import TRANSACTION_STATE_TOPIC, TopicPartition
 from broker.txn.coordinator import AbortFirst, TransactionCoordinator, TxnConfig, TxnTransition
 from broker.txn.markers import COORDINATOR_EPOCH, MarkerWrite, MarkerWriter
 from broker.txn.state import TxnState
@@ -88,10 +88,12 @@ log = logging.getLogger("minibroker.txn")
 CRASH_POINTS = frozenset({"after_prepare_commit", "after_prepare_abort", "after_markers"})
 # Called with a point of CRASH_POINTS when EndTxn passes it; tests only.
 CrashHook = Callable[[str], None]
-# Marker errors that leave nothing to retry: the topic is gone, or the partition already knows a
-# newer epoch of the producer (whose transaction this marker would end is long over).
+# Marker errors that leave nothing to retry: the topic is gone, the partition already knows a
+# newer epoch of the producer (whose transaction this marker would end is long over), or it is
+# the transaction log (the marker writer refuses it: a transaction recorded by an older version
+# that let a client add it completes without it).
 _MARKER_DONE = frozenset({ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                          ErrorCode.INVALID_PRODUCER_EPOCH})
+                          ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.INVALID_TOPIC_EXCEPTION})
 
 T = TypeVar("T")
 
@@ -414,6 +416,8 @@ class TransactionManager:
         if not self.log.available(transactional_id):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partitions = list(partitions)
+        if any(topic == TRANSACTION_STATE_TOPIC for topic, _ in partitions):
+            return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
         waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
             transactional_id, producer_id, producer_epoch, partitions, now))
         if waiting is not None:
@@ -446,7 +450,7 @@ class TransactionManager:
         CompleteCommit/CompleteAbort is appended.
 
         Kafka answers as soon as the Prepare record is durable and writes the markers after. We
-        write them first (PROTOCOL.md 7.4): a committed transaction is then visible to every
+        write them first (docs/protocol.md 7.4): a committed transaction is then visible to every
         read_committed reader (and ListOffsets) handled after the answer, and the next
         transaction never waits for the previous one's markers.
 

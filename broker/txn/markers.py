@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from broker.storage import Commit, Storage
-from broker.topics import TopicPartition
+from broker.topics import TRANSACTION_STATE_TOPIC, TopicPartition
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("minibroker.txn")
@@ -66,6 +66,13 @@ class MarkerWriter:
         out = MarkerWrite()
         partitions_written = []
         for tp in sorted(partitions):
+            if tp[0] == TRANSACTION_STATE_TOPIC:
+                # Never a marker in the transaction log (its replay reads coordinator records
+                # only); no request path puts it in a transaction, this is the last guard.
+                out.errors[tp] = ErrorCode.INVALID_TOPIC_EXCEPTION
+                log.error("refused a %s marker for producer %d into %s-%d",
+                          "COMMIT" if commit else "ABORT", producer_id, tp[0], tp[1])
+                continue
             try:
                 partition = self._storage.partition(*tp)
                 partition.append_marker(

@@ -42,14 +42,12 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
                                     are recognised by last_producer_id/last_producer_epoch)
 
 Replay at start reads every partition from its log start to its end and keeps the last record of
-each id (a tombstone removes it). The batches were CRC-checked by log recovery; a partition with a
-record that still does not decode is not loaded at all: it is reported in ``TxnLog.unavailable``
-(one error line naming the partition and offset, with the repair), the coordinator answers
-COORDINATOR_NOT_AVAILABLE for the transactional ids of that partition, and everything else is served
-(Kafka likewise leaves a transaction-log partition it cannot load offline). Repair: stop the broker,
-then ``minibroker repair-log --data-dir DIR --topic __transaction_state --partition N --offset O``
-truncates that partition before the bad record (the transactions whose last record came after it
-are forgotten; their producers re-initialise).
+each id (a tombstone removes it). It never takes a partition offline (issue 28): a control batch (a
+transaction marker, which an older version let a client write here), a batch whose CRC or records
+do not check and a record whose key or value does not decode are skipped, each with one error line
+naming the partition, the offset and why (``broker/internal_replay.py``), and every other record is
+loaded. An id whose latest record was skipped keeps the last state that could be read; its producer
+re-initialises as after any coordinator failure. No repair is needed to serve transactions again.
 """
 
 from __future__ import annotations
@@ -58,14 +56,15 @@ import logging
 import struct
 from collections.abc import Iterator
 
+from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import TxnTransition
 from broker.txn.state import TxnState
-from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
-from protocol.records import decode_batches_untrusted, encode_batch
+from protocol.errors import ErrorCode, KafkaError
+from protocol.records import encode_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
@@ -77,7 +76,6 @@ def topic_config(segment_bytes: int = SEGMENT_BYTES) -> dict[str, str]:
 TOPIC_CONFIG = topic_config()
 KEY_VERSION = 0
 VALUE_VERSION = 1  # version 0 (no transaction-version-2 fields) is still read
-_READ_CHUNK = 4 << 20
 
 log = logging.getLogger("minibroker.txn")
 
@@ -204,7 +202,10 @@ class TxnLog:
         self.topic_config = topic_config(segment_bytes)
         existing = logs.partition_count(TRANSACTION_STATE_TOPIC)
         self.num_partitions = existing if existing is not None else num_partitions
-        # Partitions whose records could not all be decoded at the last replay -> why.
+        if existing is not None:
+            restore_fixed_config(logs, TRANSACTION_STATE_TOPIC, self.topic_config, log)
+        # Partitions that cannot be served -> why. Replay no longer puts any here (it skips what
+        # it cannot read); kept for the callers until the transaction manager is reworked.
         self.unavailable: dict[int, str] = {}
 
     def partition_of(self, transactional_id: str) -> int:
@@ -228,58 +229,40 @@ class TxnLog:
         return partition
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
-        """Every record of every loadable partition in log order: ``(transactional_id,
-        transition or None for a tombstone)``. A partition with an undecodable record yields
-        nothing and lands in ``unavailable`` (partition -> reason), with one error line."""
+        """Every record of every partition in log order: ``(transactional_id, transition or
+        None for a tombstone)``. What cannot be read is skipped (``broker/internal_replay.py``):
+        a control batch (a transaction marker has no place here: an older version let a client
+        put this topic in a transaction) and a record whose key or value does not decode, each
+        with an error line naming the offset and why. The id of a skipped record keeps the
+        last state that could be read (or is unknown if none could)."""
         self.unavailable.clear()
         if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is None:
             return
         for index in range(self.num_partitions):
             partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
-            try:
-                records = list(self._replay_partition(index, partition))
-            except CorruptTxnLogError as exc:
-                self.unavailable[index] = str(exc)
-                log.error(
-                    "%s; the transaction coordinator of %s-%d stays unavailable (transactional "
-                    "ids there get COORDINATOR_NOT_AVAILABLE). Repair: stop the broker and run "
-                    "`minibroker repair-log --data-dir %s --topic %s --partition %d --offset %d`",
-                    exc, TRANSACTION_STATE_TOPIC, index, self.logs.data_dir, TRANSACTION_STATE_TOPIC, index, exc.offset,
-                )
-                continue
-            yield from records
+            skips = SkipLog(log, partition)
+            yield from self._replay_partition(partition, skips)
+            skips.close()
 
     def available(self, transactional_id: str) -> bool:
         return not self.unavailable or self.partition_of(transactional_id) not in self.unavailable
 
+    @staticmethod
     def _replay_partition(
-        self, index: int, partition: Partition
+        partition: Partition, skips: SkipLog
     ) -> Iterator[tuple[str, TxnTransition | None]]:
-        offset = partition.log_start_offset
-        end = partition.log_end_offset
-        while offset < end:
-            try:
-                data = partition.read(offset, _READ_CHUNK, end)
-            except KafkaError as exc:
-                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index} at offset {offset}: {exc}",
-                                         offset) from exc
-            if not data:
-                break
-            start = offset
-            try:
-                for header, records in decode_batches_untrusted(data):
-                    offset = header.base_offset
-                    for record in records:
-                        if record.key is None:
-                            raise CorruptTxnLogError("record without a key")
-                        tid = decode_key(record.key)
-                        yield tid, (None if record.value is None
-                                    else decode_value(tid, record.value))
-                    offset = header.last_offset + 1
-            except (CorruptFrameError, CorruptTxnLogError) as exc:
-                raise CorruptTxnLogError(
-                    f"{TRANSACTION_STATE_TOPIC}-{index}: undecodable record at offset {offset}: {exc}", offset
-                ) from exc
-            if offset == start:
-                raise CorruptTxnLogError(f"{TRANSACTION_STATE_TOPIC}-{index}: no whole batch at offset {offset}",
-                                         offset)
+        for header, records in read_batches(partition, partition.log_end_offset, skips):
+            if header.is_control:
+                skips.skip(header.base_offset, "a transaction marker (control batch) is not a "
+                           "transaction-log record", "control batch")
+                continue
+            for record in records:
+                try:
+                    if record.key is None:
+                        raise CorruptTxnLogError("record without a key")
+                    tid = decode_key(record.key)
+                    transition = None if record.value is None else decode_value(tid, record.value)
+                except (CorruptTxnLogError, ValueError) as exc:
+                    skips.skip(record.offset, str(exc) or type(exc).__name__)
+                    continue
+                yield tid, transition

@@ -25,15 +25,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
 
 from client._loop import require_trio
+from client.aio._tasks import EngineTasks
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
+from client.clock import Clock, WallClock
 from client.config import ClientConfig, admin_config
 from client.errors import (
     BrokerResponseError,
@@ -86,25 +86,24 @@ log = logging.getLogger("client.admin")
 class AsyncAdmin:
     """Kafka admin operations on trio (``async with AsyncAdmin(conf) as admin``)."""
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+    ) -> None:
         self.config = config if isinstance(config, ClientConfig) else admin_config(config)
+        self.clock: Clock = clock or WallClock()
         self._timeout = self.config["request.timeout.ms"] / 1000
-        self._cluster: Cluster | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stack: AsyncExitStack | None = None
+        self._cluster = Cluster(self.config)
+        self._tasks = EngineTasks("AsyncAdmin")
 
     async def __aenter__(self) -> AsyncAdmin:
         require_trio("AsyncAdmin", "Admin")
-        self._stack = AsyncExitStack()
-        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
-        self._cluster = Cluster(self.config, self._nursery)
+        self._cluster.start(await self._tasks.open())
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
-        self._nursery.cancel_scope.cancel()
+        self._tasks.cancel()
         await self._cluster.aclose()
-        stack, self._stack = self._stack, None
-        await stack.aclose()
+        await self._tasks.aclose()
 
     async def close(self) -> None:
         """Nothing to flush; the ``async with`` exit closes the connections."""
@@ -752,7 +751,7 @@ class AsyncAdmin:
             d.transactional_id: d
             for d in await self.describe_transactions(sorted(set(by_producer.values())))
         }
-        now = int(time.time() * 1000)
+        now = self.clock.now_ns() // 1_000_000
         hanging = []
         for tp, state in open_txns:
             transactional_id = by_producer.get(state.producer_id)
@@ -829,7 +828,7 @@ class AsyncAdmin:
         conn = await self._cluster.any_connection()
         response = await conn.request(ApiKey.DELETE_ACLS,
                                       {"filters": [_filter_body(f) for f in filters]})
-        deleted = []
+        deleted: list[AclBinding] = []
         for result in response.filter_results:
             if result.error_code:
                 raise error_for(result.error_code, result.error_message or "DeleteAcls")
@@ -957,7 +956,7 @@ def _name(table: dict[str, int], code: int) -> str:
     return next((k for k, v in table.items() if v == code), str(code))
 
 
-def _binding(resource_type: int, name: str, pattern_type: int, a) -> AclBinding:
+def _binding(resource_type: int, name: str, pattern_type: int, a: Any) -> AclBinding:
     return AclBinding(_name(ACL_RESOURCE_TYPES, resource_type), name, a.principal,
                       _name(ACL_OPERATIONS, a.operation), _name(ACL_PERMISSIONS, a.permission_type),
                       _name(ACL_PATTERN_TYPES, pattern_type), a.host)

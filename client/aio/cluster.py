@@ -26,6 +26,7 @@ from client.config import ClientConfig
 from client.errors import (
     BrokerConnectionError,
     CoordinatorNotAvailableError,
+    IllegalStateError,
     KafkaClientError,
     KafkaTimeoutError,
     LeaderNotAvailableError,
@@ -55,13 +56,13 @@ _COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError)
 class Cluster:
     """Brokers, topics and coordinators as last seen, and the connections to them."""
 
-    def __init__(self, config: ClientConfig, nursery: trio.Nursery) -> None:
+    def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self._nursery = nursery
+        self._nursery: trio.Nursery | None = None  # where connections run their readers
         self.bootstrap: tuple[tuple[str, int], ...] = config["bootstrap.servers"]
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
-        self.security = ClientSecurity.from_config(config)  # TLS context built once
+        self.security: ClientSecurity | None = None
         self.retry_backoff: float = config["retry.backoff.ms"] / 1000
         self.brokers: dict[int, tuple[str, int]] = {}
         self.cluster_id: str | None = None
@@ -77,6 +78,13 @@ class Cluster:
         self._refresh_lock = trio.Lock()
         self._wanted_topics: set[str] = set()
         self.metadata_updated = trio.Event()  # replaced after each refresh
+        self._closed = False
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Open for business: connections run their reader tasks in ``nursery`` (the engine's,
+        entered by its ``async with``); the TLS context is built here, once."""
+        self.security = ClientSecurity.from_config(self.config)
+        self._nursery = nursery
         self._closed = False
 
     # -- connections -------------------------------------------------------------------------------
@@ -151,6 +159,9 @@ class Cluster:
         raise BrokerConnectionError("no broker reachable: " + "; ".join(errors))
 
     async def _open(self, address: tuple[str, int], node_id: int) -> BrokerConnection:
+        nursery = self._nursery
+        if nursery is None:
+            raise IllegalStateError("the client is not started: use it in `async with`")
         conn = BrokerConnection(
             address[0],
             address[1],
@@ -161,7 +172,7 @@ class Cluster:
         )
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:
-            await conn.connect(self._nursery, timeout)
+            await conn.connect(nursery, timeout)
             if self._closed:  # aclose() ran while this connected: nobody would close it
                 raise BrokerConnectionError("client is closed")
         except BaseException:

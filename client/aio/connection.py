@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -32,6 +32,7 @@ from client.aio.security import ClientSecurity, authenticate
 from client.errors import (
     BrokerConnectionError,
     CorruptResponseError,
+    IllegalStateError,
     KafkaClientError,
     KafkaTimeoutError,
     UnsupportedVersionError,
@@ -39,7 +40,7 @@ from client.errors import (
 )
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
-from protocol.framing import NEED_DATA, FrameDecoder
+from protocol.framing import FrameDecoder
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
 from protocol.messages import SCHEMAS, decode_response, encode_request
 from protocol.messages.fetch import decode_fetch_response_untrusted
@@ -117,7 +118,7 @@ class _Pending:
                 callback(response, error)
             except Exception:  # a bug in a callback must not take the connection down
                 log.exception("response callback failed")
-        else:
+        elif self.done is not None:
             self.response, self.error = response, error
             self.done.set()
 
@@ -308,7 +309,8 @@ class BrokerConnection:
         if self._closed:
             raise self._close_error or BrokerConnectionError(f"{self} is closed")
         async with self._send_lock:
-            if self._closed:
+            stream = self._stream
+            if self._closed or stream is None:
                 raise self._close_error or BrokerConnectionError(f"{self} is closed")
             self._correlation_id = (self._correlation_id + 1) & 0x7FFFFFFF
             correlation_id = self._correlation_id
@@ -325,7 +327,7 @@ class BrokerConnection:
                 if len(self._pending) == 1 and self._receive_scope is not None:
                     self._receive_scope.deadline = deadline
             try:
-                await self._stream.send_all(frame)
+                await stream.send_all(frame)
             except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
                 error = BrokerConnectionError(f"sending to {self} failed: {exc}")
                 ours = pending is not None and _discard(self._pending, pending)
@@ -348,6 +350,8 @@ class BrokerConnection:
             version = self.version(api_key)
         data = encode_request(int(api_key), version, body)
         pending = await self.send(api_key, version, data, extra_timeout=extra_timeout)
+        if pending is None or pending.done is None:  # cannot happen: a response is expected
+            raise IllegalStateError(f"{ApiKey(api_key).name} request without a response entry")
         await pending.done.wait()
         if pending.error is not None:
             raise pending.error
@@ -355,7 +359,9 @@ class BrokerConnection:
 
     # -- the reader -----------------------------------------------------------------------------
 
-    async def _reader(self, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    async def _reader(
+        self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
         decoder = FrameDecoder(_MAX_RESPONSE_SIZE, preallocate=True)
         with trio.CancelScope() as scope:
             self._reader_scope = scope
@@ -371,13 +377,20 @@ class BrokerConnection:
 
     async def _read_loop(self, decoder: FrameDecoder) -> None:
         stream = self._stream
+        recv_into: Callable[[memoryview], Awaitable[int]]
         if isinstance(stream, trio.SSLStream):
-            async def recv_into(buffer) -> int:
-                data = await stream.receive_some(len(buffer))
+            tls = stream
+
+            async def recv_tls(buffer: memoryview) -> int:
+                data = await tls.receive_some(len(buffer))
                 buffer[:len(data)] = data
                 return len(data)
-        else:
+
+            recv_into = recv_tls
+        elif stream is not None:
             recv_into = stream.socket.recv_into
+        else:
+            raise BrokerConnectionError(f"{self} is closed")
         inf = float("inf")
         while True:
             # The receive is bounded by the oldest pending request's deadline; ``send`` moves the
@@ -401,7 +414,7 @@ class BrokerConnection:
             decoder.advance(n)
             while True:
                 frame = decoder.next_frame()
-                if frame is NEED_DATA:
+                if not isinstance(frame, bytearray):  # NEED_DATA
                     break
                 self._dispatch(frame)
 

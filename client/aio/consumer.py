@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import inspect
 import logging
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextlib import AsyncExitStack
 from typing import Any
 
 import trio
 
 from client._loop import require_trio
+from client.aio._tasks import EngineTasks
 from client.aio.cluster import Cluster
 from client.aio.fetcher import Fetcher
 from client.aio.group_coordinator import STABLE, GroupCoordinator, RebalanceCallback
@@ -48,6 +47,7 @@ from client.aio.subscription import (
     RebalanceListener,
     SubscriptionState,
 )
+from client.clock import Clock, WallClock
 from client.config import ClientConfig, consumer_config
 from client.errors import IllegalStateError, KafkaClientError, NoOffsetForPartitionError
 from client.structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, TopicPartition
@@ -60,51 +60,47 @@ __all__ = ["AsyncConsumer", "RebalanceCallback", "RebalanceListener"]
 class AsyncConsumer:
     """A Kafka consumer on trio (see the module docstring)."""
 
-    def __init__(self, config: Mapping[str, Any] | ClientConfig) -> None:
+    def __init__(
+        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+    ) -> None:
         cfg = config if isinstance(config, ClientConfig) else consumer_config(config)
         self.config = cfg
+        self.clock: Clock = clock or WallClock()
         self.group_id: str | None = cfg["group.id"]
         self._auto_commit: bool = cfg["enable.auto.commit"]
-        self._auto_commit_interval = cfg["auto.commit.interval.ms"] / 1000
+        self._auto_commit_interval_ns: int = cfg["auto.commit.interval.ms"] * 1_000_000
         self._reset_policy: str = cfg["auto.offset.reset"]
         self._max_poll_records: int = cfg["max.poll.records"]
         self._request_timeout = cfg["request.timeout.ms"] / 1000
+        self._cluster = Cluster(cfg)
+        self._tasks = EngineTasks("AsyncConsumer")
         self._subs = SubscriptionState()
-        self._fetcher = Fetcher(cfg, self._subs)
-        self._group = GroupCoordinator(cfg, self._subs, self._set_assignment,
-                                       self._fetcher.wake_poll)
-        self._next_auto_commit = 0.0  # time.monotonic() of the next auto-commit
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._cluster: Cluster | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stack: AsyncExitStack | None = None
+        self._fetcher = Fetcher(cfg, self._subs, self._cluster)
+        self._group = GroupCoordinator(cfg, self._subs, self._cluster, self._tasks,
+                                       self._set_assignment, self._fetcher.wake_poll)
+        self._next_auto_commit_ns = 0  # clock.monotonic_ns() of the next auto-commit
         self._closed = False
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def __aenter__(self) -> AsyncConsumer:
         require_trio("AsyncConsumer", "Consumer")
-        self._stack = AsyncExitStack()
-        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
-        self._cluster = Cluster(self.config, self._nursery)
-        self._fetcher.start(self._cluster)
-        self._group.start(self._cluster, self._nursery)
-        self._token = trio.lowlevel.current_trio_token()
-        self._nursery.start_soon(self._fetcher.run, self._nursery)
+        nursery = await self._tasks.open()
+        self._cluster.start(nursery)
+        nursery.start_soon(self._fetcher.run, nursery)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         try:
             await self.close(commit=exc_info[0] is None)
         finally:
-            self._nursery.cancel_scope.cancel()
+            self._tasks.cancel()
             await self._cluster.aclose()
-            stack, self._stack = self._stack, None
-            await stack.aclose()
+            await self._tasks.aclose()
 
     async def close(self, commit: bool = True) -> None:
         """Commit positions (with auto-commit) and leave the group. Idempotent."""
-        if self._closed or self._stack is None:
+        if self._closed or not self._tasks.running:
             return
         self._closed = True
         fetcher, group = self._fetcher, self._group
@@ -207,6 +203,8 @@ class AsyncConsumer:
         state = self._subs.state(tp)
         if state.position is None:
             await self._resolve_positions()
+        if state.position is None:  # revoked or sought meanwhile
+            raise IllegalStateError(f"No position for partition {tp[0]}-{tp[1]}")
         return state.position
 
     def highwater(self, tp: tuple[str, int]) -> int:
@@ -323,9 +321,11 @@ class AsyncConsumer:
                 callback = await group.coordinate()
                 if callback is not None:
                     return callback
-            if self._auto_commit and subs.assignment and time.monotonic() >= self._next_auto_commit:
-                self._next_auto_commit = time.monotonic() + self._auto_commit_interval
-                self._nursery.start_soon(group.auto_commit_task)
+            if self._auto_commit and subs.assignment:
+                now_ns = self.clock.monotonic_ns()
+                if now_ns >= self._next_auto_commit_ns:
+                    self._next_auto_commit_ns = now_ns + self._auto_commit_interval_ns
+                    self._tasks.start_soon(group.auto_commit_task)
             if any(s.position is None for s in subs.assignment.values()):
                 await self._resolve_positions()
             records, wake = fetcher.take(max_records or self._max_poll_records)
@@ -356,14 +356,15 @@ class AsyncConsumer:
             or (
                 self._auto_commit
                 and self._subs.assignment
-                and time.monotonic() >= self._next_auto_commit
+                and self.clock.monotonic_ns() >= self._next_auto_commit_ns
             )
         ):
             return []
         records, wake = fetcher.take(max_records or self._max_poll_records)
-        if wake:
+        token = self._tasks.token
+        if wake and token is not None:
             try:
-                self._token.run_sync_soon(fetcher.wake_fetcher)
+                token.run_sync_soon(fetcher.wake_fetcher)
             except trio.RunFinishedError:
                 pass
         return records

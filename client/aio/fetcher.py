@@ -68,7 +68,7 @@ class Completed:
     ) -> None:
         self.state = state
         self.epoch = epoch
-        self.raw: bytes | None = raw  # dropped once decoded
+        self.raw = raw  # emptied once decoded
         self.aborted = aborted
         self.fetch_offset = fetch_offset
         self.records: list[ConsumerRecord] | None = None
@@ -79,9 +79,11 @@ class Completed:
 
 
 class Fetcher:
-    def __init__(self, config: ClientConfig, subscriptions: SubscriptionState) -> None:
+    def __init__(
+        self, config: ClientConfig, subscriptions: SubscriptionState, cluster: Cluster
+    ) -> None:
         self.config = config
-        self._cluster: Cluster = None  # type: ignore[assignment]  # set by start()
+        self._cluster = cluster
         self._subs = subscriptions
         self.read_committed = config["isolation.level"] == "read_committed"
         self._reset_policy: str = config["auto.offset.reset"]
@@ -95,9 +97,6 @@ class Fetcher:
         self._metadata_wanted = False
         self.failure: BaseException | None = None  # raised by the next poll
         self.closed = False
-
-    def start(self, cluster: Cluster) -> None:
-        self._cluster = cluster
 
     # -- the queue (taken by poll, possibly from the blocking Consumer's thread) --------------------
 
@@ -176,10 +175,10 @@ class Fetcher:
             with lock:
                 c.decoding = False
                 if decoded is not None:
-                    c.records, c.raw = decoded, None
+                    c.records, c.raw = decoded, b""
                     continue
                 state = c.state
-                if self._subs.is_current(state, c.epoch):
+                if self._subs.is_current(state, c.epoch) and state.position is not None:
                     # Fetch again from the bad data: poll raises until the application seeks
                     # past it (as Kafka's consumer does).
                     state.seek(state.position)
@@ -297,7 +296,9 @@ class Fetcher:
     def _accept(self, response: Any, requested: list[tuple[PartitionState, int, int]]) -> None:
         """Settle errors, advance fetch offsets from the batch headers and queue each partition's
         data, in order, for ``take`` to decode."""
-        wanted = {state.tp: (state, epoch, offset) for state, epoch, offset in requested}
+        wanted: dict[tuple[str, int], tuple[PartitionState, int, int]] = {
+            state.tp: (state, epoch, offset) for state, epoch, offset in requested
+        }
         queued = False
         for topic in response.responses:
             for p in topic.partitions:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from client.aio._tasks import EngineTasks
 from client.aio.cluster import GROUP, Cluster, is_coordinator_error
 from client.aio.subscription import SubscriptionState
 from client.config import ClientConfig
@@ -35,7 +36,12 @@ from client.group_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from client.structs import ConsumerGroupMetadata, OffsetAndMetadata, TopicPartition
+from client.structs import (
+    ConsumerGroupMetadata,
+    OffsetAndMetadata,
+    TopicPartition,
+    offset_and_metadata,
+)
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 
@@ -67,12 +73,15 @@ class GroupCoordinator:
         self,
         config: ClientConfig,
         subscriptions: SubscriptionState,
+        cluster: Cluster,
+        tasks: EngineTasks,
         set_assignment: Callable[[Sequence[TopicPartition]], None],
         wake_poll: Callable[[], None],
     ) -> None:
         self.config = config
         self.group_id: str | None = config["group.id"]
-        self._cluster: Cluster = None  # type: ignore[assignment]  # set by start()
+        self._cluster = cluster
+        self._tasks = tasks  # commit_async and the heartbeat task run there
         self._subs = subscriptions
         self._set_assignment = set_assignment
         self._wake_poll = wake_poll
@@ -87,12 +96,7 @@ class GroupCoordinator:
         self.rejoin_needed = False
         self._heartbeat_running = False
         self._assigned_counts: dict[str, int] | None = None  # as the leader last assigned them
-        self._nursery: trio.Nursery | None = None
         self.closed = False
-
-    def start(self, cluster: Cluster, nursery: trio.Nursery) -> None:
-        self._cluster = cluster
-        self._nursery = nursery
 
     def require_group(self) -> str:
         if self.group_id is None:
@@ -117,10 +121,8 @@ class GroupCoordinator:
         if not offsets:
             return
         topics: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
-            metadata = None
-            if isinstance(offset, OffsetAndMetadata):
-                offset, metadata = offset.offset, offset.metadata
+        for tp, value in offsets.items():
+            offset, metadata = offset_and_metadata(value)
             topics.setdefault(tp[0], []).append(
                 {
                     "partition_index": tp[1],
@@ -167,8 +169,7 @@ class GroupCoordinator:
         self.require_group()
         if offsets is None:
             offsets = self._subs.positions()
-        assert self._nursery is not None
-        self._nursery.start_soon(self._commit_task, dict(offsets), callback)
+        self._tasks.start_soon(self._commit_task, dict(offsets), callback)
 
     async def _commit_task(self, offsets: dict, callback: Callable | None) -> None:
         error: BaseException | None = None
@@ -234,13 +235,14 @@ class GroupCoordinator:
     async def leave(self) -> None:
         """LeaveGroup (bounded by the request timeout), so the others rebalance at once."""
         if self._subs.subscribed and self.member_id:
+            group_id = self.require_group()
             with trio.move_on_after(self._request_timeout):
                 try:
                     await self._cluster.coordinator_request(
                         GROUP,
-                        self.group_id,
+                        group_id,
                         ApiKey.LEAVE_GROUP,
-                        {"group_id": self.group_id, "member_id": self.member_id},
+                        {"group_id": group_id, "member_id": self.member_id},
                         channel=COORDINATOR_CHANNEL,
                     )
                 except KafkaClientError as exc:
@@ -269,8 +271,7 @@ class GroupCoordinator:
             self.phase = ASSIGNED
             if not self._heartbeat_running:
                 self._heartbeat_running = True
-                assert self._nursery is not None
-                self._nursery.start_soon(self._heartbeat_loop)
+                self._tasks.start_soon(self._heartbeat_loop)
         if self.phase == ASSIGNED:
             self.phase = STABLE
             if self._subs.on_assign is not None:
@@ -279,7 +280,7 @@ class GroupCoordinator:
 
     async def _join_and_sync(self) -> list[TopicPartition]:
         cluster = self._cluster
-        group_id = self.group_id
+        group_id = self.require_group()
         cfg = self.config
         rebalance_timeout_ms = cfg["max.poll.interval.ms"]
         while True:
@@ -319,13 +320,13 @@ class GroupCoordinator:
                 if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                     continue
-                exc = error_for(join.error_code, "JoinGroup")
-                if exc.retriable or join.error_code in REJOIN_CODES:
-                    if is_coordinator_error(exc):
+                join_error = error_for(join.error_code, "JoinGroup")
+                if join_error.retriable or join.error_code in REJOIN_CODES:
+                    if is_coordinator_error(join_error):
                         cluster.forget_coordinator(GROUP, group_id)
                     await trio.sleep(self._retry_backoff)
                     continue
-                raise exc
+                raise join_error
             self.member_id = join.member_id
             self.generation_id = join.generation_id
             assignments = []
@@ -355,12 +356,12 @@ class GroupCoordinator:
             if sync.error_code:
                 if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
-                exc = error_for(sync.error_code, "SyncGroup")
-                if exc.retriable or sync.error_code in REJOIN_CODES:
-                    if is_coordinator_error(exc):
+                sync_error = error_for(sync.error_code, "SyncGroup")
+                if sync_error.retriable or sync.error_code in REJOIN_CODES:
+                    if is_coordinator_error(sync_error):
                         cluster.forget_coordinator(GROUP, group_id)
                     continue
-                raise exc
+                raise sync_error
             try:
                 assigned = decode_assignment_untrusted(sync.assignment)
             except CorruptFrameError as exc:
@@ -400,6 +401,7 @@ class GroupCoordinator:
 
     async def _heartbeat_loop(self) -> None:
         interval = self.config["heartbeat.interval.ms"] / 1000
+        group_id = self.require_group()
         next_metadata_check = trio.current_time()
         try:
             while self._subs.subscribed and not self.closed:
@@ -411,10 +413,10 @@ class GroupCoordinator:
                 try:
                     response = await self._cluster.coordinator_request(
                         GROUP,
-                        self.group_id,
+                        group_id,
                         ApiKey.HEARTBEAT,
                         {
-                            "group_id": self.group_id,
+                            "group_id": group_id,
                             "generation_id": self.generation_id,
                             "member_id": self.member_id,
                         },
@@ -422,7 +424,7 @@ class GroupCoordinator:
                     )
                 except KafkaClientError as exc:
                     log.info("heartbeat failed: %s", exc)
-                    self._cluster.forget_coordinator(GROUP, self.group_id)
+                    self._cluster.forget_coordinator(GROUP, group_id)
                     continue
                 code = response.error_code
                 if code == ErrorCode.NONE:
@@ -430,10 +432,10 @@ class GroupCoordinator:
                 if code in REJOIN_CODES:
                     if code == ErrorCode.UNKNOWN_MEMBER_ID:
                         self.member_id = ""
-                    log.info("group %s is rebalancing (%s)", self.group_id, ErrorCode(code).name)
+                    log.info("group %s is rebalancing (%s)", group_id, ErrorCode(code).name)
                     self.request_rejoin()
                 elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                    self._cluster.forget_coordinator(GROUP, self.group_id)
+                    self._cluster.forget_coordinator(GROUP, group_id)
                 else:
                     log.warning("heartbeat error %s", error_for(code))
         finally:

@@ -40,7 +40,6 @@ import logging
 import math
 import threading
 from collections.abc import Callable, Mapping
-from contextlib import AsyncExitStack
 from functools import partial
 from typing import Any
 
@@ -55,6 +54,7 @@ from client.accumulator import (
     Headers,
     ProducerBatch,
 )
+from client.aio._tasks import EngineTasks
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_metadata_error
 from client.clock import Clock, WallClock
 from client.config import ClientConfig, producer_config
@@ -80,6 +80,7 @@ from client.structs import (
     RecordMetadata,
     TopicPartition,
     TransactionHandle,
+    offset_and_metadata,
 )
 from client.transaction_manager import TransactionManager, TxnState
 from protocol.api_keys import ApiKey
@@ -104,7 +105,8 @@ class AsyncProducer:
     ) -> None:
         cfg = config if isinstance(config, ClientConfig) else producer_config(config)
         self.config = cfg
-        self._now_ns = (clock or WallClock()).now_ns  # record timestamps, linger, delivery
+        self.clock: Clock = clock or WallClock()
+        self._now_ns = self.clock.now_ns  # record timestamps, linger, delivery
         self.transactional_id: str | None = cfg["transactional.id"]
         self._idempotent: bool = cfg["enable.idempotence"]
         self._acks: int = cfg["acks"]
@@ -134,10 +136,8 @@ class AsyncProducer:
         )
         self._sticky = StickyPartitioner(cfg["batch.size"])
         self._txn_lock = threading.Lock()  # guards the transaction manager's partition sets
-        self._cluster: Cluster | None = None
-        self._nursery: trio.Nursery | None = None
-        self._stack: AsyncExitStack | None = None
-        self._token: trio.lowlevel.TrioToken | None = None
+        self._cluster = Cluster(cfg)
+        self._tasks = EngineTasks("AsyncProducer")
         self._loop_thread: int | None = None
         self._wakeup = trio.Event()
         self._space = trio.Event()  # set (and replaced) when buffered bytes drop
@@ -153,24 +153,19 @@ class AsyncProducer:
     async def __aenter__(self) -> AsyncProducer:
         """Start the sender (in a nursery owned by the task that enters the ``async with``)."""
         require_trio("AsyncProducer", "Producer")
-        if self._stack is not None:
-            raise IllegalStateError("producer already started")
-        self._stack = AsyncExitStack()
-        self._nursery = await self._stack.enter_async_context(trio.open_nursery())
-        self._cluster = Cluster(self.config, self._nursery)
-        self._token = trio.lowlevel.current_trio_token()
+        nursery = await self._tasks.open()
+        self._cluster.start(nursery)
         self._loop_thread = threading.get_ident()
-        self._nursery.start_soon(self._run_sender)
+        nursery.start_soon(self._run_sender)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
         try:
             await self.close(None if exc_info[0] is None else 0)
         finally:
-            self._nursery.cancel_scope.cancel()
+            self._tasks.cancel()
             await self._cluster.aclose()
-            stack, self._stack = self._stack, None
-            await stack.aclose()
+            await self._tasks.aclose()
 
     async def close(self, timeout: float | None = None) -> None:
         """Send what is buffered (waiting up to ``timeout`` seconds, None: no limit); later sends
@@ -178,7 +173,7 @@ class AsyncProducer:
 
         With ``timeout=0`` records not yet delivered fail. An open transaction is left to the
         coordinator's timeout, as in Kafka."""
-        if self._closed or self._stack is None:
+        if self._closed or not self._tasks.running:
             return
         self._closed = True
         if timeout is None or timeout > 0:
@@ -348,9 +343,9 @@ class AsyncProducer:
     def _wake_sender(self) -> None:
         if threading.get_ident() == self._loop_thread:
             self._wakeup.set()
-        elif self._token is not None:
+        elif self._tasks.token is not None:
             try:
-                self._token.run_sync_soon(self._set_wakeup)
+                self._tasks.token.run_sync_soon(self._set_wakeup)
             except trio.RunFinishedError:
                 pass
 
@@ -412,7 +407,7 @@ class AsyncProducer:
             and self._adding_partitions is None
         ):
             self._adding_partitions = trio.Event()
-            self._nursery.start_soon(self._add_partitions_to_txn)
+            self._tasks.start_soon(self._add_partitions_to_txn)
         if self._metadata_wanted or (cluster.metadata_is_stale() and cluster.partition_leaders):
             self._metadata_wanted = False
             try:
@@ -687,23 +682,27 @@ class AsyncProducer:
         if not self._tm.has_producer_id:
             self._needs_producer_reset = True
 
+    @property
+    def _txn_id(self) -> str:
+        return self._tm.require_transactional()
+
     async def _init_transactional_producer_id(self, bump: bool) -> None:
         tm = self._tm
 
         async def attempt() -> Any:
             response = await self._cluster.coordinator_request(
                 TRANSACTION,
-                self.transactional_id,
+                self._txn_id,
                 ApiKey.INIT_PRODUCER_ID,
                 {
-                    "transactional_id": self.transactional_id,
+                    "transactional_id": self._txn_id,
                     "transaction_timeout_ms": self.config["transaction.timeout.ms"],
                     "producer_id": tm.producer_id if bump else -1,
                     "producer_epoch": tm.producer_epoch if bump else -1,
                 },
             )
             if response.error_code:
-                raise error_for(response.error_code, f"InitProducerId for {self.transactional_id}")
+                raise error_for(response.error_code, f"InitProducerId for {self._txn_id}")
             return response
 
         try:
@@ -750,7 +749,7 @@ class AsyncProducer:
         """Transaction version 2 when the coordinator finalizes ``transaction.version`` >= 2 and
         speaks EndTxn v5 and Produce v12 (as the Java client decides); version 1 otherwise."""
         try:
-            node = await self._cluster.coordinator(TRANSACTION, self.transactional_id)
+            node = await self._cluster.coordinator(TRANSACTION, self._txn_id)
             conn = await self._cluster.connection(node)
             level = await conn.finalized_feature("transaction.version")
         except KafkaClientError as exc:
@@ -778,13 +777,13 @@ class AsyncProducer:
                 for tp in pending:
                     topics.setdefault(tp.topic, []).append(tp.partition)
 
-                async def attempt(topics=topics) -> None:
+                async def attempt(topics: dict[str, list[int]] = topics) -> None:
                     response = await self._cluster.coordinator_request(
                         TRANSACTION,
-                        self.transactional_id,
+                        self._txn_id,
                         ApiKey.ADD_PARTITIONS_TO_TXN,
                         {
-                            "transactional_id": self.transactional_id,
+                            "transactional_id": self._txn_id,
                             "producer_id": tm.producer_id,
                             "producer_epoch": tm.producer_epoch,
                             "topics": [{"name": t, "partitions": p} for t, p in topics.items()],
@@ -801,7 +800,7 @@ class AsyncProducer:
                             ErrorCode.NOT_COORDINATOR,
                             ErrorCode.COORDINATOR_NOT_AVAILABLE,
                         ):
-                            self._cluster.forget_coordinator(TRANSACTION, self.transactional_id)
+                            self._cluster.forget_coordinator(TRANSACTION, self._txn_id)
                         raise error_for(worst, "AddPartitionsToTxn")
 
                 try:
@@ -838,10 +837,10 @@ class AsyncProducer:
             async def add_offsets() -> None:
                 response = await self._cluster.coordinator_request(
                     TRANSACTION,
-                    self.transactional_id,
+                    self._txn_id,
                     ApiKey.ADD_OFFSETS_TO_TXN,
                     {
-                        "transactional_id": self.transactional_id,
+                        "transactional_id": self._txn_id,
                         "producer_id": tm.producer_id,
                         "producer_epoch": tm.producer_epoch,
                         "group_id": group_id,
@@ -854,12 +853,9 @@ class AsyncProducer:
             tm.group_added(group_id)
 
         topics: dict[str, list[dict]] = {}
-        for tp, offset in offsets.items():
+        for tp, value in offsets.items():
             topic, partition = tp
-            if isinstance(offset, OffsetAndMetadata):
-                offset, metadata = offset.offset, offset.metadata
-            else:
-                metadata = None
+            offset, metadata = offset_and_metadata(value)
             topics.setdefault(topic, []).append(
                 {
                     "partition_index": partition,
@@ -874,7 +870,7 @@ class AsyncProducer:
                 group_id,
                 ApiKey.TXN_OFFSET_COMMIT,
                 {
-                    "transactional_id": self.transactional_id,
+                    "transactional_id": self._txn_id,
                     "group_id": group_id,
                     "producer_id": tm.producer_id,
                     "producer_epoch": tm.producer_epoch,
@@ -964,10 +960,10 @@ class AsyncProducer:
             try:
                 response = await self._cluster.coordinator_request(
                     TRANSACTION,
-                    self.transactional_id,
+                    self._txn_id,
                     ApiKey.END_TXN,
                     {
-                        "transactional_id": self.transactional_id,
+                        "transactional_id": self._txn_id,
                         "producer_id": tm.producer_id,
                         "producer_epoch": tm.producer_epoch,
                         "committed": commit,
@@ -1017,7 +1013,7 @@ class AsyncProducer:
         tm.raise_if_fatal()
         with self._txn_lock:
             handle = TransactionHandle(
-                self.transactional_id, tm.producer_id, tm.producer_epoch, tm.is_empty_transaction
+                self._txn_id, tm.producer_id, tm.producer_epoch, tm.is_empty_transaction
             )
             tm.handoff()
         return handle
@@ -1050,7 +1046,7 @@ def _show(obj: Any) -> str:
     return f"{type(obj).__name__} ({text})"
 
 
-def _record_bytes(what: str, data: Any, serializer: Serializer | None) -> bytes:
+def _record_bytes(what: str, data: Any, serializer: Serializer | None) -> bytes | None:
     """A record's key or value as bytes: run through the configured serializer, str encoded
     as UTF-8; anything else is a TypeError naming the value (nothing has been buffered)."""
     if serializer is not None:

@@ -7,7 +7,7 @@ broker answering v4 may leave out APIs that it only serves below Kafka 4's basel
 always goes with response header v0 (``protocol.api_keys.response_header_version``).
 
 ``SERVED`` is the one table of the versions the broker serves and advertises, with the reason each
-range starts and stops where it does (PROTOCOL.md section 2: every advertised version works). The
+range starts and stops where it does (docs/protocol.md section 2: every advertised version works). The
 dispatcher refuses to start unless every (api, version) in it has a codec and a handler and every
 handler is in it (``broker.dispatcher.check_served``).
 

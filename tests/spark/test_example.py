@@ -1,4 +1,4 @@
-"""The example pipeline's demo input is safe to produce again (rerunning the README's command
+"""The example pipeline's demo input is safe to produce again (rerunning the documented command
 after a crash must not double the input)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md section 2, checked on the source with ``ast``.
+"""The import rules of docs/design.md section 2, checked on the source with ``ast``.
 
 - protocol/ is pure: nothing of ours outside protocol, and never trio, socket, asyncio, time, os;
 - broker/ and client/ may import protocol; client never imports broker; broker never imports
@@ -335,3 +335,22 @@ def test_unit_tests_mirror_the_packages() -> None:
         package = ROOT / directory.relative_to(unit)
         assert (package / "__init__.py").is_file(), f"{directory} mirrors no package"
         assert (directory / "__init__.py").is_file(), f"{directory} needs an __init__.py"
+
+
+# -- inside client/: one clock -------------------------------------------------------------------
+#
+# Every reading of time in the client goes through the injected ``client.clock.Clock`` (durations
+# waited for on the loop are trio's): no module of the client's engine or facades imports ``time``.
+# (client/cli/ is the command line's, which times what it prints.)
+
+
+def test_the_client_reads_time_only_through_its_clock() -> None:
+    readers = []
+    for path in sorted((ROOT / "client").rglob("*.py")):
+        rel = path.relative_to(ROOT)
+        if rel.parts[1] == "cli" or rel.as_posix() == "client/clock.py":
+            continue
+        module = ".".join(rel.with_suffix("").parts)
+        if {"time", "datetime"} & {n.split(".")[0] for n in imported_modules(path.read_text(), module)}:
+            readers.append(rel.as_posix())
+    assert readers == []
