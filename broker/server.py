@@ -290,7 +290,9 @@ async def _serve_connection(
                          shared.receive_timeout_s)
                 return
             if info.security_protocol == "SSL":
-                session.principal = (certificate_principal(stream.peer_certificate())
+                session.principal = (certificate_principal(
+                    stream.peer_certificate(),
+                    shared.broker.config.security.ssl_principal_mapping_rules)
                                      or session.principal)
         await _serve_requests(_Connection(stream, shared))
     except (ssl.SSLError, ConnectionError, OSError) as exc:

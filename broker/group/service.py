@@ -319,6 +319,8 @@ class GroupService:
         outcome = self.coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments, now_ms,
             group_instance_id=request.get("group_instance_id"),
+            protocol_type=request.get("protocol_type"),
+            protocol_name=request.get("protocol_name"),
         )
         return self._reply(outcome, now_ms)
 

@@ -242,13 +242,15 @@ def describe_transactions(broker: Broker, header, request) -> dict:
         refused = not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                               transactional_id)
         if md is None or refused:
+            # Kafka (TransactionCoordinator.handleDescribeTransactions, and KafkaApis for a refused
+            # id) sets only the id and the error: the other fields keep the schema's defaults, 0.
             states.append({
                 "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if refused
                 else ErrorCode.INVALID_REQUEST if not transactional_id
                 else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                 "transactional_id": transactional_id, "transaction_state": "",
-                "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
-                "producer_id": -1, "producer_epoch": -1, "topics": [], "tagged_fields": {},
+                "transaction_timeout_ms": 0, "transaction_start_time_ms": 0,
+                "producer_id": 0, "producer_epoch": 0, "topics": [], "tagged_fields": {},
             })
             continue
         by_topic: dict[str, list[int]] = {}

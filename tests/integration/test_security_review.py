@@ -380,3 +380,37 @@ def test_changes_that_cannot_be_saved_are_refused_and_change_nothing(broker):
             "validate_only": False})
         assert [r.error_code for r in changed.responses] == [0]
     assert not any("Traceback" in line for line in broker.output)
+
+
+# -- item 9: the open doors the README warns of, as Kafka has them -------------------------------
+
+
+def _anonymous_acl(conn: RawConnection) -> int:
+    made = conn.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+        "resource_type": ResourceType.TOPIC, "resource_name": "t",
+        "resource_pattern_type": PatternType.LITERAL, "principal": "User:ANONYMOUS",
+        "host": "*", "operation": Operation.ALL, "permission_type": Permission.ALLOW}]})
+    return made.results[0].error_code
+
+
+def test_the_doors_the_readme_warns_of(tmp_path):
+    # allow.everyone.if.no.acl.found=true and no ACL on the cluster: anyone may create ACLs;
+    # one ACL on the cluster closes that door (as in Kafka).
+    props = tmp_path / "open.properties"
+    props.write_text("authorizer.class.name=x\nallow.everyone.if.no.acl.found=true\n")
+    with BrokerProcess(tmp_path / "open", "--config", str(props)) as proc, \
+            RawConnection(port(proc)) as conn:
+        assert _anonymous_acl(conn) == 0
+        made = conn.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+            "resource_type": ResourceType.CLUSTER, "resource_name": "kafka-cluster",
+            "resource_pattern_type": PatternType.LITERAL, "principal": "User:admin",
+            "host": "*", "operation": Operation.ALTER, "permission_type": Permission.ALLOW}]})
+        assert made.results[0].error_code == 0
+        assert _anonymous_acl(conn) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    # No authorizer: anyone may set anyone's SCRAM credential.
+    with BrokerProcess(tmp_path / "none") as proc, RawConnection(port(proc)) as conn:
+        altered = conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
+            "deletions": [], "upsertions": [{"name": "admin", "mechanism": 1,
+                                             "iterations": 4096, "salt": b"s" * 16,
+                                             "salted_password": b"p" * 32}]})
+        assert [r.error_code for r in altered.results] == [0]
