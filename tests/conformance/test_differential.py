@@ -24,6 +24,7 @@ from tests.conformance.driver import (
     load_corpus,
     normalize,
 )
+from tests.kafka_ref.fixtures import SMALL_INTERNAL_TOPICS
 from tests.kafka_ref.harness import REPO
 
 REPORT = REPO / "docs" / "conformance.md"
@@ -95,7 +96,13 @@ def test_report_lists_divergences_in_the_driver_format():
 
 @pytest.fixture(scope="module")
 def minibroker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("conformance") / "data")
+    # The internal topics' partition counts of the kafka_one fixture, so that a group or a
+    # transactional id lands on the same partition of __consumer_offsets on both.
+    work = tmp_path_factory.mktemp("conformance")
+    (work / "server.properties").write_text(
+        "".join(f"{key}={value}\n" for key, value in SMALL_INTERNAL_TOPICS.items()
+                if not key.startswith("share.")))
+    proc = BrokerProcess(work / "data", "--config", str(work / "server.properties"))
     proc.start()
     try:
         yield proc
@@ -105,7 +112,8 @@ def minibroker(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def divergences(kafka_one, minibroker):
-    result = compare(kafka_one.nodes[0].port, minibroker.port, load_corpus())
+    result = compare(kafka_one.nodes[0].port, minibroker.port, load_corpus(),
+                     internal_partitions=SMALL_INTERNAL_TOPICS["offsets.topic.num.partitions"])
     return [line for lines in result.values() for line in lines]
 
 
