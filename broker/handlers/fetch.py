@@ -60,7 +60,10 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                     aborted = (partition.aborted_transactions(part.fetch_offset, bound)
                                if records else [])
             except KafkaError as exc:
+                # Kafka answers an erring partition without its offsets (ReplicaManager's
+                # LogReadResult of an exception: high watermark, LSO and log start -1).
                 error = exc.code
+                hw = lso = log_start = -1
             remaining -= len(records)
             total += len(records)
             partitions.append((part.partition, error, hw, lso, log_start, aborted, records))
