@@ -141,7 +141,9 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
     count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     overrides = {c.name: c.value for c in topic.configs}
     if topic.name in INTERNAL_TOPICS:
-        return ErrorCode.INVALID_REQUEST, f"{topic.name} is an internal topic"
+        # Kafka creates its internal topics with the first coordinator lookup, then answers
+        # TOPIC_ALREADY_EXISTS as for any topic; here the coordinators serve from the start.
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} is an internal topic: it exists"
     try:
         if validate_only:
             broker.logs.validate_topic(topic.name, count, overrides)
