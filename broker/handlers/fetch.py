@@ -71,6 +71,12 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                 # LogReadResult of an exception: high watermark, LSO and log start -1).
                 error = exc.code
                 hw = lso = log_start = -1
+                # A partition refused before any read (unknown, not authorized) is Kafka's
+                # FetchResponse.partitionResponse(error), with an empty aborted list; a read
+                # that failed (OFFSET_OUT_OF_RANGE) has none (null).
+                if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             ErrorCode.TOPIC_AUTHORIZATION_FAILED):
+                    aborted = []
             remaining -= len(records)
             total += len(records)
             partitions.append((part.partition, error, hw, lso, log_start, aborted, records))
