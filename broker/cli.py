@@ -117,7 +117,7 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         adv_host, adv_port = broker.config.advertised
         log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
-    from broker.data_dir_lock import DataDirLocked
+    from broker.storage.lock import DataDirLocked
 
     try:
         trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
@@ -144,9 +144,9 @@ def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
     serve again: the broker skips a record of an internal log it cannot read (the log line names
     the partition and offset) and loads the rest.
     """
-    from broker.data_dir_lock import DataDirLocked, lock_data_dir
     from broker.log.manager import CLEAN_SHUTDOWN_FILE
     from broker.log.recovery import truncate_before
+    from broker.storage.lock import DataDirLocked, lock_data_dir
 
     directory = data_dir / f"{topic}-{partition}"
     if not directory.is_dir():

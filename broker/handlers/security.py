@@ -16,8 +16,9 @@ import trio
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles
+from broker.dispatcher import handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred
 from broker.security import scram
 from broker.security.acl import (
     CLUSTER_NAME,

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles, reply
+from broker.dispatcher import handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
@@ -207,10 +208,13 @@ def write_txn_markers(broker: Broker, header, request):
                     else:
                         partitions.append(tp)
             if partitions:
-                errors.update(await broker.transactions.markers.write_durably(
+                written = broker.transactions.markers.write(
                     pid, epoch, commit, marker.coordinator_epoch, partitions,
                     broker.clock.now_ms(),
-                ))
+                )
+                if written.commit is not None:
+                    await written.commit.wait()
+                errors.update(written.errors)
             markers.append({
                 "producer_id": marker.producer_id,
                 "topics": [

@@ -70,6 +70,9 @@ class LogManager:
         self.recovered: list[RecoveryReport] = []
         self._closed = False
 
+        # The last shutdown was not clean (or this dir is new): the transaction coordinator then
+        # aborts every ongoing transaction (their batches were answered before their fsync).
+        self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
         clean = self._read_clean_marker()
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))

@@ -1,6 +1,7 @@
 """The hostile-order fuzzer (``orders.py``) in the suite: one short seeded run always; longer and
 more seeds on demand: ``MINIBROKER_ORDERS_SECONDS=300 MINIBROKER_ORDERS_SEEDS=1,2,3 pytest
-tests/fuzz/test_orders.py -k long``."""
+tests/fuzz/test_orders.py -k long`` (each seed anonymous, then as a SASL user with every right on
+``Topic:*`` under an authorizer)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ def test_short_hostile_order_run(tmp_path):
 def test_long_hostile_order_run(tmp_path):
     seconds = float(os.environ["MINIBROKER_ORDERS_SECONDS"])
     for seed in (int(s) for s in os.environ.get("MINIBROKER_ORDERS_SEEDS", "2").split(",")):
-        report = run(tmp_path, seconds, seed)
-        print(report)
-        assert not report.findings, report
+        for secured in (False, True):
+            report = run(tmp_path, seconds, seed, secured)
+            print(report)
+            assert not report.findings, report

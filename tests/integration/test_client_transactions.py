@@ -147,9 +147,16 @@ def test_commit_and_abort_visibility(bootstrap):
             producer.send("vis", b"open-%d" % i, partition=1)
         producer.flush()
         committed = sorted(b"c1-%d" % i for i in range(10))
-        # The open transaction is invisible under read_committed, visible under read_uncommitted.
+        # The open transaction is invisible under read_committed, visible under
+        # read_uncommitted once durable (answered once appended, its batches are synced within
+        # half a second, or by its PrepareCommit if sooner).
         assert sorted(ours(bootstrap, "vis", 2)) == committed
-        uncommitted = ours(bootstrap, "vis", 2, isolation="read_uncommitted")
+        deadline = time.monotonic() + 10
+        while True:
+            uncommitted = ours(bootstrap, "vis", 2, isolation="read_uncommitted")
+            if b"open-4" in uncommitted or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert {b"open-%d" % i for i in range(5)} <= set(uncommitted)
         assert {b"a-%d" % i for i in range(10)} <= set(uncommitted)
         producer.commit_transaction()

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from broker import core
 from broker.log import segment
 from broker.log.manager import LogConfig, LogManager
 from broker.security import durable_json
@@ -25,6 +24,7 @@ from broker.security.acl import (
     ResourceType,
 )
 from broker.security.scram import ScramStore, derive
+from broker.storage import store as core
 from protocol.errors import ErrorCode, KafkaError
 
 
