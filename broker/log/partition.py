@@ -533,12 +533,12 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time: ``(timestamp, offset)`` of the first record whose timestamp is
-        >= ``timestamp``; None if none. The offset may lie above the high watermark: the caller
-        bounds it if it must."""
+        """ListOffsets by time: ``(timestamp, offset)`` of the first record from the log start
+        offset on whose timestamp is >= ``timestamp``; None if none. The offset may lie above the
+        high watermark: the caller bounds it if it must."""
         for seg in self.segments:
             try:
-                found = seg.find_timestamp(timestamp)
+                found = seg.find_timestamp(timestamp, self.log_start_offset)
             except CorruptLogError as exc:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             if found is not None:
