@@ -17,6 +17,7 @@ import trio
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 from broker.security.tls import listener_context
+from client.cli.common import ToolRoot  # the one import of client/ besides the tools below
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -24,7 +25,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 log = logging.getLogger("minibroker")
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=ToolRoot, context_settings=CONTEXT)
 @click.version_option(package_name="minibroker")
 def main() -> None:
     """minibroker: a Kafka-compatible broker with idempotence and transactions.
@@ -116,7 +117,7 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         adv_host, adv_port = broker.config.advertised
         log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
-    from broker.data_dir_lock import DataDirLocked
+    from broker.storage.lock import DataDirLocked
 
     try:
         trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
@@ -139,12 +140,13 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
 def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
     """Offline repair: truncate one partition's log before OFFSET (the broker must be stopped).
 
-    For a record the broker reported as undecodable at start (the log line names the partition
-    and offset). Everything from that batch on is removed from the partition.
+    Everything from the batch holding OFFSET on is removed from the partition. Not needed to
+    serve again: the broker skips a record of an internal log it cannot read (the log line names
+    the partition and offset) and loads the rest.
     """
-    from broker.data_dir_lock import DataDirLocked, lock_data_dir
     from broker.log.manager import CLEAN_SHUTDOWN_FILE
     from broker.log.recovery import truncate_before
+    from broker.storage.lock import DataDirLocked, lock_data_dir
 
     directory = data_dir / f"{topic}-{partition}"
     if not directory.is_dir():

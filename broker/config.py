@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from broker.log.topic_config import BROKER_KEYS, LogConfig
+from broker.security.principal_mapping import DEFAULT_RULES, Rule, parse_rules
 from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000
@@ -52,6 +53,8 @@ class SecurityConfig:
     ssl_key_password: str | None = None
     ssl_truststore_location: Path | None = None  # CA certificates for client certificates
     ssl_client_auth: str = "none"  # none | requested | required
+    # ssl.principal.mapping.rules: an mTLS certificate's subject -> the principal's name.
+    ssl_principal_mapping_rules: tuple[Rule, ...] = DEFAULT_RULES
     # SASL (SASL_PLAINTEXT, SASL_SSL).
     sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
     plain_users: tuple[tuple[str, str], ...] = ()  # from a PlainLoginModule jaas config
@@ -426,6 +429,7 @@ _SECURITY_KEYS = frozenset({
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
     "ssl.client.auth", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms",
+    "ssl.principal.mapping.rules",
     "connection.failed.authentication.delay.ms", "authorizer.class.name", "super.users",
     "allow.everyone.if.no.acl.found",
 })
@@ -456,6 +460,10 @@ OTHER_KEYS: dict[str, tuple[str, str, str]] = {
     "ssl.truststore.password": ("", "Accepted; a PEM truststore has no password.", ""),
     "ssl.client.auth": ("none", "none, requested or required: whether a client certificate is "
                         "asked for (mTLS); it makes the principal User:<subject>.", ""),
+    "ssl.principal.mapping.rules": ("DEFAULT", "RULE:pattern/replacement/[LU],...,DEFAULT: "
+                                    "Kafka's rules from a client certificate's subject (RFC "
+                                    "2253) to the principal's name; DEFAULT keeps the subject.",
+                                    ""),
     "ssl.endpoint.identification.algorithm": ("https", "Accepted (a broker does not verify "
                                               "client host names).", ""),
     "sasl.enabled.mechanisms": ("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
@@ -510,6 +518,10 @@ def _security(properties: dict[str, str]) -> SecurityConfig:
     for key, value in properties.items():
         if _JAAS_KEY.match(key):
             users.update(_plain_users(key, value))
+    try:
+        mapping = parse_rules(get("ssl.principal.mapping.rules", "DEFAULT"))
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for ssl.principal.mapping.rules: {exc}") from None
     delay = get("connection.failed.authentication.delay.ms", "100")
     if not delay.strip().isdigit():
         raise ConfigError("invalid value for connection.failed.authentication.delay.ms: "
@@ -524,6 +536,7 @@ def _security(properties: dict[str, str]) -> SecurityConfig:
         ssl_key_password=get("ssl.key.password") or get("ssl.keystore.password"),
         ssl_truststore_location=Path(truststore) if truststore else None,
         ssl_client_auth=client_auth,
+        ssl_principal_mapping_rules=mapping,
         sasl_enabled_mechanisms=mechanisms,
         plain_users=tuple(sorted(users.items())),
         connection_failed_authentication_delay_ms=int(delay),

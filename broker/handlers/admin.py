@@ -8,6 +8,7 @@ from broker import configs, peer
 from broker.context import Broker
 from broker.dispatcher import handles
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
+from broker.log.manager import validate_topic_name
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
@@ -88,6 +89,13 @@ def metadata(broker: Broker, header, request) -> dict:
                 code = exc.code
                 if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto and not create:
                     code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
+                elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    # A name no topic can have: INVALID_TOPIC_EXCEPTION (Kafka's
+                    # KafkaApis.getTopicMetadata validates the names it does not know).
+                    try:
+                        validate_topic_name(name)
+                    except KafkaError as invalid:
+                        code = invalid.code
                 topics.append({"error_code": code, "name": name, "is_internal": False,
                                "partitions": [], "topic_authorized_operations": operations})
                 continue
@@ -147,7 +155,9 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
     count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     overrides = {c.name: c.value for c in topic.configs}
     if topic.name in INTERNAL_TOPICS:
-        return ErrorCode.INVALID_REQUEST, f"{topic.name} is an internal topic"
+        # Kafka creates its internal topics with the first coordinator lookup, then answers
+        # TOPIC_ALREADY_EXISTS as for any topic; here the coordinators serve from the start.
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} is an internal topic: it exists"
     try:
         if validate_only:
             broker.logs.validate_topic(topic.name, count, overrides)

@@ -13,8 +13,9 @@ from typing import Any
 from broker import configs
 from broker.configs import ConfigSource, ResourceType
 from broker.context import Broker
-from broker.dispatcher import handles, reply
+from broker.dispatcher import handles
 from broker.handlers.authz import allowed, cluster_authorized_operations
+from broker.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.topics import INTERNAL_TOPICS

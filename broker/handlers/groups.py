@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles, reply
+from broker.dispatcher import handles
 from broker.group.coordinator import JoinResult, SyncResult
 from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.txn import add_group, producer_fenced
+from broker.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -94,15 +95,7 @@ def sync_group(broker: Broker, header, request):
             response["protocol_name"] = summary.protocol
         return response
 
-    if version >= 5:
-        # v5 (KIP-559): the protocol type and name must match the group's.
-        summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
-        if summary.state != "Dead" and (
-            (request.protocol_type is not None and request.protocol_type != summary.protocol_type)
-            or (request.protocol_name is not None and summary.protocol
-                and request.protocol_name != summary.protocol)
-        ):
-            return {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
+    # v5 (KIP-559): the protocol type and name must be the group's (the coordinator checks).
     return reply(broker.groups.sync_group(request, broker.clock.now_ms()), encode)
 
 

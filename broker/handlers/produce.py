@@ -1,4 +1,5 @@
-"""Produce (v3+, RecordBatch v2): validate and append each partition's batches, answer after fsync for acks=all.
+"""Produce (v3+, RecordBatch v2): validate and append each partition's batches, answer after fsync for acks=all
+(a transactional batch: once appended, see ``broker/storage/store.py``).
 
 The request is decoded without copying the records: each partition's records are a writable view
 into the request frame, whose baseOffset fields the log patches in place before writing them.
@@ -7,8 +8,9 @@ into the request frame, whose baseOffset fields the log patches in place before 
 from __future__ import annotations
 
 from broker.context import Broker
-from broker.dispatcher import NO_RESPONSE, Deferred, handles
+from broker.dispatcher import NO_RESPONSE, handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred
 from broker.security.acl import Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
@@ -34,13 +36,19 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     request = decode_produce_request_untrusted(frame, offset, version)
     now = broker.clock.now_ms()
     transactions = broker.transactions
-    flushes = []
+    commits = []
     responses = []
     # Authorization (the seeds' checks, as Kafka makes them): Write on the transactional id for
     # a transactional produce (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # and Write on each topic. Nothing of a refused partition is written.
     txn_refused = request.transactional_id is not None and not allowed(
         broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    if request.transactional_id is None and any(
+            part.records is not None and transactions.needs_verification(part.records, None)
+            for topic in request.topics for part in topic.partitions):
+        # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
+        # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
+        txn_refused = True
     for topic in request.topics:
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
@@ -67,14 +75,16 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     transactions.verify_produce(partition, part.records, request.transactional_id,
                                                 now, add_partition=version >= TV2_PRODUCE)
                 appending = partition
-                result, flushed = broker.append_untrusted(partition, part.records, now,
-                                                          waited_for=request.acks == -1)
+                # A transactional batch is answered once appended: durable by its transaction's
+                # PrepareCommit (broker/storage/store.py).
+                result, commit = broker.storage.append(partition, part.records, now,
+                                                       request.acks,
+                                                       transactions.is_transactional(part.records))
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset
-                if flushed is not None:
-                    flushes.append((flushed, partition, result.last_offset,
-                                    partition_responses, len(partition_responses)))
+                if commit is not None:
+                    commits.append((commit, partition_responses, len(partition_responses)))
             except KafkaError as exc:
                 error = exc.code
                 if appending is not None and error not in NO_LOG_START:
@@ -85,12 +95,11 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
-    if request.acks == -1 and flushes:
+    if commits:
 
         async def durable() -> bytes:
-            for event, partition, last_offset, answers, i in flushes:
-                await event.wait()
-                if partition.high_watermark <= last_offset:
+            for commit, answers, i in commits:
+                if not await commit.wait():
                     # The fsync failed (disk full, I/O error): not acknowledged.
                     answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
             return encode_produce_response(version, responses)

@@ -77,6 +77,9 @@ class LogManager:
         self.recovered: list[RecoveryReport] = []
         self._closed = False
 
+        # The last shutdown was not clean (or this dir is new): the transaction coordinator then
+        # aborts every ongoing transaction (their batches were answered before their fsync).
+        self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
         clean = self._read_clean_marker()
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -245,7 +248,10 @@ class LogManager:
             return config
         topics = dict(self._topics)
         topics[topic] = {**topics[topic], "config": stored}
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}: {exc}") from exc
         self._topics = topics
         self._configs[topic] = config
         for p in self._partitions[topic]:
@@ -306,7 +312,10 @@ class LogManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         topics = dict(self._topics)
         del topics[name]
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
         self._topics = topics
         del self._configs[name]
         for p in self._partitions.pop(name):

@@ -18,6 +18,7 @@ Bad keys or values raise ``KafkaError(INVALID_CONFIG)`` with a message naming th
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -226,11 +227,25 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
 BROKER_KEYS: dict[str, TopicConfigDef] = {d.broker_key: d for d in TOPIC_CONFIGS.values()}
 
 
+def unknown_key(key: str) -> KafkaError:
+    """Kafka's INVALID_CONFIG message for an unknown key, with a did-you-mean when one is close
+    (a broker key such as log.retention.ms names its topic key retention.ms)."""
+    message = f"Unknown topic config name: {key}"
+    if key in BROKER_KEYS:
+        return KafkaError(ErrorCode.INVALID_CONFIG,
+                          f"{message} (the topic key of broker config {key} is "
+                          f"{BROKER_KEYS[key].key})")
+    close = difflib.get_close_matches(key, TOPIC_CONFIGS, n=1, cutoff=0.6)
+    if close:
+        message += f" (did you mean {close[0]}?)"
+    return KafkaError(ErrorCode.INVALID_CONFIG, message)
+
+
 def parse_value(key: str, raw: object) -> object:
     """The typed value of topic config ``key``; INVALID_CONFIG if unknown or invalid."""
     definition = TOPIC_CONFIGS.get(key)
     if definition is None:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        raise unknown_key(key)
     if raw is None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {key}")
     try:
@@ -300,7 +315,7 @@ def incremental_overrides(
         seen.add(key)
         definition = TOPIC_CONFIGS.get(key)
         if definition is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+            raise unknown_key(key)
         if op == AlterOp.SET:
             parse_value(key, value)
             result[key] = str(value).strip()

@@ -495,6 +495,12 @@ class TransactionCoordinator:
             and md.txn_start_ms + md.txn_timeout_ms < now_ms
         ]
 
+    def ongoing(self) -> list[str]:
+        """Ongoing transactions with nothing in flight (recovery after an unclean shutdown
+        aborts them: batches they were told were appended may be lost)."""
+        return [md.transactional_id for md in self._txns.values()
+                if md.state is TxnState.ONGOING and md.pending is None]
+
     def unfinished(self) -> list[str]:
         """Transactions whose outcome is decided but not yet complete (markers to write)."""
         return [

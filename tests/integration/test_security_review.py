@@ -322,3 +322,95 @@ def test_offset_fetch_v1_of_a_refused_group_fails_every_partition(broker):
             "group_id": "g-alice", "topics": [{"name": "orders", "partition_indexes": [0, 1]}]})
         assert [(p.committed_offset, p.error_code) for t in v1.topics for p in t.partitions] == [
             (5, 0), (7, 0)]
+
+
+# -- item 7: a change the broker cannot save is answered as an error and changes nothing ---------
+
+
+def test_changes_that_cannot_be_saved_are_refused_and_change_nothing(broker):
+    # A directory where the temporary file must go: the broker's write fails (EISDIR) as it
+    # would on a full disk; the good file stays, the change is answered as an error and is
+    # not in force, and once the obstacle is gone the same change works.
+    data = broker.data_dir
+    with login(RawConnection(port(broker)), "admin") as admin:
+        blocked = data / "acls.json.tmp"
+        blocked.mkdir()
+        acls_before = (data / "acls.json").read_bytes()
+        made = admin.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+            "resource_type": ResourceType.TOPIC, "resource_name": "hidden",
+            "resource_pattern_type": PatternType.LITERAL, "principal": "User:mallory",
+            "host": "*", "operation": Operation.READ, "permission_type": Permission.ALLOW}]})
+        assert [r.error_code for r in made.results] == [ErrorCode.UNKNOWN_SERVER_ERROR]
+        assert "could not save the ACLs" in made.results[0].error_message
+        assert (data / "acls.json").read_bytes() == acls_before
+        with login(RawConnection(port(broker)), "mallory") as conn:  # not in force
+            named = conn.request(ApiKey.METADATA, 9, {
+                "topics": [{"name": "hidden"}], "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False})
+            assert named.topics[0].error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+        blocked.rmdir()
+
+        blocked = data / "scram-credentials.json.tmp"
+        blocked.mkdir()
+        altered = admin.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
+            "deletions": [], "upsertions": [{"name": "carol", "mechanism": 1,
+                                             "iterations": 4096, "salt": b"s" * 16,
+                                             "salted_password": b"p" * 32}]})
+        assert [r.error_code for r in altered.results] == [ErrorCode.UNKNOWN_SERVER_ERROR]
+        listed = admin.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+        assert "carol" not in [r.user for r in listed.results]
+        blocked.rmdir()
+
+        blocked = data / "topics.json.tmp"
+        blocked.mkdir()
+        changed = admin.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
+            "resource_type": 2, "resource_name": "orders",
+            "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1234"}]}],
+            "validate_only": False})
+        assert [r.error_code for r in changed.responses] == [ErrorCode.KAFKA_STORAGE_ERROR]
+        described = admin.request(ApiKey.DESCRIBE_CONFIGS, 1, {"resources": [{
+            "resource_type": 2, "resource_name": "orders", "configuration_keys": ["retention.ms"]}],
+            "include_synonyms": False})
+        assert described.results[0].configs[0].value != "1234"
+        blocked.rmdir()
+        changed = admin.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, {"resources": [{
+            "resource_type": 2, "resource_name": "orders",
+            "configs": [{"name": "retention.ms", "config_operation": 1, "value": None}]}],
+            "validate_only": False})
+        assert [r.error_code for r in changed.responses] == [0]
+    assert not any("Traceback" in line for line in broker.output)
+
+
+# -- item 9: the open doors the README warns of, as Kafka has them -------------------------------
+
+
+def _anonymous_acl(conn: RawConnection) -> int:
+    made = conn.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+        "resource_type": ResourceType.TOPIC, "resource_name": "t",
+        "resource_pattern_type": PatternType.LITERAL, "principal": "User:ANONYMOUS",
+        "host": "*", "operation": Operation.ALL, "permission_type": Permission.ALLOW}]})
+    return made.results[0].error_code
+
+
+def test_the_doors_the_readme_warns_of(tmp_path):
+    # allow.everyone.if.no.acl.found=true and no ACL on the cluster: anyone may create ACLs;
+    # one ACL on the cluster closes that door (as in Kafka).
+    props = tmp_path / "open.properties"
+    props.write_text("authorizer.class.name=x\nallow.everyone.if.no.acl.found=true\n")
+    with BrokerProcess(tmp_path / "open", "--config", str(props)) as proc, \
+            RawConnection(port(proc)) as conn:
+        assert _anonymous_acl(conn) == 0
+        made = conn.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+            "resource_type": ResourceType.CLUSTER, "resource_name": "kafka-cluster",
+            "resource_pattern_type": PatternType.LITERAL, "principal": "User:admin",
+            "host": "*", "operation": Operation.ALTER, "permission_type": Permission.ALLOW}]})
+        assert made.results[0].error_code == 0
+        assert _anonymous_acl(conn) == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    # No authorizer: anyone may set anyone's SCRAM credential.
+    with BrokerProcess(tmp_path / "none") as proc, RawConnection(port(proc)) as conn:
+        altered = conn.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
+            "deletions": [], "upsertions": [{"name": "admin", "mechanism": 1,
+                                             "iterations": 4096, "salt": b"s" * 16,
+                                             "salted_password": b"p" * 32}]})
+        assert [r.error_code for r in altered.results] == [0]
