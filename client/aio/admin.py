@@ -28,8 +28,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import trio
-
 from client._loop import require_trio
 from client.aio._tasks import EngineTasks
 from client.aio.cluster import GROUP, TRANSACTION, Cluster, is_coordinator_error
@@ -37,16 +35,15 @@ from client.clock import Clock, WallClock
 from client.config import ClientConfig, admin_config
 from client.errors import (
     BrokerResponseError,
-    ConcurrentTransactionsError,
     ConfigError,
     KafkaClientError,
-    KafkaTimeoutError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
     error_for,
 )
 from client.group_protocol import decode_assignment_untrusted
+from client.retry import retry
 from client.structs import (
     ACL_OPERATIONS,
     ACL_PATTERN_TYPES,
@@ -474,8 +471,8 @@ class AsyncAdmin:
                     )
                 return r.error_code
 
-            code = await self._cluster.retry_call(
-                attempt, timeout=self._timeout, what="DeleteGroups"
+            code = await retry(
+                attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="DeleteGroups"
             )
             result[group_id] = error_for(code, f"group {group_id}") if code else None
         return result
@@ -502,8 +499,8 @@ class AsyncAdmin:
                 )
             return response
 
-        response = await self._cluster.retry_call(
-            attempt, timeout=self._timeout, what="OffsetDelete"
+        response = await retry(
+            attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="OffsetDelete"
         )
         return {
             TopicPartition(t.name, p.partition_index):
@@ -527,8 +524,8 @@ class AsyncAdmin:
                     raise exc
                 return group
 
-            group = await self._cluster.retry_call(
-                attempt, timeout=self._timeout, what="DescribeGroups"
+            group = await retry(
+                attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="DescribeGroups"
             )
             members = []
             for m in group.members:
@@ -579,8 +576,8 @@ class AsyncAdmin:
                 raise exc
             return response
 
-        response = await self._cluster.retry_call(
-            attempt, timeout=self._timeout, what="OffsetFetch"
+        response = await retry(
+            attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="OffsetFetch"
         )
         result = {}
         for topic in response.topics:
@@ -642,7 +639,7 @@ class AsyncAdmin:
                             p.offset, p.timestamp
                         )
 
-        await cluster.retry_call(attempt, timeout=self._timeout, what="ListOffsets")
+        await retry(attempt, backoff=cluster.backoff, timeout=self._timeout, what="ListOffsets")
         return result
 
     # -- transactions ----------------------------------------------------------------------------
@@ -701,8 +698,11 @@ class AsyncAdmin:
                     raise exc
                 return state
 
-            state = await self._cluster.retry_call(
-                attempt, timeout=self._timeout, what="DescribeTransactions"
+            state = await retry(
+                attempt,
+                backoff=self._cluster.backoff,
+                timeout=self._timeout,
+                what="DescribeTransactions",
             )
             result.append(
                 TransactionDescription(
@@ -892,46 +892,45 @@ class AsyncAdmin:
         if handle.empty:
             return
         cluster = self._cluster
-        deadline = trio.current_time() + (60.0 if timeout is None else timeout)
-        while True:
-            try:
-                node = await cluster.coordinator(TRANSACTION, handle.transactional_id)
-                conn = await cluster.connection(node)
-                # Transaction version 2 when the coordinator finalizes it: EndTxn v5 bumps the
-                # epoch, so a late copy of this request can never end a later transaction.
-                tv2 = await conn.finalized_feature("transaction.version") >= 2
-                response = await cluster.coordinator_request(
-                    TRANSACTION,
-                    handle.transactional_id,
-                    ApiKey.END_TXN,
-                    {
-                        "transactional_id": handle.transactional_id,
-                        "producer_id": handle.producer_id,
-                        "producer_epoch": handle.producer_epoch,
-                        "committed": commit,
-                    },
-                    max_version=5 if tv2 else 4,
-                )
-                if response.error_code:
-                    raise error_for(response.error_code, f"EndTxn {handle.transactional_id}")
-                return
-            except ProducerFencedError:
-                if not commit:
-                    return  # fenced means aborted: what was asked for
-                raise
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                if is_coordinator_error(exc):
-                    cluster.forget_coordinator(TRANSACTION, handle.transactional_id)
-                delay = (
-                    0.02 if isinstance(exc, ConcurrentTransactionsError) else cluster.retry_backoff
-                )
-                if trio.current_time() + delay > deadline:
-                    raise KafkaTimeoutError(
-                        f"EndTxn for {handle.transactional_id} timed out: {exc}"
-                    ) from exc
-                await trio.sleep(delay)
+        transactional_id = handle.transactional_id
+
+        async def attempt() -> None:
+            node = await cluster.coordinator(TRANSACTION, transactional_id)
+            conn = await cluster.connection(node)
+            # Transaction version 2 when the coordinator finalizes it: EndTxn v5 bumps the
+            # epoch, so a late copy of this request can never end a later transaction.
+            tv2 = await conn.finalized_feature("transaction.version") >= 2
+            response = await cluster.coordinator_request(
+                TRANSACTION,
+                transactional_id,
+                ApiKey.END_TXN,
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": handle.producer_id,
+                    "producer_epoch": handle.producer_epoch,
+                    "committed": commit,
+                },
+                max_version=5 if tv2 else 4,
+            )
+            if response.error_code:
+                raise error_for(response.error_code, f"EndTxn {transactional_id}")
+
+        def on_error(exc: KafkaClientError) -> None:
+            if is_coordinator_error(exc):
+                cluster.forget_coordinator(TRANSACTION, transactional_id)
+
+        try:
+            await retry(
+                attempt,
+                backoff=cluster.backoff,
+                timeout=60.0 if timeout is None else timeout,
+                what=f"EndTxn for {transactional_id}",
+                on_error=on_error,
+            )
+        except ProducerFencedError:
+            if not commit:
+                return  # fenced means aborted: what was asked for
+            raise
 
 
 def _code(table: dict[str, int], value: str, what: str) -> int:

@@ -39,9 +39,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -60,7 +60,6 @@ from client.clock import Clock, WallClock
 from client.config import ClientConfig, producer_config
 from client.errors import (
     BrokerConnectionError,
-    ConcurrentTransactionsError,
     IllegalStateError,
     InvalidTxnStateError,
     KafkaClientError,
@@ -74,6 +73,7 @@ from client.errors import (
     for_code,
 )
 from client.partitioner import StickyPartitioner, partition_for_key
+from client.retry import retry
 from client.structs import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -90,11 +90,8 @@ from protocol.records import Compression
 
 log = logging.getLogger("client.producer")
 
-# Kafka's client retries CONCURRENT_TRANSACTIONS (the previous EndTxn's markers are still being
-# written) much sooner than retry.backoff.ms.
-CONCURRENT_TRANSACTIONS_BACKOFF = 0.02
-
 Serializer = Callable[[Any], "bytes | str | None"]
+T = TypeVar("T")
 
 
 class AsyncProducer:
@@ -115,7 +112,6 @@ class AsyncProducer:
         self._buffer_memory: int = cfg["buffer.memory"]
         self._delivery_timeout_ms: int = cfg["delivery.timeout.ms"]
         self._retries: int = cfg["retries"]
-        self._retry_backoff_ms: int = cfg["retry.backoff.ms"]
         self._request_timeout_ms: int = cfg["request.timeout.ms"]
         self._max_block: float = cfg["max.block.ms"] / 1000
         self._compression = Compression[cfg["compression.type"].upper()]
@@ -144,6 +140,7 @@ class AsyncProducer:
         self._node_in_flight: dict[int, int] = {}
         self._needs_producer_reset = False
         self._metadata_wanted = False
+        self._metadata_attempts = 0  # sender passes in a row that waited for metadata
         self._adding_partitions: trio.Event | None = None  # set when the add task finishes
         self._closed = False
         self._sender_done = trio.Event()
@@ -423,7 +420,9 @@ class AsyncProducer:
         for node, batches in requests:
             await self._send_produce(node, batches)
         if self._metadata_wanted:
-            return self._retry_backoff_ms / 1000
+            self._metadata_attempts += 1
+            return self._cluster.backoff.seconds(self._metadata_attempts - 1)
+        self._metadata_attempts = 0
         if next_ms is None:
             return math.inf
         return max(next_ms - self._now_ns() // 1_000_000, 0) / 1000
@@ -588,7 +587,7 @@ class AsyncProducer:
             and now < batch.created_ms + self._delivery_timeout_ms
             and self._tm.state is not TxnState.FATAL_ERROR
         ):
-            self._acc.retry(batch, now + self._retry_backoff_ms)
+            self._acc.retry(batch, now + self._cluster.backoff.ms(batch.attempts - 1))
             return
         if retriable and now >= batch.created_ms + self._delivery_timeout_ms:
             error = KafkaTimeoutError(
@@ -661,12 +660,15 @@ class AsyncProducer:
             return response
 
         try:
-            response = await self._cluster.retry_call(
-                attempt, timeout=self._max_block, what="InitProducerId"
+            response = await retry(
+                attempt,
+                backoff=self._cluster.backoff,
+                timeout=self._max_block,
+                what="InitProducerId",
             )
         except KafkaClientError as exc:
             if exc.retriable:
-                await trio.sleep(self._retry_backoff_ms / 1000)
+                await trio.sleep(self._cluster.backoff.seconds(0))
                 return  # try again on the next pass
             self._tm.fatal_error(exc)
             return
@@ -714,27 +716,11 @@ class AsyncProducer:
         tm.init_done(response.producer_id, response.producer_epoch)
         self._acc.set_producer(response.producer_id, response.producer_epoch)
 
-    async def _coordinator_retry(
-        self, attempt: Any, what: str, timeout: float | None = None
-    ) -> Any:
-        """Retry a coordinator call: CONCURRENT_TRANSACTIONS soon, other retriable errors after
-        retry.backoff.ms, until max.block.ms."""
-        deadline = trio.current_time() + (self._max_block if timeout is None else timeout)
-        while True:
-            try:
-                return await attempt()
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                delay = (
-                    CONCURRENT_TRANSACTIONS_BACKOFF
-                    if isinstance(exc, ConcurrentTransactionsError)
-                    else self._retry_backoff_ms / 1000
-                )
-                if trio.current_time() + delay > deadline:
-                    raise KafkaTimeoutError(f"{what} timed out: {exc}") from exc
-                log.debug("%s: %s; retrying", what, exc)
-                await trio.sleep(delay)
+    async def _coordinator_retry(self, attempt: Callable[[], Awaitable[T]], what: str) -> T:
+        """A coordinator call, retried until max.block.ms (``client/retry.py``)."""
+        return await retry(
+            attempt, backoff=self._cluster.backoff, timeout=self._max_block, what=what
+        )
 
     # -- transactions ----------------------------------------------------------------------------
 
