@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from client.aio.connection import BrokerConnection
+from client.aio.connection import BrokerConnection, OpenStream
 from client.aio.security import ClientSecurity
 from client.config import ClientConfig
 from client.errors import (
@@ -56,8 +56,9 @@ _COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError)
 class Cluster:
     """Brokers, topics and coordinators as last seen, and the connections to them."""
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, *, open_stream: OpenStream | None = None) -> None:
         self.config = config
+        self._open_stream = open_stream  # None: TCP (trio.open_tcp_stream)
         self._nursery: trio.Nursery | None = None  # where connections run their readers
         self.bootstrap: tuple[tuple[str, int], ...] = config["bootstrap.servers"]
         self.client_id: str = config["client.id"]
@@ -169,6 +170,7 @@ class Cluster:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             security=self.security,
+            open_stream=self._open_stream,
         )
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:

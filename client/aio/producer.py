@@ -45,6 +45,7 @@ from client.accumulator import (
 )
 from client.aio._tasks import EngineTasks
 from client.aio.cluster import Cluster
+from client.aio.connection import OpenStream
 from client.aio.sender import Sender
 from client.aio.transactions import Transactions
 from client.clock import Clock, WallClock
@@ -72,8 +73,14 @@ class AsyncProducer:
     """A Kafka producer on trio (see the module docstring)."""
 
     def __init__(
-        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+        self,
+        config: Mapping[str, Any] | ClientConfig,
+        *,
+        clock: Clock | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
+        """``clock``: the time the producer reads (default: the wall clock); ``open_stream``:
+        how its connections open (default: TCP; tests pass an in-memory broker's)."""
         cfg = config if isinstance(config, ClientConfig) else producer_config(config)
         self.config = cfg
         self.clock: Clock = clock or WallClock()
@@ -98,7 +105,7 @@ class AsyncProducer:
             transactional=self.transactional_id is not None,
         )
         self._sticky = StickyPartitioner(cfg["batch.size"])
-        self._cluster = Cluster(cfg)
+        self._cluster = Cluster(cfg, open_stream=open_stream)
         self._tasks = EngineTasks("AsyncProducer")
         self._sender = Sender(cfg, self._acc, self._cluster, self._tm, self._now_ns,
                               on_partitions_pending=self._add_pending_partitions)

@@ -19,6 +19,7 @@ from client.aio.admin.groups import GroupsAdmin
 from client.aio.admin.security import SecurityAdmin
 from client.aio.admin.transactions import TransactionsAdmin
 from client.aio.cluster import Cluster
+from client.aio.connection import OpenStream
 from client.clock import Clock, WallClock
 from client.config import ClientConfig, admin_config
 from client.errors import BrokerResponseError
@@ -30,11 +31,17 @@ class AsyncAdmin(TransactionsAdmin, GroupsAdmin, SecurityAdmin):
     """Kafka admin operations on trio (``async with AsyncAdmin(conf) as admin``)."""
 
     def __init__(
-        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+        self,
+        config: Mapping[str, Any] | ClientConfig,
+        *,
+        clock: Clock | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
+        """``clock``: the time the admin reads (default: the wall clock); ``open_stream``: how
+        its connections open (default: TCP; tests pass an in-memory broker's)."""
         self.config = config if isinstance(config, ClientConfig) else admin_config(config)
-        super().__init__(Cluster(self.config), self.config["request.timeout.ms"] / 1000,
-                         clock or WallClock())
+        super().__init__(Cluster(self.config, open_stream=open_stream),
+                         self.config["request.timeout.ms"] / 1000, clock or WallClock())
         self._tasks = EngineTasks("AsyncAdmin")
 
     async def __aenter__(self) -> AsyncAdmin:
