@@ -53,6 +53,7 @@ class Request:
     version: int
     body: Any  # the decoded request (construct Container: attribute access)
     connection: int  # which connection to that broker it came on (0, 1, ... in opening order)
+    time: float  # trio time it arrived
 
 
 Handler = Callable[[Request], "Any | Awaitable[Any]"]
@@ -134,7 +135,7 @@ class ScriptedBroker:
         header, offset = parse_request_header_untrusted(frame)
         api_key = ApiKey(header.api_key)
         body = decode_request(api_key, header.api_version, frame, offset)
-        request = Request(node, api_key, header.api_version, body, number)
+        request = Request(node, api_key, header.api_version, body, number, trio.current_time())
         self.received.append(request)
         handler = self.handlers.get(int(api_key)) or self._default(api_key)
         answer = handler(request)
