@@ -133,6 +133,7 @@ class BrokerSpec:
     name: str  # short key: minibroker, tansu, noida
     label: str  # what the tables print
     command: Callable[[int, Path], list[str]]
+    cwd: Path = REPO_ROOT  # minibroker: the checkout whose broker/ runs (``--tree``)
 
 
 # What the `minibroker` console script runs (pyproject: minibroker = "broker.cli:main"), called
@@ -141,7 +142,10 @@ class BrokerSpec:
 MINIBROKER_ENTRY = "import sys; from broker.cli import main; sys.argv[0] = 'minibroker'; main()"
 
 
-def minibroker_spec(flush_never: bool) -> BrokerSpec:
+def minibroker_spec(flush_never: bool, tree: Path | None = None) -> BrokerSpec:
+    """``tree``: run the broker of another checkout (a worktree of the commit to compare with,
+    e.g. ``git worktree add ../base <commit> --detach``); the benchmark's own code stays this
+    one's."""
     def command(port: int, data_dir: Path) -> list[str]:
         argv = [
             sys.executable,
@@ -158,7 +162,9 @@ def minibroker_spec(flush_never: bool) -> BrokerSpec:
         return argv + (["--flush", "never"] if flush_never else [])
 
     mode = "flush never" if flush_never else "durable"
-    return BrokerSpec("minibroker", f"minibroker ({mode})", command)
+    where = "" if tree is None else f", {tree.name}"
+    return BrokerSpec("minibroker", f"minibroker ({mode}{where})", command,
+                      REPO_ROOT if tree is None else tree.resolve())
 
 
 def tansu_spec(binary: Path) -> BrokerSpec:
@@ -194,6 +200,13 @@ def noida_spec(binary: Path) -> BrokerSpec:
         ]
 
     return BrokerSpec("noida", "noida-db", command)
+
+
+def tree_commit(tree: Path) -> str:
+    """The commit a checkout is at (for the results of a ``--tree`` run)."""
+    proc = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True, timeout=30)
+    return proc.stdout.strip() or str(tree)
 
 
 def minibroker_unavailable_reason() -> str | None:
@@ -308,7 +321,7 @@ class RunningBroker:
         argv = self.spec.command(self.port, self.data_dir)
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
+                argv, cwd=self.spec.cwd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT
             )
         try:
             self._wait_ready()

@@ -14,7 +14,7 @@ the brokers take turns, one run each per round):
   (d) minibroker's peak and final RSS after (c);
   (e) 100-byte values with default batching against minibroker (both modes), Tansu and noida-db;
   (f) as (e) with batch.size=4096: records/s and broker CPU per Produce request.
-Prints markdown tables (for the README) with targets, and writes bench/results/produce-<ts>.json.
+Prints markdown tables (for bench/README.md) with targets, and writes bench/results/produce-<ts>.json.
 """
 
 from __future__ import annotations

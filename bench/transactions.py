@@ -297,9 +297,7 @@ def _fmt(value: float, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: LatencyResult,
-           rate: RateResult, raw: RateResult, peers: dict[str, RateResult],
-           sweep: list[ConcurrentResult]) -> str:
+def _throughput_rows(plain: list[ThroughputRun], txn: list[ThroughputRun]) -> list[list[str]]:
     plain_rate = statistics.median(r.records_per_s for r in plain)
     txn_rate = statistics.median(r.records_per_s for r in txn)
     overhead = (1 - txn_rate / plain_rate) * 100
@@ -308,22 +306,32 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
     mb = VALUE_SIZE * 1.0 / common.MB
     commit_p50 = statistics.median(r.commit_p50_ms or 0 for r in txn)
     commits_per_s = statistics.median(r.transactions / r.elapsed_s for r in txn)
-    fastest_peer = max((r.transactions_per_s for r in peers.values()), default=None)
-
-    def verdict(ok: bool) -> str:
-        return "met" if ok else "missed"
-
-    rows = [
+    return [
         ["throughput, non-transactional (1 KiB, acks=all, linger.ms=5)",
          f"{_fmt(plain_rate, 0)} rec/s ({_fmt(plain_rate * mb)} MB/s)", "", ""],
         ["throughput, transactional, commit every 100 ms",
          f"{_fmt(txn_rate, 0)} rec/s ({_fmt(txn_rate * mb)} MB/s)", "", ""],
         ["transactional overhead (1 - txn/plain)", f"{overhead:.1f}%", "<= 3%",
-         verdict(overhead <= 3)],
+         "met" if overhead <= 3 else "missed"],
         ["broker CPU ms per MB, plain / transactional",
          f"{plain_cpu * 1000:.2f} / {txn_cpu * 1000:.2f}", "", ""],
         ["commit_transaction() during the transactional runs: p50, commits/s",
          f"{commit_p50:.1f} ms, {commits_per_s:.1f}/s", "", ""],
+    ]
+
+
+def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: LatencyResult,
+           rate: RateResult, raw: RateResult, peers: dict[str, RateResult],
+           sweep: list[ConcurrentResult]) -> str:
+    fastest_peer = max((r.transactions_per_s for r in peers.values()), default=None)
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "missed"
+
+    rows = []
+    if plain and txn:  # not with --only rates
+        rows += _throughput_rows(plain, txn)
+    rows += [
         ["commit latency p50 (one-record transactions)", f"{latency.commit_p50_ms:.2f} ms",
          "<= 1 ms", verdict(latency.commit_p50_ms <= 1)],
         ["commit latency p99", f"{latency.commit_p99_ms:.2f} ms", "<= 5 ms",
@@ -331,6 +339,7 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
         ["whole one-record transaction p50 / p99 (begin .. commit)",
          f"{latency.transaction_p50_ms:.2f} / {latency.transaction_p99_ms:.2f} ms", "", ""],
         ["back-to-back one-record transactions, confluent-kafka (linger.ms=0)",
+
          f"{_fmt(rate.transactions_per_s, 0)} txn/s",
          ">= the faster peer" + (f" ({_fmt(fastest_peer, 0)})" if fastest_peer else ""),
          verdict(rate.transactions_per_s >= fastest_peer) if fastest_peer else "n/a"],
@@ -367,8 +376,15 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
 @click.option("--skip-peers", is_flag=True, help="Do not run Tansu and noida-db.")
 @click.option("--quick", is_flag=True, help="Short runs (a smoke test of the benchmark).")
 @click.option("--keep-data", is_flag=True, help="Keep the broker's data dir under bench/.cache/.")
-def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, keep_data) -> None:
-    """Transaction overhead, commit latency and transactions/s against a durable minibroker."""
+@click.option("--flush", type=click.Choice(["always", "never"]), default="always", show_default=True,
+              help="The broker's --flush: always (durable) or never (page cache, as the peers).")
+@click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="Run the broker of this checkout (before/after comparisons).")
+@click.option("--only", type=click.Choice(["all", "rates"]), default="all", show_default=True,
+              help="rates: only back-to-back and the producer sweep (turns of two trees).")
+def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, keep_data, flush,
+         tree, only) -> None:
+    """Transaction overhead, commit latency and transactions/s against a minibroker."""
     seconds = seconds or (2.0 if quick else 5.0)
     repeat = repeat or (1 if quick else 3)
     latency_samples = latency_samples or (200 if quick else 2000)
@@ -377,16 +393,17 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
     if reason:
         raise click.ClickException(f"minibroker does not start: {reason}")
     with common.work_directory("transactions", keep=keep_data) as work_dir:
-        with common.RunningBroker(common.minibroker_spec(flush_never=False), work_dir) as broker:
+        spec = common.minibroker_spec(flush_never=flush == "never", tree=tree)
+        with common.RunningBroker(spec, work_dir) as broker:
             common.create_topic(broker.bootstrap, TOPIC, PARTITIONS)
             plain, txn = [], []
-            for run in range(repeat):
+            for run in range(repeat if only == "all" else 0):
                 log(f"throughput run {run + 1}/{repeat}: plain, then transactional "
                     f"({seconds:.0f} s each)")
                 plain.append(throughput_run(broker, "plain", seconds, run))
                 txn.append(throughput_run(broker, "transactional", seconds, run))
             log(f"commit latency: {latency_samples} one-record transactions")
-            latency = commit_latency(broker, latency_samples)
+            latency = commit_latency(broker, latency_samples if only == "all" else 20)
             log(f"back-to-back one-record transactions for {seconds:.0f} s")
             rate = back_to_back(broker, seconds)
             log(f"back-to-back one-record transactions, raw protocol client, for {seconds:.0f} s")
@@ -408,6 +425,8 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
     click.echo(report(plain, txn, latency, rate, raw, peers, sweep))
     payload = {
         "settings": {"seconds": seconds, "repeat": repeat, "value_size": VALUE_SIZE,
+                     "flush": flush, "only": only,
+                     "tree": None if tree is None else common.tree_commit(tree),
                      "partitions": PARTITIONS, "commit_interval_s": COMMIT_INTERVAL_S},
         "plain": [asdict(r) for r in plain],
         "transactional": [asdict(r) for r in txn],

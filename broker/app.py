@@ -21,13 +21,12 @@ from broker.cleaner_service import LogCleaner
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
-from broker.core import DataArrived, FlushScheduler, Storage, load_cluster_id
-from broker.data_dir_lock import lock_data_dir
 from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
 from broker.security.service import Security
+from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -69,9 +68,9 @@ def build_broker(
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
     groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
     cross.attach(groups, transactions)
-    # Replays __transaction_state and completes prepared transactions (after the groups, which
-    # then see the markers it writes).
-    transactions.recover(clock.now_ms())
+    # Replays __transaction_state, aborts the ongoing transactions after an unclean shutdown,
+    # and completes prepared ones (after the groups, which then see the markers it writes).
+    transactions.recover(clock.now_ms(), unclean=logs.unclean_start)
     # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
     cleaner = (
         LogCleaner(

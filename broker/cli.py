@@ -17,6 +17,7 @@ import trio
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
 from broker.security.tls import listener_context
+from client.cli.common import ToolRoot  # the one import of client/ besides the tools below
 
 LOG_LEVELS = ["debug", "info", "warning", "error"]
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -24,7 +25,7 @@ WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 log = logging.getLogger("minibroker")
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=ToolRoot, context_settings=CONTEXT)
 @click.version_option(package_name="minibroker")
 def main() -> None:
     """minibroker: a Kafka-compatible broker with idempotence and transactions.
@@ -62,10 +63,17 @@ def main() -> None:
 @click.option("--log-format", type=click.Choice(logsetup.FORMATS), default="text",
               envvar="MINIBROKER_LOG_FORMAT", show_envvar=True, show_default=True,
               help="One line per event, as text or JSON.")
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              envvar="MINIBROKER_LOG_FILE", show_envvar=True,
+              help="Also append every log line to this file (reopened when logrotate moves it).")
 def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush,
-          metrics_port, log_level, log_format) -> None:
+          metrics_port, log_level, log_format, log_file) -> None:
     """Run the broker until SIGINT or SIGTERM."""
-    logsetup.configure(log_level, log_format)
+    try:
+        logsetup.configure(log_level, log_format, log_file=log_file)
+    except OSError as exc:
+        click.echo(f"minibroker: error: cannot open log file {log_file}: {exc.strerror}", err=True)
+        sys.exit(2)
     try:
         properties = read_properties(config_file) if config_file else {}
         config = build_config(
@@ -109,7 +117,7 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
         adv_host, adv_port = broker.config.advertised
         log.info("listening on %s:%d (advertised %s:%d)", config.host, port, adv_host, adv_port)
 
-    from broker.data_dir_lock import DataDirLocked
+    from broker.storage.lock import DataDirLocked
 
     try:
         trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
@@ -132,12 +140,13 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
 def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
     """Offline repair: truncate one partition's log before OFFSET (the broker must be stopped).
 
-    For a record the broker reported as undecodable at start (the log line names the partition
-    and offset). Everything from that batch on is removed from the partition.
+    Everything from the batch holding OFFSET on is removed from the partition. Not needed to
+    serve again: the broker skips a record of an internal log it cannot read (the log line names
+    the partition and offset) and loads the rest.
     """
-    from broker.data_dir_lock import DataDirLocked, lock_data_dir
     from broker.log.manager import CLEAN_SHUTDOWN_FILE
     from broker.log.recovery import truncate_before
+    from broker.storage.lock import DataDirLocked, lock_data_dir
 
     directory = data_dir / f"{topic}-{partition}"
     if not directory.is_dir():

@@ -11,11 +11,13 @@ import dataclasses
 import difflib
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from broker.log.topic_config import BROKER_KEYS, LogConfig
+from broker.security.principal_mapping import DEFAULT_RULES, Rule, parse_rules
 from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000
@@ -51,6 +53,8 @@ class SecurityConfig:
     ssl_key_password: str | None = None
     ssl_truststore_location: Path | None = None  # CA certificates for client certificates
     ssl_client_auth: str = "none"  # none | requested | required
+    # ssl.principal.mapping.rules: an mTLS certificate's subject -> the principal's name.
+    ssl_principal_mapping_rules: tuple[Rule, ...] = DEFAULT_RULES
     # SASL (SASL_PLAINTEXT, SASL_SSL).
     sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
     plain_users: tuple[tuple[str, str], ...] = ()  # from a PlainLoginModule jaas config
@@ -108,7 +112,7 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     # Segment sizes of the compacted internal topics. Kafka's default is 100 MiB; ours is small
     # so that cleaning (which never touches the active segment) keeps the logs, and the replay at
-    # start, proportional to the live state: see README "Log compaction".
+    # start, proportional to the live state: see docs/design.md section 3.1.
     transaction_state_log_segment_bytes: int = 64 * 1024
     offsets_topic_segment_bytes: int = 64 * 1024
     group_min_session_timeout_ms: int = 6_000
@@ -153,57 +157,142 @@ def _flush(value: str) -> str:
     return value
 
 
-# Kafka property -> (BrokerConfig field or "log.<LogConfig field>", parser, minimum for ints)
-_PROPERTIES: dict[str, tuple[str, object, int | None]] = {
-    "host.name": ("host", str, None),
-    "port": ("port", int, 0),
-    "advertised.host.name": ("advertised_host", str, None),
-    "advertised.port": ("advertised_port", int, 1),
-    "log.dirs": ("data_dir", Path, None),
-    "log.dir": ("data_dir", Path, None),
-    "node.id": ("node_id", int, 0),
-    "broker.id": ("node_id", int, 0),
-    "num.partitions": ("num_partitions", int, 1),
-    "auto.create.topics.enable": ("auto_create_topics", _bool, None),
-    "socket.request.max.bytes": ("socket_request_max_bytes", int, 1024),
-    "queued.max.request.bytes": ("queued_max_request_bytes", int, 1024),
-    "connections.max.idle.ms": ("connections_max_idle_ms", int, 1),
-    "request.receive.timeout.ms": ("request_receive_timeout_ms", int, 1),
-    "max.connections": ("max_connections", int, 1),
-    "max.connections.per.ip": ("max_connections_per_ip", int, 1),
-    "fetch.max.bytes": ("fetch_max_bytes", int, 1024),
-    "log.segment.bytes": ("log.segment_bytes", int, 14),
-    "log.roll.ms": ("log.segment_ms", int, 1),
-    "log.retention.bytes": ("log.retention_bytes", int, -1),
-    "log.retention.ms": ("log.retention_ms", int, -1),
-    "log.index.interval.bytes": ("log.index_interval_bytes", int, 0),
-    "message.max.bytes": ("log.max_message_bytes", int, 0),
-    "log.preallocate": ("log.preallocate", _bool, None),
-    "log.flush": ("log.flush", _flush, None),
-    "log.retention.check.interval.ms": ("log_retention_check_interval_ms", int, 1),
-    "log.cleaner.enable": ("log_cleaner_enable", _bool, None),
-    "log.cleaner.threads": ("log_cleaner_threads", int, 1),
-    "log.cleaner.backoff.ms": ("log_cleaner_backoff_ms", int, 1),
-    "log.cleaner.dedupe.buffer.size": ("log_cleaner_dedupe_buffer_size", int, 1024),
-    "log.cleaner.io.max.bytes.per.second": ("log_cleaner_io_max_bytes_per_second", float, None),
-    "transaction.state.log.segment.bytes": ("transaction_state_log_segment_bytes", int, 14),
-    "offsets.topic.segment.bytes": ("offsets_topic_segment_bytes", int, 14),
-    "producer.id.expiration.ms": ("producer_id_expiration_ms", int, 1),
-    "transaction.max.timeout.ms": ("transaction_max_timeout_ms", int, 1),
-    "transactional.id.expiration.ms": ("transactional_id_expiration_ms", int, 1),
-    "transaction.state.log.num.partitions": ("transaction_state_log_num_partitions", int, 1),
-    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
-        "transaction_abort_timed_out_interval_ms",
-        int,
-        1,
-    ),
-    "offsets.topic.num.partitions": ("offsets_topic_num_partitions", int, 1),
-    "transaction.version": ("transaction_version", _transaction_version, None),
-    "group.min.session.timeout.ms": ("group_min_session_timeout_ms", int, 0),
-    "group.max.session.timeout.ms": ("group_max_session_timeout_ms", int, 0),
-    "group.initial.rebalance.delay.ms": ("group_initial_rebalance_delay_ms", int, 0),
-    "metrics.port": ("metrics_port", int, 0),
-    "metrics.host": ("metrics_host", str, None),
+class Property(NamedTuple):
+    """One broker property: where it goes, how it is read, and what it means (the configuration
+    reference, docs/configuration.md, is generated from this table by broker/config_reference.py).
+    """
+
+    field: str  # BrokerConfig field, or "log.<LogConfig field>"
+    parse: Callable[[str], object]
+    minimum: int | None  # for integers
+    doc: str
+    kafka: str = ""  # how Kafka differs: its name or default, "" when the same
+
+
+_OWN = "minibroker's own"
+# Kafka property -> Property. The topic-level defaults (log.cleanup.policy, ...) are added below
+# from the topic-config table.
+_PROPERTIES: dict[str, Property] = {
+    "host.name": Property("host", str, None,
+                          "Address of the first listener (0.0.0.0: every interface).",
+                          "Kafka: listeners (host.name is its old name)"),
+    "port": Property("port", int, 0, "TCP port of the first listener (0: any free port).",
+                     "Kafka: listeners (port is its old name)"),
+    "advertised.host.name": Property("advertised_host", str, None,
+                                     "Host name clients are told to connect to (default: the "
+                                     "listener's host, or the machine's name for 0.0.0.0).",
+                                     "Kafka: advertised.listeners"),
+    "advertised.port": Property("advertised_port", int, 1, "Port clients are told to connect to.",
+                                "Kafka: advertised.listeners"),
+    "log.dirs": Property("data_dir", Path, None,
+                         "The data directory (one: the first of a list is not split)."),
+    "log.dir": Property("data_dir", Path, None, "The same as log.dirs."),
+    "node.id": Property("node_id", int, 0, "This broker's id in Metadata answers."),
+    "broker.id": Property("node_id", int, 0, "The same as node.id."),
+    "num.partitions": Property("num_partitions", int, 1,
+                               "Partitions of a topic created without a count."),
+    "auto.create.topics.enable": Property("auto_create_topics", _bool, None,
+                                          "Metadata requests for an unknown topic create it."),
+    "socket.request.max.bytes": Property("socket_request_max_bytes", int, 1024,
+                                         "Largest request frame; a bigger one closes the "
+                                         "connection."),
+    "queued.max.request.bytes": Property("queued_max_request_bytes", int, 1024,
+                                         "Broker-wide budget of request bytes being read "
+                                         "(requests of 64 KiB or more reserve their size).",
+                                         "Kafka default: -1 (unbounded)"),
+    "connections.max.idle.ms": Property("connections_max_idle_ms", int, 1,
+                                        "Idle connections are closed after this long."),
+    "request.receive.timeout.ms": Property("request_receive_timeout_ms", int, 1,
+                                           "A request must arrive completely within this time "
+                                           "(against slowloris clients).", _OWN),
+    "max.connections": Property("max_connections", int, 1,
+                                "Connections at once (also kept 128 below the open-files "
+                                "limit)."),
+    "max.connections.per.ip": Property("max_connections_per_ip", int, 1,
+                                       "Connections at once from one address."),
+    "fetch.max.bytes": Property("fetch_max_bytes", int, 1024,
+                                "Largest Fetch answer (at least one batch is always sent)."),
+    "log.segment.bytes": Property("log.segment_bytes", int, 14,
+                                  "Size of one segment file (topic key segment.bytes)."),
+    "log.roll.ms": Property("log.segment_ms", int, 1,
+                            "Age after which the active segment is rolled (topic key "
+                            "segment.ms)."),
+    "log.retention.bytes": Property("log.retention_bytes", int, -1,
+                                    "Size per partition above which the oldest segments are "
+                                    "deleted; -1: no limit (topic key retention.bytes)."),
+    "log.retention.ms": Property("log.retention_ms", int, -1,
+                                 "Age above which a segment is deleted; -1: no limit (topic key "
+                                 "retention.ms). log.retention.minutes and .hours are read too."),
+    "log.index.interval.bytes": Property("log.index_interval_bytes", int, 0,
+                                         "Bytes between two offset index entries."),
+    "message.max.bytes": Property("log.max_message_bytes", int, 0,
+                                  "Largest record batch (topic key max.message.bytes)."),
+    "log.preallocate": Property("log.preallocate", _bool, None,
+                                "Zero-fill the active segment ahead of small writes, so that "
+                                "their fdatasync needs no metadata update.",
+                                "Kafka default: false"),
+    "log.flush": Property("log.flush", _flush, None,
+                          "always: acks=all is answered after fdatasync and the high watermark "
+                          "covers only synced data; never: the page cache only (as --flush).",
+                          _OWN + " (Kafka: log.flush.interval.messages/ms, default never)"),
+    "log.retention.check.interval.ms": Property("log_retention_check_interval_ms", int, 1,
+                                                "How often retention is applied."),
+    "log.cleaner.enable": Property("log_cleaner_enable", _bool, None,
+                                   "Run the log cleaner (compaction)."),
+    "log.cleaner.threads": Property("log_cleaner_threads", int, 1,
+                                    "Partitions cleaned at once."),
+    "log.cleaner.backoff.ms": Property("log_cleaner_backoff_ms", int, 1,
+                                       "Sleep of the cleaner when nothing needs cleaning."),
+    "log.cleaner.dedupe.buffer.size": Property("log_cleaner_dedupe_buffer_size", int, 1024,
+                                               "Memory bound of the cleaner's key map."),
+    "log.cleaner.io.max.bytes.per.second": Property("log_cleaner_io_max_bytes_per_second", float,
+                                                    None,
+                                                    "Bytes read and written per second by the "
+                                                    "cleaner (inf: unlimited)."),
+    "transaction.state.log.segment.bytes": Property("transaction_state_log_segment_bytes", int,
+                                                    14,
+                                                    "Segment size of __transaction_state (small, "
+                                                    "so that compaction keeps it and the replay "
+                                                    "at start small).",
+                                                    "Kafka default: 104857600"),
+    "offsets.topic.segment.bytes": Property("offsets_topic_segment_bytes", int, 14,
+                                            "Segment size of __consumer_offsets (small, as "
+                                            "above).", "Kafka default: 104857600"),
+    "producer.id.expiration.ms": Property("producer_id_expiration_ms", int, 1,
+                                          "Idle producers' idempotence state is forgotten after "
+                                          "this long (not while a transaction is open)."),
+    "transaction.max.timeout.ms": Property("transaction_max_timeout_ms", int, 1,
+                                           "Largest transaction.timeout.ms a producer may ask "
+                                           "for."),
+    "transactional.id.expiration.ms": Property("transactional_id_expiration_ms", int, 1,
+                                               "A transactional id idle this long is forgotten."),
+    "transaction.state.log.num.partitions": Property("transaction_state_log_num_partitions", int,
+                                                     1,
+                                                     "Partitions of __transaction_state (a "
+                                                     "transactional id's coordinator partition "
+                                                     "is its hash modulo this)."),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": Property(
+        "transaction_abort_timed_out_interval_ms", int, 1,
+        "How often timed-out transactions are aborted and idle transactional ids expired."),
+    "offsets.topic.num.partitions": Property("offsets_topic_num_partitions", int, 1,
+                                             "Partitions of __consumer_offsets."),
+    "transaction.version": Property("transaction_version", _transaction_version, None,
+                                    "The finalized level of the transaction.version feature: 2 "
+                                    "lets clients end every transaction with an epoch bump "
+                                    "(KIP-890 part 2), 1 keeps the epoch (Kafka 3.x).",
+                                    "Kafka: a feature level set with kafka-features.sh"),
+    "group.min.session.timeout.ms": Property("group_min_session_timeout_ms", int, 0,
+                                             "Smallest session timeout a member may ask for."),
+    "group.max.session.timeout.ms": Property("group_max_session_timeout_ms", int, 0,
+                                             "Largest session timeout a member may ask for."),
+    "group.initial.rebalance.delay.ms": Property("group_initial_rebalance_delay_ms", int, 0,
+                                                 "How long a new group waits for more members "
+                                                 "before its first rebalance."),
+    "metrics.port": Property("metrics_port", int, 0,
+                             "Serve Prometheus metrics on http://metrics.host:PORT/metrics "
+                             "(unset: no metrics are counted; as --metrics-port).", _OWN),
+    "metrics.host": Property("metrics_host", str, None, "Address of the metrics listener.",
+                             _OWN),
 }
 
 # Kafka keys that are valid in a real server.properties but mean nothing to a single node without
@@ -230,13 +319,15 @@ _RETENTION_UNITS = {"log.retention.minutes": 60_000, "log.retention.hours": 3_60
 # Broker defaults of the remaining topic configs (cleanup policy, compaction, timestamp type):
 # parsed and checked by the topic-config table itself.
 for _key, _definition in BROKER_KEYS.items():
-    _PROPERTIES.setdefault(_key, ("log." + _definition.field, _definition.parse, None))
+    _PROPERTIES.setdefault(_key, Property("log." + _definition.field, _definition.parse, None,
+                                          f"{_definition.doc.rstrip('.')} (topic key {_definition.key})."))
 
 
 def property_values(config: BrokerConfig) -> dict[str, object]:
     """Every broker property this broker reads, with its current value (DescribeConfigs)."""
     values: dict[str, object] = {}
-    for key, (name, _, _) in _PROPERTIES.items():
+    for key, prop in _PROPERTIES.items():
+        name = prop.field
         target = config.log if name.startswith("log.") else config
         values[key] = getattr(target, name[4:] if name.startswith("log.") else name)
     return values
@@ -338,9 +429,55 @@ _SECURITY_KEYS = frozenset({
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
     "ssl.client.auth", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms",
+    "ssl.principal.mapping.rules",
     "connection.failed.authentication.delay.ms", "authorizer.class.name", "super.users",
     "allow.everyone.if.no.acl.found",
 })
+
+
+# The keys read by _apply_listeners and _security, for the configuration reference:
+# key -> (default as written in a properties file, meaning, how Kafka differs).
+OTHER_KEYS: dict[str, tuple[str, str, str]] = {
+    "listeners": ("PLAINTEXT://127.0.0.1:9092",
+                  "NAME://host:port,...: the first is host.name/port, each other one is served "
+                  "as well; controller listeners are skipped.", ""),
+    "advertised.listeners": ("(the listeners)",
+                             "NAME://host:port,...: what clients of each listener are told.", ""),
+    "listener.security.protocol.map": ("PLAINTEXT:PLAINTEXT,SSL:SSL,...",
+                                       "NAME:PROTOCOL,...: the protocol each listener speaks "
+                                       "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).", ""),
+    "log.retention.minutes": ("", "log.retention.ms in minutes (log.retention.ms wins).", ""),
+    "log.retention.hours": ("168", "log.retention.ms in hours (.minutes and .ms win).", ""),
+    "ssl.keystore.location": ("", "PEM file with the broker's private key and certificate chain "
+                              "(TLS listeners).", "Kafka default type: JKS"),
+    "ssl.keystore.type": ("PEM", "Only PEM is read.", "Kafka default: JKS"),
+    "ssl.keystore.password": ("", "Password of the private key (if ssl.key.password is unset).",
+                              ""),
+    "ssl.key.password": ("", "Password of the private key.", ""),
+    "ssl.truststore.location": ("", "PEM file with the CAs that sign client certificates (mTLS).",
+                                "Kafka default type: JKS"),
+    "ssl.truststore.type": ("PEM", "Only PEM is read.", "Kafka default: JKS"),
+    "ssl.truststore.password": ("", "Accepted; a PEM truststore has no password.", ""),
+    "ssl.client.auth": ("none", "none, requested or required: whether a client certificate is "
+                        "asked for (mTLS); it makes the principal User:<subject>.", ""),
+    "ssl.principal.mapping.rules": ("DEFAULT", "RULE:pattern/replacement/[LU],...,DEFAULT: "
+                                    "Kafka's rules from a client certificate's subject (RFC "
+                                    "2253) to the principal's name; DEFAULT keeps the subject.",
+                                    ""),
+    "ssl.endpoint.identification.algorithm": ("https", "Accepted (a broker does not verify "
+                                              "client host names).", ""),
+    "sasl.enabled.mechanisms": ("PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                                "SASL mechanisms offered on SASL listeners.", "Kafka default: GSSAPI"),
+    "[listener.name.NAME.][MECHANISM.]sasl.jaas.config": (
+        "", "A PlainLoginModule's user_NAME=\"password\" options are the PLAIN users; SCRAM "
+        "users are kept in data/scram-credentials.json (minibroker users add).", ""),
+    "connection.failed.authentication.delay.ms": ("100", "Delay before a failed authentication "
+                                                  "is answered.", ""),
+    "authorizer.class.name": ("", "Any value turns ACLs on (the class is not loaded).", ""),
+    "super.users": ("", "User:NAME;User:NAME...: principals allowed everything.", ""),
+    "allow.everyone.if.no.acl.found": ("false", "With ACLs on, a resource with no ACL at all is "
+                                       "open to everyone.", ""),
+}
 
 
 def is_security_key(key: str) -> bool:
@@ -381,6 +518,10 @@ def _security(properties: dict[str, str]) -> SecurityConfig:
     for key, value in properties.items():
         if _JAAS_KEY.match(key):
             users.update(_plain_users(key, value))
+    try:
+        mapping = parse_rules(get("ssl.principal.mapping.rules", "DEFAULT"))
+    except ValueError as exc:
+        raise ConfigError(f"invalid value for ssl.principal.mapping.rules: {exc}") from None
     delay = get("connection.failed.authentication.delay.ms", "100")
     if not delay.strip().isdigit():
         raise ConfigError("invalid value for connection.failed.authentication.delay.ms: "
@@ -395,6 +536,7 @@ def _security(properties: dict[str, str]) -> SecurityConfig:
         ssl_key_password=get("ssl.key.password") or get("ssl.keystore.password"),
         ssl_truststore_location=Path(truststore) if truststore else None,
         ssl_client_auth=client_auth,
+        ssl_principal_mapping_rules=mapping,
         sasl_enabled_mechanisms=mechanisms,
         plain_users=tuple(sorted(users.items())),
         connection_failed_authentication_delay_ms=int(delay),
@@ -437,9 +579,9 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
             raise ConfigError(f"unknown config key {key!r}{suffix}")
-        name, parse, minimum = _PROPERTIES[key]
+        name, parse, minimum = _PROPERTIES[key][:3]
         try:
-            value = parse(raw)  # type: ignore[operator]
+            value = parse(raw)
         except ValueError as exc:
             raise ConfigError(f"invalid value for {key}: {exc}") from None
         if minimum is not None and isinstance(value, int) and value < minimum:
@@ -452,8 +594,8 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     for name, value in overrides.items():
         if value is None:
             continue
-        static.update(k for k, (field_name, _, _) in _PROPERTIES.items()
-                      if field_name in (name, "log." + name))
+        static.update(k for k, prop in _PROPERTIES.items()
+                      if prop.field in (name, "log." + name))
         if name == "flush":
             log["flush"] = value
         else:

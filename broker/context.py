@@ -8,18 +8,15 @@ root as constructor arguments.
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-import trio
 
 from broker.cleaner_service import LogCleaner
 from broker.clock import Clock
 from broker.config import BrokerConfig
-from broker.core import DataArrived, FlushScheduler, Storage
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
-from broker.log.partition import AppendResult, Partition
+from broker.log.partition import Partition
 from broker.security.service import Security
+from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.topics import INTERNAL_TOPICS
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
@@ -68,11 +65,6 @@ class Broker:
 
     def partition(self, topic: str, index: int) -> Partition:
         return self.storage.logs.partition(topic, index)
-
-    def append_untrusted(
-        self, partition: Partition, records: Any, now: int, waited_for: bool = False
-    ) -> tuple[AppendResult, trio.Event | None]:
-        return self.storage.append_untrusted(partition, records, now, waited_for)
 
     def ensure_topic(self, topic: str, allow_create: bool) -> int:
         """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""

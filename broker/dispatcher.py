@@ -24,14 +24,15 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any
 
 import trio
 
 from broker import peer
 from broker.metrics import Metrics, error_codes
+from broker.reply import AnswerFirst, Deferred
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
@@ -48,79 +49,6 @@ _API_AND_VERSION = struct.Struct(">hh")  # the first fields of every request hea
 
 Body = bytes | bytearray | memoryview
 Chunks = list[Body]
-
-
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-class Deferred(Generic[T]):
-    """A result that needs waiting for; a reply of this type is awaited by the connection in
-    request order."""
-
-    __slots__ = ("wait",)
-
-    def __init__(self, wait: Callable[[], Awaitable[T]]) -> None:
-        self.wait = wait
-
-    def then(self, fn: Callable[[T], U]) -> Deferred[U]:
-        """The deferred result of ``fn`` applied to this one's."""
-        wait = self.wait
-
-        async def mapped() -> U:
-            return fn(await wait())
-
-        return Deferred(mapped)
-
-
-class AnswerFirst(Generic[T]):
-    """A result to answer at once, with ``finish``: work the answer does not depend on (making
-    a decided change durable) that must be done before anything else sees the broker.
-
-    The connection sends the answer and calls ``finish()`` straight after, with no checkpoint
-    between: no other request, on any connection, is read or handled before ``finish`` ends,
-    unless the send had to wait for the socket (the services then guard the state themselves).
-    The peer learns the outcome one fsync earlier, while it prepares its next request. An answer
-    that must wait behind an earlier deferred reply has ``finish`` run first, then waits.
-    """
-
-    __slots__ = ("finish", "value")
-
-    def __init__(self, value: T, finish: Callable[[], None]) -> None:
-        self.value = value
-        self.finish = finish
-
-
-class _Waitable(Protocol):
-    async def wait(self) -> Any: ...
-
-
-def after(events: Iterable[_Waitable], value: T) -> Deferred[T]:
-    """``value``, once every event is set (e.g. the group-commit fsyncs a reply waits for)."""
-    pending = list(events)
-
-    async def wait() -> T:
-        for event in pending:
-            await event.wait()
-        return value
-
-    return Deferred(wait)
-
-
-def reply(
-    result: T | Deferred[T] | AnswerFirst[T], encode: Callable[[T], U]
-) -> U | Deferred[U] | AnswerFirst[U]:
-    """``encode(result)`` now, or once a deferred result is there."""
-    if isinstance(result, Deferred):
-        return result.then(encode)
-    if isinstance(result, AnswerFirst):
-        try:
-            value = encode(result.value)
-        except BaseException:
-            result.finish()  # the change is decided: make it durable even if the answer fails
-            raise
-        return AnswerFirst(value, result.finish)
-    return encode(result)
 
 
 NO_RESPONSE = object()
@@ -171,7 +99,7 @@ def implemented(table: HandlerTable) -> frozenset[tuple[int, int]]:
 def check_served(table: HandlerTable) -> None:
     """Refuse a table that does not serve exactly the served-versions table: every advertised
     (api, version) must have a codec and a handler, and no handler may serve a version outside
-    the table (PROTOCOL.md section 2: what ApiVersions advertises is what is implemented)."""
+    the table (docs/protocol.md section 2: what ApiVersions advertises is what is implemented)."""
     wanted = frozenset((int(k), v) for k, v in IMPLEMENTED)
     missing = sorted(wanted - implemented(table))
     extra = sorted(frozenset(table) - wanted)
@@ -247,7 +175,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
     if entry is None:
         if key == ApiKey.API_VERSIONS:
             # A version above ours: answer in v0 with UNSUPPORTED_VERSION and our ApiVersions
-            # range, so that the client retries with one we serve (PROTOCOL.md section 3).
+            # range, so that the client retries with one we serve (docs/protocol.md section 3).
             return header, API_VERSIONS_FALLBACK_BODY
         raise CloseConnection(f"unsupported api_key {key} version {version}")
     fn, raw = entry

@@ -55,7 +55,7 @@ class SkipLog:
     def skip(self, offset: int, reason: str, what: str = "record") -> None:
         self.skipped += 1
         if self.skipped <= MAX_LINES:
-            self._log.error("%s: skipped the %s at offset %d at start: %s (the rest of the "
+            self._log.error("%s: at start, skipped the %s at offset %d: %s (the rest of the "
                             "partition is loaded)", self.name, what, offset, reason)
 
     def close(self) -> None:

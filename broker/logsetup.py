@@ -5,15 +5,19 @@ json:  ``{"ts": "2026-11-23T22:55:01.123Z", "level": "INFO", "logger": "minibrok
          "msg": "...", "exc": "Traceback ..."}``
 
 A traceback stays on the same line (newlines escaped in text, a field in JSON), so that a log
-shipper never splits one event into several. Every line goes to stderr.
+shipper never splits one event into several. Every line goes to stderr and, with ``--log-file``,
+to that file as well (appended; reopened when logrotate moves it away, as Kafka's server.log is
+rotated).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
 import sys
 import time
+from pathlib import Path
 from typing import TextIO
 
 FORMATS = ("text", "json")
@@ -45,14 +49,21 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(event, ensure_ascii=False)
 
 
-def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None) -> None:
-    """Send every log record (broker and client loggers) to ``stream`` in format ``fmt``."""
+def configure(level: str = "info", fmt: str = "text", stream: TextIO | None = None,
+              log_file: Path | None = None) -> None:
+    """Send every log record (broker and client loggers) to ``stream`` (stderr) and ``log_file``
+    in format ``fmt``. OSError if the file cannot be opened."""
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {FORMATS}, got {fmt!r}")
-    handler = logging.StreamHandler(stream or sys.stderr)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    formatter = JsonFormatter() if fmt == "json" else TextFormatter()
+    handlers: list[logging.Handler] = [logging.StreamHandler(stream or sys.stderr)]
+    if log_file is not None:
+        handlers.append(logging.handlers.WatchedFileHandler(log_file, encoding="utf-8"))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)
-    root.addHandler(handler)
+        old.close()
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
     root.setLevel(level.upper())

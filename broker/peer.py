@@ -28,6 +28,7 @@ class Session:
     sasl_state: str = "done"
     sasl: Any = None  # the connection's broker.security.sasl.SaslServer during the exchange
     close_after_reply: bool = False  # a failed authentication: answer, then close
+    refusals: Any = None  # the connection's refusal lines (broker.handlers.authz.RefusalLog)
 
     @classmethod
     def for_listener(cls, security_protocol: str, principal: str | None = None) -> Session:

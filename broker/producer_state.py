@@ -1,6 +1,6 @@
 """Per-partition producer state: the idempotence checks of the Produce path.
 
-Rules (PROTOCOL.md 7.8; seed 001 "broker-side produce checks"; Kafka's ProducerStateManager).
+Rules (docs/protocol.md 7.8; seed 001 "broker-side produce checks"; Kafka's ProducerStateManager).
 For each producer id that wrote to the partition we keep its epoch, the metadata of its last 5
 batches ``(first_seq, last_seq, first_offset, last_offset)``, the broker time of its last append and
 the first offset of its open transaction, if any. A batch from producer ``pid`` with ``epoch`` and

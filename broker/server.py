@@ -38,12 +38,13 @@ import trio
 from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
 from broker.context import Broker
-from broker.dispatcher import AnswerFirst, CloseConnection, Deferred, Dispatcher, encode_reply
+from broker.dispatcher import CloseConnection, Dispatcher, encode_reply
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics_http import serve_metrics
 from broker.peer import Peer, Session, set_peer
 from broker.peer import session as peer_session
+from broker.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
 from broker.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
@@ -160,7 +161,6 @@ async def serve(
         shared = _Shared(broker, dispatcher)  # the limits count every listener's connections
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
-            await nursery.start(broker.transactions.run)  # finishes transactions (markers)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
             if broker.cleaner is not None:
@@ -290,12 +290,21 @@ async def _serve_connection(
                          shared.receive_timeout_s)
                 return
             if info.security_protocol == "SSL":
-                session.principal = (certificate_principal(stream.peer_certificate())
+                session.principal = (certificate_principal(
+                    stream.peer_certificate(),
+                    shared.broker.config.security.ssl_principal_mapping_rules)
                                      or session.principal)
         await _serve_requests(_Connection(stream, shared))
     except (ssl.SSLError, ConnectionError, OSError) as exc:
-        log.info("closing %s: %s", sock.peer_name(), exc)
+        hint = ""
+        if isinstance(exc, ssl.SSLError) and exc.reason == "WRONG_VERSION_NUMBER":
+            # What a Kafka request looks like to TLS: the client's security.protocol is wrong.
+            hint = (f" (a client without TLS at this {info.security_protocol} listener? its "
+                    f"security.protocol must be {info.security_protocol})")
+        log.info("closing %s: %s%s", sock.peer_name(), exc, hint)
     finally:
+        if session.refusals is not None:
+            session.refusals.close()  # the count of refusal lines left out, if any
         if sock.metrics is not None:
             sock.metrics.connections_closed += 1
         sock.close()

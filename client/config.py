@@ -18,6 +18,11 @@ Rules (the seeds quote the Java client's ``ConfigException`` messages; ours are 
 - librdkafka's names of the same settings (``queue.buffering.max.ms`` for ``linger.ms``,
   ``metadata.broker.list``, ``message.timeout.ms``, ``auto.offset.reset=smallest``...) are
   accepted; librdkafka settings without an equal here are refused naming what to use instead.
+- A Java client's properties (what Kafka's tools read with ``--command-config``) work too: the
+  username and password of a PlainLoginModule or ScramLoginModule ``sasl.jaas.config``, PEM trust
+  and key stores (``ssl.truststore.type=PEM``, ``ssl.truststore.location``,
+  ``ssl.keystore.location`` holding the key and chain); what cannot be honoured (JKS, PKCS12,
+  other login modules, inline PEM) is refused naming the Java key.
 - ``delivery.timeout.ms >= linger.ms + request.timeout.ms``; a consumer's
   ``heartbeat.interval.ms < session.timeout.ms``; ``enable.auto.commit=true`` needs a group.id.
 """
@@ -26,6 +31,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -324,10 +330,63 @@ LIBRDKAFKA_REFUSED: dict[str, str] = {
     "dr_msg_cb": "pass on_delivery to send()",
     "error_cb": "errors are raised by the calls (and delivery futures)",
     "on_delivery": "pass on_delivery to send()",
-    "sasl.jaas.config": "use sasl.username and sasl.password",
-    "ssl.keystore.type": "PEM files only: ssl.certificate.location and ssl.key.location",
-    "ssl.truststore.type": "PEM files only: ssl.ca.location",
 }
+
+# The Java client's settings with no equal here (a Kafka client.properties may hold them):
+# refused, named as Java keys. sasl.jaas.config and the PEM store types are read by _java().
+JAVA_REFUSED: dict[str, str] = {
+    "ssl.truststore.certificates": "put the PEM certificates in a file: ssl.truststore.location",
+    "ssl.keystore.key": "put the PEM key and chain in a file: ssl.keystore.location",
+    "ssl.keystore.certificate.chain": "put the PEM key and chain in a file: "
+                                      "ssl.keystore.location",
+    "sasl.login.callback.handler.class": "only PLAIN and SCRAM logins are supported",
+    "sasl.client.callback.handler.class": "only PLAIN and SCRAM logins are supported",
+    "sasl.kerberos.service.name": "GSSAPI (Kerberos) is not supported",
+}
+_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
+                   r"(?P<options>.*?);?\s*$", re.S)
+_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))')
+_LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
+
+
+def _java_refusal(key: str, value: Any, reason: str) -> ConfigError:
+    shown = "..." if "password" in key or key.startswith("ssl.keystore.") else value
+    return ConfigError(f"{key}={shown} (a Java client setting) is not supported: {reason}")
+
+
+def _java(conf: Mapping[str, Any]) -> dict[str, Any]:
+    """A Java client's properties (as Kafka's tools read them with --command-config) in our
+    terms: the user and password of a PLAIN or SCRAM ``sasl.jaas.config``, PEM trust and key
+    stores; what cannot be honoured raises ConfigError naming the Java key."""
+    result = dict(conf)
+    for key in ("ssl.truststore.type", "ssl.keystore.type"):
+        if key in result:
+            value = result.pop(key)
+            if str(value).strip().upper() != "PEM":
+                raise _java_refusal(key, value, "only PEM files are read (convert the store "
+                                               "with keytool and openssl)")
+    result.pop("ssl.truststore.password", None)  # a PEM truststore has none
+    if "ssl.keystore.password" in result:
+        password = result.pop("ssl.keystore.password")
+        result.setdefault("ssl.key.password", password)
+    if "sasl.jaas.config" in result:
+        value = str(result.pop("sasl.jaas.config"))
+        match = _JAAS.match(value)
+        module = match.group("module").rsplit(".", 1)[-1] if match else ""
+        if match is None or module not in _LOGIN_MODULES:
+            raise _java_refusal("sasl.jaas.config", (module or value)[:80],
+                                "only org.apache.kafka.common.security.plain.PlainLoginModule "
+                                "and ...scram.ScramLoginModule are supported")
+        options = {k: bare if bare else quoted.replace('\\"', '"')
+                   for k, quoted, bare in _JAAS_OPTION.findall(match.group("options"))}
+        if "username" not in options or "password" not in options:
+            raise ConfigError(f"sasl.jaas.config: {module} needs username=\"...\" and "
+                              "password=\"...\"")
+        for ours, theirs in (("sasl.username", "username"), ("sasl.password", "password")):
+            if ours in result and result[ours] != options[theirs]:
+                raise ConfigError(f"sasl.jaas.config and {ours} disagree: give only one")
+            result[ours] = options[theirs]
+    return result
 
 SECRET_KEYS = frozenset({"sasl.password", "ssl.key.password"})
 
@@ -374,8 +433,11 @@ def _parse(role: str, conf: Mapping[str, Any] | None) -> tuple[dict[str, Any], f
         raise ConfigError(f"configuration must be a dict of Kafka keys, not {type(conf).__name__}")
     role_keys = [o.key for o in _OPTIONS if role in o.roles]
     values: dict[str, Any] = {}
+    conf = _java(conf)
     given = set(conf)
     for key, raw in conf.items():
+        if key in JAVA_REFUSED:
+            raise _java_refusal(key, raw, JAVA_REFUSED[key])
         if key in LIBRDKAFKA_REFUSED:
             raise ConfigError(
                 f"{key!r} (a librdkafka setting) is not supported: {LIBRDKAFKA_REFUSED[key]}"

@@ -1,6 +1,6 @@
 """Turning one partition's Fetch ``records`` bytes into the records an application may see.
 
-Pure: bytes in, records out. Rules (PROTOCOL.md section 5, Kafka's consumer):
+Pure: bytes in, records out. Rules (docs/protocol.md section 5, Kafka's consumer):
 
 - Control batches (transaction markers) are never returned.
 - read_committed: the response lists ``aborted_transactions`` as ``(producer_id, first_offset)``.

@@ -1,7 +1,7 @@
 """API keys, and which versions of them are flexible (that decides the header versions).
 
 The versions we advertise and the one version of each we implement (the pin) are the tables
-``ADVERTISED`` and ``IMPLEMENTED`` in ``protocol.messages.api_versions`` (PROTOCOL.md section 2).
+``ADVERTISED`` and ``IMPLEMENTED`` in ``protocol.messages.api_versions`` (docs/protocol.md section 2).
 """
 
 from __future__ import annotations

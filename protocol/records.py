@@ -3,7 +3,7 @@
 Pure: no I/O, no clock. Functions that read bytes from the network end in ``_untrusted`` and raise
 only ``CorruptFrameError`` on bad bytes; encoders raise ``ValueError`` on bad arguments.
 
-Layout (``PROTOCOL.md`` section 4; big-endian; offsets from the start of the batch)::
+Layout (``docs/protocol.md`` section 4; big-endian; offsets from the start of the batch)::
 
     RecordBatch =>
       baseOffset           int64   @0   offset of the first record; producers send 0, the broker

@@ -1,6 +1,6 @@
 """Writing: transactional batch writes and the exactly-once streaming sink.
 
-Theory of operation (../shared/SPARK.md has the observed API facts and the design):
+Theory of operation (docs/spark.md has the observed API facts and the design):
 
 Every writing task owns one transaction. It produces its rows inside it and does not commit: it
 flushes, hands the transaction over (``Producer.transaction_handle()``: transactional_id,
@@ -24,9 +24,9 @@ had begun), then reads its progress: if it is already past this batch, the batch
 this partition and the task writes nothing ("skipped"). A replay thus writes exactly the
 partitions whose transactions never committed.
 
-(SPARK.md keys progress by partition ``p`` of a progress topic in one group per query; one group
-per (query, partition) and a single-partition progress topic does the same without requiring the
-progress topic to have as many partitions as the widest micro-batch.)
+(The first design keyed progress by partition ``p`` of a progress topic in one group per query; one
+group per (query, partition) and a single-partition progress topic does the same without requiring
+the progress topic to have as many partitions as the widest micro-batch.)
 
 Batch jobs have no replays to detect; a driver crash in the middle of ``commit`` can leave a batch
 job partly visible.

@@ -585,8 +585,12 @@ class GroupCoordinator:
         assignments: Mapping[str, bytes],
         now_ms: int,
         group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
     ) -> Outcome:
-        """SyncGroup v0: ``Outcome(SyncResult | Waiting, completions)``."""
+        """SyncGroup: ``Outcome(SyncResult | Waiting, completions)``. From v5 (KIP-559) the
+        request names the protocol type and name, which must be the group's (checked after the
+        member and generation, as Kafka's GroupMetadataManager.validateSyncGroup)."""
         out: list[Completion] = []
         if not group_id:
             return Outcome(SyncResult(ErrorCode.INVALID_GROUP_ID))
@@ -602,6 +606,9 @@ class GroupCoordinator:
             return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
         if generation_id != group.generation_id:
             return Outcome(SyncResult(ErrorCode.ILLEGAL_GENERATION), out)
+        if (_inconsistent(protocol_type, group.protocol_type)
+                or _inconsistent(protocol_name, group.protocol)):
+            return Outcome(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), out)
         if group.state is GroupState.PREPARING_REBALANCE:
             return Outcome(SyncResult(ErrorCode.REBALANCE_IN_PROGRESS), out)
         if group.state is GroupState.STABLE:
@@ -872,3 +879,8 @@ def _subscription_topics(metadata: bytes) -> list[str]:
         return topics
     except (struct.error, UnicodeDecodeError):
         return []
+
+
+def _inconsistent(requested: str | None, groups: str | None) -> bool:
+    """A protocol type or name the request names that is not the group's (either unset: no)."""
+    return requested is not None and groups is not None and requested != groups

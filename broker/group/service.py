@@ -33,8 +33,6 @@ import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
-from broker.core import Storage
-from broker.dispatcher import Deferred, after
 from broker.group.coordinator import (
     Completion,
     GroupConfig,
@@ -61,6 +59,8 @@ from broker.group.state import GroupState
 from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
 from broker.log.partition import Partition
+from broker.reply import Deferred, after
+from broker.storage import Commit, Storage
 from broker.topics import (
     CONSUMER_OFFSETS_TOPIC,
     TopicPartition,
@@ -114,7 +114,7 @@ class _Slot:
         self.event = trio.Event()
         self.result: Any = None
         # Set with the result when it must wait for a group metadata record to be durable.
-        self.durable: list[trio.Event] = []
+        self.durable: list[Commit] = []
 
 
 class GroupService:
@@ -225,7 +225,7 @@ class GroupService:
 
     # -- waiting -----------------------------------------------------------------------------
 
-    def _resolve(self, completions: list[Completion], durable: list[trio.Event]) -> None:
+    def _resolve(self, completions: list[Completion], durable: list[Commit]) -> None:
         for waiter, result in completions:
             slot = self._slots.pop(waiter, None)
             if slot is not None:
@@ -233,7 +233,7 @@ class GroupService:
                 slot.durable = durable
                 slot.event.set()
 
-    def _store_groups(self, now_ms: int) -> list[trio.Event]:
+    def _store_groups(self, now_ms: int) -> list[Commit]:
         """Append the metadata records the coordinator asked for; the events are set once
         they are durable. A failed append is logged: the group lives on in memory, and the next
         settled generation writes a record again."""
@@ -249,7 +249,7 @@ class GroupService:
             try:
                 partition = self.offsets_partition(records[0][0], now_ms)
                 batch = build_group_metadata_batch(records, now_ms)
-                _, flushed = self._storage.append_untrusted(partition, batch, now_ms)
+                _, flushed = self._storage.append(partition, batch, now_ms)
             except (KafkaError, ValueError) as exc:
                 log.error("could not store the metadata of groups %s: %s",
                           [g for g, _ in records], exc)
@@ -319,6 +319,8 @@ class GroupService:
         outcome = self.coordinator.sync_group(
             request.group_id, request.generation_id, request.member_id, assignments, now_ms,
             group_instance_id=request.get("group_instance_id"),
+            protocol_type=request.get("protocol_type"),
+            protocol_name=request.get("protocol_name"),
         )
         return self._reply(outcome, now_ms)
 
@@ -372,10 +374,10 @@ class GroupService:
 
     def _tombstone_offsets(
         self, group_id: str, partitions: list[tuple[str, int]], now_ms: int
-    ) -> list[trio.Event]:
+    ) -> list[Commit]:
         partition = self.offsets_partition(group_id, now_ms)
         batch = build_offset_tombstones(group_id, partitions, now_ms)
-        result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
+        result, flushed = self._storage.append(partition, batch, now_ms)
         hw = partition.high_watermark
         for i, tp in enumerate(partitions):
             self.coordinator.offsets.put(group_id, tp, result.base_offset + i, None, hw)
@@ -409,7 +411,7 @@ class GroupService:
                 errors[tp] = ErrorCode.NONE
                 if tp in committed:
                     delete.append(tp)
-        flushes: list[trio.Event] = []
+        flushes: list[Commit] = []
         if delete:
             try:
                 flushes = self._tombstone_offsets(group_id, sorted(set(delete)), now_ms)
@@ -434,7 +436,7 @@ class GroupService:
         error: ErrorCode,
         now_ms: int,
         txn: Any = None,
-    ) -> tuple[list[dict], trio.Event | None]:
+    ) -> tuple[list[dict], Commit | None]:
         """Validate and append the offsets of an (Txn)OffsetCommit request's ``topics``:
         ``(response topics, event set once the batch is durable)``."""
         codes: list[list[ErrorCode]] = []
@@ -482,12 +484,12 @@ class GroupService:
         offsets: list[tuple[str, int, OffsetAndMetadata]],
         now_ms: int,
         txn: Any,
-    ) -> trio.Event | None:
+    ) -> Commit | None:
         partition = self.offsets_partition(group_id, now_ms)
         store = self.coordinator.offsets
         if txn is None:
             batch = build_offset_batch(group_id, offsets, now_ms)
-            result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
+            result, flushed = self._storage.append(partition, batch, now_ms)
             hw = partition.high_watermark
             for i, (topic, index, value) in enumerate(offsets):
                 store.put(group_id, (topic, index), result.base_offset + i, value, hw)
@@ -502,7 +504,8 @@ class GroupService:
         # The Produce path's KIP-890 check: the producer's ongoing transaction must hold this
         # partition (AddOffsetsToTxn added it), else INVALID_TXN_STATE.
         self._verify_txn_produce(partition, batch, txn.transactional_id)
-        result, flushed = self._storage.append_untrusted(partition, batch, now_ms)
+        result, flushed = self._storage.append(partition, batch, now_ms,
+                                                 transactional=True)
         for i, (topic, index, value) in enumerate(offsets):
             store.add_pending(
                 partition.index, txn.producer_id, group_id, (topic, index),
@@ -604,9 +607,9 @@ def _next_sequence(partition: Partition, producer_id: int, producer_epoch: int) 
     return 0 if last == INT32_MAX else last + 1
 
 
-def _after_all(flushes: list[trio.Event], response: T) -> T | Deferred[T]:
+def _after_all(flushes: list[Commit], response: T) -> T | Deferred[T]:
     return after(flushes, response) if flushes else response
 
 
-def _after(flushed: trio.Event | None, response: dict) -> dict | Deferred[dict]:
+def _after(flushed: Commit | None, response: dict) -> dict | Deferred[dict]:
     return response if flushed is None else after([flushed], response)

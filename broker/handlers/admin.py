@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 
-from broker import peer
+from broker import configs, peer
 from broker.context import Broker
 from broker.dispatcher import handles
-from broker.handlers.authz import allowed
+from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
+from broker.log.manager import validate_topic_name
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
@@ -19,6 +20,8 @@ MAX_TRANSACTION_VERSION = 2
 # The finalized features change only with the configuration, at a restart; clients keep the
 # features of the highest epoch they saw (Kafka's is the metadata offset; -1 means none).
 FEATURES_EPOCH = 0
+
+INT32_MIN = -(1 << 31)  # an authorized-operations field that was not asked for
 
 # KIP-511: what a client may call itself in ApiVersions v3+.
 _SOFTWARE = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
@@ -60,24 +63,42 @@ def metadata(broker: Broker, header, request) -> dict:
         allow_create = request.allow_auto_topic_creation
     topics = []
     listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
+    # v8+: the operations the principal may do on each topic it may describe (Kafka's bits).
+    with_operations = header.api_version >= 8 and request.include_topic_authorized_operations
     for name in names:
         # Describe before existence (Kafka: an undescribable topic is never disclosed): left
-        # out of the all-topics answer, TOPIC_AUTHORIZATION_FAILED when named.
-        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name):
+        # out of the all-topics answer (without a refusal line, as Kafka), TOPIC_AUTHORIZATION_
+        # FAILED when named.
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                       log_refusal=not listing_all):
             if not listing_all:
                 topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
                                "is_internal": False, "partitions": []})
             continue
-        create = allow_create and may_create(broker, name)
-        try:
-            count = broker.ensure_topic(name, create)
-        except KafkaError as exc:
-            code = exc.code
-            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and allow_create and not create:
-                code = ErrorCode.TOPIC_AUTHORIZATION_FAILED  # may not auto-create it
-            topics.append({"error_code": code, "name": name, "is_internal": False,
-                           "partitions": []})
-            continue
+        operations = (authorized_operations(broker, ResourceType.TOPIC, name)
+                      if with_operations else INT32_MIN)
+        count = broker.logs.partition_count(name)
+        if count is None:
+            # Create is asked only of a topic that does not exist and would be auto-created.
+            auto = (allow_create and broker.config.auto_create_topics
+                    and name not in INTERNAL_TOPICS)
+            create = auto and may_create(broker, name)
+            try:
+                count = broker.ensure_topic(name, create)
+            except KafkaError as exc:
+                code = exc.code
+                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto and not create:
+                    code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
+                elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    # A name no topic can have: INVALID_TOPIC_EXCEPTION (Kafka's
+                    # KafkaApis.getTopicMetadata validates the names it does not know).
+                    try:
+                        validate_topic_name(name)
+                    except KafkaError as invalid:
+                        code = invalid.code
+                topics.append({"error_code": code, "name": name, "is_internal": False,
+                               "partitions": [], "topic_authorized_operations": operations})
+                continue
         partitions = [
             {
                 "error_code": ErrorCode.NONE,
@@ -94,34 +115,49 @@ def metadata(broker: Broker, header, request) -> dict:
                 "name": name,
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
+                "topic_authorized_operations": operations,
             }
         )
+    cluster_operations = INT32_MIN
+    if 8 <= header.api_version <= 10 and request.include_cluster_authorized_operations:
+        cluster_operations = cluster_authorized_operations(broker)
     return {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
         "controller_id": node,
         "topics": topics,
+        "cluster_authorized_operations": cluster_operations,
     }
 
 
 def may_create(broker: Broker, topic: str) -> bool:
-    """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation)."""
-    return (allowed(broker, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME)
+    """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation;
+    as Kafka, only the refusal on the topic is logged)."""
+    return (allowed(broker, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME,
+                    log_refusal=False)
             or allowed(broker, Operation.CREATE, ResourceType.TOPIC, topic))
 
 
 def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
     if not may_create(broker, topic.name):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
-    if topic.replication_factor not in (-1, 1):
-        return ErrorCode.INVALID_REPLICATION_FACTOR, "this broker has one node: replication factor must be 1"
+    if topic.replication_factor == 0 or topic.replication_factor < -1:
+        return (ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.")
+    if topic.replication_factor > 1:  # Kafka's message: this is a cluster of one broker
+        return (ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {topic.replication_factor} time(s): The target "
+                f"replication factor of {topic.replication_factor} cannot be reached because only "
+                "1 broker(s) are registered or some brokers have all their log directories cordoned.")
     if topic.assignments:
         return ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
     count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     overrides = {c.name: c.value for c in topic.configs}
     if topic.name in INTERNAL_TOPICS:
-        return ErrorCode.INVALID_REQUEST, f"{topic.name} is an internal topic"
+        # Kafka creates its internal topics with the first coordinator lookup, then answers
+        # TOPIC_ALREADY_EXISTS as for any topic; here the coordinators serve from the start.
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} is an internal topic: it exists"
     try:
         if validate_only:
             broker.logs.validate_topic(topic.name, count, overrides)
@@ -145,13 +181,30 @@ def create_topics(broker: Broker, header, request) -> dict:
         seen.add(topic.name)
         count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         ok = code == ErrorCode.NONE
-        results.append({
+        result = {
             "name": topic.name, "error_code": code, "error_message": message,
-            # v5+: what was (or would be) created; configs left null (DescribeConfigs has them)
+            # v5+: what was (or would be) created and its configs, as DescribeConfigs has them
+            # (Kafka's Java Admin reads them: null configs on a success is a NullPointerException)
             "num_partitions": count if ok else -1, "replication_factor": 1 if ok else -1,
             "configs": None,
-        })
+        }
+        if ok:
+            result.update(_created_configs(broker, topic, request.validate_only))
+        results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _created_configs(broker: Broker, topic, validate_only: bool) -> dict:
+    if not allowed(broker, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+        return {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    overrides = ({c.name: c.value for c in topic.configs if c.value is not None}
+                 if validate_only else None)
+    entries = configs.describe_topic(broker.logs, broker.config, topic.name, None, overrides)
+    return {"configs": [
+        {"name": e.name, "value": e.value, "read_only": e.read_only, "config_source": e.source,
+         "is_sensitive": False}
+        for e in entries
+    ]}
 
 
 @handles(ApiKey.DELETE_TOPICS)

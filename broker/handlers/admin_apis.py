@@ -13,8 +13,9 @@ from typing import Any
 from broker import configs
 from broker.configs import ConfigSource, ResourceType
 from broker.context import Broker
-from broker.dispatcher import handles, reply
-from broker.handlers.authz import allowed
+from broker.dispatcher import handles
+from broker.handlers.authz import allowed, cluster_authorized_operations
+from broker.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.topics import INTERNAL_TOPICS
@@ -25,8 +26,6 @@ from protocol.messages.api_versions import ADVERTISED
 
 INT32_MIN = -(1 << 31)
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type: 1 brokers, 2 controllers (KIP-919)
-# AclOperation bits a CLUSTER resource supports; with no authorizer every one is allowed.
-_CLUSTER_OPERATIONS = sum(1 << op for op in (4, 5, 7, 8, 9, 10, 11, 12))
 CLASSIC = "classic"
 
 
@@ -265,12 +264,17 @@ def list_groups(broker: Broker, header, request) -> dict:
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     groups = []
+    # As Kafka: every group with Describe on the cluster, else those the principal may describe;
+    # the others are left out without a refusal line each.
+    everything = allowed(broker, Operation.DESCRIBE, AclResource.CLUSTER, CLUSTER_NAME,
+                         log_refusal=False)
     if not types or CLASSIC in types:
         for group_id, protocol_type, state in sorted(broker.groups.list_groups(broker.clock.now_ms())):
             if states and state.lower() not in states:
                 continue
-            if not allowed(broker, Operation.DESCRIBE, AclResource.GROUP, group_id):
-                continue  # as Kafka: only the groups the principal may describe
+            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
+                                              group_id, log_refusal=False):
+                continue
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
                            "group_state": state, "group_type": CLASSIC})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
@@ -289,7 +293,8 @@ def describe_cluster(broker: Broker, header, request) -> dict:
         "brokers": [{"broker_id": node, "host": host, "port": port, "rack": None,
                      "is_fenced": False}],
         "cluster_authorized_operations": (
-            _CLUSTER_OPERATIONS if request.include_cluster_authorized_operations else INT32_MIN
+            cluster_authorized_operations(broker)
+            if request.include_cluster_authorized_operations else INT32_MIN
         ),
     }
     if header.api_version >= 1 and request.endpoint_type != BROKER_ENDPOINTS:
@@ -389,8 +394,8 @@ def list_transactions(broker: Broker, header, request) -> dict:
         if duration >= 0 and (md.txn_start_ms < 0 or now - md.txn_start_ms <= duration):
             continue
         if not allowed(broker, Operation.DESCRIBE, AclResource.TRANSACTIONAL_ID,
-                       md.transactional_id):
-            continue  # as Kafka: only the ids the principal may describe
+                       md.transactional_id, log_refusal=False):
+            continue  # only the ids the principal may describe, no refusal line for each
         listed.append({"transactional_id": md.transactional_id, "producer_id": md.producer_id,
                        "transaction_state": md.state.display_name})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles, reply
+from broker.dispatcher import handles
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.handlers.authz import allowed
+from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.txn import add_group, producer_fenced
+from broker.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+
+INT32_MIN = -(1 << 31)  # an authorized-operations field that was not asked for
 
 
 def _group_ok(broker: Broker, operation: Operation, group_id: str) -> bool:
@@ -92,15 +95,7 @@ def sync_group(broker: Broker, header, request):
             response["protocol_name"] = summary.protocol
         return response
 
-    if version >= 5:
-        # v5 (KIP-559): the protocol type and name must match the group's.
-        summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
-        if summary.state != "Dead" and (
-            (request.protocol_type is not None and request.protocol_type != summary.protocol_type)
-            or (request.protocol_name is not None and summary.protocol
-                and request.protocol_name != summary.protocol)
-        ):
-            return {"error_code": ErrorCode.INCONSISTENT_GROUP_PROTOCOL, "assignment": b""}
+    # v5 (KIP-559): the protocol type and name must be the group's (the coordinator checks).
     return reply(broker.groups.sync_group(request, broker.clock.now_ms()), encode)
 
 
@@ -137,6 +132,8 @@ def leave_group(broker: Broker, header, request) -> dict:
 @handles(ApiKey.DESCRIBE_GROUPS)
 def describe_groups(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
+    # v3+: the operations the principal may do on each group it may describe (Kafka's bits).
+    with_operations = header.api_version >= 3 and request.include_authorized_operations
     groups = []
     for group_id in request.groups:
         if not _group_ok(broker, Operation.DESCRIBE, group_id):
@@ -145,6 +142,13 @@ def describe_groups(broker: Broker, header, request) -> dict:
                            "protocol_data": "", "members": []})
             continue
         summary = broker.groups.describe_group(group_id, now)
+        if header.api_version >= 6 and summary.state == "Dead":
+            # v6+ (KIP-1043): a group that does not exist is an error, as Kafka 4 answers it
+            groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+                           "error_message": f"Group {group_id} not found.", "group_id": group_id,
+                           "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                           "members": []})
+            continue
         groups.append(
             {
                 "error_code": ErrorCode.NONE,
@@ -163,6 +167,9 @@ def describe_groups(broker: Broker, header, request) -> dict:
                     }
                     for m in summary.members
                 ],
+                "authorized_operations": (
+                    authorized_operations(broker, ResourceType.GROUP, group_id)
+                    if with_operations else INT32_MIN),
             }
         )
     return {"throttle_time_ms": 0, "groups": groups}
@@ -183,15 +190,25 @@ def offset_fetch(broker: Broker, header, request) -> dict:
 
     def fetch(group_id: str, topics) -> dict:
         # Describe on the group; partitions of topics it may not describe are left out (all
-        # topics) or answered TOPIC_AUTHORIZATION_FAILED (named topics), as in Kafka.
+        # topics, without a refusal line each) or answered TOPIC_AUTHORIZATION_FAILED (named
+        # topics), as in Kafka.
         if not _group_ok(broker, Operation.DESCRIBE, group_id):
+            if header.api_version < 2:
+                # v0-1 have no top-level error: as Kafka, the error on every requested
+                # partition (an empty answer would send the client to auto.offset.reset).
+                return {"topics": [{"name": t.name, "partitions": [
+                    {"partition_index": index, "committed_offset": -1, "metadata": "",
+                     "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+                    for index in t.partition_indexes]} for t in topics or ()],
+                        "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
             return {"topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
         response = broker.groups.fetch_offsets(group_id, topics, now, stable)
         if broker.security.authorizer is None:
             return response
         kept = []
         for t in response["topics"]:
-            if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"]):
+            if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"],
+                       log_refusal=topics is not None):
                 kept.append(t)
             elif topics is not None:
                 kept.append({"name": t["name"], "partitions": [

@@ -1,4 +1,5 @@
-"""Produce (v3+, RecordBatch v2): validate and append each partition's batches, answer after fsync for acks=all.
+"""Produce (v3+, RecordBatch v2): validate and append each partition's batches, answer after fsync for acks=all
+(a transactional batch: once appended, see ``broker/storage/store.py``).
 
 The request is decoded without copying the records: each partition's records are a writable view
 into the request frame, whose baseOffset fields the log patches in place before writing them.
@@ -7,8 +8,9 @@ into the request frame, whose baseOffset fields the log patches in place before 
 from __future__ import annotations
 
 from broker.context import Broker
-from broker.dispatcher import NO_RESPONSE, Deferred, handles
+from broker.dispatcher import NO_RESPONSE, handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred
 from broker.security.acl import Operation, ResourceType
 from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
@@ -16,6 +18,15 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
 
 VALID_ACKS = (-1, 0, 1)
+# The log's refusals answered without the partition's log start offset; every other refusal of
+# the log (sequence, epoch, invalid record) carries it, as Kafka's ReplicaManager.appendToLocalLog
+# answers (LogAppendInfo.UNKNOWN_LOG_APPEND_INFO for these, unknownLogAppendInfoWithLogStartOffset
+# for the rest).
+NO_LOG_START = frozenset({
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
+    ErrorCode.KAFKA_STORAGE_ERROR,
+})
 TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 
 
@@ -25,13 +36,19 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     request = decode_produce_request_untrusted(frame, offset, version)
     now = broker.clock.now_ms()
     transactions = broker.transactions
-    flushes = []
+    commits = []
     responses = []
     # Authorization (the seeds' checks, as Kafka makes them): Write on the transactional id for
     # a transactional produce (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # and Write on each topic. Nothing of a refused partition is written.
     txn_refused = request.transactional_id is not None and not allowed(
         broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    if request.transactional_id is None and any(
+            part.records is not None and transactions.needs_verification(part.records, None)
+            for topic in request.topics for part in topic.partitions):
+        # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
+        # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
+        txn_refused = True
     for topic in request.topics:
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
@@ -40,6 +57,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                    else None)
         for part in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
+            appending = None
             try:
                 if refused is not None:
                     raise KafkaError(refused)
@@ -56,28 +74,32 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     # part 2 (v12, transaction version 2): the partition joins it here.
                     transactions.verify_produce(partition, part.records, request.transactional_id,
                                                 now, add_partition=version >= TV2_PRODUCE)
-                result, flushed = broker.append_untrusted(partition, part.records, now,
-                                                          waited_for=request.acks == -1)
+                appending = partition
+                # A transactional batch is answered once appended: durable by its transaction's
+                # PrepareCommit (broker/storage/store.py).
+                result, commit = broker.storage.append(partition, part.records, now,
+                                                       request.acks,
+                                                       transactions.is_transactional(part.records))
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset
-                if flushed is not None:
-                    flushes.append((flushed, partition, result.last_offset,
-                                    partition_responses, len(partition_responses)))
+                if commit is not None:
+                    commits.append((commit, partition_responses, len(partition_responses)))
             except KafkaError as exc:
                 error = exc.code
+                if appending is not None and error not in NO_LOG_START:
+                    log_start = appending.log_start_offset
             partition_responses.append(
                 (part.index, error, base_offset, log_append_time, log_start)
             )
         responses.append((topic.name, partition_responses))
     if request.acks == 0:
         return NO_RESPONSE
-    if request.acks == -1 and flushes:
+    if commits:
 
         async def durable() -> bytes:
-            for event, partition, last_offset, answers, i in flushes:
-                await event.wait()
-                if partition.high_watermark <= last_offset:
+            for commit, answers, i in commits:
+                if not await commit.wait():
                     # The fsync failed (disk full, I/O error): not acknowledged.
                     answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
             return encode_produce_response(version, responses)

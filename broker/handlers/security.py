@@ -16,8 +16,9 @@ import trio
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles
+from broker.dispatcher import handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred
 from broker.security import scram
 from broker.security.acl import (
     CLUSTER_NAME,
@@ -160,7 +161,12 @@ def create_acls(broker: Broker, header, request) -> dict:
             valid.append(binding)
             results.append({"error_code": ErrorCode.NONE, "error_message": None})
     if valid:
-        broker.security.add_acls(valid)  # durable before the answer
+        try:
+            broker.security.add_acls(valid)  # durable before the answer
+        except OSError as exc:
+            return {"throttle_time_ms": 0, "results": [
+                r if r["error_code"] != ErrorCode.NONE else _not_saved("ACLs", exc)
+                for r in results]}
         log.info("%s created ACLs: %s", peer.principal_and_host()[0], valid)
     return {"throttle_time_ms": 0, "results": results}
 
@@ -176,7 +182,15 @@ def delete_acls(broker: Broker, header, request) -> dict:
         return {"throttle_time_ms": 0, "filter_results": [
             {"error_code": code, "error_message": message, "matching_acls": []} for _ in filters]}
     usable = [f for f in filters if _filter_error(f) is None]
-    removed = iter(broker.security.remove_acls(usable))
+    try:
+        matched = broker.security.remove_acls(usable)  # durable before the answer
+    except OSError as exc:
+        return {"throttle_time_ms": 0, "filter_results": [
+            {**_not_saved("ACLs", exc), "matching_acls": []} for _ in filters]}
+    gone = [b for group in matched for b in group]
+    if gone:
+        log.info("%s deleted ACLs: %s", peer.principal_and_host()[0], gone)
+    removed = iter(matched)
     results = []
     for f in filters:
         error = _filter_error(f)
@@ -191,6 +205,13 @@ def delete_acls(broker: Broker, header, request) -> dict:
             for b in next(removed)
         ]})
     return {"throttle_time_ms": 0, "filter_results": results}
+
+
+def _not_saved(what: str, exc: OSError) -> dict:
+    """The answer to a change that could not be saved (disk full, I/O error): nothing changed."""
+    log.error("could not save %s: %s", what, exc)
+    return {"error_code": ErrorCode.UNKNOWN_SERVER_ERROR,
+            "error_message": f"the broker could not save the {what} ({exc}); nothing changed"}
 
 
 def _refused(operation: str, what: str) -> str:
@@ -268,7 +289,14 @@ def alter_user_scram_credentials(broker: Broker, header, request) -> dict:
     upserts = [x for x in upserts if x[0] not in errors]
     deletions = [x for x in deletions if x[0] not in errors]
     if upserts or deletions:
-        broker.security.scram.apply(upserts, deletions)  # durable before the answer
+        try:
+            broker.security.scram.apply(upserts, deletions)  # durable before the answer
+        except OSError as exc:
+            failed = _not_saved("SCRAM credentials", exc)
+            for user in {u for u, *_ in upserts} | {u for u, _ in deletions}:
+                errors[user] = (failed["error_code"], failed["error_message"])
+            upserts, deletions = [], []
+    if upserts or deletions:
         log.info("%s altered SCRAM credentials of %s", peer.principal_and_host()[0],
                  sorted({u for u, *_ in upserts} | {u for u, _ in deletions}))
     results = []

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from broker import peer
 from broker.context import Broker
-from broker.dispatcher import Deferred, handles, reply
+from broker.dispatcher import handles
 from broker.handlers.authz import allowed
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
@@ -24,7 +25,7 @@ COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 @handles(ApiKey.FIND_COORDINATOR)
 def find_coordinator(broker: Broker, header, request) -> dict:
     """This broker coordinates every group and transactional id: the same node, host and port as
-    Metadata (PROTOCOL.md section 7.2)."""
+    Metadata (docs/protocol.md section 7.2)."""
     host, port = peer.advertised(broker.config.advertised)
 
     def coordinator(key: str) -> dict:
@@ -207,10 +208,13 @@ def write_txn_markers(broker: Broker, header, request):
                     else:
                         partitions.append(tp)
             if partitions:
-                errors.update(await broker.transactions.markers.write_durably(
+                written = broker.transactions.markers.write(
                     pid, epoch, commit, marker.coordinator_epoch, partitions,
                     broker.clock.now_ms(),
-                ))
+                )
+                if written.commit is not None:
+                    await written.commit.wait()
+                errors.update(written.errors)
             markers.append({
                 "producer_id": marker.producer_id,
                 "topics": [
@@ -238,13 +242,15 @@ def describe_transactions(broker: Broker, header, request) -> dict:
         refused = not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                               transactional_id)
         if md is None or refused:
+            # Kafka (TransactionCoordinator.handleDescribeTransactions, and KafkaApis for a refused
+            # id) sets only the id and the error: the other fields keep the schema's defaults, 0.
             states.append({
                 "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if refused
                 else ErrorCode.INVALID_REQUEST if not transactional_id
                 else ErrorCode.TRANSACTIONAL_ID_NOT_FOUND,
                 "transactional_id": transactional_id, "transaction_state": "",
-                "transaction_timeout_ms": 0, "transaction_start_time_ms": -1,
-                "producer_id": -1, "producer_epoch": -1, "topics": [], "tagged_fields": {},
+                "transaction_timeout_ms": 0, "transaction_start_time_ms": 0,
+                "producer_id": 0, "producer_epoch": 0, "topics": [], "tagged_fields": {},
             })
             continue
         by_topic: dict[str, list[int]] = {}

@@ -43,12 +43,19 @@ _OUR_SUFFIXES = (
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's messages, as
+    its tools print them)."""
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'",
-        )
+        if not isinstance(name, str) or name == "":
+            message = "Topic name is illegal, it can't be empty"
+        elif name in (".", ".."):
+            message = "Topic name cannot be \".\" or \"..\""
+        elif len(name) > 249:
+            message = f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        else:
+            message = (f"Topic name is invalid: '{name}' contains one or more characters other "
+                       "than ASCII alphanumerics, '.', '_' and '-'")
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
 
 
 def _partition_dir_name(topic: str, index: int) -> str:
@@ -70,6 +77,9 @@ class LogManager:
         self.recovered: list[RecoveryReport] = []
         self._closed = False
 
+        # The last shutdown was not clean (or this dir is new): the transaction coordinator then
+        # aborts every ongoing transaction (their batches were answered before their fsync).
+        self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
         clean = self._read_clean_marker()
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -172,7 +182,7 @@ class LogManager:
         validate_only): the normalized overrides, or the KafkaError it would raise."""
         validate_topic_name(name)
         if name in self._topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -238,7 +248,10 @@ class LogManager:
             return config
         topics = dict(self._topics)
         topics[topic] = {**topics[topic], "config": stored}
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}: {exc}") from exc
         self._topics = topics
         self._configs[topic] = config
         for p in self._partitions[topic]:
@@ -256,12 +269,13 @@ class LogManager:
         if topic not in self._topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         if count == current:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic already has {current} partition(s).")
         if count < current:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {current} partitions, which is higher than the requested "
-                f"{count}.",
+                f"The topic {topic} currently has {current} partition(s); {count} would not be an "
+                "increase.",
             )
         if count > MAX_PARTITIONS:
             raise KafkaError(
@@ -298,7 +312,10 @@ class LogManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {name!r}")
         topics = dict(self._topics)
         del topics[name]
-        self._write_topics(topics)  # the commit point
+        try:
+            self._write_topics(topics)  # the commit point
+        except OSError as exc:  # disk full, I/O error: nothing changed, an answer
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
         self._topics = topics
         del self._configs[name]
         for p in self._partitions.pop(name):

@@ -18,6 +18,7 @@ Bad keys or values raise ``KafkaError(INVALID_CONFIG)`` with a message naming th
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -99,16 +100,19 @@ class ConfigType(enum.IntEnum):
 # -- parsers: str -> value, ValueError with the reason ---------------------------------------------
 
 
+# The reasons are Kafka's (ConfigDef's), so that its tools print the same error.
 def _int_range(minimum: int, maximum: int) -> Callable[[str], int]:
+    type_name = "INT" if maximum <= INT_MAX else "LONG"
+
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
         except ValueError:
-            raise ValueError("not a number") from None
+            raise ValueError(f"Not a number of type {type_name}") from None
         if not minimum <= value <= maximum:
             if value < minimum:
-                raise ValueError(f"value must be at least {minimum}")
-            raise ValueError(f"value must be at most {maximum}")
+                raise ValueError(f"Value must be at least {minimum}")
+            raise ValueError(f"Value must be no more than {maximum}")
         return value
 
     return parse
@@ -118,16 +122,16 @@ def _ratio(text: str) -> float:
     try:
         value = float(text.strip())
     except ValueError:
-        raise ValueError("not a number") from None
+        raise ValueError("Not a number of type DOUBLE") from None
     if not 0.0 <= value <= 1.0:
-        raise ValueError("value must be between 0 and 1")
+        raise ValueError("Value must be at least 0.0" if value < 0 else "Value must be no more than 1.0")
     return value
 
 
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
-        raise ValueError("expected true or false")
+        raise ValueError("Expected value to be either true or false")
     return lowered == "true"
 
 
@@ -137,14 +141,14 @@ def _cleanup_policy(text: str) -> tuple[str, ...]:
         raise ValueError(f"expected a list of {', '.join(CLEANUP_POLICIES)}")
     for item in items:
         if item not in CLEANUP_POLICIES:
-            raise ValueError(f"string must be one of: {', '.join(CLEANUP_POLICIES)}")
+            raise ValueError(f"String must be one of: {', '.join(CLEANUP_POLICIES)}")
     return tuple(dict.fromkeys(items))
 
 
 def _timestamp_type(text: str) -> str:
     value = text.strip()
     if value not in TIMESTAMP_TYPES:
-        raise ValueError(f"string must be one of: {', '.join(TIMESTAMP_TYPES)}")
+        raise ValueError(f"String must be one of: {', '.join(TIMESTAMP_TYPES)}")
     return value
 
 
@@ -223,11 +227,25 @@ TOPIC_CONFIGS: dict[str, TopicConfigDef] = {
 BROKER_KEYS: dict[str, TopicConfigDef] = {d.broker_key: d for d in TOPIC_CONFIGS.values()}
 
 
+def unknown_key(key: str) -> KafkaError:
+    """Kafka's INVALID_CONFIG message for an unknown key, with a did-you-mean when one is close
+    (a broker key such as log.retention.ms names its topic key retention.ms)."""
+    message = f"Unknown topic config name: {key}"
+    if key in BROKER_KEYS:
+        return KafkaError(ErrorCode.INVALID_CONFIG,
+                          f"{message} (the topic key of broker config {key} is "
+                          f"{BROKER_KEYS[key].key})")
+    close = difflib.get_close_matches(key, TOPIC_CONFIGS, n=1, cutoff=0.6)
+    if close:
+        message += f" (did you mean {close[0]}?)"
+    return KafkaError(ErrorCode.INVALID_CONFIG, message)
+
+
 def parse_value(key: str, raw: object) -> object:
     """The typed value of topic config ``key``; INVALID_CONFIG if unknown or invalid."""
     definition = TOPIC_CONFIGS.get(key)
     if definition is None:
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+        raise unknown_key(key)
     if raw is None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for {key}")
     try:
@@ -297,7 +315,7 @@ def incremental_overrides(
         seen.add(key)
         definition = TOPIC_CONFIGS.get(key)
         if definition is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {key}")
+            raise unknown_key(key)
         if op == AlterOp.SET:
             parse_value(key, value)
             result[key] = str(value).strip()

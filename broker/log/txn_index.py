@@ -1,7 +1,7 @@
 """The aborted-transaction index of one partition (``aborted.txnindex``).
 
 A read_committed Fetch must list every aborted transaction ``(producer_id, first_offset)`` whose
-range ``[first_offset, marker_offset]`` overlaps the data returned (PROTOCOL.md section 5): clients
+range ``[first_offset, marker_offset]`` overlaps the data returned (docs/protocol.md section 5): clients
 drop that producer's batches from ``first_offset`` until they meet its ABORT marker. Each ABORT
 marker that ends an open transaction appends one entry here.
 

@@ -201,7 +201,8 @@ class Authorizer:
 
 
 class AclStore:
-    """The bindings, durable in one JSON file; changes go through ``add`` and ``remove``."""
+    """The bindings, durable in one JSON file; changes go through ``add`` and ``remove``, which
+    change ``bindings`` only once the file is saved (an OSError leaves both as they were)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -212,23 +213,26 @@ class AclStore:
         ]
 
     def add(self, new: Iterable[AclBinding]) -> None:
-        known = set(self.bindings)
+        bindings = list(self.bindings)
+        known = set(bindings)
         for b in new:
             if b not in known:
                 known.add(b)
-                self.bindings.append(b)
-        self._save()
+                bindings.append(b)
+        self._save(bindings)
+        self.bindings = bindings
 
     def remove(self, filters: Iterable[AclFilter]) -> list[list[AclBinding]]:
         """Delete what each filter matches; the deleted bindings per filter."""
         matched = [[b for b in self.bindings if f.matches(b)] for f in filters]
         gone = {b for group in matched for b in group}
         if gone:
-            self.bindings = [b for b in self.bindings if b not in gone]
-            self._save()
+            bindings = [b for b in self.bindings if b not in gone]
+            self._save(bindings)
+            self.bindings = bindings
         return matched
 
-    def _save(self) -> None:
+    def _save(self, bindings: list[AclBinding]) -> None:
         durable_json.save(self.path, [[int(b.resource_type), b.name, int(b.pattern_type),
                                        b.principal, b.host, int(b.operation), int(b.permission)]
-                                      for b in self.bindings])
+                                      for b in bindings])

@@ -1,8 +1,13 @@
-"""Small JSON state files written atomically: a temporary file, fsync, rename, fsync of the
-directory. A crash leaves the old or the new file, never a torn one."""
+"""Small JSON state files written atomically: a temporary file written whole (a short write is
+continued), fsync, rename, fsync of the directory. A crash leaves the old or the new file, never
+a torn one; a failed write or fsync (disk full, I/O error) raises and leaves the old file in
+place and no temporary file behind. The stores change their memory only after ``save`` returned,
+so that what the broker acts on is what a restart reads.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -21,15 +26,26 @@ def load(path: Path, default: Any) -> Any:
 
 
 def save(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
+    """Replace ``path`` with ``value`` as JSON (mode 0600), durably; OSError if it could not."""
     data = json.dumps(value, indent=1, sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
+    # Renamed: the new file is what a restart reads once the directory entry is durable. If
+    # this fsync fails the caller is told (OSError) and keeps its memory; the file on disk may
+    # then be the new one, which a retry of the same change rewrites.
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

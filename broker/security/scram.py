@@ -67,16 +67,20 @@ class ScramStore:
 
     def apply(self, upserts: list[tuple[str, str, Credential]],
               deletions: list[tuple[str, str]]) -> None:
+        """Upsert and delete credentials durably; the credentials in use change only once the
+        file is saved (an OSError leaves both as they were)."""
+        users = {user: dict(mechs) for user, mechs in self._users.items()}
         for user, mechanism, credential in upserts:
-            self._users.setdefault(user, {})[mechanism] = credential
+            users.setdefault(user, {})[mechanism] = credential
         for user, mechanism in deletions:
-            mechs = self._users.get(user, {})
+            mechs = users.get(user, {})
             mechs.pop(mechanism, None)
             if not mechs:
-                self._users.pop(user, None)
-        self._save()
+                users.pop(user, None)
+        self._save(users)
+        self._users = users
 
-    def _save(self) -> None:
+    def _save(self, users: dict[str, dict[str, Credential]]) -> None:
         def enc(b: bytes) -> str:
             return base64.b64encode(b).decode()
 
@@ -84,5 +88,5 @@ class ScramStore:
             user: {mech: {"salt": enc(c.salt), "stored_key": enc(c.stored_key),
                           "server_key": enc(c.server_key), "iterations": c.iterations}
                    for mech, c in mechs.items()}
-            for user, mechs in self._users.items()
+            for user, mechs in users.items()
         })

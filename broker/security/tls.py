@@ -7,6 +7,7 @@ from __future__ import annotations
 import ssl
 
 from broker.config import BrokerConfig, ConfigError, SecurityConfig
+from broker.security.principal_mapping import DEFAULT_RULES, Rule, map_subject
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 
@@ -58,11 +59,14 @@ def _escape(value: str) -> str:
     return out
 
 
-def certificate_principal(peer_cert: dict | None) -> str | None:
-    """``User:<subject in RFC 2253 form>`` of a verified client certificate, None without one."""
+def certificate_principal(peer_cert: dict | None,
+                          rules: tuple[Rule, ...] = DEFAULT_RULES) -> str | None:
+    """``User:<name>`` of a verified client certificate, None without one: the name is what
+    ``ssl.principal.mapping.rules`` make of its subject in RFC 2253 form (by default the whole
+    subject). NoMatchingRule if no rule applies."""
     if not peer_cert or not peer_cert.get("subject"):
         return None
     rdns = []
     for rdn in reversed(peer_cert["subject"]):  # RFC 2253: the most specific name first
         rdns.append("+".join(f"{_KEYWORDS.get(k, k)}={_escape(v)}" for k, v in rdn))
-    return "User:" + ",".join(rdns)
+    return "User:" + map_subject(",".join(rdns), rules)

@@ -17,7 +17,7 @@ to change, answer NONE" (e.g. a retried EndTxn after the transaction completed).
 
 Errors are raised as ``KafkaError``. Stale epochs raise INVALID_PRODUCER_EPOCH (47): Kafka's
 PRODUCER_FENCED (90) only exists from InitProducerId v4 / EndTxn v2 / AddPartitionsToTxn v2 on,
-and the pinned versions (PROTOCOL.md section 6) get 47 instead, as Kafka sends them.
+and the pinned versions (docs/protocol.md section 6) get 47 instead, as Kafka sends them.
 
 Epochs: a normal commit or abort keeps the epoch. InitProducerId bumps it (fencing older
 instances); when it reaches 32766 (``EPOCH_EXHAUSTED``) the next InitProducerId rotates to a new
@@ -494,6 +494,12 @@ class TransactionCoordinator:
             and md.pending is None
             and md.txn_start_ms + md.txn_timeout_ms < now_ms
         ]
+
+    def ongoing(self) -> list[str]:
+        """Ongoing transactions with nothing in flight (recovery after an unclean shutdown
+        aborts them: batches they were told were appended may be lost)."""
+        return [md.transactional_id for md in self._txns.values()
+                if md.state is TxnState.ONGOING and md.pending is None]
 
     def unfinished(self) -> list[str]:
         """Transactions whose outcome is decided but not yet complete (markers to write)."""

@@ -1,17 +1,15 @@
 """Transaction markers: COMMIT / ABORT control batches written to the partitions of a transaction.
 
-One path for both writers: the coordinator completing a transaction (EndTxn, timeouts, recovery)
-and the WriteTxnMarkers v0 handler (the broker-internal API a Kafka coordinator would send to the
-partition leaders). For each partition ``Partition.append_marker`` appends the control batch with
-the transaction's producer id and epoch and the coordinator epoch, which ends the producer's open
-transaction there (the LSO moves once the marker is durable) and indexes an ABORT.
-
-Once the markers are durable, ``on_durable(partitions, producer_id, commit)`` is called with the
-partitions written: the composition root passes the step that materialises or drops pending
-transactional offsets in ``__consumer_offsets`` (this package never sees the group coordinator).
-
-``write`` is synchronous (the appends, in the caller's order); ``write_durably`` then awaits the
-group-commit fsync of every partition written; ``write_now`` flushes inline (recovery at start).
+One write for every writer: the coordinator completing a transaction (EndTxn, timeouts,
+recovery) and the WriteTxnMarkers v0 handler (the broker-internal API a Kafka coordinator would
+send to the partition leaders). ``write`` appends, for each partition, the control batch with the
+transaction's producer id and epoch and the coordinator epoch (``Partition.append_marker``: it
+ends the producer's open transaction there, the LSO moving once the marker is durable, and
+indexes an ABORT), then commits them all through ``Storage.commit`` (inline or in a group-commit
+round: storage decides). Once they are durable, ``on_durable(partitions, producer_id, commit)``
+is called with the partitions written (the composition root passes the step that materialises or
+drops pending transactional offsets in ``__consumer_offsets``: this package never sees the group
+coordinator), then the caller's own ``then(ok)``.
 """
 
 from __future__ import annotations
@@ -19,9 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-import trio
-
-from broker.core import Storage
+from broker.storage import Commit, Storage
 from broker.topics import TRANSACTION_STATE_TOPIC, TopicPartition
 from protocol.errors import ErrorCode, KafkaError
 
@@ -36,18 +32,16 @@ MarkersDurable = Callable[[list[TopicPartition], int, bool], None]
 
 
 class MarkerWrite:
-    """The outcome of appending the markers of one transaction."""
+    """The outcome of writing the markers of one transaction: an error per partition (NONE
+    once appended; KAFKA_STORAGE_ERROR if their fsync failed) and the commit that makes them
+    durable."""
 
-    __slots__ = ("errors", "flushes", "written")
+    __slots__ = ("commit", "errors", "written")
 
     def __init__(self) -> None:
         self.errors: dict[TopicPartition, ErrorCode] = {}
-        self.flushes: list[trio.Event] = []
         self.written: list[TopicPartition] = []  # partitions the marker was appended to
-
-    @property
-    def ok(self) -> bool:
-        return all(code == ErrorCode.NONE for code in self.errors.values())
+        self.commit: Commit | None = None
 
 
 class MarkerWriter:
@@ -63,11 +57,14 @@ class MarkerWriter:
         coordinator_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
-        wake: bool = True,
+        then: Callable[[MarkerWrite], None] | None = None,
+        after_answer: bool = False,
     ) -> MarkerWrite:
-        """Append the marker to every partition (not yet durable); errors per partition.
-        ``wake=False``: the caller flushes them inline (``Storage.flush_now``)."""
+        """Append the marker to every partition and commit them; ``then(written)`` runs once
+        the commit is decided (``written.errors`` final). ``after_answer``: see
+        ``FlushScheduler.commit``."""
         out = MarkerWrite()
+        partitions_written = []
         for tp in sorted(partitions):
             if tp[0] == TRANSACTION_STATE_TOPIC:
                 # Never a marker in the transaction log (its replay reads coordinator records
@@ -88,44 +85,18 @@ class MarkerWriter:
                             tp[1], exc)
                 continue
             out.errors[tp] = ErrorCode.NONE
-            # Markers are always durable before anyone is told (even with --flush never).
-            out.flushes.append(self._storage.mark_dirty(partition, wake))
             out.written.append(tp)
+            partitions_written.append(partition)
+
+        def durable(ok: bool) -> None:
+            if not ok:
+                for tp in out.written:
+                    out.errors[tp] = ErrorCode.KAFKA_STORAGE_ERROR
+            elif out.written:
+                self._on_durable(out.written, producer_id, commit)
+            if then is not None:
+                then(out)
+
+        # Markers are always durable before anyone is told (with flush="always").
+        out.commit = self._storage.commit(partitions_written, durable, after_answer)
         return out
-
-    def durable(self, written: MarkerWrite, producer_id: int, commit: bool) -> None:
-        """Call once ``written``'s flushes are done: tells the partitions' other owners."""
-        if written.written:
-            self._on_durable(written.written, producer_id, commit)
-
-    async def write_durably(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        coordinator_epoch: int,
-        partitions: Iterable[TopicPartition],
-        now_ms: int,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """Append the markers, wait until they are on disk, then call ``on_durable``."""
-        written = self.write(producer_id, producer_epoch, commit, coordinator_epoch, partitions,
-                             now_ms)
-        for event in written.flushes:
-            await event.wait()
-        self.durable(written, producer_id, commit)
-        return written.errors
-
-    def write_now(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        commit: bool,
-        partitions: Iterable[TopicPartition],
-        now_ms: int,
-    ) -> dict[TopicPartition, ErrorCode]:
-        """The same without the trio loop (recovery at start): flush inline."""
-        written = self.write(producer_id, producer_epoch, commit, COORDINATOR_EPOCH, partitions,
-                             now_ms)
-        self._storage.flush_now()
-        self.durable(written, producer_id, commit)
-        return written.errors

@@ -5,13 +5,20 @@ Options every command takes (Kafka's names, kcat's short forms):
 - ``-b/--bootstrap-server HOST:PORT`` (env ``MINIBROKER_BOOTSTRAP_SERVER``, default localhost:9092);
 - ``--command-config FILE``: a client properties file (Kafka's ``--command-config``; env
   ``MINIBROKER_COMMAND_CONFIG``);
-- ``-X KEY=VALUE``: any other client setting, after the file (validated like the client's config).
+- ``-X KEY=VALUE`` (Kafka's ``--command-property``): any other client setting, after the file
+  (validated like the client's config).
 
 Errors print one line (``Error: ...``) and exit with status 1; bad usage exits with 2.
+
+Kafka's shapes are accepted where ours differ (``ToolRoot``): ``topics --create --topic T`` is
+``topics create T``, an id may be given positionally or with the Kafka tool's option
+(``name_argument``), an unknown option gets a did-you-mean naming the command that has it, and
+Kafka's space-separated ``--producer-props a=1 b=2`` works.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import sys
@@ -31,15 +38,26 @@ DEFAULT_BOOTSTRAP = "localhost:9092"
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 
 
-def client_options(fn: Callable) -> Callable:
-    """Add ``-b``, ``--command-config`` and ``-X``; the command receives one ``conf`` dict."""
+def client_options(fn: Callable | None = None, *, role: str | None = None) -> Callable:
+    """Add ``-b``, ``--command-config`` and ``-X``; the command receives one ``conf`` dict.
 
-    @click.option("-X", "--config", "extra_config", multiple=True, metavar="KEY=VALUE",
+    ``role`` ("producer" or "consumer") adds the console tools' names of the same options:
+    ``--producer-property`` / ``--producer.config`` (or the consumer's)."""
+    if fn is None:
+        return functools.partial(client_options, role=role)
+    property_names = ["-X", "--command-property"]
+    file_names = ["--command-config"]
+    if role is not None:
+        property_names.append(f"--{role}-property")
+        file_names.append(f"--{role}.config")
+
+    @click.option(*property_names, "extra_config", multiple=True, metavar="KEY=VALUE",
                   help="Client setting (Kafka key), repeatable; wins over --command-config.")
-    @click.option("--command-config", "command_config", default=None, metavar="FILE",
+    @click.option(*file_names, "command_config", default=None, metavar="FILE",
                   type=click.Path(dir_okay=False, path_type=Path),
                   envvar="MINIBROKER_COMMAND_CONFIG", show_envvar=True,
-                  help="Client properties file (Kafka keys, Java properties syntax).")
+                  help="Client properties file (a Java client's: Kafka keys, JAAS lines, PEM "
+                       "stores).")
     @click.option("-b", "--bootstrap-server", "bootstrap", default=None,
                   envvar="MINIBROKER_BOOTSTRAP_SERVER", show_envvar=True,
                   help="host:port of a broker (comma-separated list); wins over "
@@ -107,7 +125,8 @@ def friendly_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except BrokerConnectionError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise click.ClickException(str(exc) + _protocol_hint(str(exc), kwargs.get("conf"))) \
+                from None
         except KafkaClientError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -116,6 +135,16 @@ def friendly_errors(fn: Callable) -> Callable:
             raise click.exceptions.Exit(130) from None  # Ctrl-C: no traceback
 
     return wrapper
+
+
+def _protocol_hint(message: str, conf: dict[str, Any] | None) -> str:
+    """A connection the broker closed at once, from a client without TLS: most often a TLS
+    listener (SSL, SASL_SSL) that cannot read a plaintext request."""
+    protocol = str((conf or {}).get("security.protocol", "PLAINTEXT")).upper()
+    if "closed by the broker" not in message or protocol.endswith("SSL"):
+        return ""
+    return (f" (security.protocol is {protocol}: if this is an SSL or SASL_SSL listener, "
+            "set -X security.protocol=SASL_SSL or SSL, or put it in --command-config)")
 
 
 def format_option(fn: Callable) -> Callable:
@@ -194,3 +223,151 @@ def parse_datetime(text: str) -> int:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return int(parsed.timestamp() * 1000)
+
+
+# -- Kafka's shapes ---------------------------------------------------------------------------------
+
+
+def tool(group: click.Group, name: str, *, formats: bool = False,
+         role: str | None = None) -> Callable[[Callable], click.Command]:
+    """A client tool ``group name``: connection options, one-line errors (and ``--format``)."""
+
+    def decorate(fn: Callable) -> click.Command:
+        fn = client_options(friendly_errors(fn), role=role)
+        if formats:
+            fn = format_option(fn)
+        command = group.command(name, context_settings=CONTEXT)(fn)
+        # The command's own options first in --help, the shared ones after.
+        shared = {"extra_config", "command_config", "bootstrap", "fmt"}
+        command.params = ([p for p in command.params if p.name not in shared]
+                          + [p for p in command.params if p.name in shared])
+        return command
+
+    return decorate
+
+
+def name_argument(dest: str, *option_names: str, multiple: bool = False, required: bool = True,
+                  metavar: str = "NAME", help: str = "") -> Callable[[Callable], Callable]:
+    """An id given positionally (ours, kcat's) or with the Kafka tool's option (``--group G``,
+    ``--topic T``, ``--transactional-id ID``); the command receives it as ``dest`` (a tuple when
+    ``multiple``)."""
+    flag = option_names[-1]
+
+    def decorate(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            values = [*kwargs.pop(dest + "_arg"), *kwargs.pop(dest + "_opt")]
+            if required and not values:
+                raise click.UsageError(f"missing {metavar}: give it as an argument or with {flag}")
+            if multiple:
+                kwargs[dest] = tuple(values)
+            elif len(values) > 1:
+                raise click.UsageError(f"one {metavar} only (as an argument or with {flag})")
+            else:
+                kwargs[dest] = values[0] if values else None
+            return fn(*args, **kwargs)
+
+        wrapper = click.option(*option_names, dest + "_opt", multiple=True, metavar=metavar,
+                               help=help or f"The same as the {metavar} argument (Kafka's "
+                                            f"form).")(wrapper)
+        return click.argument(dest + "_arg", nargs=-1, metavar=f"[{metavar}]"
+                              + ("..." if multiple else ""))(wrapper)
+
+    return decorate
+
+
+# kafka-*.sh action flags -> our subcommand, per command group (`topics --create` = `topics
+# create`). kafka-transactions.sh already uses subcommands.
+ACTIONS: dict[str, dict[str, str]] = {
+    "topics": {"--create": "create", "--list": "list", "--describe": "describe",
+               "--delete": "delete", "--alter": "alter"},
+    "groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
+               "--reset-offsets": "reset-offsets"},
+    "configs": {"--describe": "describe", "--alter": "alter"},
+    "acls": {"--add": "add", "--list": "list", "--remove": "remove"},
+    "log-dirs": {"--describe": None},  # kafka-log-dirs.sh --describe: the command itself
+}
+# Options of Kafka's tools that take several space-separated values (nargs +).
+VARIADIC = frozenset({"--producer-props"})
+
+
+def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
+    """``args`` with Kafka's action flags turned into our subcommands and variadic options
+    repeated: ``topics --bootstrap-server b --create --topic t`` -> ``topics create
+    --bootstrap-server b --topic t``; ``--producer-props a=1 b=2`` -> ``--producer-props a=1
+    --producer-props b=2``."""
+    args = list(args)
+    first = next((i for i, token in enumerate(args) if not token.startswith("-")), None)
+    for i, token in enumerate(args[first:first + 1] if first is not None else [], start=first or 0):
+        if token in ACTIONS and token in groups:
+            rest = args[i + 1:]
+            actions = ACTIONS[token]
+            found = [a for a in rest if a in actions]
+            if len(found) == 1 and (not rest or rest[0] not in actions.values()):
+                rest.remove(found[0])
+                sub = actions[found[0]]
+                args = [*args[:i + 1], *([sub] if sub else []), *rest]
+            break
+    out: list[str] = []
+    current: str | None = None  # the variadic option whose values are being read
+    for token in args:
+        if token in VARIADIC:
+            current = token
+        elif current is not None and "=" in token and not token.startswith("-"):
+            if out[-1] != current:
+                out.append(current)  # a further value: repeat the option
+        else:
+            current = None
+        out.append(token)
+    return out
+
+
+def _option_names(command: click.Command) -> list[str]:
+    return [name for p in command.params if isinstance(p, click.Option)
+            for name in (*p.opts, *p.secondary_opts)]
+
+
+def _commands(group: click.Group, prefix: str = "") -> Iterable[tuple[str, click.Command]]:
+    for name, command in sorted(group.commands.items()):
+        path = f"{prefix}{name}"
+        yield path, command
+        if isinstance(command, click.Group):
+            yield from _commands(command, path + " ")
+
+
+def option_hint(root: click.Group, command: click.Command | None, option: str) -> str:
+    """A did-you-mean for an unknown ``option``: a close option of the same command, else the
+    commands that have it."""
+    own = _option_names(command) if command is not None else []
+    close = difflib.get_close_matches(option, own, n=2, cutoff=0.6)
+    if close:
+        return f"did you mean {' or '.join(close)}?"
+    having = [path for path, cmd in _commands(root) if option in _option_names(cmd)]
+    if having:
+        return f"{option} is an option of: {', '.join(having[:4])}"
+    close = sorted({m for _, cmd in _commands(root)
+                    for m in difflib.get_close_matches(option, _option_names(cmd), n=1)})
+    if close:
+        return f"did you mean {' or '.join(close[:2])}?"
+    return ""
+
+
+class ToolRoot(click.Group):
+    """The root of the command line: Kafka's shapes (``kafka_shapes``) and did-you-mean for
+    unknown options in every subcommand."""
+
+    def main(self, args: Sequence[str] | None = None, *pargs: Any, **kwargs: Any) -> Any:
+        if args is None:
+            args = sys.argv[1:]
+        return super().main(kafka_shapes(list(args), self.commands), *pargs, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            if not exc.possibilities:
+                command = exc.ctx.command if exc.ctx is not None else None
+                hint = option_hint(self, command, exc.option_name)
+                if hint:
+                    exc.message = f"No such option: {exc.option_name} ({hint})"
+            raise

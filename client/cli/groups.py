@@ -1,4 +1,5 @@
-"""``groups list|describe|reset-offsets|delete`` (kafka-consumer-groups.sh)."""
+"""``groups list|describe|reset-offsets|delete`` (kafka-consumer-groups.sh, with its option names:
+``--group``, ``--all-groups``, ``--state``, ``--members``)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,12 @@ import click
 from client.admin import Admin
 from client.cli.common import (
     CONTEXT,
-    client_options,
     echo_json,
     echo_table,
     for_admin,
-    format_option,
-    friendly_errors,
+    name_argument,
     parse_datetime,
+    tool,
     with_defaults,
 )
 from client.consumer import Consumer
@@ -27,14 +27,15 @@ def groups() -> None:
     """List, describe, reset and delete consumer groups."""
 
 
-@groups.command("list")
-@format_option
-@client_options
-@friendly_errors
-def groups_list(fmt, conf) -> None:
+@tool(groups, "list", formats=True)
+@click.option("--state", "states", multiple=True, metavar="STATE",
+              help="Only groups in this state (Stable, Empty, ...), repeatable or "
+                   "comma-separated.")
+def groups_list(states, fmt, conf) -> None:
     """List group ids (with state)."""
+    wanted = [s.strip() for item in states for s in item.split(",") if s.strip()]
     with Admin(for_admin(conf)) as admin:
-        listed = admin.list_groups()
+        listed = admin.list_groups(states=wanted)
         described = {g.group_id: g for g in admin.describe_groups([g.group_id for g in listed])}
     rows = [(g.group_id, described[g.group_id].state if g.group_id in described else None,
              g.protocol_type) for g in listed]
@@ -86,20 +87,27 @@ def group_partitions(admin: Admin, description: GroupDescription,
     return rows
 
 
-@groups.command("describe")
-@click.argument("group_ids", nargs=-1, required=True)
+@tool(groups, "describe", formats=True)
+@name_argument("group_ids", "-g", "--group", multiple=True, required=False, metavar="GROUP")
+@click.option("--all-groups", is_flag=True, help="Every group.")
 @click.option("--members", is_flag=True, help="One row per member instead of per partition.")
-@format_option
-@client_options
-@friendly_errors
-def groups_describe(group_ids, members, fmt, conf) -> None:
+@click.option("--state", "show_state", is_flag=True,
+              help="One row per group: coordinator, assignment strategy, state, members.")
+def groups_describe(group_ids, all_groups, members, show_state, fmt, conf) -> None:
     """Per partition: committed offset, log-end offset, lag, owning member, host and client id.
 
     LOG-END-OFFSET is the high watermark; LAG is counted to the last stable offset (what a
     read_committed consumer can reach). An unknown group is an error (exit 1).
     """
+    if bool(group_ids) == all_groups:
+        raise click.UsageError("give GROUP (or --group GROUP, repeatable) or --all-groups")
     result = []
     with Admin(for_admin(conf)) as admin:
+        if all_groups:
+            group_ids = tuple(g.group_id for g in admin.list_groups())
+        if show_state:
+            _echo_states(admin, admin.describe_groups(group_ids), fmt)
+            return
         for description in admin.describe_groups(group_ids):
             committed = admin.list_group_offsets(description.group_id)
             if description.state == "Dead" and not committed:
@@ -144,6 +152,25 @@ def groups_describe(group_ids, members, fmt, conf) -> None:
         )
 
 
+def _echo_states(admin: Admin, described: list[GroupDescription], fmt: str) -> None:
+    """kafka-consumer-groups.sh --describe --state: one row per group."""
+    brokers = admin.describe_cluster()["brokers"]
+    coordinator = None
+    if brokers:  # the one broker coordinates every group
+        node_id, host, port = brokers[0]
+        coordinator = f"{host}:{port} ({node_id})"
+    for d in described:
+        if d.state == "Dead":
+            raise click.ClickException(f"consumer group {d.group_id!r} does not exist")
+    rows = [(d.group_id, coordinator, d.protocol or None, d.state, len(d.members))
+            for d in described]
+    if fmt == "json":
+        echo_json([{"group": g, "coordinator": c, "assignment_strategy": a, "state": s,
+                    "members": n} for g, c, a, s, n in rows])
+        return
+    echo_table(["GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "#MEMBERS"], rows)
+
+
 def _parse_topics(items: tuple[str, ...]) -> dict[str, list[int]]:
     """``T`` or ``T:0,1`` (Kafka's --topic syntax) -> {topic: partitions ([] = all)}."""
     wanted: dict[str, list[int]] = {}
@@ -158,8 +185,8 @@ def _parse_topics(items: tuple[str, ...]) -> dict[str, list[int]]:
     return wanted
 
 
-@groups.command("reset-offsets")
-@click.option("-g", "--group", "group_id", required=True)
+@tool(groups, "reset-offsets", formats=True)
+@name_argument("group_id", "-g", "--group", metavar="GROUP")
 @click.option("--topic", "topics", multiple=True, metavar="TOPIC[:P,P]",
               help="Topic (optionally some partitions), repeatable.")
 @click.option("--all-topics", is_flag=True, help="Every topic the group has committed offsets in.")
@@ -171,9 +198,6 @@ def _parse_topics(items: tuple[str, ...]) -> dict[str, list[int]]:
 @click.option("--shift-by", type=int, default=None, help="Move the committed offset by N.")
 @click.option("--execute/--dry-run", "execute", default=False,
               help="Commit the new offsets, or only show them (the default).")
-@format_option
-@client_options
-@friendly_errors
 def groups_reset_offsets(group_id, topics, all_topics, to, to_offset, to_datetime, shift_by,
                          execute, fmt, conf) -> None:
     """Reset GROUP's committed offsets (the group must have no active member)."""
@@ -239,3 +263,25 @@ def groups_reset_offsets(group_id, topics, all_topics, to, to_offset, to_datetim
         echo_table(["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"], rows)
         if not execute:
             click.echo("(dry run: nothing committed; add --execute to commit)", err=True)
+
+
+@tool(groups, "delete")
+@name_argument("group_ids", "-g", "--group", multiple=True, required=False, metavar="GROUP")
+@click.option("--all-groups", is_flag=True, help="Every group without members.")
+def groups_delete(group_ids, all_groups, conf) -> None:
+    """Delete groups and their committed offsets (they must have no active member)."""
+    if bool(group_ids) == all_groups:
+        raise click.UsageError("give GROUP (or --group GROUP, repeatable) or --all-groups")
+    with Admin(for_admin(conf)) as admin:
+        if all_groups:
+            group_ids = tuple(g.group_id for g in admin.list_groups(states=list(INACTIVE)))
+        results = admin.delete_groups(group_ids)
+    failed = {g: e for g, e in results.items() if e is not None}
+    for group_id in group_ids:
+        if group_id not in failed:
+            click.echo(f"Deleted consumer group '{group_id}'.")
+    if failed:
+        group_id, error = next(iter(failed.items()))
+        raise click.ClickException(
+            f"cannot delete group {group_id!r}: {type(error).__name__}: {error}"
+        )

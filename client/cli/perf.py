@@ -22,6 +22,8 @@ from client.cli.common import (
     existing_partitions,
     for_admin,
     friendly_errors,
+    key_value,
+    name_argument,
     with_defaults,
 )
 from client.config import consumer_config, producer_config
@@ -78,8 +80,8 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[min(int(len(sorted_values) * fraction), len(sorted_values) - 1)]
 
 
-@perf.command("produce")
-@click.argument("topic")
+@perf.command("produce", context_settings=CONTEXT)
+@name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("--num-records", type=click.IntRange(min=1), required=True)
 @click.option("--record-size", type=click.IntRange(min=0), default=100, show_default=True,
               help="Bytes per value (random bytes, generated once).")
@@ -90,11 +92,17 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
 @click.option("--transaction-size", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--reporting-interval", type=click.IntRange(min=1), default=5000,
               show_default=True, help="Milliseconds between progress lines.")
-@client_options
+@click.option("--producer-props", "producer_props", multiple=True, metavar="KEY=VALUE...",
+              help="Producer settings, as kafka-producer-perf-test.sh takes them "
+                   "(--producer-props acks=all linger.ms=5); the same as -X.")
+@client_options(role="producer")
 @friendly_errors
 def perf_produce(topic, num_records, record_size, throughput, transactional_id, transaction_size,
-                 reporting_interval, conf) -> None:
+                 reporting_interval, producer_props, conf) -> None:
     """Send NUM_RECORDS records to TOPIC and report throughput and latency."""
+    for item in producer_props:
+        key, value = key_value(item, "--producer-props")
+        conf[key.strip()] = value
     config = with_defaults(conf, client_id="minibroker-producer-perf",
                            transactional_id=transactional_id)
     producer_config(config)
@@ -157,15 +165,15 @@ def perf_produce(topic, num_records, record_size, throughput, transactional_id, 
         raise click.ClickException(f"{total.errors} of {num_records} records failed")
 
 
-@perf.command("consume")
-@click.argument("topic")
+@perf.command("consume", context_settings=CONTEXT)
+@name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("--messages", type=click.IntRange(min=1), required=True,
               help="Records to consume (from the beginning of every partition).")
 @click.option("--timeout", type=click.FloatRange(min=0), default=10, show_default=True,
               help="Give up after this many seconds without a record.")
 @click.option("--reporting-interval", type=click.IntRange(min=1), default=5000,
               show_default=True, help="Milliseconds between progress lines.")
-@client_options
+@client_options(role="consumer")
 @friendly_errors
 def perf_consume(topic, messages, timeout, reporting_interval, conf) -> None:
     """Read MESSAGES records of TOPIC from the beginning and report the throughput, in the columns

@@ -3,12 +3,18 @@
     printf 'k1:hello\\nk2:world\\n' | minibroker produce events --key-separator :
     minibroker consume events --from-beginning --max-messages 2 --format json
     minibroker consume events -p 0 -o -10 --format '%p/%o %k=%s\\n'   # last 10 of partition 0
+    minibroker consume --topic events --from-beginning --property print.key=true
+
+Kafka's console tools' options work too: ``--topic``, ``--property`` (the console producer's
+``parse.key``/``key.separator``, the console consumer's ``print.key``, ``print.partition``, ...),
+``--producer-property``/``--consumer-property`` and ``--producer.config``/``--consumer.config``.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -24,6 +30,7 @@ from client.cli.common import (
     for_admin,
     friendly_errors,
     key_value,
+    name_argument,
     parse_datetime,
     with_defaults,
 )
@@ -35,8 +42,38 @@ from client.structs import ConsumerRecord, TopicPartition
 # -- produce --------------------------------------------------------------------------------------
 
 
+PRODUCER_PROPERTIES = ("parse.key", "key.separator", "parse.headers", "headers.delimiter",
+                       "headers.separator", "headers.key.separator", "ignore.error")
+CONSUMER_PROPERTIES = ("print.key", "print.value", "print.partition", "print.offset",
+                       "print.timestamp", "print.headers", "key.separator", "line.separator",
+                       "headers.separator", "null.literal")
+
+
+def console_properties(items: tuple[str, ...], known: tuple[str, ...]) -> dict[str, str]:
+    """kafka-console-producer/consumer's ``--property k=v`` (the line reader's or formatter's
+    settings; client settings are --producer-property/--consumer-property or -X)."""
+    result = {}
+    for item in items:
+        key, value = key_value(item, "--property")
+        key = key.strip()
+        if key not in known:
+            import difflib
+
+            hint = difflib.get_close_matches(key, known, n=1)
+            suffix = f" (did you mean {hint[0]!r}?)" if hint else f" (known: {', '.join(known)})"
+            raise click.BadParameter(f"unknown property {key!r}{suffix}; client settings go in "
+                                     "-X KEY=VALUE", param_hint="--property")
+        result[key] = value
+    return result
+
+
+def _true(properties: dict[str, str], key: str, default: bool = False) -> bool:
+    value = properties.get(key)
+    return default if value is None else value.strip().lower() == "true"
+
+
 @click.command(context_settings=CONTEXT)
-@click.argument("topic")
+@name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("-f", "--file", "source", type=click.File("r", encoding="utf-8"), default="-",
               help="Read lines from this file.  [default: stdin]")
 @click.option("-K", "--key-separator", default=None,
@@ -48,11 +85,17 @@ from client.structs import ConsumerRecord, TopicPartition
 @click.option("-p", "--partition", type=int, default=None, help="Send every record to this partition.")
 @click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
               help="Header added to every record, repeatable.")
-@client_options
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="kafka-console-producer.sh's reader properties: parse.key=true with "
+                   "key.separator=SEP (default TAB).")
+@client_options(role="producer")
 @friendly_errors
 def produce(topic, source: TextIO, key_separator, transactional_id, acks, partition, headers,
-            conf) -> None:
+            properties, conf) -> None:
     """Send each line of input to TOPIC as one record."""
+    reader = console_properties(properties, PRODUCER_PROPERTIES)
+    if _true(reader, "parse.key") and key_separator is None:
+        key_separator = reader.get("key.separator", "\t")
     record_headers = [(k, v.encode()) for k, v in (key_value(h, "--header") for h in headers)]
     settings: dict[str, Any] = {"transactional.id": transactional_id,
                                 "client.id": "minibroker-console-producer"}
@@ -193,6 +236,34 @@ def make_formatter(fmt: str, print_key: bool) -> Callable[[ConsumerRecord], str]
     return compile_format(fmt)
 
 
+def console_formatter(properties: dict[str, str],
+                      print_key: bool) -> Callable[[ConsumerRecord], str]:
+    """kafka-console-consumer.sh's DefaultMessageFormatter: the fields chosen with print.*,
+    separated by key.separator (TAB), each line ended by line.separator (newline)."""
+    separator = properties.get("key.separator", "\t")
+    end = properties.get("line.separator", "\n")
+    null = properties.get("null.literal", "null")
+
+    def text(data: bytes | None) -> str:
+        return null if data is None else _text(data)
+
+    fields: list[Callable[[ConsumerRecord], str]] = []
+    if _true(properties, "print.timestamp"):
+        fields.append(lambda r: ("LogAppendTime:" if r.timestamp_type else "CreateTime:")
+                      + str(r.timestamp))
+    if _true(properties, "print.partition"):
+        fields.append(lambda r: f"Partition:{r.partition}")
+    if _true(properties, "print.offset"):
+        fields.append(lambda r: f"Offset:{r.offset}")
+    if _true(properties, "print.headers"):
+        fields.append(lambda r: ",".join(f"{k}:{text(v)}" for k, v in r.headers) or "NO_HEADERS")
+    if _true(properties, "print.key") or print_key:
+        fields.append(lambda r: text(r.key))
+    if _true(properties, "print.value", default=True):
+        fields.append(lambda r: text(r.value))
+    return lambda r: separator.join(f(r) for f in fields) + end
+
+
 class OffsetSpec:
     """Where to start: kcat's ``-o`` (beginning, end, stored, N, -N from the end, @time)."""
 
@@ -235,10 +306,13 @@ def _start_positions(admin: Admin, consumer: Consumer, tps: list[TopicPartition]
         for tp in tps:
             offset = found[tp][0]
             consumer.seek(tp, offset if offset >= 0 else ends[tp][0])
+        if all(found[tp][0] < 0 for tp in tps):
+            click.echo(f"No record at or after {spec.text.split('@', 1)[1]} in "
+                       f"{tps[0].topic}: waiting at the end for new ones.", err=True)
 
 
 @click.command(context_settings=CONTEXT)
-@click.argument("topic")
+@name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("--from-beginning", is_flag=True,
               help="Start at the earliest offset (when the group has none committed).")
 @click.option("-g", "--group", default=None,
@@ -261,10 +335,14 @@ def _start_positions(admin: Admin, consumer: Consumer, tps: list[TopicPartition]
                    "assignment with --group).")
 @click.option("--timeout-ms", "idle_timeout_ms", type=click.IntRange(min=0), default=None,
               help="The same in milliseconds (kafka-console-consumer's name).")
-@client_options
+@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="kafka-console-consumer.sh's formatter properties: print.key, "
+                   "print.partition, print.offset, print.timestamp, print.headers, "
+                   "print.value (true/false), key.separator, line.separator, null.literal.")
+@client_options(role="consumer")
 @friendly_errors
 def consume(topic, from_beginning, group, partitions, offset, isolation_level, max_messages,
-            fmt, print_key, idle_timeout, idle_timeout_ms, conf) -> None:
+            fmt, print_key, idle_timeout, idle_timeout_ms, properties, conf) -> None:
     """Print records of TOPIC, one per line.
 
     Without --group it reads every partition (or those of --partition) from --offset (default:
@@ -274,6 +352,11 @@ def consume(topic, from_beginning, group, partitions, offset, isolation_level, m
     if idle_timeout is None and idle_timeout_ms is not None:
         idle_timeout = idle_timeout_ms / 1000
     formatter = make_formatter(fmt, print_key)
+    shown = console_properties(properties, CONSUMER_PROPERTIES)
+    if shown:
+        if fmt != "text":
+            raise click.UsageError("--property print.* goes with the text format")
+        formatter = console_formatter(shown, print_key)
     spec = OffsetSpec(offset) if offset else OffsetSpec("beginning" if from_beginning else "end")
     if group and (partitions or spec.kind not in ("beginning", "end", "stored")):
         raise click.UsageError("with --group, use --from-beginning or --offset beginning|end; "
@@ -292,7 +375,7 @@ def consume(topic, from_beginning, group, partitions, offset, isolation_level, m
     config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
     consumer_config(config)  # a bad key or value: its own message, before connecting
     printed = 0
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     assigned_at: list[float] = []
     with Admin(for_admin(conf)) as admin, Consumer(config) as consumer:
         numbers = existing_partitions(admin, topic, partitions, wait=idle_timeout)

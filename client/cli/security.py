@@ -13,6 +13,8 @@ credentials, what ``kafka-configs.sh --entity-type users`` does), through ``clie
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from client.admin import Admin
@@ -196,15 +198,34 @@ def list_users(fmt, conf) -> None:
 @click.argument("user")
 @click.option("--mechanism", type=MECHANISMS, default="SCRAM-SHA-512", show_default=True)
 @click.option("--iterations", type=click.IntRange(4096, 16384), default=8192, show_default=True)
-@click.option("--password", prompt=True, hide_input=True, confirmation_prompt=True,
-              help="Prompted for when not given (read from stdin when it is not a terminal).")
+@click.option("--password", help="Default: prompted for twice on a terminal, else the first "
+                                    "line of stdin.")
 @client_options
 @friendly_errors
 def add_user(user, mechanism, iterations, password, conf) -> None:
     """Create or replace USER's credential for a mechanism."""
+    if password is None:
+        password = _password()
     with Admin(for_admin(conf)) as admin:
         admin.alter_user_scram_credentials([(user, mechanism.upper(), password, iterations)])
     click.echo(f"Set the {mechanism.upper()} credential of {user}.", err=True)
+
+
+def _password() -> str:
+    """Typed twice on a terminal (hidden); piped: one line of stdin (``echo pw | minibroker
+    users add alice``), without its line end."""
+    if _stdin_is_a_terminal():
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    line = sys.stdin.readline()
+    password = line[:-1] if line.endswith("\n") else line
+    password = password[:-1] if password.endswith("\r") else password
+    if not password:
+        raise click.UsageError("no password: stdin is empty (pipe one line, or use a terminal)")
+    return password
+
+
+def _stdin_is_a_terminal() -> bool:
+    return sys.stdin.isatty()
 
 
 @users.command("delete")

@@ -1,5 +1,6 @@
-"""``topics create|list|describe|delete`` and ``get-offsets`` (kafka-topics.sh,
-kafka-get-offsets.sh)."""
+"""``topics create|list|describe|alter|delete`` and ``get-offsets`` (kafka-topics.sh,
+kafka-get-offsets.sh), with kafka-topics.sh's option names: ``--topic``, ``--config`` (a topic
+config; ``--topic-config`` is the older name), ``--partitions``, ``--exclude-internal``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from client.cli.common import (
     format_option,
     friendly_errors,
     key_value,
+    name_argument,
     parse_datetime,
+    tool,
 )
 from client.errors import TopicAlreadyExistsError
 from client.structs import NewTopic
@@ -24,24 +27,43 @@ from client.structs import NewTopic
 
 @click.group(context_settings=CONTEXT)
 def topics() -> None:
-    """Create, list, describe and delete topics."""
+    """Create, list, describe, alter and delete topics (kafka-topics.sh; its --create, --list,
+    ... work as well)."""
 
 
-@topics.command("create")
-@click.argument("name")
+def topic_configs(items: tuple[str, ...]) -> dict[str, str]:
+    """``--config k=v`` (repeatable, or comma-separated as kafka-configs.sh takes them)."""
+    return dict(key_value(part.strip(), "--config") for item in items
+                for part in _split_pairs(item))
+
+
+def _split_pairs(item: str) -> list[str]:
+    """``a=1,b=x,y`` -> ``["a=1", "b=x,y"]``: a comma starts a new pair only before ``key=``
+    (cleanup.policy=compact,delete keeps its comma)."""
+    parts: list[str] = []
+    for piece in item.split(","):
+        if parts and "=" not in piece:
+            parts[-1] += "," + piece
+        else:
+            parts.append(piece)
+    return [p for p in parts if p.strip()]
+
+
+@tool(topics, "create")
+@name_argument("name", "--topic", metavar="TOPIC")
 @click.option("-p", "--partitions", type=click.IntRange(min=1), default=None,
               help="Partition count.  [default: the broker's num.partitions]")
 @click.option("--replication-factor", type=click.IntRange(min=1), default=None,
               help="Accepted for Kafka compatibility; must be 1 on a single broker.")
-@click.option("--topic-config", "--config-entry", "topic_config", multiple=True,
-              metavar="KEY=VALUE", help="Topic setting, repeatable (e.g. retention.ms=60000).")
+@click.option("--config", "--topic-config", "--config-entry", "topic_config", multiple=True,
+              metavar="KEY=VALUE",
+              help="Topic config, repeatable (e.g. --config retention.ms=60000), as "
+                   "kafka-topics.sh; client settings are -X.")
 @click.option("--if-not-exists", is_flag=True, help="No error if the topic exists.")
-@client_options
-@friendly_errors
 def topics_create(name, partitions, replication_factor, topic_config, if_not_exists,
                   conf) -> None:
-    """Create topic NAME."""
-    configs = dict(key_value(item, "--topic-config") for item in topic_config)
+    """Create topic TOPIC."""
+    configs = topic_configs(topic_config)
     with Admin(for_admin(conf)) as admin:
         results = admin.create_topics(
             [NewTopic(name, partitions or -1, replication_factor or -1, configs)]
@@ -56,11 +78,10 @@ def topics_create(name, partitions, replication_factor, topic_config, if_not_exi
     click.echo(f"Created topic {name}.")
 
 
-@topics.command("list")
-@click.option("--internal", is_flag=True, help="Include internal topics.")
-@format_option
-@client_options
-@friendly_errors
+@tool(topics, "list", formats=True)
+@click.option("--internal/--exclude-internal", default=False,
+              help="Include internal topics (__consumer_offsets, __transaction_state) or not.  "
+                   "[default: not]")
 def topics_list(internal, fmt, conf) -> None:
     """List topic names."""
     with Admin(for_admin(conf)) as admin:
@@ -72,15 +93,15 @@ def topics_list(internal, fmt, conf) -> None:
             click.echo(name)
 
 
-@topics.command("describe")
-@click.argument("names", nargs=-1)
-@format_option
-@client_options
-@friendly_errors
-def topics_describe(names, fmt, conf) -> None:
-    """Show partitions, leaders and replicas (all topics without NAMES)."""
+@tool(topics, "describe", formats=True)
+@name_argument("names", "--topic", multiple=True, required=False, metavar="TOPIC")
+@click.option("--exclude-internal", is_flag=True, help="Without TOPIC: leave internal topics out.")
+def topics_describe(names, exclude_internal, fmt, conf) -> None:
+    """Show partitions, leaders and replicas (all topics without TOPIC)."""
     with Admin(for_admin(conf)) as admin:
         described = admin.describe_topics(names or None)
+    if exclude_internal:
+        described = [t for t in described if not t.is_internal]
     if fmt == "json":
         echo_json([
             {
@@ -107,12 +128,28 @@ def topics_describe(names, fmt, conf) -> None:
             )
 
 
-@topics.command("delete")
-@click.argument("names", nargs=-1, required=True)
-@client_options
-@friendly_errors
+@tool(topics, "alter")
+@name_argument("name", "--topic", metavar="TOPIC")
+@click.option("-p", "--partitions", type=click.IntRange(min=1), required=True,
+              help="The new partition count (it can only grow).")
+def topics_alter(name, partitions, conf) -> None:
+    """Add partitions to TOPIC (kafka-topics.sh --alter --partitions; configs are changed with
+    `configs alter`)."""
+    with Admin(for_admin(conf)) as admin:
+        (described,) = admin.describe_topics([name])
+        if len(described.partitions) == partitions:
+            click.echo(f"Topic {name} already has {partitions} partition(s).")
+            return
+        error = admin.create_partitions({name: partitions})[name]
+    if error is not None:
+        raise error
+    click.echo(f"Topic {name} now has {partitions} partitions.")
+
+
+@tool(topics, "delete")
+@name_argument("names", "--topic", multiple=True, metavar="TOPIC")
 def topics_delete(names, conf) -> None:
-    """Delete topics NAMES."""
+    """Delete topics TOPIC..."""
     with Admin(for_admin(conf)) as admin:
         results = admin.delete_topics(names)
     failed = {name: err for name, err in results.items() if err is not None}
@@ -136,7 +173,7 @@ def parse_time_spec(text: str) -> int:
 
 
 @click.command("get-offsets", context_settings=CONTEXT)
-@click.argument("topic")
+@name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("-p", "--partitions", "partitions", default=None, metavar="LIST",
               help="Comma-separated partitions.  [default: all]")
 @click.option("--time", "time_spec", default="latest", show_default=True,

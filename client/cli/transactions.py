@@ -1,9 +1,11 @@
-"""``transactions list|describe|abort`` (kafka-transactions.sh), through ``client.Admin``.
+"""``transactions list|describe|abort|describe-producers|find-hanging`` (kafka-transactions.sh,
+with its option names), through ``client.Admin``.
 
     minibroker transactions list --state Ongoing
-    minibroker transactions describe my-transactional-id
+    minibroker transactions describe --transactional-id my-transactional-id
     minibroker transactions abort --transactional-id my-transactional-id
     minibroker transactions abort --topic orders --partition 0 --start-offset 42
+    minibroker transactions find-hanging
 """
 
 from __future__ import annotations
@@ -15,17 +17,16 @@ import click
 from client.admin import Admin
 from client.cli.common import (
     CONTEXT,
-    client_options,
     echo_json,
     echo_table,
     for_admin,
-    format_option,
-    friendly_errors,
+    name_argument,
+    tool,
     with_defaults,
 )
 from client.errors import TransactionalIdNotFoundError
 from client.producer import Producer
-from client.structs import TransactionDescription
+from client.structs import HangingTransaction, TransactionDescription
 
 HEADERS = ("TRANSACTIONAL ID", "STATE", "PRODUCER ID", "EPOCH", "PARTITIONS", "AGE", "TIMEOUT")
 IN_PROGRESS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
@@ -79,14 +80,11 @@ def transactions() -> None:
     """Inspect and abort transactions on a running broker."""
 
 
-@transactions.command("list")
+@tool(transactions, "list", formats=True)
 @click.option("--state", "states", multiple=True, metavar="STATE",
               help="Only these states (Empty, Ongoing, PrepareCommit, ...), repeatable.")
 @click.option("--producer-id", "producer_ids", type=int, multiple=True,
               help="Only these producer ids, repeatable.")
-@format_option
-@client_options
-@friendly_errors
 def list_transactions(states, producer_ids, fmt, conf) -> None:
     """Every transactional id the coordinator knows, with its current transaction."""
     unknown = [s for s in states if s not in STATES]
@@ -99,11 +97,8 @@ def list_transactions(states, producer_ids, fmt, conf) -> None:
     _echo(described, fmt)
 
 
-@transactions.command("describe")
-@click.argument("transactional_id")
-@format_option
-@client_options
-@friendly_errors
+@tool(transactions, "describe", formats=True)
+@name_argument("transactional_id", "--transactional-id", metavar="TRANSACTIONAL_ID")
 def describe_transaction(transactional_id, fmt, conf) -> None:
     """One transactional id: state, producer id, epoch, partitions, age, timeout."""
     with Admin(for_admin(conf)) as admin:
@@ -116,9 +111,10 @@ def describe_transaction(transactional_id, fmt, conf) -> None:
     _echo(described, fmt)
 
 
-@transactions.command("abort")
-@click.option("--transactional-id",
-              help="Abort this id's open transaction (its producer is fenced).")
+@tool(transactions, "abort", formats=True)
+@name_argument("transactional_id", "--transactional-id", required=False,
+               metavar="TRANSACTIONAL_ID",
+               help="Abort this id's open transaction (its producer is fenced).")
 @click.option("--topic", help="With --partition: abort a hanging transaction on this partition.")
 @click.option("--partition", type=click.IntRange(min=0))
 @click.option("--start-offset", type=click.IntRange(min=0),
@@ -128,15 +124,12 @@ def describe_transaction(transactional_id, fmt, conf) -> None:
 @click.option("--producer-epoch", type=click.IntRange(min=0, max=32767),
               help="... its epoch ...")
 @click.option("--coordinator-epoch", type=click.IntRange(min=0), help="... and coordinator epoch.")
-@format_option
-@client_options
-@friendly_errors
 def abort_transaction(transactional_id, topic, partition, start_offset, producer_id,
                       producer_epoch, coordinator_epoch, fmt, conf) -> None:
     """Abort an open transaction, in one of two forms:
 
     \b
-      --transactional-id ID      as a new producer instance of that id would: InitProducerId
+      [--transactional-id] ID    as a new producer instance of that id would: InitProducerId
                                  bumps the epoch, which fences the old producer and aborts its
                                  transaction (ABORT markers, then CompleteAbort);
       --topic T --partition P --start-offset O
@@ -195,7 +188,9 @@ def _abort_by_id(transactional_id: str, fmt: str, conf) -> None:
             click.echo(f"Transactional id {transactional_id} has no open transaction "
                        f"(state {before.state}).", err=True)
         else:
+            # The id keeps its timeout: InitProducerId records the one it is given.
             producer_conf = with_defaults(conf, transactional_id=transactional_id,
+                                          transaction_timeout_ms=before.timeout_ms,
                                           client_id="minibroker-transactions-abort")
             with Producer(producer_conf) as producer:
                 producer.init_transactions()
@@ -204,3 +199,63 @@ def _abort_by_id(transactional_id: str, fmt: str, conf) -> None:
                        err=True)
         described = admin.describe_transactions([transactional_id])
     _echo(described, fmt)
+
+
+@tool(transactions, "describe-producers", formats=True)
+@click.option("--topic", required=True)
+@click.option("--partition", type=int, required=True)
+def describe_producers(topic, partition, fmt, conf) -> None:
+    """The active producers of a partition: epoch, last sequence and timestamp, and the start
+    offset of the transaction each has open there."""
+    with Admin(for_admin(conf)) as admin:
+        producers = admin.describe_producers([(topic, partition)])
+    rows = [p for states in producers.values() for p in states]
+    if fmt == "json":
+        echo_json([p._asdict() for p in rows])
+        return
+    echo_table(
+        ["PRODUCER ID", "EPOCH", "COORDINATOR EPOCH", "LAST SEQUENCE", "LAST TIMESTAMP",
+         "CURRENT TXN START OFFSET"],
+        [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+          p.last_timestamp, None if p.current_txn_start_offset < 0 else p.current_txn_start_offset)
+         for p in rows],
+    )
+
+
+@tool(transactions, "find-hanging", formats=True)
+@click.option("--topic", "topics", multiple=True, help="Only these topics, repeatable.")
+@click.option("--max-transaction-timeout", type=click.IntRange(min=1), default=900_000,
+              show_default=True, help="ms; longer-running transactions count as hanging.")
+def find_hanging(topics, max_transaction_timeout, fmt, conf) -> None:
+    """Transactions open on a partition that no coordinator is running (or running longer than
+    the longest timeout): they hold back the last stable offset until aborted.
+
+    A transaction its coordinator still runs (Ongoing or being completed, with that partition) is
+    never listed, however old: its coordinator ends it at its timeout, and
+    `abort --transactional-id` ends it now."""
+    with Admin(for_admin(conf)) as admin:
+        hanging = admin.find_hanging_transactions(list(topics) or None, max_transaction_timeout)
+        ids = sorted({h.transactional_id for h in hanging if h.transactional_id})
+        running = {d.transactional_id: d for d in admin.describe_transactions(ids)} if ids else {}
+    hanging = [h for h in hanging if not _still_running(h, running.get(h.transactional_id))]
+    if fmt == "json":
+        echo_json([{"topic": h.partition.topic, "partition": h.partition.partition,
+                    "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
+                    "coordinator_epoch": h.coordinator_epoch, "start_offset": h.start_offset,
+                    "transactional_id": h.transactional_id, "age_ms": h.age_ms}
+                   for h in hanging])
+        return
+    echo_table(
+        ["TOPIC", "PARTITION", "PRODUCER ID", "EPOCH", "START OFFSET", "TRANSACTIONAL ID", "AGE"],
+        [(h.partition.topic, h.partition.partition, h.producer_id, h.producer_epoch,
+          h.start_offset, h.transactional_id, None if h.age_ms < 0 else format_duration(h.age_ms))
+         for h in hanging],
+    )
+
+
+def _still_running(hanging: HangingTransaction, description: TransactionDescription | None) -> bool:
+    """Its coordinator runs this transaction: in progress, same producer id, the partition in
+    it (as kafka-transactions.sh decides)."""
+    return (description is not None and description.state in IN_PROGRESS | {"PrepareEpochFence"}
+            and description.producer_id == hanging.producer_id
+            and hanging.partition in description.partitions)

@@ -7,7 +7,7 @@ broker answering v4 may leave out APIs that it only serves below Kafka 4's basel
 always goes with response header v0 (``protocol.api_keys.response_header_version``).
 
 ``SERVED`` is the one table of the versions the broker serves and advertises, with the reason each
-range starts and stops where it does (PROTOCOL.md section 2: every advertised version works). The
+range starts and stops where it does (docs/protocol.md section 2: every advertised version works). The
 dispatcher refuses to start unless every (api, version) in it has a codec and a handler and every
 handler is in it (``broker.dispatcher.check_served``).
 
@@ -85,8 +85,8 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.HEARTBEAT: Served(VersionRange(0, 4), "all of Kafka's"),
     ApiKey.LEAVE_GROUP: Served(VersionRange(0, 5), "all of Kafka's"),
     ApiKey.SYNC_GROUP: Served(VersionRange(0, 5), "all of Kafka's"),
-    ApiKey.DESCRIBE_GROUPS: Served(VersionRange(0, 5),
-        "to v5: v6 is the consumer protocol's (KIP-848) error messages"),
+    ApiKey.DESCRIBE_GROUPS: Served(VersionRange(0, 6),
+        "all of Kafka's: v6 (KIP-1043) answers GROUP_ID_NOT_FOUND for a group that does not exist"),
     ApiKey.LIST_GROUPS: Served(VersionRange(0, 5),
         "all of Kafka's: v4 filters by state, v5 by type (classic groups only)"),
     ApiKey.API_VERSIONS: Served(VersionRange(0, 4),

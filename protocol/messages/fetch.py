@@ -7,7 +7,7 @@ error_code); v8 (no change); v9 current_leader_epoch; v10 (zstd); v11 rack_id an
 preferred_read_replica (KIP-392); v12 flexible, last_fetched_epoch, tagged fields; v13+ topic ids.
 
 Kafka's schema makes ``records`` nullable, but librdkafka fails to parse a null (-1) records field
-(PROTOCOL.md section 5): the broker always sends a 0-length field instead. aborted_transactions is
+(docs/protocol.md section 5): the broker always sends a 0-length field instead. aborted_transactions is
 null under read_uncommitted.
 
 The broker encodes responses with ``encode_fetch_response_parts``, which leaves every records

@@ -8,7 +8,7 @@ joins the producer's transaction with its first batch. ``records`` holds RecordB
 v2 bytes (``protocol.records``). acks=0 requests get no response.
 
 The declared codec serves the client (it encodes requests and decodes responses with it). The
-broker's hot path uses the two hand-written functions below instead (DESIGN.md section 9: protocol
+broker's hot path uses the two hand-written functions below instead (docs/design.md section 9: protocol
 work per request decides small-batch throughput); tests check them against the declared codec:
 
 - ``decode_produce_request_untrusted`` walks the frame with ``struct.unpack_from`` and returns

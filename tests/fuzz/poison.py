@@ -1,5 +1,5 @@
 """Record batches with a valid CRC but something a consumer cannot read: the poison pills the
-broker must refuse (PROTOCOL.md section 4). Shared by the integration tests and the fuzzer."""
+broker must refuse (docs/protocol.md section 4). Shared by the integration tests and the fuzzer."""
 
 from __future__ import annotations
 

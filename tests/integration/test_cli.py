@@ -54,8 +54,11 @@ def b(broker) -> list[str]:
 
 
 def create(broker, topic: str, partitions: int = 1) -> None:
+    from tests.spark.helpers import wait_for_topic  # also run against a Kafka cluster
+
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         admin.create_topics([NewTopic(topic, partitions)])
+        wait_for_topic(admin, topic)
 
 
 def produce(broker, topic: str, records: list[tuple[int, bytes]]) -> None:
@@ -400,10 +403,14 @@ def test_configs_describe_and_alter(broker, b):
         ("cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"),
     }
     ok(run("configs", "alter", "--topic", "configured", "--delete-config", "retention.ms", *b))
+    # Every effective config with its source (issue 27 item 10), the overrides first.
     text = ok(run("configs", "describe", "--topic", "configured", *b)).stdout
-    assert "cleanup.policy" in text and "retention.ms" not in text
+    rows = [line.split() for line in text.splitlines()[1:]]
+    assert rows[0] == ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]
+    assert ["retention.ms", "604800000", "DEFAULT_CONFIG"] in rows
+    assert len(rows) >= 13
     everything = ok(run("configs", "describe", "--topic", "configured", "--all", *b)).stdout
-    assert "retention.ms" in everything and "DEFAULT_CONFIG" in everything
+    assert everything == text
     broker_configs = json.loads(ok(run("configs", "describe", "--broker", "0", "--all",
                                        "--format", "json", *b)).stdout)
     assert "num.partitions" in {c["name"] for c in broker_configs}
@@ -432,16 +439,14 @@ def test_describe_producers_and_find_hanging(broker, b):
         (state,) = json.loads(ok(run("transactions", "describe-producers", "--topic", "producers",
                                      "--partition", "0", "--format", "json", *b)).stdout)
         assert state["current_txn_start_offset"] == 0
-        # The coordinator runs it: not hanging (unless older than the longest timeout).
+        # The coordinator runs it: not hanging, however old (issue 27 item 10; as
+        # kafka-transactions.sh decides). Its coordinator aborts it at its timeout.
         assert json.loads(ok(run("transactions", "find-hanging", "--topic", "producers",
                                  "--format", "json", *b)).stdout) == []
         time.sleep(0.2)
-        hanging = json.loads(ok(run("transactions", "find-hanging", "--topic", "producers",
-                                    "--max-transaction-timeout", "1", "--format", "json",
-                                    *b)).stdout)
-        assert [(h["topic"], h["start_offset"], h["transactional_id"]) for h in hanging] == [
-            ("producers", 0, "hangs")
-        ]
+        assert json.loads(ok(run("transactions", "find-hanging", "--topic", "producers",
+                                 "--max-transaction-timeout", "1", "--format", "json",
+                                 *b)).stdout) == []
     finally:
         producer.abort_transaction()
         producer.close()

@@ -47,8 +47,21 @@ def test_admin_topics(broker_proc):
 def test_cli_commands_are_exported():
     assert {c.name for c in COMMANDS} == {
         "topics", "produce", "consume", "groups", "transactions", "get-offsets", "perf", "configs",
-        "acls", "users",
+        "log-dirs", "delete-records", "acls", "users",
     }
+
+
+def test_every_command_is_registered_in_one_place():
+    """client/cli/__init__.py's COMMANDS is the tree: each module fills only its own group (no
+    module adds commands to another's as an import side effect), and every group lists what its
+    module defines."""
+    from client.cli import configs, groups, topics, transactions
+
+    assert set(groups.commands) == {"list", "describe", "reset-offsets", "delete"}
+    assert set(transactions.commands) == {
+        "list", "describe", "abort", "describe-producers", "find-hanging"}
+    assert set(topics.commands) == {"create", "list", "describe", "alter", "delete"}
+    assert set(configs.commands) == {"describe", "alter"}
 
 
 def test_cli_round_trip_produce_then_consume(broker_proc):

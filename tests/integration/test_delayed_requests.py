@@ -8,7 +8,7 @@ request is delivered. It must never act on transaction 2, which the application 
   after a timed-out EndTxn (InitProducerId, KIP-360) before the next transaction. 0 aborted
   records visible, every committed one visible, in every round.
 - confluent-kafka (librdkafka: no transaction version 2, its issue 5423): the late request commits
-  transaction 2 - the anomaly, as documented in README.md; with the mitigation documented there
+  transaction 2 - the anomaly, as documented in docs/design.md section 5.1; with the mitigation documented there
   (re-create the producer when commit_transaction() took longer than socket.timeout.ms, i.e. an
   EndTxn timed out and was retried) nothing of transaction 2 is visible.
 - kafka-python: a timed-out EndTxn is a fatal error (commit_transaction raises), so the
@@ -172,7 +172,7 @@ def test_confluent_kafka_late_end_txn_as_documented(tmp_path, mitigate):
         if mitigate:
             assert drop == []
         else:
-            # README.md "Delayed requests": the anomaly Jepsen found, every round.
+            # docs/design.md 5.1 "Delayed requests": the anomaly Jepsen found, every round.
             assert len(drop) == 3 * ROUNDS
     finally:
         proxy.close()

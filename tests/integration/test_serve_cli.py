@@ -145,6 +145,34 @@ def test_json_log_format_is_one_object_per_line(tmp_path):
     assert any(m.startswith("data dir ") and "partitions recovered" in m for m in messages)
 
 
+def test_log_file_gets_every_line_and_survives_rotation(tmp_path):
+    """--log-file: the same lines as stderr, appended; after logrotate moves the file away the
+    broker writes a new one (WatchedFileHandler) instead of the moved one."""
+    log_file = tmp_path / "server.log"
+    log_file.write_text("an older line\n")
+    broker = BrokerProcess(tmp_path / "d", "--log-file", str(log_file))
+    broker.start()
+    try:
+        deadline = time.monotonic() + 10
+        while "listening on" not in log_file.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = log_file.read_text().splitlines()
+        assert lines[0] == "an older line"
+        assert any(" INFO minibroker: listening on 127.0.0.1:" in line for line in lines)
+        log_file.rename(tmp_path / "server.log.1")
+    finally:
+        assert broker.stop() == 0
+    assert log_file.read_text().strip(), "nothing written to a new file after the rotation"
+    assert "an older line" not in log_file.read_text()
+
+
+def test_unwritable_log_file_is_one_line(tmp_path):
+    result = run_serve("--log-file", str(tmp_path / "missing-dir" / "server.log"),
+                       "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2
+    assert_one_line_error(result, "cannot open log file")
+
+
 def test_wildcard_host_advertises_the_host_name(tmp_path):
     import socket
 

@@ -502,6 +502,60 @@ def test_kill9_between_end_txn_and_markers_then_restart(tmp_path, point):
         print("".join(proc.output[-40:]))  # shown by pytest when the test failed
 
 
+def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path):
+    """Transactional batches are answered once appended and synced with their PrepareCommit. A
+    kill -9 while a transaction is open: no reader ever saw its batches (the high watermark only
+    covers synced data), recovery aborts it with an epoch bump (the batches may be lost on a
+    power cut), a committed transaction keeps every record, and the producer, told it was
+    fenced, goes on once its application initializes it again."""
+    proc = start_broker(tmp_path)
+    kept = open_ = None
+    try:
+        create_topic(proc.bootstrap, "unsynced")
+        kept = txn_producer(proc.bootstrap, "kept-tx")
+        kept.begin_transaction()
+        committed = values("kept", 200)
+        for v in committed:
+            kept.produce("unsynced", key=v, value=v)
+        kept.commit_transaction(15)
+        visible = [list_offset(proc.port, "unsynced", p, False) for p in range(PARTITIONS)]
+
+        open_ = txn_producer(proc.bootstrap, "open-tx")
+        open_.begin_transaction()
+        for v in values("open", 300):
+            open_.produce("unsynced", key=v, value=v)
+        assert open_.flush(10) == 0  # every batch acknowledged (acks=all)
+        # Appended, not synced: not even read_uncommitted readers see them (high watermark).
+        assert [list_offset(proc.port, "unsynced", p, False)
+                for p in range(PARTITIONS)] == visible
+        proc.kill9()
+        proc.restart()
+
+        assert any("aborting the ongoing transaction of 'open-tx'" in line
+                   for line in proc.output)
+        state = describe(proc.port, "open-tx")
+        assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 1)
+        assert sorted(consume_values(proc.bootstrap, "unsynced", "read_committed",
+                                     len(committed))) == sorted(committed)
+        for p in range(PARTITIONS):  # nothing left open: the LSO is the high watermark
+            assert list_offset(proc.port, "unsynced", p, True) == \
+                list_offset(proc.port, "unsynced", p, False)
+        # The producer learns its transaction was aborted by the coordinator: fenced.
+        with pytest.raises(KafkaException) as info:
+            open_.commit_transaction(15)
+        assert info.value.args[0].fatal()
+        open_ = txn_producer(proc.bootstrap, "open-tx")  # the application initializes again
+        open_.begin_transaction()
+        open_.produce("unsynced", value=b"after")
+        open_.commit_transaction(15)
+        seen = consume_values(proc.bootstrap, "unsynced", "read_committed", len(committed) + 1)
+        assert sorted(seen) == sorted(committed + [b"after"])
+    finally:
+        kept = open_ = None  # librdkafka handles are freed by the garbage collector
+        proc.stop()
+        print("".join(proc.output[-40:]))  # shown by pytest when the test failed
+
+
 # -- WriteTxnMarkers v0 over a raw socket ----------------------------------------------------------
 
 
@@ -584,8 +638,9 @@ def test_write_txn_markers_frame_writes_the_marker_and_moves_the_lso(broker):
             return part.base_offset
 
         assert produce(0, 3) == 0
-        fetched = _fetch(conn, "raw", committed=True)
-        assert (fetched.high_watermark, fetched.last_stable_offset, fetched.records) == (3, 0, b"")
+        # Answered once appended; not synced yet, so no reader sees it (the high watermark).
+        fetched = _fetch(conn, "raw", committed=False)
+        assert (fetched.high_watermark, fetched.last_stable_offset, fetched.records) == (0, 0, b"")
 
         def write_marker(commit: bool) -> None:
             response = conn.request(ApiKey.WRITE_TXN_MARKERS, 0, {"markers": [{

@@ -4,7 +4,7 @@ Everything here is marked ``spark`` (select with ``-m spark``, leave out with ``
 Spark needs Java and the ``pyspark`` and ``pyarrow`` packages; without them the tests that need a
 session are skipped, saying why.
 
-Settings Spark must see before its JVM starts (../shared/SPARK.md): workers run this interpreter
+Settings Spark must see before its JVM starts (docs/spark.md): workers run this interpreter
 (``PYSPARK_PYTHON``; the system python lacks pyarrow), bind loopback only (``SPARK_LOCAL_IP``),
 and can import ``tests.spark.*`` helpers (the repository root on ``PYTHONPATH``).
 """

@@ -1,4 +1,4 @@
-"""The import rules of DESIGN.md section 2, checked on the source with ``ast``.
+"""The import rules of docs/design.md section 2, checked on the source with ``ast``.
 
 - protocol/ is pure: nothing of ours outside protocol, and never trio, socket, asyncio, time, os;
 - broker/ and client/ may import protocol; client never imports broker; broker never imports
@@ -138,7 +138,7 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 #
 # broker/ has three layers. The domain (state tables, coordinators, offsets, the log, producer
 # state) is synchronous and takes time as an argument: no trio, no sockets, no clock. The services
-# (group/service.py, txn/manager.py, txn/markers.py, core.py) put the domain on trio and the disk;
+# (group/service.py, txn/manager.py, txn/markers.py, storage/) put the domain on trio and the disk;
 # the transaction and group services never import each other. The shell and the composition root
 # (app.py builds, wiring.py joins the two services, context.py is what handlers see, dispatcher,
 # handlers, server, cli) sit on top. Nothing imports upwards, and there are no import cycles, not
@@ -149,7 +149,7 @@ ROOT_AND_SHELL = {
     "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
     "broker.metrics_http",
 }
-SERVICES = {"broker.core", "broker.clock", "broker.group.service", "broker.txn.manager",
+SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service", "broker.txn.manager",
             "broker.txn.markers", "broker.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
@@ -218,15 +218,59 @@ def test_services_do_not_see_each_other_or_the_root() -> None:
         for name in sorted(imports):
             crossing = (module.startswith("broker.group.") and name.startswith("broker.txn")) or (
                 module.startswith("broker.txn.") and name.startswith("broker.group"))
-            # The services' one upward import: the dispatcher's reply types (a reply that
-            # comes later, one sent before the last fsync).
-            upward = _in(name, ROOT_AND_SHELL) and name not in ("broker.dispatcher",
-                                                                 "broker.dispatcher.Deferred",
-                                                                 "broker.dispatcher.AnswerFirst",
-                                                                 "broker.dispatcher.after")
+            # No exception: the reply types a service returns live in broker/reply.py.
+            upward = _in(name, ROOT_AND_SHELL)
             if crossing or upward:
                 bad.append(f"{module} imports {name}")
     assert bad == []
+
+
+# -- one durability path ------------------------------------------------------------------------
+#
+# Only broker/storage decides when a partition is fsynced while the broker serves (STYLE.md 14):
+# nothing else calls a partition's flush or the flusher's syncs. The log itself (broker/log)
+# fsyncs its own files when it rolls, recovers or cleans them, and small state files are written
+# atomically (temp, fsync, rename) where they live.
+SYNC_CALLS = {"flush", "flush_now", "begin_flush", "complete_flush", "fsync", "fdatasync",
+              "sync_alone", "mark_dirty"}
+MAY_SYNC = {"broker.storage", "broker.log", "broker.producer_state", "broker.txn.producer_ids",
+            "broker.security.durable_json"}
+
+
+def sync_calls(source: str) -> set[str]:
+    """Names of the calls in ``source`` that fsync (``x.flush()``, ``os.fdatasync(fd)``...)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name in SYNC_CALLS:
+                found.add(name)
+    return found
+
+
+def test_only_storage_fsyncs() -> None:
+    bad = []
+    for path in sorted((ROOT / "broker").rglob("*.py")):
+        rel = path.relative_to(ROOT).with_suffix("")
+        module = ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+        if _in(module, MAY_SYNC):
+            continue
+        for name in sorted(sync_calls(path.read_text(encoding="utf-8"))):
+            bad.append(f"{module} calls {name}")
+    assert bad == []
+
+
+def test_the_sync_scanner_sees_flushes() -> None:
+    source = "import os\ndef f(p, fd):\n    p.flush()\n    os.fdatasync(fd)\n    print(p)\n"
+    assert sync_calls(source) == {"flush", "fdatasync"}
+
+
+def test_services_return_no_shell_types() -> None:
+    """The reply types sit below the dispatcher: no service imports it."""
+    graph = broker_modules()
+    assert sorted(m for m, imports in graph.items() if _in(m, SERVICES)
+                  and any(_in(n, {"broker.dispatcher"}) for n in imports)) == []
 
 
 def test_only_the_shell_imports_the_composition_root() -> None:

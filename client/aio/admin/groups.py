@@ -22,7 +22,7 @@ from client.structs import (
     TopicPartition,
 )
 from protocol.api_keys import ApiKey
-from protocol.errors import CorruptFrameError
+from protocol.errors import CorruptFrameError, ErrorCode
 
 
 class GroupsAdmin(AdminBase):
@@ -120,6 +120,8 @@ class GroupsAdmin(AdminBase):
                     GROUP, group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]}
                 )
                 (group,) = response.groups
+                if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    return group  # DescribeGroups v6+: no such group (older versions: Dead)
                 if group.error_code:
                     exc = self._cluster.coordinator_error(
                         GROUP, group_id, group.error_code, f"group {group_id}"

@@ -1,4 +1,4 @@
-"""The ApiVersions table lists exactly what the broker implements (PROTOCOL.md obligation 10)."""
+"""The ApiVersions table lists exactly what the broker implements (docs/protocol.md obligation 10)."""
 
 from __future__ import annotations
 

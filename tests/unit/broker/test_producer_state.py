@@ -1,4 +1,4 @@
-"""Idempotence rules of ProducerStateManager (PROTOCOL.md 7.8), expiry and snapshots."""
+"""Idempotence rules of ProducerStateManager (docs/protocol.md 7.8), expiry and snapshots."""
 
 from __future__ import annotations
 

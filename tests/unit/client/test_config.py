@@ -215,3 +215,50 @@ def test_serializers_are_callables():
     assert cfg["value.serializer"] is str.encode and cfg["key.serializer"] is None
     with pytest.raises(ConfigError, match="value.serializer.*callable"):
         producer_config({**BOOT, "value.serializer": "json"})
+
+
+# -- a Java client's properties (issue 27 item 5) ---------------------------------------------------
+
+
+def test_java_jaas_lines_give_the_user_and_password():
+    from client.config import admin_config
+
+    scram = admin_config({
+        "bootstrap.servers": "h:1", "security.protocol": "SASL_SSL",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.jaas.config": "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                            'username="bob" password="bob-secret";',
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": "/ca.pem",
+        "ssl.keystore.type": "pem", "ssl.keystore.location": "/client.pem",
+        "ssl.keystore.password": "k", "ssl.truststore.password": "ignored",
+    })
+    assert (scram["sasl.username"], scram["sasl.password"]) == ("bob", "bob-secret")
+    assert scram["ssl.ca.location"] == "/ca.pem"
+    assert scram["ssl.certificate.location"] == "/client.pem"
+    assert scram["ssl.key.password"] == "k"
+    plain = admin_config({
+        "bootstrap.servers": "h:1",
+        "sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required\n"
+                            '  username=alice password="quote\\"d";',
+    })
+    assert (plain["sasl.username"], plain["sasl.password"]) == ("alice", 'quote"d')
+
+
+@pytest.mark.parametrize("conf, needle", [
+    ({"ssl.truststore.type": "JKS"}, "ssl.truststore.type=JKS (a Java client setting)"),
+    ({"ssl.keystore.type": "PKCS12"}, "ssl.keystore.type=... (a Java client setting)"),
+    ({"sasl.jaas.config": "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule "
+                          "required;"}, "sasl.jaas.config=OAuthBearerLoginModule (a Java client"),
+    ({"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                          'username="a";'}, "needs username"),
+    ({"ssl.keystore.key": "-----BEGIN PRIVATE KEY-----"}, "ssl.keystore.key=... (a Java"),
+    ({"sasl.jaas.config": "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                          'username="a" password="b";', "sasl.username": "c"}, "disagree"),
+])
+def test_what_a_java_file_asks_and_cannot_be_honoured_is_named(conf, needle):
+    from client.config import admin_config
+
+    with pytest.raises(ConfigError) as raised:
+        admin_config({"bootstrap.servers": "h:1", **conf})
+    assert needle in str(raised.value)
+    assert "librdkafka" not in str(raised.value) and "BEGIN" not in str(raised.value)

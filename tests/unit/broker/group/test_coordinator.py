@@ -217,6 +217,27 @@ def test_a_lone_member_may_change_its_protocols() -> None:
     assert h.join(client="b").error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL  # consumer/range
 
 
+@pytest.mark.parametrize("stable", [False, True])
+def test_sync_names_the_groups_protocol(stable) -> None:
+    """SyncGroup v5 (KIP-559): a protocol type or name other than the group's is refused after
+    the generation check, in CompletingRebalance as in Stable (Kafka's validateSyncGroup)."""
+    h = Harness()
+    reply = h.join(client="a")
+    h.end_initial_delay()
+    a = h.answer(reply).member_id
+    if stable:
+        h.sync(a, 1, {a: b"x"})
+
+    def sync(generation=1, protocol_type="consumer", protocol_name="range"):
+        return h.absorb(h.c.sync_group("g", generation, a, {a: b"x"}, h.now,
+                                       protocol_type=protocol_type, protocol_name=protocol_name))
+
+    assert sync(protocol_name="roundrobin").error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert sync(protocol_type="connect").error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert sync(generation=2, protocol_name="roundrobin").error == ErrorCode.ILLEGAL_GENERATION
+    assert sync(protocol_type=None, protocol_name=None).error == ErrorCode.NONE
+
+
 def test_empty_group_needs_a_protocol() -> None:
     h = Harness()
     assert h.join(protocols=()).error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL

@@ -11,7 +11,6 @@ import trio
 from broker.clock import TrioClock
 from broker.config import build_config
 from broker.context import Broker
-from broker.dispatcher import Deferred
 from broker.group.group_metadata import (
     GroupMetadataRecord,
     MemberRecord,
@@ -22,6 +21,7 @@ from broker.group.group_metadata import (
 )
 from broker.group.offsets import decode_offset_key_untrusted
 from broker.group.service import GroupService
+from broker.reply import Deferred
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 from tests.unit.broker.group.test_service import (
@@ -112,7 +112,7 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
         "group_id": "g", "generation_id": 1, "member_id": leader,
         "assignments": [{"member_id": leader, "assignment": b"L"},
                         {"member_id": follower, "assignment": b"F"}]}), broker.clock.now_ms())
-    assert isinstance(reply, Deferred)  # waits for the group's record to be durable
+    # Answered once the group's record is durable (inline, or after a group-commit round).
     assert (await settle(broker, reply)).assignment == b"L"
     assert (await follower_sync.wait()).assignment == b"F"
     return leader, follower

@@ -12,12 +12,12 @@ import pytest
 import trio
 import trio.testing
 
-from broker import core
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
 from broker.context import Broker
-from broker.dispatcher import AnswerFirst, Deferred
+from broker.reply import AnswerFirst, Deferred
+from broker.storage import flusher
 from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
 from broker.txn.manager import CrashHook, InitResult
 from broker.txn.state import TxnState
@@ -82,7 +82,7 @@ async def produce(broker: Broker, tid, pid: int, epoch: int, index: int, seq: in
         producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True))
     partition = broker.partition("t", index)
     broker.transactions.verify_produce(partition, records, tid)
-    _, flushed = broker.append_untrusted(partition, records, NOW)
+    _, flushed = broker.storage.append(partition, records, NOW, transactional=True)
     if flushed is not None:
         await flushed.wait()
 
@@ -131,7 +131,6 @@ async def test_end_txn_completes_inline_unless_a_round_is_under_way(broker: Brok
     """With nothing else waiting for an fsync (one producer) EndTxn syncs its markers inline and
     answers at once, complete; with a group-commit round under way it joins the round and the
     manager's own task completes the transaction before the answer."""
-    await nursery.start(broker.transactions.run)
     pid, epoch = await begin(broker)
     await produce(broker, "tx", pid, epoch, 0, 0)
     result = broker.transactions.end_txn("tx", pid, epoch, True, NOW)
@@ -145,7 +144,7 @@ async def test_end_txn_completes_inline_unless_a_round_is_under_way(broker: Brok
     await produce(broker, "tx", pid, epoch, 1, 0)
     other = broker.partition("t", 1)
     other.append_untrusted(bytearray(encode_batch([(None, b"plain", (), NOW)])), NOW)
-    broker.storage.mark_dirty(other)  # someone else's write: a round is about to start
+    broker.flusher.mark(other)  # someone else's write: a round is about to start
     assert broker.flusher.busy
     result = broker.transactions.end_txn("tx", pid, epoch, False, NOW)
     assert isinstance(result, Deferred)
@@ -160,11 +159,10 @@ async def test_a_lone_end_txn_leaves_the_group_commit_task_asleep(broker: Broker
     """EndTxn's inline markers are synced by the request itself: the group-commit task is not
     woken for a round that would find nothing (two event-loop passes per transaction)."""
     tm = broker.transactions
-    await nursery.start(tm.run)
     pid, epoch = await begin(broker, partitions=(("t", 0),))
     await produce(broker, "tx", pid, epoch, 0, 0)
     await trio.testing.wait_all_tasks_blocked()
-    steps = _TaskSteps("broker.core.FlushScheduler.run")
+    steps = _TaskSteps("broker.storage.flusher.FlushScheduler.run")
     trio.lowlevel.add_instrument(steps)
     try:
         ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
@@ -186,24 +184,24 @@ async def test_markers_a_round_took_before_finish_complete_after_that_round(
     start a group-commit round that takes the markers into its worker thread. ``finish`` then
     finds nothing to sync: the transaction completes once that round is done, not before."""
     tm = broker.transactions
-    await nursery.start(tm.run)
     release = threading.Event()
-    real_sync_all = core._sync_all
+    real_sync_all = flusher._sync_all
 
     def held_sync_all(tickets):
         if threading.current_thread() is not threading.main_thread():  # the round's thread
             release.wait(10)
         real_sync_all(tickets)
 
-    monkeypatch.setattr(core, "_sync_all", held_sync_all)
+    monkeypatch.setattr(flusher, "_sync_all", held_sync_all)
     pid, epoch = await begin(broker, partitions=(("t", 0),))
     await produce(broker, "tx", pid, epoch, 0, 0)
     ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
     assert isinstance(ended, AnswerFirst)
-    # Someone else's large write starts a round (worker thread), which takes the markers too.
-    other = broker.partition("t", 1)
+    # Someone else's large write to the same partition starts a round (worker thread), which
+    # takes the markers too.
+    other = broker.partition("t", 0)
     other.append_untrusted(bytearray(encode_batch([(None, b"x" * 20_000, (), NOW)])), NOW)
-    broker.storage.mark_dirty(other)
+    broker.flusher.mark(other)
     await trio.testing.wait_all_tasks_blocked()
     ended.finish()
     data = broker.partition("t", 0)
@@ -213,7 +211,7 @@ async def test_markers_a_round_took_before_finish_complete_after_that_round(
     with trio.fail_after(10):
         while tm.coordinator.get("tx").state is not TxnState.COMPLETE_COMMIT:
             await trio.sleep(0.01)
-    assert data.last_stable_offset == data.high_watermark == 3
+    assert data.last_stable_offset == data.high_watermark == 4
 
 
 class _TaskSteps(trio.abc.Instrument):
@@ -241,10 +239,14 @@ async def test_answer_first_makes_the_change_durable_before_anything_depends_on_
     added = tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW, answer_first=True)
     assert isinstance(added, AnswerFirst) and added.value == ErrorCode.NONE
     assert txn_log.high_watermark < txn_log.log_end_offset  # answered, not durable yet
-    # A batch of the transaction is appended only once the record adding its partition is.
-    await produce(broker, "tx", pid, epoch, 0, 0)
+    # A batch of the transaction is appended only once the record adding its partition is
+    # (retriable until then: the send of the answer may have had to wait).
+    with pytest.raises(KafkaError) as info:
+        await produce(broker, "tx", pid, epoch, 0, 0)
+    assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
+    added.finish()
     assert txn_log.high_watermark == txn_log.log_end_offset
-    added.finish()  # nothing left to do
+    await produce(broker, "tx", pid, epoch, 0, 0)
 
     ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
     assert isinstance(ended, AnswerFirst) and ended.value == ErrorCode.NONE
@@ -274,13 +276,16 @@ async def test_a_batch_waits_for_an_add_record_whose_fsync_failed(
         raise OSError(errno.EIO, "Input/output error")
 
     monkeypatch.setattr(os, "fdatasync", failing)
-    added.finish()  # logged; the record stays unsynced
+    added.finish()  # logged; the record stays unsynced, and the flusher retries it
     with pytest.raises(KafkaError) as info:
         await produce(broker, "tx", pid, epoch, 0, 0)
-    assert info.value.code == ErrorCode.KAFKA_STORAGE_ERROR  # retriable: nothing appended
+    assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable: nothing appended
     assert broker.partition("t", 0).log_end_offset == 0
     monkeypatch.setattr(os, "fdatasync", real_fdatasync)
-    await produce(broker, "tx", pid, epoch, 0, 0)  # the retry syncs the record first
+    with trio.fail_after(5):  # the flusher's next round makes the answered record durable
+        while tm.coordinator.get("tx").pending is not None:
+            await trio.sleep(0.05)
+    await produce(broker, "tx", pid, epoch, 0, 0)
     assert broker.partition("t", 0).log_end_offset == 2
 
 

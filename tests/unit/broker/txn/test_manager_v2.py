@@ -7,6 +7,7 @@ with the markers of the bumped epoch and a retried EndTxn is still answered with
 from __future__ import annotations
 
 import pytest
+import trio
 
 from broker.context import Broker
 from broker.txn.coordinator import EPOCH_EXHAUSTED, INT16_MAX
@@ -37,8 +38,15 @@ async def produce_v12(broker: Broker, pid: int, epoch: int, index: int, seq: int
         [(None, b"v%d" % (seq + i), (), NOW) for i in range(n)],
         producer_id=pid, producer_epoch=epoch, base_sequence=seq, transactional=True))
     partition = broker.partition("t", index)
-    broker.transactions.verify_produce(partition, records, tid, NOW, add_partition=True)
-    _, flushed = broker.append_untrusted(partition, records, NOW)
+    for _ in range(100):  # as a client does: retry CONCURRENT_TRANSACTIONS (a partition joins
+        try:              # the transaction in a group-commit round)
+            broker.transactions.verify_produce(partition, records, tid, NOW, add_partition=True)
+            break
+        except KafkaError as exc:
+            if exc.code != ErrorCode.CONCURRENT_TRANSACTIONS:
+                raise
+            await trio.sleep(0.001)
+    _, flushed = broker.storage.append(partition, records, NOW, transactional=True)
     if flushed is not None:
         await flushed.wait()
 
@@ -107,7 +115,11 @@ async def test_recovery_after_a_crash_in_a_version_2_end(tmp_path, nursery, poin
     again.close()
 
 
-async def test_an_ongoing_version_2_transaction_survives_a_crash(tmp_path, nursery) -> None:
+async def test_an_ongoing_version_2_transaction_is_aborted_by_recovery_after_a_crash(
+        tmp_path, nursery) -> None:
+    """Its batches were answered once appended, so a crash may have taken them: recovery aborts
+    it with an epoch bump (the producer is fenced, as by a timeout) and the producer goes on
+    after it initializes again."""
     broker = make_broker(tmp_path)
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await init(broker)
@@ -115,11 +127,20 @@ async def test_an_ongoing_version_2_transaction_survives_a_crash(tmp_path, nurse
     crash(broker)
     again = make_broker(tmp_path)
     nursery.start_soon(again.flusher.run)
+    assert again.transactions.recovery.aborted == 1
     md = again.transactions.coordinator.get("tx")
-    assert (md.state, md.partitions) == (TxnState.ONGOING, {("t", 0)})
-    await produce_v12(again, pid, epoch, 1, 0)
-    assert await end_v5(again, pid, epoch, True) == (ErrorCode.NONE, (pid, epoch + 1))
-    assert again.partition("t", 0).producers.open_transactions() == {}
+    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+    p = again.partition("t", 0)
+    assert markers(again, 0) == [(2, epoch + 1, ControlType.ABORT)]
+    assert p.producers.open_transactions() == {}
+    assert p.last_stable_offset == p.high_watermark == p.log_end_offset == 3
+    with pytest.raises(KafkaError) as info:
+        await produce_v12(again, pid, epoch, 1, 0)
+    assert info.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    pid2, epoch2 = await init(again)
+    await produce_v12(again, pid2, epoch2, 1, 0)
+    assert await end_v5(again, pid2, epoch2, True) == (ErrorCode.NONE, (pid2, epoch2 + 1))
+    assert again.partition("t", 1).producers.open_transactions() == {}
     again.close()
 
 

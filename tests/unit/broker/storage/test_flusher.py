@@ -1,0 +1,123 @@
+"""Group commit (``broker/storage/flusher.py``): an acks=all write that is small and alone is
+synced by its own request; anything else joins the flusher's next round, where writes share
+fdatasyncs. A transactional batch is answered once appended (durable by its transaction's
+PrepareCommit), and readers never see it before it is synced."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import trio
+import trio.testing
+
+from broker.log.manager import LogManager
+from broker.log.topic_config import LogConfig
+from broker.storage import DataArrived, FlushScheduler, Storage
+from protocol.records import encode_batch
+
+NOW = 1_700_000_000_000
+
+
+class Seconds:
+    """A monotonic clock that moves a millisecond per reading (an fsync takes one), and as far
+    as the test moves it."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        self.now += 0.001
+        return self.now
+
+
+def storage(tmp_path: Path, seconds: Seconds) -> Storage:
+    logs = LogManager(tmp_path / "data", LogConfig(), NOW)
+    logs.create_topic("t", 3, None, NOW)
+    arrived = DataArrived()
+    return Storage(logs, FlushScheduler(arrived, seconds=seconds), arrived, durable=True)
+
+
+def record(size: int = 100) -> bytearray:
+    return bytearray(encode_batch([(None, b"x" * size, (), NOW)]))
+
+
+async def test_a_lone_acks_all_write_is_synced_by_its_request(tmp_path: Path, nursery) -> None:
+    seconds = Seconds()
+    s = storage(tmp_path, seconds)
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+
+    result, commit = s.append(p0, record(), NOW)
+    assert commit is None and p0.high_watermark == p0.log_end_offset == 1  # durable already
+
+    # Another write right after (within the window of a few fsync times) while other tasks are
+    # ready to run (many producers): it joins the next round instead of blocking the loop for
+    # an fsync of its own.
+    nursery.start_soon(trio.sleep, 0)
+    _, commit = s.append(p1, record(), NOW)
+    assert commit is not None and not commit.done and p1.high_watermark == 0
+    s.settle()
+    assert commit.done and commit.ok and p1.high_watermark == 1
+    # Within the window but nothing else to run (one producer): inline all the same.
+    await trio.testing.wait_all_tasks_blocked()
+    _, commit = s.append(p1, record(), NOW)
+    assert commit is None and p1.high_watermark == 2
+
+    seconds.now += 1.0  # quiet again
+    _, commit = s.append(p2, record(), NOW, acks=1)  # nobody waits, the round syncs
+    assert commit is None and p2.high_watermark == 0
+    _, commit = s.append(p0, record(), NOW)  # a round is pending
+    assert commit is not None and p0.high_watermark == 1
+    s.settle()
+    assert p0.high_watermark == 2 and p2.high_watermark == 1
+
+    seconds.now += 1.0
+    _, commit = s.append(p1, record(16 * 1024), NOW)  # not small
+    assert commit is not None
+    s.settle()
+    _, commit = s.append(p2, record(), NOW)  # alone again
+    assert commit is None and p2.high_watermark == p2.log_end_offset
+    s.close()
+
+
+async def test_a_transactional_batch_is_answered_appended_and_hidden_until_synced(
+    tmp_path: Path, nursery
+) -> None:
+    """acks=all for a transactional batch: no commit to wait for, no round started, and the
+    high watermark (what every reader, read_uncommitted included, may see) stays below it until
+    a commit of its partition (the transaction's PrepareCommit round) syncs it."""
+    s = storage(tmp_path, Seconds())
+    nursery.start_soon(s.flusher.run)
+    p0 = s.partition("t", 0)
+    batch = bytearray(encode_batch([(None, b"x", (), NOW)], producer_id=7, producer_epoch=0,
+                                   base_sequence=0, transactional=True))
+    result, commit = s.append(p0, batch, NOW, acks=-1, transactional=True)
+    assert commit is None and result.base_offset == 0
+    await trio.testing.wait_all_tasks_blocked()
+    assert p0.log_end_offset == 1 and p0.high_watermark == 0  # no round started for it
+    assert p0.read(0, 1 << 20, p0.high_watermark) == b""  # invisible to every reader
+    done = s.commit([p0])
+    assert done.done and done.ok and p0.high_watermark == 1
+    # The next append gets the next offset: nothing is reused.
+    assert s.append(p0, record(), NOW)[0].base_offset == 1
+    s.close()
+
+
+async def test_inline_syncs_need_no_spare_descriptors(tmp_path: Path, monkeypatch) -> None:
+    """Inline syncs (a lone write, ``flush_now``, ``Partition.flush``) fdatasync the files' own
+    descriptors: out of descriptors (EMFILE), they still make writes durable. (A round in the
+    worker thread duplicates them, as its files may be closed meanwhile.)"""
+    seconds = Seconds()
+    s = storage(tmp_path, seconds)
+    p0, p1 = s.partition("t", 0), s.partition("t", 1)
+
+    def no_descriptors(fd: int) -> int:
+        raise OSError(24, "Too many open files")
+
+    monkeypatch.setattr("broker.log.partition.os.dup", no_descriptors)
+    _, commit = s.append(p0, record(), NOW)
+    assert commit is None and p0.high_watermark == 1
+    p1.append_untrusted(record(), NOW)
+    assert p1.flush() == 1
+    s.append(p0, record(), NOW, acks=1)
+    s.settle()
+    assert p0.high_watermark == 2
