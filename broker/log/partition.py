@@ -671,11 +671,15 @@ class Partition:
         self._closed = True
 
     def delete(self) -> None:
-        """Close the files without saving anything and remove the directory."""
+        """Close the files without saving anything and remove the directory. Nothing is left to
+        sync: a flush round that still lists the partition (an unsynced transactional batch of a
+        topic deleted before its PrepareCommit) finds it clean instead of closed descriptors."""
         self.txn_index.close(sync=False)
         for seg in self.segments:
             seg.close()
         self._closed = True
+        self._dirty = self._dir_dirty = False
+        self._unsynced.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
