@@ -296,7 +296,12 @@ async def _serve_connection(
                                      or session.principal)
         await _serve_requests(_Connection(stream, shared))
     except (ssl.SSLError, ConnectionError, OSError) as exc:
-        log.info("closing %s: %s", sock.peer_name(), exc)
+        hint = ""
+        if isinstance(exc, ssl.SSLError) and exc.reason == "WRONG_VERSION_NUMBER":
+            # What a Kafka request looks like to TLS: the client's security.protocol is wrong.
+            hint = (f" (a client without TLS at this {info.security_protocol} listener? its "
+                    f"security.protocol must be {info.security_protocol})")
+        log.info("closing %s: %s%s", sock.peer_name(), exc, hint)
     finally:
         if session.refusals is not None:
             session.refusals.close()  # the count of refusal lines left out, if any

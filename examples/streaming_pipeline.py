@@ -3,16 +3,20 @@
     minibroker serve --data-dir ./data                            # terminal 1: 127.0.0.1:9092
     python examples/streaming_pipeline.py --demo 10000 --available-now   # terminal 2
 
-The job reads the topic ``orders`` (read_committed: aborted and still-open transactions are never
+The job reads the topic ``order-events`` (read_committed: aborted and still-open transactions are never
 seen), keeps the orders of at least 100, adds a tax-inclusive amount, and writes them, keyed by
 customer, to ``large-orders`` with the connector's exactly-once sink. Stop it at any moment
 (Ctrl-C, kill -9 of the driver) and start it again with the same ``--checkpoint``: it continues
 where it stopped, and ``large-orders`` never holds an order twice.
 
 ``--demo N`` first creates the topics and produces N orders in one transaction (and one aborted
-transaction, whose order must never come out), unless ``orders`` already holds committed orders:
+transaction, whose order must never come out), unless ``order-events`` already holds committed
+orders:
 rerunning the same command after a crash does not produce the demo input twice (a crash in the
-middle of producing it leaves nothing visible, and the rerun produces it whole).
+middle of producing it leaves nothing visible, and the rerun produces it whole). A source topic
+holding records that are not JSON orders (the README tour's ``orders`` holds ``alice:10`` lines)
+is refused with one line, instead of a job that writes nothing.
+The checkpoint goes to ``./checkpoints/`` (ignored by git) unless ``--checkpoint`` says otherwise.
 ``--available-now`` processes what is there and exits; without it the query runs until
 interrupted.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import pkgutil
 import random
 import sys
 
@@ -32,7 +37,8 @@ import click
 
 @click.command()
 @click.option("--bootstrap", default="127.0.0.1:9092", show_default=True, help="Broker host:port.")
-@click.option("--source", default="orders", show_default=True, help="Topic to read.")
+@click.option("--source", default="order-events", show_default=True,
+              help="Topic to read: JSON orders {id, customer, amount}.")
 @click.option("--sink", default="large-orders", show_default=True, help="Topic to write.")
 @click.option("--checkpoint", default="./checkpoints/large-orders", show_default=True, help="Spark checkpoint dir.")
 @click.option("--demo", type=int, default=0, help="Produce this many demo orders first.")
@@ -56,10 +62,15 @@ def main(bootstrap, source, sink, checkpoint, demo, available_now, max_per_trigg
         .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
+        # A wrong option is one line (the connector's message), not the worker's traceback.
+        .config("spark.sql.execution.pyspark.udf.hideTraceback.enabled", "true")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    spark_connector.register(spark)  # not needed when pyspark_minibroker is installed
+    if not any(m.name == "pyspark_minibroker" for m in pkgutil.iter_modules()):
+        # PySpark registers format "minibroker" by itself when it finds pyspark_minibroker (an
+        # installed package); registering it again would replace it and log that it did.
+        spark_connector.register(spark)
 
     orders = (
         spark.readStream.format("minibroker")
@@ -110,6 +121,11 @@ def produce_demo_orders(bootstrap: str, source: str, sink: str, count: int) -> N
     with Consumer({"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}) as consumer:
         present = sum(consumer.end_offsets(consumer.partitions_for(source)).values())
     if present:
+        if not holds_orders(bootstrap, source):
+            raise click.ClickException(
+                f"{source} holds {present} record(s) that are not JSON orders "
+                '({"id": ..., "customer": ..., "amount": ...}): give another --source'
+            )
         click.echo(f"{source} already holds orders (up to offset total {present}): not producing the demo again")
         return
     rng = random.Random(7)
@@ -126,6 +142,26 @@ def produce_demo_orders(bootstrap: str, source: str, sink: str, count: int) -> N
         producer.send(source, json.dumps({"id": -1, "customer": "ghost", "amount": 999}).encode())
         producer.abort_transaction()  # never visible to the job
     click.echo(f"produced {count} orders to {source} (and one aborted)")
+
+
+def holds_orders(bootstrap: str, source: str) -> bool:
+    """Whether the first committed records of ``source`` are JSON orders."""
+    from client import Consumer
+
+    conf = {"bootstrap.servers": bootstrap, "isolation.level": "read_committed"}
+    with Consumer(conf) as consumer:
+        tps = consumer.partitions_for(source)
+        consumer.assign(tps)
+        consumer.seek_to_beginning(tps)
+        records = consumer.poll(5.0)
+    for record in records[:20]:
+        try:
+            order = json.loads(record.value)
+        except (TypeError, ValueError):
+            return False
+        if not isinstance(order, dict) or not {"id", "customer", "amount"} <= set(order):
+            return False
+    return bool(records)
 
 
 if __name__ == "__main__":

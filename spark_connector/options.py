@@ -51,6 +51,9 @@ DEFAULT_TRANSACTIONAL_ID_PREFIX = "minibroker-spark"
 DEFAULT_PROGRESS_TOPIC = "minibroker-spark-progress"
 DEFAULT_MAX_RECORDS_PER_PARTITION = 1_000_000
 DEFAULT_POLL_TIMEOUT_MS = 120_000
+# How long a reader's first contact waits for a broker before the query fails (minibroker's own
+# option): short, so that a broker that is down or a wrong address is said at once.
+DEFAULT_CONNECT_TIMEOUT_MS = 10_000
 # Spark's defaults for the same options.
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_FETCH_OFFSET_NUM_RETRIES = 3
@@ -90,6 +93,7 @@ _READ_KEYS = {
     "fetchoffset.numretries": "fetchOffset.numRetries",
     "fetchoffset.retryintervalms": "fetchOffset.retryIntervalMs",
     "groupidprefix": "groupIdPrefix",
+    "connecttimeoutms": "connectTimeoutMs",
 }
 _WRITE_KEYS = {
     "topic": "topic",
@@ -151,6 +155,7 @@ class ReadOptions(CommonOptions):
     min_partitions: int | None = None
     max_records_per_partition: int = DEFAULT_MAX_RECORDS_PER_PARTITION
     poll_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    connect_timeout_ms: int = DEFAULT_CONNECT_TIMEOUT_MS
     # Timestamps (ms since the epoch) to start or end at: one for every partition, or per
     # partition; they take precedence over starting_offsets / ending_offsets, as in Spark.
     starting_timestamp: int | None = None
@@ -375,6 +380,14 @@ def parse_offsets(value: str, name: str, allowed: tuple[str, ...]) -> OffsetSpec
         if text.lower() not in allowed:
             raise OptionError(f"option {name!r} cannot be {text.lower()!r} here")
         return text.lower()
+    if not text.startswith(("{", "[", '"')):
+        # A word, not JSON: most likely a misspelt earliest/latest.
+        hint = difflib.get_close_matches(text.lower(), allowed, n=1, cutoff=0.5)
+        words = " or ".join(repr(a) for a in allowed)
+        raise OptionError(
+            f"option {name!r} must be {words} or a JSON object like {{\"topic\": {{\"0\": 23}}}}, "
+            f"not {value!r}" + (f" (did you mean {hint[0]!r}?)" if hint else "")
+        )
     data = _json(text, name)
     if not isinstance(data, dict) or not data:
         raise OptionError(
@@ -514,6 +527,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         min_partitions=_positive_int(own, "minpartitions", "minPartitions"),
         max_records_per_partition=max_per_partition or DEFAULT_MAX_RECORDS_PER_PARTITION,
         poll_timeout_ms=poll_timeout or DEFAULT_POLL_TIMEOUT_MS,
+        connect_timeout_ms=_positive_int(own, "connecttimeoutms", "connectTimeoutMs")
+        or DEFAULT_CONNECT_TIMEOUT_MS,
         starting_timestamp=_timestamp(own, "startingtimestamp", "startingTimestamp"),
         starting_offsets_by_timestamp=starting_by_ts,
         starting_timestamp_strategy=strategy,

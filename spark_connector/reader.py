@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
 from client import Admin, Consumer, ConsumerRecord
-from client.errors import UnknownTopicOrPartitionError
+from client.errors import BrokerConnectionError, UnknownTopicOrPartitionError
 from spark_connector.options import EARLIEST, LATEST, OptionError, ReadOptions
 from spark_connector.planning import (
     OffsetRange,
@@ -36,7 +36,7 @@ from spark_connector.planning import (
     rate_limit,
     split_ranges,
 )
-from spark_connector.retry import call_with_retries
+from spark_connector.retry import DEFAULT_TIMEOUT_S, call_with_retries
 
 log = logging.getLogger("spark_connector.reader")
 
@@ -64,10 +64,26 @@ class RangePartition(InputPartition):
 # -- planning against the broker ----------------------------------------------------------------
 
 
-def _topic_partitions(opts: ReadOptions, admin: Admin, streaming: bool) -> list[TopicPartition]:
+def _topic_partitions(
+    opts: ReadOptions, admin: Admin, streaming: bool, first: bool = False
+) -> list[TopicPartition]:
     """The partitions the options select, sorted. A batch read of a topic that does not exist is
-    an error; a stream simply sees no partitions until the topic appears."""
-    return call_with_retries(lambda: _select(opts, admin, streaming), "listing the partitions to read")
+    an error; a stream simply sees no partitions until the topic appears.
+
+    ``first``: the reader has not reached the broker yet, so it gives up after connectTimeoutMs
+    (a broker that is down, or a wrong address, fails the query in seconds); later calls ride
+    through restarts for default.api.timeout.ms, as Kafka's clients do."""
+    timeout_s = opts.connect_timeout_ms / 1000 if first else DEFAULT_TIMEOUT_S
+    try:
+        return call_with_retries(lambda: _select(opts, admin, streaming),
+                                 "listing the partitions to read", timeout_s=timeout_s)
+    except BrokerConnectionError as exc:
+        if not first:
+            raise
+        raise BrokerConnectionError(
+            f"{exc} (no broker at {opts.bootstrap_servers} answered within "
+            f"connectTimeoutMs={opts.connect_timeout_ms})"
+        ) from None
 
 
 def _select(opts: ReadOptions, admin: Admin, streaming: bool) -> list[TopicPartition]:
@@ -333,7 +349,7 @@ class BatchReader(DataSourceReader):
         opts = self.opts
         admin, consumer = _clients(opts)
         try:
-            tps = _topic_partitions(opts, admin, streaming=False)
+            tps = _topic_partitions(opts, admin, streaming=False, first=True)
             begin = _lookup(opts, consumer, tps, earliest=True)
             end = _lookup(opts, consumer, tps, earliest=False)
             starts = _starting_offsets(opts, consumer, tps, begin, end)
@@ -379,6 +395,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._clock = clock  # seconds; drives maxTriggerDelay
         self._admin: Admin | None = None
         self._consumer: Consumer | None = None
+        self._reached = False  # the broker answered this reader once (connectTimeoutMs)
         self._latest: Offsets | None = None
         self._available_now: Offsets | None = None
         self._last_batch_at: float | None = None
@@ -389,6 +406,11 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         state["_admin"] = state["_consumer"] = None
         return state
 
+    def _partitions(self, admin: Admin) -> list[TopicPartition]:
+        tps = _topic_partitions(self.opts, admin, streaming=True, first=not self._reached)
+        self._reached = True
+        return tps
+
     def _open(self) -> tuple[Admin, Consumer]:
         if self._consumer is None:
             self._admin, self._consumer = _clients(self.opts)
@@ -397,7 +419,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> dict:
         opts = self.opts
         admin, consumer = self._open()
-        tps = _topic_partitions(opts, admin, streaming=True)
+        tps = self._partitions(admin)
         begin = _lookup(opts, consumer, tps, earliest=True)
         end = _lookup(opts, consumer, tps, earliest=False)
         return offsets_to_json(_starting_offsets(opts, consumer, tps, begin, end))
@@ -416,7 +438,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opts = self.opts
         admin, consumer = self._open()
         begun = offsets_from_json(start)
-        current = _topic_partitions(self.opts, admin, streaming=True)
+        current = self._partitions(admin)
         gone = sorted(set(begun) - set(current))
         if gone:
             names = ", ".join(f"{t}-{p}" for t, p in gone)
@@ -473,7 +495,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         admin, consumer = self._open()
-        tps = _topic_partitions(self.opts, admin, streaming=True)
+        tps = self._partitions(admin)
         self._available_now = _lookup(self.opts, consumer, tps, earliest=False)
 
     def reportLatestOffset(self) -> dict | None:

@@ -71,7 +71,10 @@ class MinibrokerDataSource(DataSource):
         # reads or writes, so the options must make sense for at least one of the three uses;
         # reader() / streamReader() / writer() check them again for their own direction.
         super().__init__(options)
-        check_options(self.options)
+        try:
+            check_options(self.options)
+        except OptionError as exc:
+            raise short(exc) from None
 
     @classmethod
     def name(cls) -> str:
@@ -84,16 +87,39 @@ class MinibrokerDataSource(DataSource):
         return read_schema(value.strip().lower() == "true")
 
     def reader(self, schema: StructType) -> BatchReader:
-        check_read_schema(schema)
-        return BatchReader(parse_read_options(self.options, streaming=False), schema)
+        try:
+            check_read_schema(schema)
+            options = parse_read_options(self.options, streaming=False)
+        except OptionError as exc:
+            raise short(exc) from None
+        return BatchReader(options, schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
-        check_read_schema(schema)
-        return StreamReader(parse_read_options(self.options, streaming=True), schema)
+        try:
+            check_read_schema(schema)
+            options = parse_read_options(self.options, streaming=True)
+        except OptionError as exc:
+            raise short(exc) from None
+        return StreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         # As Spark's Kafka sink: "overwrite" appends too (a topic cannot be truncated).
-        return BatchWriter(parse_write_options(self.options), schema)
+        try:
+            options = parse_write_options(self.options)
+        except OptionError as exc:
+            raise short(exc) from None
+        return BatchWriter(options, schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> StreamWriter:
-        return StreamWriter(parse_write_options(self.options), schema)
+        try:
+            options = parse_write_options(self.options)
+        except OptionError as exc:
+            raise short(exc) from None
+        return StreamWriter(options, schema)
+
+
+def short(exc: OptionError) -> OptionError:
+    """``exc`` without the frames of the option parsing: Spark puts the Python traceback into
+    its error message, and for a wrong option the message is all there is to say. (Spark's
+    spark.sql.execution.pyspark.udf.hideTraceback.enabled=true leaves only that line.)"""
+    return exc.with_traceback(None)

@@ -36,8 +36,9 @@ def _next_frame(frames: SocketFrames) -> bytearray:
 
 
 def broker_api_versions(bootstrap: str, timeout: float = 10.0) -> dict[int, tuple[int, int]]:
-    """``{api_key: (min, max)}`` as the broker at ``host:port`` advertises them (ApiVersions v0)."""
-    host, _, port = bootstrap.rpartition(":")
+    """``{api_key: (min, max)}`` as the broker at ``host:port`` advertises them (ApiVersions v0);
+    of a list (``host:port,host:port``), the first."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         header = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "probe"))
         sock.sendall(encode_frame(header))

@@ -25,6 +25,13 @@ EARLIEST_TIMESTAMP = -2
 MAX_TIMESTAMP = -3  # ListOffsets v7+ (KIP-734)
 EARLIEST_LOCAL_TIMESTAMP = -4  # v8+ (KIP-405)
 LATEST_TIERED_TIMESTAMP = -5  # v9+ (KIP-1005)
+# The first ListOffsets version of each special timestamp (-6, EARLIEST_PENDING_UPLOAD, KIP-1023,
+# is v11, which is not served). Kafka answers UNSUPPORTED_VERSION for one asked below its version,
+# and for a negative timestamp that is none of them.
+SPECIAL_TIMESTAMP_VERSION = {
+    LATEST_TIMESTAMP: 0, EARLIEST_TIMESTAMP: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8,
+    LATEST_TIERED_TIMESTAMP: 9,
+}
 # Cap on a client's max_wait_ms, so that a bogus value cannot park a connection for days.
 MAX_WAIT_CAP_MS = 60_000
 
@@ -61,7 +68,16 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                     aborted = (partition.aborted_transactions(part.fetch_offset, bound)
                                if records else [])
             except KafkaError as exc:
+                # Kafka answers an erring partition without its offsets (ReplicaManager's
+                # LogReadResult of an exception: high watermark, LSO and log start -1).
                 error = exc.code
+                hw = lso = log_start = -1
+                # A partition refused before any read (unknown, not authorized) is Kafka's
+                # FetchResponse.partitionResponse(error), with an empty aborted list; a read
+                # that failed (OFFSET_OUT_OF_RANGE) has none (null).
+                if error in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             ErrorCode.TOPIC_AUTHORIZATION_FAILED):
+                    aborted = []
             remaining -= len(records)
             total += len(records)
             partitions.append((part.partition, error, hw, lso, log_start, aborted, records))
@@ -103,15 +119,35 @@ def _has_error(topics) -> bool:
 @handles(ApiKey.LIST_OFFSETS)
 def list_offsets(broker: Broker, header, request) -> dict:
     committed = request.isolation_level == READ_COMMITTED
+    version = header.api_version
+    # A partition asked twice is answered once, INVALID_REQUEST (Kafka's duplicatePartitions).
+    seen: set[tuple[str, int]] = set()
+    duplicates = set()
+    for topic in request.topics:
+        for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            if key in seen:
+                duplicates.add(key)
+            seen.add(key)
+    answered: set[tuple[str, int]] = set()
     topics = []
     for topic in request.topics:
         partitions = []
         describable = allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for part in topic.partitions:
+            key = (topic.name, part.partition_index)
+            if key in answered:
+                continue
+            answered.add(key)
             error, timestamp, offset = ErrorCode.NONE, -1, -1
             try:
+                if key in duplicates:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST)
                 if not describable:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                if part.timestamp < 0 and version < SPECIAL_TIMESTAMP_VERSION.get(
+                        part.timestamp, 1 << 15):
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION)
                 partition = broker.partition(topic.name, part.partition_index)
                 visible = partition.last_stable_offset if committed else partition.high_watermark
                 if part.timestamp == LATEST_TIMESTAMP:

@@ -43,6 +43,12 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     # and Write on each topic. Nothing of a refused partition is written.
     txn_refused = request.transactional_id is not None and not allowed(
         broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
+    if request.transactional_id is None and any(
+            part.records is not None and transactions.needs_verification(part.records, None)
+            for topic in request.topics for part in topic.partitions):
+        # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
+        # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
+        txn_refused = True
     for topic in request.topics:
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused

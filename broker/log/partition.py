@@ -533,12 +533,12 @@ class Partition:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time: ``(timestamp, offset)`` of the first record whose timestamp is
-        >= ``timestamp``; None if none. The offset may lie above the high watermark: the caller
-        bounds it if it must."""
+        """ListOffsets by time: ``(timestamp, offset)`` of the first record from the log start
+        offset on whose timestamp is >= ``timestamp``; None if none. The offset may lie above the
+        high watermark: the caller bounds it if it must."""
         for seg in self.segments:
             try:
-                found = seg.find_timestamp(timestamp)
+                found = seg.find_timestamp(timestamp, self.log_start_offset)
             except CorruptLogError as exc:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             if found is not None:
@@ -671,11 +671,15 @@ class Partition:
         self._closed = True
 
     def delete(self) -> None:
-        """Close the files without saving anything and remove the directory."""
+        """Close the files without saving anything and remove the directory. Nothing is left to
+        sync: a flush round that still lists the partition (an unsynced transactional batch of a
+        topic deleted before its PrepareCommit) finds it clean instead of closed descriptors."""
         self.txn_index.close(sync=False)
         for seg in self.segments:
             seg.close()
         self._closed = True
+        self._dirty = self._dir_dirty = False
+        self._unsynced.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -325,27 +325,36 @@ class Segment:
             raise CorruptLogError(f"{self.log_path}: short read at {pos}")
         return data
 
-    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """``(timestamp, offset)`` of the first record whose timestamp is >= ``timestamp`` (Kafka's
-        ListOffsets by time), or None. The batch is found from the index and the batch headers'
-        maxTimestamp; its records are then read to find the record itself."""
+    def find_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
+        """``(timestamp, offset)`` of the first record at or above ``min_offset`` (the log start
+        offset) whose timestamp is >= ``timestamp`` (Kafka's ListOffsets by time, which skips
+        what DeleteRecords removed: LogSegment.findOffsetByTimestamp's startingOffset), or None.
+        The batch is found from the index and the batch headers' maxTimestamp; its records are
+        then read to find the record itself."""
         if self.max_timestamp < timestamp or not len(self.index):
             return None
         k = self.index.first_reaching(timestamp)
         start = self.index.positions[k - 1] if k > 0 else 0
-        for pos, base, size, _, max_ts in self.walk(start, self.size):
-            if max_ts >= timestamp:
-                return self._first_record_reaching(pos, size, timestamp) or (max_ts, base)
+        for pos, base, size, last_delta, max_ts in self.walk(start, self.size):
+            if max_ts >= timestamp and base + last_delta >= min_offset:
+                found = self._first_record_reaching(pos, size, timestamp, min_offset)
+                if found is not None:
+                    return found
+                if base >= min_offset:
+                    return max_ts, base
         return None
 
-    def _first_record_reaching(self, pos: int, size: int, timestamp: int) -> tuple[int, int] | None:
-        """In the batch at ``pos``: ``(timestamp, offset)`` of its first record at or after
-        ``timestamp`` (with LogAppendTime every record carries the batch's maxTimestamp)."""
+    def _first_record_reaching(
+        self, pos: int, size: int, timestamp: int, min_offset: int = 0
+    ) -> tuple[int, int] | None:
+        """In the batch at ``pos``: ``(timestamp, offset)`` of its first record at or above
+        ``min_offset`` and at or after ``timestamp`` (with LogAppendTime every record carries the
+        batch's maxTimestamp)."""
         try:
             for header, records in decode_batches_untrusted(os.pread(self.fd, size, pos)):
                 for record in records:
                     stamp = header.max_timestamp if header.timestamp_type else record.timestamp
-                    if stamp >= timestamp:
+                    if stamp >= timestamp and record.offset >= min_offset:
                         return stamp, record.offset
         except CorruptFrameError as exc:
             raise CorruptLogError(f"{self.log_path}: batch at position {pos}: {exc}") from exc

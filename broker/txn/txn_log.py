@@ -46,8 +46,10 @@ each id (a tombstone removes it). It never takes a partition offline (issue 28):
 transaction marker, which an older version let a client write here), a batch whose CRC or records
 do not check and a record whose key or value does not decode are skipped, each with one error line
 naming the partition, the offset and why (``broker/internal_replay.py``), and every other record is
-loaded. An id whose latest record was skipped keeps the last state that could be read; its producer
-re-initialises as after any coordinator failure. No repair is needed to serve transactions again.
+loaded. An id whose latest record was skipped keeps the last state that could be read; if that is a
+finished transaction, its epoch is marked exhausted, so the next InitProducerId moves it to a new
+producer id (the lost record may have handed out a higher epoch: reusing it would leave a live
+producer unfenced; the old producer gets PRODUCER_FENCED). No repair is needed to serve again.
 """
 
 from __future__ import annotations
@@ -55,16 +57,17 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
+from dataclasses import replace
 
 from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
-from broker.txn.coordinator import TxnTransition
+from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import encode_batch
+from protocol.records import NO_PRODUCER_EPOCH, encode_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
@@ -251,12 +254,16 @@ class TxnLog:
     def _replay_partition(
         partition: Partition, skips: SkipLog
     ) -> Iterator[tuple[str, TxnTransition | None]]:
+        # The last record read of each id, and the ids whose latest record could not be read.
+        latest: dict[str, TxnTransition | None] = {}
+        uncertain: set[str] = set()
         for header, records in read_batches(partition, partition.log_end_offset, skips):
             if header.is_control:
                 skips.skip(header.base_offset, "a transaction marker (control batch) is not a "
                            "transaction-log record", "control batch")
                 continue
             for record in records:
+                tid = None
                 try:
                     if record.key is None:
                         raise CorruptTxnLogError("record without a key")
@@ -264,5 +271,28 @@ class TxnLog:
                     transition = None if record.value is None else decode_value(tid, record.value)
                 except (CorruptTxnLogError, ValueError) as exc:
                     skips.skip(record.offset, str(exc) or type(exc).__name__)
+                    if tid is not None:
+                        uncertain.add(tid)
                     continue
+                uncertain.discard(tid)
+                latest[tid] = transition
                 yield tid, transition
+        for tid in sorted(uncertain):
+            fenced = _fence_unknown_epoch(latest.get(tid))
+            if fenced is not None:
+                log.warning("%s-%d: the latest record of %r could not be read; its producer is "
+                            "fenced and gets a new producer id at its next InitProducerId",
+                            partition.topic, partition.index, tid)
+                yield tid, fenced
+
+
+def _fence_unknown_epoch(last: TxnTransition | None) -> TxnTransition | None:
+    """``last`` (the last state read of an id whose later record was skipped) with its epoch
+    marked exhausted, so that the next InitProducerId moves to a new producer id: the skipped
+    record may have bumped the epoch, and reusing an epoch a live producer holds would leave it
+    unfenced. Only for a finished transaction (Empty, CompleteCommit, CompleteAbort); an open or
+    prepared one is completed or aborted from the state read, as after any crash (None)."""
+    if last is None or last.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                                          TxnState.COMPLETE_ABORT):
+        return None
+    return replace(last, producer_epoch=EPOCH_EXHAUSTED, last_producer_epoch=NO_PRODUCER_EPOCH)

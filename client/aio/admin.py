@@ -520,6 +520,8 @@ class AsyncAdmin:
                     GROUP, group_id, ApiKey.DESCRIBE_GROUPS, {"groups": [group_id]}
                 )
                 (group,) = response.groups
+                if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                    return group  # DescribeGroups v6+: no such group (older versions: Dead)
                 if group.error_code:
                     exc = self._cluster.coordinator_error(
                         GROUP, group_id, group.error_code, f"group {group_id}"

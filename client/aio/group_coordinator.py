@@ -342,6 +342,9 @@ class GroupCoordinator:
                         "group_id": group_id,
                         "generation_id": self.generation_id,
                         "member_id": self.member_id,
+                        # v5+: Kafka answers INCONSISTENT_GROUP_PROTOCOL when these are null
+                        "protocol_type": PROTOCOL_TYPE,
+                        "protocol_name": join.protocol_name,
                         "assignments": assignments,
                     },
                     channel=COORDINATOR_CHANNEL,

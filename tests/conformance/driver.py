@@ -195,7 +195,7 @@ class Run:
 
     # -- one request -----------------------------------------------------------------------------
     def send(self, step: dict[str, Any], label: str) -> tuple[str, int, int, int, str]:
-        api = ApiKey[step["api"]]
+        api = ApiKey[step["api"]] if isinstance(step["api"], str) else int(step["api"])
         version = int(step["v"])
         body = (bytes.fromhex(step["body_hex"]) if "body_hex" in step
                 else self.resolve(step.get("body", {})))
@@ -210,7 +210,8 @@ class Run:
 
     def receive(self, sent: tuple[str, int, int, int, str], step: dict[str, Any]) -> Answer:
         label, api, version, corr, conn_name = sent
-        name = ApiKey(api).name
+        known = api in ApiKey.__members__.values()
+        name = ApiKey(api).name if known else f"API_{api}"
         if api == ApiKey.PRODUCE and step.get("body", {}).get("acks") == 0:
             return Answer(label, name, version, event="no response")
         conn = self.conns.get(conn_name)
@@ -223,6 +224,8 @@ class Run:
         if frame is None:
             self.drop(conn_name)
             return Answer(label, name, version, event="closed")
+        if not known:
+            return Answer(label, name, version, event="an answer to an unknown API")
         got, offset = parse_response_header_untrusted(frame, api, version)
         if got != corr:
             raise AssertionError(f"{label}: correlation id {got}, expected {corr}")
@@ -236,12 +239,14 @@ class Run:
         # A Produce is not retried (a partial success would append twice) unless a step asks.
         default = frozenset() if step["api"] == "PRODUCE" else RETRIABLE
         retry_on = default if "retry" not in step else {ErrorCode[e] for e in step["retry"]}
+        until = step.get("until", {})
         deadline = time.monotonic() + RETRY_FOR
         while True:
             answer = self.receive(self.send(step, label), step)
-            if not retry_on or answer.body is None or time.monotonic() > deadline:
+            if answer.body is None or time.monotonic() > deadline:
                 return answer
-            if not (error_codes(answer.body) & retry_on):
+            if not (error_codes(answer.body) & retry_on) and all(
+                    _at(answer.body, path) == value for path, value in until.items()):
                 return answer
             time.sleep(0.05)
 
@@ -259,7 +264,7 @@ class Run:
                 except (ValueError, KeyError, IndexError, TypeError) as exc:
                     # An answer the next step cannot use (a field missing, an id of -1): the case
                     # stops here, and the other broker's run shows where they parted.
-                    self.answers.append(Answer(label, step.get("api", "-"), step.get("v", -1),
+                    self.answers.append(Answer(label, str(step.get("api", "-")), step.get("v", -1),
                                                event=f"case stopped: {type(exc).__name__}: {exc}"))
                     break
         finally:
@@ -330,6 +335,17 @@ class Run:
                 return
             time.sleep(0.05)
         raise AssertionError(f"transaction {transactional_id} still preparing after {RETRY_FOR} s")
+
+
+def _at(body: Any, path: str) -> Any:
+    """The value at ``a.b[0].c`` in a decoded answer (None if there is none)."""
+    value = body
+    for name, index in re.findall(r"\.?(\w+)|\[(\d+)\]", path):
+        try:
+            value = value[name] if name else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return value
 
 
 def error_codes(body: Any) -> set[int]:
@@ -484,17 +500,28 @@ def diff(a: Any, b: Any, path: str = "") -> Iterator[tuple[str, Any, Any]]:
         yield path or ".", a, b
 
 
+def covers(pattern: str, path: str) -> bool:
+    """Whether an ``ignore`` pattern (``topics[*].configs``: ``[*]`` any index) covers a path:
+    the path itself or anything under it."""
+    regex = re.escape(pattern).replace(r"\[\*\]", r"\[\d+\]")
+    return re.fullmatch(regex + r"(?:[.\[].*)?", path) is not None
+
+
 def divergences(case: dict[str, Any], kafka: tuple[list[Answer], dict[str, str]],
                 minibroker: tuple[list[Answer], dict[str, str]]) -> list[str]:
     """One line per difference between the two runs of ``case``."""
     k_answers, k_symbols = kafka[0], Symbols(kafka[1])
     m_answers, m_symbols = minibroker[0], Symbols(minibroker[1])
     lines = []
+    ignored = {step.get("as", str(i)): step.get("ignore", [])
+               for i, step in enumerate(case["steps"], 1)}
     for k, m in itertools.zip_longest(k_answers, m_answers):
         if k is None or m is None:
             lines.append(f"{case['name']}#{(k or m).label}: answered by one broker only")
             continue
         for path, x, y in diff(normalize(k, k_symbols), normalize(m, m_symbols)):
+            if any(covers(pattern, path) for pattern in ignored.get(k.label, [])):
+                continue
             lines.append(f"{case['name']}#{k.label} {k.api} v{k.version} {path}: "
                          f"kafka={x!r} minibroker={y!r}")
     return lines

@@ -22,7 +22,9 @@ has a coordinator, every partition of every topic can be fetched, a new transact
 commits, a group commits and fetches its offsets, offsets committed before the run are still
 there and a canary transaction committed before the run reads back exactly.
 
-``python -m tests.fuzz.orders SECONDS [SEED ...]`` runs it by hand; the suite runs a short one
+Each run is an anonymous client's on a default broker, or (``secured``) a SASL user's with every
+right on ``Topic:*`` on a broker with an authorizer.
+``python -m tests.fuzz.orders SECONDS [SEED ...] [--secured]`` runs it by hand; the suite runs a short one
 (``tests/fuzz/test_orders.py``; longer with ``MINIBROKER_ORDERS_SECONDS`` and
 ``MINIBROKER_ORDERS_SEEDS``).
 """
@@ -81,8 +83,10 @@ class Report:
 
 
 class _Fuzz:
-    def __init__(self, proc: BrokerProcess, rng: random.Random, report: Report) -> None:
+    def __init__(self, proc: BrokerProcess, rng: random.Random, report: Report,
+                 auth: dict) -> None:
         self.proc = proc
+        self.auth = auth
         self.rng = rng
         self.report = report
         self.conn: RawConnection | None = None
@@ -122,7 +126,7 @@ class _Fuzz:
 
     def _conn(self) -> RawConnection:
         if self.conn is None:
-            self.conn = ops.connect(self.proc.port, timeout=15)
+            self.conn = ops.connect(self.proc.port, timeout=15, **self.auth)
         return self.conn
 
     def drop(self) -> None:
@@ -352,24 +356,47 @@ def check_broker(proc: BrokerProcess, auth: dict, canary: list[bytes],
 # -- a run --------------------------------------------------------------------------------------
 
 
-def run(work_dir: Path, seconds: float, seed: int) -> Report:
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'user_admin="admin-secret" user_bob="bob-secret";')
+# ``secured``: the run is bob's, a SASL user with every right on Topic:*, Write on
+# TransactionalId:*, Read on Group:* and ClusterAction, on a broker with an authorizer.
+BOB = {"user": "bob", "password": "bob-secret"}
+
+
+def _secure(props: list[str]) -> list[str]:
+    return [*props, "listeners=SASL_PLAINTEXT://127.0.0.1:0",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
+            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users=User:admin", "connection.failed.authentication.delay.ms=0"]
+
+
+def run(work_dir: Path, seconds: float, seed: int, secured: bool = False) -> Report:
     """One seeded run: setup, ``seconds`` of hostile requests, then the invariants after a clean
     and a kill -9 restart. Raises AssertionError (with the seed) on a broken invariant."""
     report = Report(seed)
     rng = random.Random(seed)
-    props = work_dir / f"orders-{seed}.properties"
-    props.write_text("group.initial.rebalance.delay.ms=0\n"
-                     "transaction.abort.timed.out.transaction.cleanup.interval.ms=200\n")
-    proc = BrokerProcess(work_dir / f"data-{seed}", "--config", str(props))
+    props = ["group.initial.rebalance.delay.ms=0",
+             "transaction.abort.timed.out.transaction.cleanup.interval.ms=200"]
+    name = f"{seed}-secured" if secured else str(seed)
+    config = work_dir / f"orders-{name}.properties"
+    config.write_text("\n".join(_secure(props) if secured else props) + "\n")
+    proc = BrokerProcess(work_dir / f"data-{name}", "--config", str(config))
     proc.start()
+    auth = BOB if secured else {}
     try:
-        with ops.connect(proc.port) as conn:
-            for name, partitions in {**TOPICS, CANARY_TOPIC: 1, CHECK_TOPIC: 1}.items():
-                assert ops.create_topic(conn, name, partitions) == ErrorCode.NONE
+        if secured:
+            with ops.connect(proc.port, "admin", "admin-secret") as admin:
+                for resource, resource_name, operation in (
+                        ("topic", "*", "all"), ("transactional_id", "*", "write"),
+                        ("group", "*", "read"), ("cluster", "kafka-cluster", "cluster_action")):
+                    ops.allow(admin, "User:bob", resource, resource_name, operation)
+        with ops.connect(proc.port, **auth) as conn:
+            for topic, partitions in {**TOPICS, CANARY_TOPIC: 1, CHECK_TOPIC: 1}.items():
+                assert ops.create_topic(conn, topic, partitions) == ErrorCode.NONE
             ops.commit_transaction(conn, "canary", CANARY_TOPIC, CANARY)
             assert ops.offset_commit(conn, KEPT_GROUP, {(CHECK_TOPIC, 0): KEPT_OFFSET}) == \
                 {(CHECK_TOPIC, 0): 0}
-        fuzz = _Fuzz(proc, rng, report)
+        fuzz = _Fuzz(proc, rng, report, auth)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if proc.proc is None or proc.proc.poll() is not None:
@@ -378,14 +405,14 @@ def run(work_dir: Path, seconds: float, seed: int) -> Report:
             fuzz.step()
         fuzz.drop()
         committed = {KEPT_GROUP: KEPT_OFFSET}
-        label = f"seed {seed}"
-        check_broker(proc, {}, CANARY, committed, f"{label}, after the run", CHECK_TOPIC)
+        label = f"seed {name}"
+        check_broker(proc, auth, CANARY, committed, f"{label}, after the run", CHECK_TOPIC)
         assert proc.stop() == 0, f"{label}: unclean exit:\n" + "".join(proc.output[-40:])
         proc.restart()
-        check_broker(proc, {}, CANARY, committed, f"{label}, clean restart", CHECK_TOPIC)
+        check_broker(proc, auth, CANARY, committed, f"{label}, clean restart", CHECK_TOPIC)
         proc.kill9()
         proc.restart()
-        check_broker(proc, {}, CANARY, committed, f"{label}, kill -9 restart", CHECK_TOPIC)
+        check_broker(proc, auth, CANARY, committed, f"{label}, kill -9 restart", CHECK_TOPIC)
     finally:
         proc.stop()
     return report
@@ -394,8 +421,9 @@ def run(work_dir: Path, seconds: float, seed: int) -> Report:
 if __name__ == "__main__":
     import tempfile
 
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 30
-    seeds = [int(s) for s in sys.argv[2:]] or [1]
+    args = [a for a in sys.argv[1:] if a != "--secured"]
+    seconds = float(args[0]) if args else 30
+    seeds = [int(s) for s in args[1:]] or [1]
     with tempfile.TemporaryDirectory() as tmp:
         for s in seeds:
-            print(run(Path(tmp), seconds, s))
+            print(run(Path(tmp), seconds, s, secured="--secured" in sys.argv))

@@ -54,8 +54,11 @@ def b(broker) -> list[str]:
 
 
 def create(broker, topic: str, partitions: int = 1) -> None:
+    from tests.spark.helpers import wait_for_topic  # also run against a Kafka cluster
+
     with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
         admin.create_topics([NewTopic(topic, partitions)])
+        wait_for_topic(admin, topic)
 
 
 def produce(broker, topic: str, records: list[tuple[int, bytes]]) -> None:

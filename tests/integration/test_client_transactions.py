@@ -41,8 +41,11 @@ def bootstrap(broker_proc):
 
 
 def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from tests.spark.helpers import wait_for_topic  # also run against a Kafka cluster
+
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topic(topic, partitions, exist_ok=True)
+        wait_for_topic(admin, topic)
 
 
 def ours(
@@ -373,6 +376,11 @@ def test_admin_lists_and_describes_transactions(bootstrap):
         listed = admin.list_transactions(states=["Ongoing"])
         assert ("described-tx", handle.producer_id, "Ongoing") in listed
         admin.end_transaction(handle, commit=True)
-        (after,) = admin.describe_transactions(["described-tx"])
+        # minibroker answers EndTxn once the commit is complete; Kafka once PrepareCommit is
+        # written, the markers and CompleteCommit follow (tests/kafka_road runs this on Kafka).
+        deadline = time.monotonic() + 10
+        while (after := admin.describe_transactions(["described-tx"])[0]).state == "PrepareCommit":
+            assert time.monotonic() < deadline, "the commit did not complete"
+            time.sleep(0.05)
         assert after.state == "CompleteCommit"
         assert "described-tx" not in {t.transactional_id for t in admin.list_transactions(states=["Ongoing"])}

@@ -196,3 +196,17 @@ def test_protocol_page_lists_the_served_versions():
         else:
             expanded[name] = versions
     assert expanded == served
+
+
+def test_cli_page_java_properties_example_is_read_as_documented():
+    """docs/cli.md's client.properties example: the JAAS line gives the user and password, the
+    PEM truststore the CA file (tests/integration/test_java_client_properties.py uses such files
+    against a SASL_SSL broker)."""
+    from client.config import admin_config
+    from protocol.properties import parse_properties
+
+    (example,) = fenced_blocks("properties", ROOT / "docs" / "cli.md")
+    conf = admin_config({"bootstrap.servers": "127.0.0.1:9094", **parse_properties(example)})
+    assert (conf["sasl.username"], conf["sasl.password"]) == ("bob", "bob-secret")
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["ssl.ca.location"] == "/etc/kafka/ca.pem"

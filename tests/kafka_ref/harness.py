@@ -138,17 +138,21 @@ def programs_classpath() -> str:
     return f"{out}{os.pathsep}{cp}"
 
 
-def java_command(main_class: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> list[str]:
-    """The command line that runs ``main_class`` on the test programs' and Kafka's classpath."""
-    return ["java", *jvm_opts, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}", "-cp",
-            programs_classpath(), main_class, *args]
+def java_command(main_class: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS,
+                 programs: bool = True) -> list[str]:
+    """The command line that runs ``main_class`` on Kafka's classpath, after the test programs'
+    (compiled first) unless ``programs`` is false."""
+    cp = programs_classpath() if programs else classpath()
+    return ["java", *jvm_opts, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}", "-cp", cp,
+            main_class, *args]
 
 
 def run_tool(main_class: str, *args: str, input: str | None = None, timeout: float = 120.0,
-             jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> subprocess.CompletedProcess[str]:
+             jvm_opts: Iterable[str] = TOOL_JVM_OPTS, programs: bool = True,
+             ) -> subprocess.CompletedProcess[str]:
     """Run a Kafka tool or test program to its end; exit code, stdout and stderr as text."""
-    return subprocess.run(java_command(main_class, *args, jvm_opts=jvm_opts), input=input,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(java_command(main_class, *args, jvm_opts=jvm_opts, programs=programs),
+                          input=input, capture_output=True, text=True, timeout=timeout)
 
 
 def free_port() -> int:
@@ -207,8 +211,7 @@ class KafkaCluster:
         self.heap = heap
         self.jvm_opts = list(jvm_opts)
         self.nodes = [
-            KafkaNode(i, free_port(), free_port(), self.workdir / f"node{i}")
-            for i in range(1, nodes + 1)
+            KafkaNode(i, free_port(), free_port(), self.workdir / f"node{i}") for i in range(nodes)
         ]
 
     # -- addresses ----------------------------------------------------------------------------
@@ -217,7 +220,8 @@ class KafkaCluster:
         return ",".join(node.address for node in self.nodes)
 
     def node(self, node_id: int) -> KafkaNode:
-        return self.nodes[node_id - 1]
+        """Node ids count from 0, as minibroker's single node is 0."""
+        return self.nodes[node_id]
 
     # -- configuration ------------------------------------------------------------------------
     def node_properties(self, node: KafkaNode) -> dict[str, object]:
@@ -234,7 +238,6 @@ class KafkaCluster:
             "log.dirs": str(node.dir / "data"),
             "num.partitions": 1,
             "default.replication.factor": rf,
-            "min.insync.replicas": min_isr,
             "offsets.topic.replication.factor": rf,
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
@@ -242,6 +245,8 @@ class KafkaCluster:
             "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": 0,
         }
+        if min_isr != 1:  # else left at its default, so that topic descriptions do not list it
+            props["min.insync.replicas"] = min_isr
         if n == 1:
             props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
         else:
@@ -267,7 +272,7 @@ class KafkaCluster:
                 args.insert(1, "--standalone")
             for name, level in self.features.items():
                 args += ["--feature", f"{name}={level}"]
-            done = run_tool("kafka.tools.StorageTool", *args)
+            done = run_tool("kafka.tools.StorageTool", *args, programs=False)
             if done.returncode != 0:
                 raise RuntimeError(f"formatting Kafka node {node.node_id} failed:\n"
                                    f"{done.stdout}{done.stderr}")

@@ -11,6 +11,29 @@ from client import Admin, Consumer, ConsumerRecord, Producer
 def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         admin.create_topic(topic, partitions)
+        wait_for_topic(admin, topic)
+
+
+def wait_for_topic(admin: Admin, topic: str, timeout: float = 60.0) -> None:
+    """Until Metadata shows ``topic`` with a leader for every partition. At once on minibroker; on
+    a Kafka cluster CreateTopics answers when the controller has the topic, and each broker learns
+    it a moment later (Kafka's own tests wait the same way)."""
+    from client.errors import UnknownTopicOrPartitionError
+
+    deadline = time.monotonic() + timeout
+    seen: object = None
+    while True:
+        try:
+            (description,) = admin.describe_topics([topic])
+            # (a topic that already existed may have another partition count: exist_ok callers)
+            if description.partitions and all(p.leader >= 0 for p in description.partitions):
+                return
+            seen = description
+        except UnknownTopicOrPartitionError as exc:
+            seen = exc
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic} not in Metadata after {timeout} s; last: {seen!r}")
+        time.sleep(0.1)
 
 
 def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -> dict[int, int]:

@@ -27,3 +27,22 @@ def test_demo_input_is_produced_once_however_often_the_command_runs(bootstrap, n
     assert len(orders) == 500  # once, and the aborted ghost order never visible
     assert b"ghost" not in b"".join(r.value for r in orders)
 
+
+
+def test_a_source_topic_of_other_records_is_refused_in_one_line(bootstrap, name):
+    """The README tour's `orders` holds `alice:10` lines: the example says so instead of
+    writing nothing (issue 27 item 4)."""
+    import click
+    import pytest
+
+    from client import Admin, Producer
+
+    example = load_example()
+    source = name + "-tour"
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        admin.create_topic(source, 1)
+    with Producer({"bootstrap.servers": bootstrap}) as producer:
+        producer.send(source, b"10", key=b"alice")
+    with pytest.raises(click.ClickException, match="not JSON orders"):
+        example.produce_demo_orders(bootstrap, source, name + "-sink", 10)
+    assert example.main.params[1].default == "order-events"  # not the tour's topic

@@ -304,3 +304,54 @@ def test_offsets_behind_latest_from_a_query_progress():
         "minOffsetsBehindLatest": 0.0, "maxOffsetsBehindLatest": 5.0, "avgOffsetsBehindLatest": 3.0
     }
     assert offsets_behind_latest({"endOffset": '{"t": {"0": 1}}', "latestOffset": None}) is None
+
+
+# -- issue 27 item 8: short errors, did-you-mean, failing fast -------------------------------------
+
+
+@pytest.mark.parametrize("value, hint", [("earlest", "earliest"), ("latst", "latest"),
+                                         ("EARLIEST ", None)])
+def test_a_misspelt_starting_offsets_gets_a_did_you_mean(value, hint):
+    if hint is None:
+        assert read(True, subscribe="t", startingOffsets=value).starting_offsets == "earliest"
+        return
+    with pytest.raises(OptionError, match=f"did you mean '{hint}'") as raised:
+        read(True, subscribe="t", startingOffsets=value)
+    assert "JSON" in str(raised.value)  # it says what else is allowed
+
+
+def test_option_errors_leave_the_parsing_frames_out():
+    """Spark prints the worker's traceback inside its message: the data source re-raises option
+    errors from its own frame, so only that frame and the message are left."""
+    import traceback
+
+    from spark_connector.source import MinibrokerDataSource
+
+    try:
+        MinibrokerDataSource({**BASE, "subscribe": "t", "startingoffsets": "earlest"})
+    except OptionError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+    assert [f.name for f in frames] == ["test_option_errors_leave_the_parsing_frames_out",
+                                        "__init__"]
+
+
+def test_a_broker_that_is_down_fails_the_first_planning_fast():
+    import socket
+    import time
+
+    from client import Admin
+    from client.errors import BrokerConnectionError
+    from spark_connector.reader import _topic_partitions
+
+    with socket.socket() as s:  # a free port that nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    opts = parse_read_options({"bootstrap.servers": f"127.0.0.1:{port}", "subscribe": "t",
+                               "connecttimeoutms": "300"}, False)
+    assert opts.connect_timeout_ms == 300
+    assert read(subscribe="t").connect_timeout_ms == 10_000  # the default
+    with Admin({"bootstrap.servers": f"127.0.0.1:{port}"}) as admin:
+        started = time.monotonic()
+        with pytest.raises(BrokerConnectionError, match="connectTimeoutMs=300"):
+            _topic_partitions(opts, admin, streaming=False, first=True)
+    assert time.monotonic() - started < 5

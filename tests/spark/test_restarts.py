@@ -57,7 +57,13 @@ def wait_for(condition, timeout: float, what: str) -> None:
 
 
 def test_streaming_query_rides_through_a_broker_restart(spark, own_broker, name, tmp_path):
-    bootstrap = own_broker.bootstrap
+    check_streaming_query_rides_through(spark, own_broker.bootstrap, name, tmp_path,
+                                        lambda: restart(own_broker))
+
+
+def check_streaming_query_rides_through(spark, bootstrap: str, name: str, tmp_path, bounce) -> None:
+    """A streaming query (minibroker -> minibroker connector) keeps going through ``bounce()`` (a
+    broker restart here, a Kafka node killed -9 in tests/spark/test_on_kafka.py), exactly once."""
     source, sink = name + "-in", name + "-out"
     create_topic(bootstrap, source, 2)
     create_topic(bootstrap, sink, 2)
@@ -76,7 +82,7 @@ def test_streaming_query_rides_through_a_broker_restart(spark, own_broker, name,
     )
     try:
         wait_for(lambda: sum(end_offsets(bootstrap, sink).values()) > 0, 120, "no micro-batch committed")
-        restart(own_broker)
+        bounce()
         second = [b"b%d" % i for i in range(300)]
         produce(bootstrap, source, second, transactional_id=name + "-p2")
 
@@ -96,11 +102,15 @@ def test_streaming_query_rides_through_a_broker_restart(spark, own_broker, name,
 
 
 def test_batch_write_rides_through_a_broker_restart(spark, own_broker, name):
+    check_batch_write_rides_through(spark, own_broker.bootstrap, name, lambda: restart(own_broker))
+
+
+def check_batch_write_rides_through(spark, bootstrap: str, name: str, bounce) -> None:
+    """A batch write keeps going through ``bounce()`` while its tasks produce, exactly once."""
     from pyspark.sql.functions import col, udf
 
     from tests.spark.helpers import slow_identity
 
-    bootstrap = own_broker.bootstrap
     create_topic(bootstrap, name, 2)
     expected = [b"v%d" % i for i in range(3000)]
     slow = udf(slow_identity, "binary", useArrow=False)
@@ -120,7 +130,7 @@ def test_batch_write_rides_through_a_broker_restart(spark, own_broker, name):
                 "the write tasks produced nothing",
             )
             if not finished.is_set():
-                restart(own_broker)
+                bounce()
                 restarted.append(time.monotonic())
         except BaseException as exc:  # reported in the test's thread
             problems.append(exc)

@@ -253,6 +253,25 @@ def test_offset_for_timestamp_finds_the_record_inside_a_batch(tmp_path: Path) ->
         assert p.offset_for_timestamp(target) == want, target
 
 
+def test_offset_for_timestamp_skips_deleted_records(tmp_path: Path) -> None:
+    """After DeleteRecords, ListOffsets by time answers the first record from the log start on
+    (Kafka's LogSegment.findOffsetByTimestamp from the log start offset), even inside a batch
+    the log start cuts."""
+    m = make(tmp_path)
+    m.create_topic("t", 1)
+    p = m.partition("t", 0)
+    stamps = [[100, 200, 300], [400, 500]]
+    for group in stamps:
+        p.append_untrusted(bytearray(encode_batch([(None, b"v", (), ts) for ts in group])), NOW)
+    p.flush()
+    p.delete_records(1)
+    assert p.offset_for_timestamp(0) == (200, 1)
+    assert p.offset_for_timestamp(250) == (300, 2)
+    p.delete_records(4)
+    assert p.offset_for_timestamp(0) == (500, 4)
+    assert p.offset_for_timestamp(600) is None
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 

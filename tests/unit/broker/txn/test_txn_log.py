@@ -215,3 +215,47 @@ def test_compaction_keeps_the_latest_record_of_each_id_and_drops_expired_ones(
     clean_now(partition, later)
     assert "expire" not in {tid for tid, _ in TxnLog(logs, 1).replay()}
     assert replayed(logs).get("keep") is not None
+
+
+def _append_garbage(logs: LogManager, tid: str) -> int:
+    """A CRC-valid record of ``tid`` whose value does not decode; returns its offset."""
+    from protocol.records import encode_batch
+    from tests.fuzz.poison import recrc
+
+    partition = logs.partition(TOPIC, partition_for(tid, PARTITIONS))
+    offset = partition.log_end_offset
+    partition.append_control_batch(recrc(encode_batch([(encode_key(tid), b"\x00\x01bad", (), 0)])),
+                                   NOW)
+    partition.flush()
+    return offset
+
+
+def test_replay_skips_what_it_cannot_read_and_fences_an_id_whose_latest_record_it_lost(
+        tmp_path: Path) -> None:
+    logs = make_logs(tmp_path)
+    log = TxnLog(logs, PARTITIONS)
+    c = coordinator()
+    persist(log, c, c.prepare_init_producer_id("lost", 60_000, None, NOW))
+    persist(log, c, c.prepare_init_producer_id("ongoing", 60_000, None, NOW))
+    persist(log, c, c.prepare_add_partitions("ongoing", 1001, 0, [("orders", 0)], NOW))
+    persist(log, c, c.prepare_init_producer_id("later", 60_000, None, NOW))
+    _append_garbage(logs, "lost")  # it may have bumped lost's epoch: unknown
+    _append_garbage(logs, "ongoing")
+    _append_garbage(logs, "later")
+    persist(log, c, c.prepare_init_producer_id("later", 60_000, None, NOW + 1))  # read again
+    # A marker that an older version let a client write into the log.
+    logs.partition(TOPIC, partition_for("lost", PARTITIONS)).append_marker(99, 0, True, 0, NOW)
+    crash(logs)
+
+    c = replayed(make_logs(tmp_path))
+    # lost: its last state read, with the epoch exhausted: the next InitProducerId moves to a
+    # new producer id, so no producer can hold an epoch the skipped record handed out.
+    assert c.get("lost").producer_epoch == 32766
+    fresh = c.prepare_init_producer_id("lost", 60_000, None, NOW + 2)
+    assert (fresh.producer_id, fresh.producer_epoch) != (1000, 1)
+    assert fresh.producer_epoch == 0
+    # ongoing: the open transaction read is kept (aborted on timeout as after any crash).
+    md = c.get("ongoing")
+    assert (md.state, md.producer_epoch) == (TxnState.ONGOING, 0)
+    # later: a readable record after the skipped one wins.
+    assert c.get("later").producer_epoch == 1
