@@ -396,7 +396,7 @@ def list_transactions(broker: Broker, header, request) -> dict:
     duration = request.duration_filter if header.api_version >= 1 else -1
     now = broker.clock.now_ms()
     listed = []
-    for md in sorted(broker.transactions.coordinator.transactions(),
+    for md in sorted(broker.transactions.transactions(),
                      key=lambda m: m.transactional_id):
         if request.state_filters and md.state not in wanted_states:
             continue

@@ -273,6 +273,22 @@ def test_services_return_no_shell_types() -> None:
                   and any(_in(n, {"broker.dispatcher"}) for n in imports)) == []
 
 
+def test_handlers_go_through_the_transaction_service() -> None:
+    """Handlers call the transaction service, never past it into its pure coordinator, its log
+    or its marker writer (``broker.transactions.coordinator...``)."""
+    bad = []
+    for path in sorted((ROOT / "broker" / "handlers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("coordinator", "log", "markers")
+                    and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "transactions"):
+                bad.append(f"{path.name}:{node.lineno} transactions.{node.attr}")
+            if (isinstance(node, ast.Attribute) and node.attr in ("coordinator", "log", "markers")
+                    and isinstance(node.value, ast.Name) and node.value.id == "transactions"):
+                bad.append(f"{path.name}:{node.lineno} transactions.{node.attr}")
+    assert bad == []
+
+
 def test_only_the_shell_imports_the_composition_root() -> None:
     graph = broker_modules()
     importers = sorted(m for m, imports in graph.items()
