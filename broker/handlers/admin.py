@@ -186,7 +186,9 @@ def create_topics(broker: Broker, header, request) -> dict:
             # v5+: what was (or would be) created and its configs, as DescribeConfigs has them
             # (Kafka's Java Admin reads them: null configs on a success is a NullPointerException)
             "num_partitions": count if ok else -1, "replication_factor": 1 if ok else -1,
-            "configs": None,
+            # a topic not created (or whose configs may not be described): an empty list, the
+            # default of Kafka's generated CreatableTopicResult
+            "configs": [],
         }
         if ok:
             result.update(_created_configs(broker, topic, request.validate_only))

@@ -246,7 +246,8 @@ class Run:
             if answer.body is None or time.monotonic() > deadline:
                 return answer
             if not (error_codes(answer.body) & retry_on) and all(
-                    _at(answer.body, path) == value for path, value in until.items()):
+                    _at(canonical(answer.body, Symbols(self.names)), path) == value
+                    for path, value in until.items()):
                 return answer
             time.sleep(0.05)
 
@@ -335,6 +336,23 @@ class Run:
                 return
             time.sleep(0.05)
         raise AssertionError(f"transaction {transactional_id} still preparing after {RETRY_FOR} s")
+
+
+def canonical(value: Any, symbols: Symbols) -> Any:
+    """A decoded answer with its lists in the order of :func:`normalize` (by name or index), its
+    values as they are: where an ``until`` path points."""
+    if isinstance(value, dict):
+        return {k: canonical(v, symbols) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [canonical(v, symbols) for v in value]
+        if items and all(isinstance(i, dict) for i in items):
+            for sort_key in SORT_KEYS:
+                if all(sort_key in i for i in items):
+                    items.sort(key=lambda i: repr(symbols.text(i[sort_key])
+                                                  if isinstance(i[sort_key], str) else i[sort_key]))
+                    break
+        return items
+    return value
 
 
 def _at(body: Any, path: str) -> Any:

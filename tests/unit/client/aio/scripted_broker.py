@@ -86,13 +86,13 @@ class ScriptedBroker:
         """Answer the next requests of ``api_key`` with ``answers`` in turn, then with ``then``
         (default: the default handler, else an error)."""
         queue = list(answers)
-        fallback = then or self.handlers.get(int(api_key)) or self._default(api_key)
+        fallback = then or self.handlers.get(int(api_key))
 
         def scripted(request: Request) -> Any:
             if queue:
                 answer = queue.pop(0)
                 return answer(request) if callable(answer) else answer
-            return fallback(request)
+            return (fallback or self._default(api_key))(request)
 
         self.handlers[int(api_key)] = scripted
 
