@@ -117,6 +117,8 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.DELETE_GROUPS: Served(VersionRange(0, 2), "all of Kafka's"),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Served(VersionRange(0, 1), "all of Kafka's"),
     ApiKey.OFFSET_DELETE: Served(VersionRange(0, 0), "all of Kafka's"),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: Served(VersionRange(0, 1),
+        "all of Kafka's; no quotas here, so always no entries (kafka-configs asks for them)"),
     ApiKey.DESCRIBE_CLUSTER: Served(VersionRange(0, 2), "all of Kafka's"),
     ApiKey.DESCRIBE_PRODUCERS: Served(VersionRange(0, 0), "all of Kafka's"),
     # Inter-broker in Kafka, and advertised as Kafka does (a "broker" listener API): its Admin's
