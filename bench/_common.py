@@ -142,10 +142,14 @@ class BrokerSpec:
 MINIBROKER_ENTRY = "import sys; from broker.cli import main; sys.argv[0] = 'minibroker'; main()"
 
 
+# Every script: the minibroker to run is this checkout's, or the one this variable names.
+TREE_VARIABLE = "BENCH_MINIBROKER_TREE"
+
+
 def minibroker_spec(flush_never: bool, tree: Path | None = None) -> BrokerSpec:
-    """``tree``: run the broker of another checkout (a worktree of the commit to compare with,
-    e.g. ``git worktree add ../base <commit> --detach``); the benchmark's own code stays this
-    one's."""
+    """``tree`` (or $BENCH_MINIBROKER_TREE): run the broker of another checkout (a worktree of
+    the commit to compare with, e.g. ``git worktree add ../base <commit> --detach``); the
+    benchmark's own code stays this one's."""
     def command(port: int, data_dir: Path) -> list[str]:
         argv = [
             sys.executable,
@@ -162,8 +166,9 @@ def minibroker_spec(flush_never: bool, tree: Path | None = None) -> BrokerSpec:
         return argv + (["--flush", "never"] if flush_never else [])
 
     mode = "flush never" if flush_never else "durable"
-    where = "" if tree is None else f", {tree.name}"
-    return BrokerSpec("minibroker", f"minibroker ({mode}{where})", command,
+    if tree is None and os.environ.get(TREE_VARIABLE):
+        tree = Path(os.environ[TREE_VARIABLE])
+    return BrokerSpec("minibroker", f"minibroker ({mode})", command,
                       REPO_ROOT if tree is None else tree.resolve())
 
 

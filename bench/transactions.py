@@ -381,7 +381,7 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
 @click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="Run the broker of this checkout (before/after comparisons).")
 @click.option("--only", type=click.Choice(["all", "rates"]), default="all", show_default=True,
-              help="rates: only back-to-back and the producer sweep (turns of two trees).")
+              help="rates: no plain/transactional throughput runs (turns of two trees).")
 def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, keep_data, flush,
          tree, only) -> None:
     """Transaction overhead, commit latency and transactions/s against a minibroker."""
@@ -403,7 +403,7 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
                 plain.append(throughput_run(broker, "plain", seconds, run))
                 txn.append(throughput_run(broker, "transactional", seconds, run))
             log(f"commit latency: {latency_samples} one-record transactions")
-            latency = commit_latency(broker, latency_samples if only == "all" else 20)
+            latency = commit_latency(broker, latency_samples)
             log(f"back-to-back one-record transactions for {seconds:.0f} s")
             rate = back_to_back(broker, seconds)
             log(f"back-to-back one-record transactions, raw protocol client, for {seconds:.0f} s")

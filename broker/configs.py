@@ -11,7 +11,7 @@ configs are read-only here (no dynamic broker config): altering one is INVALID_C
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from broker.config import BrokerConfig, property_values
@@ -67,12 +67,21 @@ def _render_optional(value: object) -> str | None:
     return None if value is None else render(value)
 
 
+# Broker properties with no default value in Kafka: their default comes from another property
+# (log.retention.ms from log.retention.hours, log.roll.ms from log.roll.hours), and Kafka lists no
+# DEFAULT_CONFIG synonym for the topic configs they stand for; neither do we.
+NO_DEFAULT_OF_THEIR_OWN = frozenset({"log.retention.ms", "log.roll.ms"})
+
+
 def describe_topic(
-    logs: LogManager, broker: BrokerConfig, topic: str, keys: Iterable[str] | None
+    logs: LogManager, broker: BrokerConfig, topic: str, keys: Iterable[str] | None,
+    overrides: Mapping[str, str] | None = None,
 ) -> list[ConfigEntry]:
     """Every topic config of ``topic`` (or those of ``keys`` that exist), with its source and
-    synonyms. UNKNOWN_TOPIC_OR_PARTITION for an unknown topic."""
-    overrides = logs.topic_overrides(topic)
+    synonyms. UNKNOWN_TOPIC_OR_PARTITION for an unknown topic; ``overrides`` describes a topic
+    that does not exist yet (CreateTopics with validate_only)."""
+    if overrides is None:
+        overrides = logs.topic_overrides(topic)
     wanted = None if keys is None else set(keys)
     defaults = broker.log
     built_in = LogConfig()
@@ -87,9 +96,11 @@ def describe_topic(
             synonyms.append(Synonym(definition.broker_key,
                                     render(getattr(defaults, definition.field)),
                                     ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append(Synonym(definition.broker_key, render(getattr(built_in, definition.field)),
-                                ConfigSource.DEFAULT_CONFIG))
-        first = synonyms[0]
+        default = Synonym(definition.broker_key, render(getattr(built_in, definition.field)),
+                          ConfigSource.DEFAULT_CONFIG)
+        if definition.broker_key not in NO_DEFAULT_OF_THEIR_OWN:
+            synonyms.append(default)
+        first = synonyms[0] if synonyms else default
         entries.append(ConfigEntry(key, first.value, False, first.source, tuple(synonyms),
                                    definition.type, definition.doc))
     return entries

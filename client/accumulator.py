@@ -258,8 +258,6 @@ class Accumulator:
         self.idempotent = idempotent
         self.transactional = transactional
         self.lock = threading.Lock()
-        # Notified whenever buffered_bytes drops: send() may be waiting for buffer.memory room.
-        self.space = threading.Condition(self.lock)
         # Keyed by TopicPartition; a plain (topic, partition) tuple finds the same entry.
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.buffered_bytes = 0  # bytes of batches not yet finished
@@ -398,7 +396,6 @@ class Accumulator:
             ):
                 state.retrying = False
             self.buffered_bytes -= batch.size - BATCH_OVERHEAD
-            self.space.notify_all()
 
     def retry(self, batch: ProducerBatch, retry_at_ms: int) -> None:
         """Put a failed batch back in front of the partition's queue, in sequence order."""
@@ -425,7 +422,6 @@ class Accumulator:
             if not _remove(state.in_flight, batch):
                 _remove(state.ready, batch)
             self.buffered_bytes -= batch.size - BATCH_OVERHEAD
-            self.space.notify_all()
             return batch.base_sequence != NO_SEQUENCE and batch.attempts > 0
 
     def request_sequence_reset(self, tp: TopicPartition) -> None:
@@ -457,7 +453,6 @@ class Accumulator:
                 state.ready = kept
             for batch in dropped:
                 self.buffered_bytes -= batch.size - BATCH_OVERHEAD
-            self.space.notify_all()
         return dropped
 
     def in_flight_count(self) -> int:
@@ -490,8 +485,6 @@ class Accumulator:
                     state.open = None
             for batch in expired:
                 self.buffered_bytes -= batch.size - BATCH_OVERHEAD
-            if expired:
-                self.space.notify_all()
         return expired
 
     # -- internals ------------------------------------------------------------------------------

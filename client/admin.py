@@ -7,7 +7,7 @@
         print(admin.list_topics())
 
 ``end_transaction(handle, commit)`` finishes a transaction another producer handed over with
-``Producer.transaction_handle()``; ``client/aio/admin.py`` lists what it tolerates.
+``Producer.transaction_handle()``; ``client/aio/admin/transactions.py`` lists what it tolerates.
 """
 
 from __future__ import annotations

@@ -205,6 +205,8 @@ _OPTIONS: tuple[Option, ...] = (
     Option("client.id", _str, "", _ALL, "sent in every request header"),
     Option("request.timeout.ms", _int_range(1), 30_000, _ALL, "how long to wait for a response"),
     Option("retry.backoff.ms", _int_range(0), 100, _ALL, "pause before retrying a request"),
+    Option("retry.backoff.max.ms", _int_range(0), 1000, _ALL,
+           "longest pause between retries (the pause doubles from retry.backoff.ms)"),
     Option("reconnect.backoff.ms", _int_range(0), 50, _ALL, "pause before reconnecting"),
     Option(
         "metadata.max.age.ms", _int_range(0), 300_000, _ALL, "refresh metadata at least this often"

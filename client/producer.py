@@ -33,8 +33,6 @@ from typing import Any
 from client._loop import LoopThread
 from client.accumulator import DeliveryCallback, DeliveryFuture, Headers
 from client.aio.producer import AsyncProducer, check_topic
-from client.clock import monotonic_s
-from client.errors import KafkaTimeoutError
 from client.structs import ConsumerGroupMetadata, OffsetAndMetadata, TransactionHandle
 
 
@@ -48,7 +46,6 @@ class Producer:
         self._loop.start()
         self._acc = self._engine.accumulator
         self._buffer_memory = self.config["buffer.memory"]
-        self._max_block = self.config["max.block.ms"] / 1000
         self._closed = False
 
     def __enter__(self) -> Producer:
@@ -77,34 +74,12 @@ class Producer:
         if count is None:
             count = self._loop.call(engine.wait_for_topic, topic)
         if self._acc.buffered_bytes >= self._buffer_memory:
-            self._wait_for_buffer()
+            self._loop.call(engine.wait_for_buffer)
         return engine.append(topic, value, key, partition, headers, timestamp, on_delivery, count)
-
-    def _wait_for_buffer(self) -> None:
-        clock = self._engine.clock
-        deadline = monotonic_s(clock) + self._max_block
-        acc = self._acc
-        with acc.space:
-            while acc.buffered_bytes >= self._buffer_memory:
-                self._engine.raise_if_fatal()
-                remaining = deadline - monotonic_s(clock)
-                if remaining <= 0:
-                    raise KafkaTimeoutError(
-                        "Failed to allocate buffer within the configured max blocking time "
-                        f"{self._max_block * 1000:.0f} ms (buffer.memory)"
-                    )
-                acc.space.wait(min(remaining, 0.1))
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered and wait until each record is acknowledged or failed."""
-        batches = self._acc.incomplete_batches()
-        self._engine.wake_sender()
-        clock = self._engine.clock
-        deadline = None if timeout is None else monotonic_s(clock) + timeout
-        for batch in batches:
-            remaining = None if deadline is None else max(deadline - monotonic_s(clock), 0)
-            if not batch.event.wait(remaining):
-                raise KafkaTimeoutError(f"flush did not finish within {timeout} s")
+        self._loop.call(self._engine.flush, timeout)
 
     def init_transactions(self, timeout: float | None = None) -> None:
         """Register ``transactional.id`` with its coordinator: fences older producers using it and

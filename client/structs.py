@@ -226,7 +226,7 @@ class HangingTransaction(NamedTuple):
     age_ms: int  # -1 when the coordinator does not know it
 
 
-# ACLs: Kafka's names, lower-case (the wire codes are in client/aio/admin.py).
+# ACLs: Kafka's names, lower-case (the wire codes are in client/aio/admin/security.py).
 ACL_RESOURCE_TYPES = {"any": 1, "topic": 2, "group": 3, "cluster": 4, "transactional_id": 5}
 ACL_PATTERN_TYPES = {"any": 1, "match": 2, "literal": 3, "prefixed": 4}
 ACL_OPERATIONS = {"any": 1, "all": 2, "read": 3, "write": 4, "create": 5, "delete": 6,

@@ -1,7 +1,8 @@
 """The producer's transaction state: a table of allowed transitions and the bookkeeping around it.
 
-Pure state: no I/O, no clock. The engine (``client/aio/producer.py``) asks this object what is
-allowed, does the network work, and reports the outcome back.
+Pure state: no I/O, no clock. The engine (``client/aio/transactions.py``,
+``client/aio/sender.py``) asks this object what is allowed, does the network work, and reports the
+outcome back.
 
 Rules / theory of operation
 ---------------------------
@@ -30,6 +31,7 @@ librdkafka does: the coordinator has nothing to end).
 from __future__ import annotations
 
 import enum
+import threading
 
 from client.errors import IllegalStateError, KafkaClientError, TransactionAbortableError
 from client.structs import TopicPartition
@@ -75,6 +77,9 @@ class TransactionManager:
 
     def __init__(self, transactional_id: str | None) -> None:
         self.transactional_id = transactional_id
+        # Guards the partition sets: the application's threads add partitions (send) while the
+        # loop thread reads them and moves them on.
+        self.lock = threading.Lock()
         self.state = TxnState.UNINITIALIZED
         self.producer_id = -1
         self.producer_epoch = -1

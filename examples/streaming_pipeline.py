@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import os
-import pkgutil
 import random
 import sys
 
@@ -67,19 +66,27 @@ def main(bootstrap, source, sink, checkpoint, demo, available_now, max_per_trigg
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
-    if not any(m.name == "pyspark_minibroker" for m in pkgutil.iter_modules()):
-        # PySpark registers format "minibroker" by itself when it finds pyspark_minibroker (an
-        # installed package); registering it again would replace it and log that it did.
-        spark_connector.register(spark)
 
-    orders = (
-        spark.readStream.format("minibroker")
-        .option("bootstrap.servers", bootstrap)
-        .option("subscribe", source)
-        .option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", str(max_per_trigger))
-        .load()  # isolation.level defaults to read_committed
-    )
+    def read_orders():
+        return (
+            spark.readStream.format("minibroker")
+            .option("bootstrap.servers", bootstrap)
+            .option("subscribe", source)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", str(max_per_trigger))
+            .load()  # isolation.level defaults to read_committed
+        )
+
+    try:
+        # PySpark registers format "minibroker" by itself when its workers find the
+        # pyspark_minibroker module (an installed package, or this repository as the working
+        # directory); registering it again would replace it and log that it did.
+        orders = read_orders()
+    except Exception as exc:  # Spark 4.x raises a Py4JJavaError (SparkClassNotFoundException)
+        if "DATA_SOURCE_NOT_FOUND" not in str(exc):
+            raise
+        spark_connector.register(spark)
+        orders = read_orders()
     schema = "id long, customer string, amount double"
     large = (
         orders.select(F.from_json(F.col("value").cast("string"), schema).alias("order"))

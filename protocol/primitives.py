@@ -26,7 +26,7 @@ import struct
 import uuid
 from io import BytesIO
 
-from construct import Construct, Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, ListContainer
+from construct import Construct, Float64b, Int8sb, Int16sb, Int32sb, Int32ub, Int64sb, ListContainer
 
 from protocol.errors import CorruptFrameError
 
@@ -35,6 +35,7 @@ Int16 = Int16sb
 Int32 = Int32sb
 UInt32 = Int32ub
 Int64 = Int64sb
+Float64 = Float64b  # Kafka's float64 (DescribeClientQuotas' quota values)
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")

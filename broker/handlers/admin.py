@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from broker import peer
+from broker import configs, peer
 from broker.context import Broker
 from broker.dispatcher import handles
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
@@ -142,8 +142,14 @@ def may_create(broker: Broker, topic: str) -> bool:
 def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
     if not may_create(broker, topic.name):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
-    if topic.replication_factor not in (-1, 1):
-        return ErrorCode.INVALID_REPLICATION_FACTOR, "this broker has one node: replication factor must be 1"
+    if topic.replication_factor == 0 or topic.replication_factor < -1:
+        return (ErrorCode.INVALID_REPLICATION_FACTOR,
+                "Replication factor must be larger than 0, or -1 to use the default value.")
+    if topic.replication_factor > 1:  # Kafka's message: this is a cluster of one broker
+        return (ErrorCode.INVALID_REPLICATION_FACTOR,
+                f"Unable to replicate the partition {topic.replication_factor} time(s): The target "
+                f"replication factor of {topic.replication_factor} cannot be reached because only "
+                "1 broker(s) are registered or some brokers have all their log directories cordoned.")
     if topic.assignments:
         return ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
     count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
@@ -175,13 +181,32 @@ def create_topics(broker: Broker, header, request) -> dict:
         seen.add(topic.name)
         count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         ok = code == ErrorCode.NONE
-        results.append({
+        result = {
             "name": topic.name, "error_code": code, "error_message": message,
-            # v5+: what was (or would be) created; configs left null (DescribeConfigs has them)
+            # v5+: what was (or would be) created and its configs, as DescribeConfigs has them
+            # (Kafka's Java Admin reads them: null configs on a success is a NullPointerException)
             "num_partitions": count if ok else -1, "replication_factor": 1 if ok else -1,
-            "configs": None,
-        })
+            # a topic not created (or whose configs may not be described): an empty list, the
+            # default of Kafka's generated CreatableTopicResult
+            "configs": [],
+        }
+        if ok:
+            result.update(_created_configs(broker, topic, request.validate_only))
+        results.append(result)
     return {"throttle_time_ms": 0, "topics": results}
+
+
+def _created_configs(broker: Broker, topic, validate_only: bool) -> dict:
+    if not allowed(broker, Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+        return {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+    overrides = ({c.name: c.value for c in topic.configs if c.value is not None}
+                 if validate_only else None)
+    entries = configs.describe_topic(broker.logs, broker.config, topic.name, None, overrides)
+    return {"configs": [
+        {"name": e.name, "value": e.value, "read_only": e.read_only, "config_source": e.source,
+         "is_sensitive": False}
+        for e in entries
+    ]}
 
 
 @handles(ApiKey.DELETE_TOPICS)

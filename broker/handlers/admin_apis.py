@@ -1,5 +1,5 @@
 """Admin APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, CreatePartitions,
-DeleteRecords, DeleteGroups, OffsetDelete, DescribeCluster, DescribeLogDirs, DescribeProducers,
+DeleteRecords, DeleteGroups, OffsetDelete, DescribeClientQuotas (none), DescribeCluster, DescribeLogDirs, DescribeProducers,
 ListGroups, ListTransactions. Every advertised version of each (``admin_apis.py`` in
 ``protocol/messages`` declares them); the version only decides which fields exist, so one
 handler serves them all and returns every field (the encoder skips the absent ones).
@@ -283,6 +283,17 @@ def list_groups(broker: Broker, header, request) -> dict:
 # -- cluster, log dirs, producers, transactions --------------------------------------------
 
 
+@handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, *_versions(ApiKey.DESCRIBE_CLIENT_QUOTAS))
+def describe_client_quotas(broker: Broker, header, request) -> dict:
+    """No quotas on this broker: every filter matches nothing (Kafka's check: DescribeConfigs on
+    the cluster)."""
+    if not allowed(broker, Operation.DESCRIBE_CONFIGS, AclResource.CLUSTER, CLUSTER_NAME):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "error_message": None, "entries": None}
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "entries": []}
+
+
 @handles(ApiKey.DESCRIBE_CLUSTER, *_versions(ApiKey.DESCRIBE_CLUSTER))
 def describe_cluster(broker: Broker, header, request) -> dict:
     host, port = broker.config.advertised
@@ -385,7 +396,7 @@ def list_transactions(broker: Broker, header, request) -> dict:
     duration = request.duration_filter if header.api_version >= 1 else -1
     now = broker.clock.now_ms()
     listed = []
-    for md in sorted(broker.transactions.coordinator.transactions(),
+    for md in sorted(broker.transactions.transactions(),
                      key=lambda m: m.transactional_id):
         if request.state_filters and md.state not in wanted_states:
             continue

@@ -142,6 +142,13 @@ def describe_groups(broker: Broker, header, request) -> dict:
                            "protocol_data": "", "members": []})
             continue
         summary = broker.groups.describe_group(group_id, now)
+        if header.api_version >= 6 and summary.state == "Dead":
+            # v6+ (KIP-1043): a group that does not exist is an error, as Kafka 4 answers it
+            groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+                           "error_message": f"Group {group_id} not found.", "group_id": group_id,
+                           "group_state": "Dead", "protocol_type": "", "protocol_data": "",
+                           "members": []})
+            continue
         groups.append(
             {
                 "error_code": ErrorCode.NONE,

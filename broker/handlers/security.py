@@ -228,7 +228,8 @@ def describe_user_scram_credentials(broker: Broker, header, request) -> dict:
         return {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 "error_message": _refused("Describe", "the cluster"), "results": []}
     known = broker.security.scram.users()
-    names = sorted(known) if request.users is None else [u.name for u in request.users]
+    # null or empty: every user (Kafka's rule; its Admin sends an empty list for "all")
+    names = sorted(known) if not request.users else [u.name for u in request.users]
     results: list[dict] = []
     for name in dict.fromkeys(names):
         if name not in known:

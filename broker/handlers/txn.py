@@ -14,8 +14,7 @@ from broker.dispatcher import handles
 from broker.handlers.authz import allowed
 from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.topics import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
-from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG_TOPIC
+from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 
@@ -40,7 +39,7 @@ def find_coordinator(broker: Broker, header, request) -> dict:
                     else ErrorCode.GROUP_AUTHORIZATION_FAILED)
             return {"key": key, "error_code": code, "error_message": None,
                     "node_id": -1, "host": "", "port": -1}
-        if request.key_type == 1 and not broker.transactions.log.available(key):
+        if request.key_type == 1 and not broker.transactions.available(key):
             return {"key": key, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
                     "error_message": "its transaction log partition could not be loaded",
                     "node_id": -1, "host": "", "port": -1}
@@ -151,7 +150,7 @@ def end_txn(broker: Broker, header, request):
     def encode(code: ErrorCode) -> dict:
         response = {"throttle_time_ms": 0, "error_code": producer_fenced(code, version, 2)}
         if tv2 and code == ErrorCode.NONE:
-            producer_id, epoch = transactions.coordinator.producer_after_end(
+            producer_id, epoch = transactions.producer_after_end(
                 request.transactional_id)
             response.update(producer_id=producer_id, producer_epoch=epoch)
         return response
@@ -162,37 +161,10 @@ def end_txn(broker: Broker, header, request):
 @handles(ApiKey.WRITE_TXN_MARKERS)
 def write_txn_markers(broker: Broker, header, request):
     """The broker-internal marker API: the same path the coordinator uses for its own markers.
-    Answers once every marker written is durable. Accepted: a marker of a transaction this
-    coordinator runs, and an ABORT of a *hanging* transaction (open on the partition at that
-    epoch, run by no coordinator: Kafka's ``kafka-transactions.sh abort --topic --partition``).
-    Anything else gets CLUSTER_AUTHORIZATION_FAILED and writes nothing: a client may not forge
-    markers or write into the internal logs. Never into ``__transaction_state``; into
-    ``__consumer_offsets`` only the ABORT of a hanging transaction (the repair of a pending
-    TxnOffsetCommit whose coordinator forgot it): the coordinator writes its own markers there."""
+    Answers once every marker written is durable; which markers are accepted is the transaction
+    service's rule (``TransactionManager.write_markers``), after Kafka's ClusterAction check."""
 
-    coordinator = broker.transactions.coordinator
     cluster_action = allowed(broker, Operation.CLUSTER_ACTION, ResourceType.CLUSTER, CLUSTER_NAME)
-
-    def hanging(pid: int, epoch: int, tp: tuple[str, int]) -> bool:
-        try:
-            entry = broker.partition(*tp).producers.get(pid)
-        except KafkaError:
-            return False
-        return (
-            entry is not None
-            and entry.current_txn_first_offset is not None
-            and entry.producer_epoch == epoch
-            and not coordinator.runs_on(pid, tp)
-        )
-
-    def accepted(pid: int, epoch: int, commit: bool, tp: tuple[str, int]) -> bool:
-        if tp[0] == TXN_LOG_TOPIC or not cluster_action:  # ClusterAction: Kafka's rule
-            return False
-        if tp[0] == CONSUMER_OFFSETS_TOPIC:
-            return not commit and hanging(pid, epoch, tp)
-        return coordinator.knows_marker(pid, epoch, commit, tp) or (
-            not commit and hanging(pid, epoch, tp)
-        )
 
     async def write_all() -> dict:
         markers = []
@@ -202,19 +174,15 @@ def write_txn_markers(broker: Broker, header, request):
             partitions = []
             for t in marker.topics:
                 for p in t.partition_indexes:
-                    tp = (t.name, p)
-                    if not accepted(pid, epoch, commit, tp):
-                        errors[tp] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    if cluster_action:  # ClusterAction: Kafka's rule
+                        partitions.append((t.name, p))
                     else:
-                        partitions.append(tp)
+                        errors[(t.name, p)] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
             if partitions:
-                written = broker.transactions.markers.write(
+                errors.update(await broker.transactions.write_markers(
                     pid, epoch, commit, marker.coordinator_epoch, partitions,
                     broker.clock.now_ms(),
-                )
-                if written.commit is not None:
-                    await written.commit.wait()
-                errors.update(written.errors)
+                ).wait())
             markers.append({
                 "producer_id": marker.producer_id,
                 "topics": [
@@ -235,10 +203,9 @@ def write_txn_markers(broker: Broker, header, request):
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS)
 def describe_transactions(broker: Broker, header, request) -> dict:
-    coordinator = broker.transactions.coordinator
     states = []
     for transactional_id in request.transactional_ids:
-        md = coordinator.get(transactional_id) if transactional_id else None
+        md = broker.transactions.get(transactional_id) if transactional_id else None
         refused = not allowed(broker, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                               transactional_id)
         if md is None or refused:

@@ -43,12 +43,19 @@ _OUR_SUFFIXES = (
 
 
 def validate_topic_name(name: str) -> None:
-    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's messages, as
+    its tools print them)."""
     if not isinstance(name, str) or not _TOPIC_NAME.fullmatch(name) or name in (".", ".."):
-        raise KafkaError(
-            ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"invalid topic name {name!r}: 1-249 characters of [a-zA-Z0-9._-], not '.' or '..'",
-        )
+        if not isinstance(name, str) or name == "":
+            message = "Topic name is illegal, it can't be empty"
+        elif name in (".", ".."):
+            message = "Topic name cannot be \".\" or \"..\""
+        elif len(name) > 249:
+            message = f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        else:
+            message = (f"Topic name is invalid: '{name}' contains one or more characters other "
+                       "than ASCII alphanumerics, '.', '_' and '-'")
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
 
 
 def _partition_dir_name(topic: str, index: int) -> str:
@@ -175,7 +182,7 @@ class LogManager:
         validate_only): the normalized overrides, or the KafkaError it would raise."""
         validate_topic_name(name)
         if name in self._topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
@@ -262,12 +269,13 @@ class LogManager:
         if topic not in self._topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
         if count == current:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {current} partitions.")
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic already has {current} partition(s).")
         if count < current:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {current} partitions, which is higher than the requested "
-                f"{count}.",
+                f"The topic {topic} currently has {current} partition(s); {count} would not be an "
+                "increase.",
             )
         if count > MAX_PARTITIONS:
             raise KafkaError(

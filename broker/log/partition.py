@@ -41,15 +41,15 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.recovery import CleanState, RecoveryReport, load_log
-from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
-from broker.log.topic_config import LogConfig
-from broker.log.txn_index import AbortedTxn, TxnIndex
-from broker.producer_state import (
+from broker.log.producer_state import (
     ProducerStateManager,
     list_snapshots,
     snapshot_path,
 )
+from broker.log.recovery import CleanState, RecoveryReport, load_log
+from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig
+from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.topics import INTERNAL_TOPICS
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
@@ -671,11 +671,15 @@ class Partition:
         self._closed = True
 
     def delete(self) -> None:
-        """Close the files without saving anything and remove the directory."""
+        """Close the files without saving anything and remove the directory. Nothing is left to
+        sync: a flush round that still lists the partition (an unsynced transactional batch of a
+        topic deleted before its PrepareCommit) finds it clean instead of closed descriptors."""
         self.txn_index.close(sync=False)
         for seg in self.segments:
             seg.close()
         self._closed = True
+        self._dirty = self._dir_dirty = False
+        self._unsynced.clear()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

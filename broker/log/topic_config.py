@@ -100,16 +100,19 @@ class ConfigType(enum.IntEnum):
 # -- parsers: str -> value, ValueError with the reason ---------------------------------------------
 
 
+# The reasons are Kafka's (ConfigDef's), so that its tools print the same error.
 def _int_range(minimum: int, maximum: int) -> Callable[[str], int]:
+    type_name = "INT" if maximum <= INT_MAX else "LONG"
+
     def parse(text: str) -> int:
         try:
             value = int(text.strip())
         except ValueError:
-            raise ValueError("not a number") from None
+            raise ValueError(f"Not a number of type {type_name}") from None
         if not minimum <= value <= maximum:
             if value < minimum:
-                raise ValueError(f"value must be at least {minimum}")
-            raise ValueError(f"value must be at most {maximum}")
+                raise ValueError(f"Value must be at least {minimum}")
+            raise ValueError(f"Value must be no more than {maximum}")
         return value
 
     return parse
@@ -119,16 +122,16 @@ def _ratio(text: str) -> float:
     try:
         value = float(text.strip())
     except ValueError:
-        raise ValueError("not a number") from None
+        raise ValueError("Not a number of type DOUBLE") from None
     if not 0.0 <= value <= 1.0:
-        raise ValueError("value must be between 0 and 1")
+        raise ValueError("Value must be at least 0.0" if value < 0 else "Value must be no more than 1.0")
     return value
 
 
 def _bool(text: str) -> bool:
     lowered = text.strip().lower()
     if lowered not in ("true", "false"):
-        raise ValueError("expected true or false")
+        raise ValueError("Expected value to be either true or false")
     return lowered == "true"
 
 
@@ -138,14 +141,14 @@ def _cleanup_policy(text: str) -> tuple[str, ...]:
         raise ValueError(f"expected a list of {', '.join(CLEANUP_POLICIES)}")
     for item in items:
         if item not in CLEANUP_POLICIES:
-            raise ValueError(f"string must be one of: {', '.join(CLEANUP_POLICIES)}")
+            raise ValueError(f"String must be one of: {', '.join(CLEANUP_POLICIES)}")
     return tuple(dict.fromkeys(items))
 
 
 def _timestamp_type(text: str) -> str:
     value = text.strip()
     if value not in TIMESTAMP_TYPES:
-        raise ValueError(f"string must be one of: {', '.join(TIMESTAMP_TYPES)}")
+        raise ValueError(f"String must be one of: {', '.join(TIMESTAMP_TYPES)}")
     return value
 
 

@@ -72,7 +72,7 @@ class Storage:
         if transactional or acks != -1:
             self.flusher.mark(partition, wake=not transactional)
             return result, None
-        commit = self.flusher.commit([partition])
+        commit = self.flusher.commit([partition], pipelined=True)
         return result, None if commit.done and commit.ok else commit
 
     def commit(

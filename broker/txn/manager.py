@@ -69,8 +69,14 @@ from broker.config import BrokerConfig
 from broker.log.partition import Partition
 from broker.reply import AnswerFirst, Deferred
 from broker.storage import Commit, Storage
-from broker.topics import TRANSACTION_STATE_TOPIC, TopicPartition
-from broker.txn.coordinator import AbortFirst, TransactionCoordinator, TxnConfig, TxnTransition
+from broker.topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
+from broker.txn.coordinator import (
+    AbortFirst,
+    TransactionCoordinator,
+    TxnConfig,
+    TxnMetadata,
+    TxnTransition,
+)
 from broker.txn.markers import COORDINATOR_EPOCH, MarkerWrite, MarkerWriter
 from broker.txn.state import TxnState
 from broker.txn.txn_log import TxnLog
@@ -515,6 +521,75 @@ class TransactionManager:
             except KafkaError:
                 continue  # deleted meanwhile: its marker reports it
         return out
+
+    # -- what the handlers read, and WriteTxnMarkers -------------------------------------------
+
+    def available(self, transactional_id: str) -> bool:
+        """Whether the transaction-log partition of ``transactional_id`` could be loaded."""
+        return self.log.available(transactional_id)
+
+    def get(self, transactional_id: str) -> TxnMetadata | None:
+        return self.coordinator.get(transactional_id)
+
+    def transactions(self) -> list[TxnMetadata]:
+        return list(self.coordinator.transactions())
+
+    def producer_after_end(self, transactional_id: str) -> tuple[int, int]:
+        """Transaction version 2: the producer id and epoch to go on with after EndTxn."""
+        return self.coordinator.producer_after_end(transactional_id)
+
+    def write_markers(
+        self, producer_id: int, producer_epoch: int, commit: bool, coordinator_epoch: int,
+        partitions: Iterable[TopicPartition], now_ms: int,
+    ) -> Deferred[dict[TopicPartition, ErrorCode]]:
+        """WriteTxnMarkers (the caller checked ClusterAction): the errors per partition once the
+        markers written are durable. Accepted: a marker of a transaction this coordinator runs,
+        and an ABORT of a *hanging* transaction (open on the partition at that epoch, run by no
+        coordinator: Kafka's ``kafka-transactions.sh abort --topic --partition``). Anything
+        else gets CLUSTER_AUTHORIZATION_FAILED and writes nothing: a client may not forge
+        markers or write into the internal logs. Never into ``__transaction_state``; into
+        ``__consumer_offsets`` only the ABORT of a hanging transaction (the repair of a pending
+        TxnOffsetCommit whose coordinator forgot it): the coordinator writes its own markers
+        there."""
+        errors: dict[TopicPartition, ErrorCode] = {}
+        accepted = []
+        for tp in partitions:
+            if self._marker_accepted(producer_id, producer_epoch, commit, tp):
+                accepted.append(tp)
+            else:
+                errors[tp] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        written = (self.markers.write(producer_id, producer_epoch, commit, coordinator_epoch,
+                                      accepted, now_ms) if accepted else None)
+
+        async def answer() -> dict[TopicPartition, ErrorCode]:
+            if written is not None:
+                if written.commit is not None:
+                    await written.commit.wait()
+                errors.update(written.errors)
+            return errors
+
+        return Deferred(answer)
+
+    def _marker_accepted(self, producer_id: int, producer_epoch: int, commit: bool,
+                         tp: TopicPartition) -> bool:
+        if tp[0] == TRANSACTION_STATE_TOPIC:
+            return False
+        if tp[0] == CONSUMER_OFFSETS_TOPIC:
+            return not commit and self._hanging(producer_id, producer_epoch, tp)
+        return self.coordinator.knows_marker(producer_id, producer_epoch, commit, tp) or (
+            not commit and self._hanging(producer_id, producer_epoch, tp))
+
+    def _hanging(self, producer_id: int, producer_epoch: int, tp: TopicPartition) -> bool:
+        try:
+            entry = self._storage.partition(*tp).producers.get(producer_id)
+        except KafkaError:
+            return False
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == producer_epoch
+            and not self.coordinator.runs_on(producer_id, tp)
+        )
 
     # -- the periodic task -------------------------------------------------------------------
 

@@ -7,20 +7,20 @@ NOT_LEADER answer) and at least every ``metadata.max.age.ms``. Coordinators are 
 FindCoordinator and forgotten on NOT_COORDINATOR / COORDINATOR_NOT_AVAILABLE, so the next call
 looks them up again.
 
-``retry_call`` is the shared retry loop: retriable errors are retried after ``retry.backoff.ms``
-until the deadline; anything else is raised at once.
+Every retry of the client's calls follows ``backoff`` (``client/retry.py``: retry.backoff.ms
+doubling up to retry.backoff.max.ms, with jitter), one per client.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import trio
 
-from client.aio.connection import BrokerConnection
+from client.aio.connection import BrokerConnection, OpenStream
 from client.aio.security import ClientSecurity
 from client.config import ClientConfig
 from client.errors import (
@@ -28,7 +28,6 @@ from client.errors import (
     CoordinatorNotAvailableError,
     IllegalStateError,
     KafkaClientError,
-    KafkaTimeoutError,
     LeaderNotAvailableError,
     NotCoordinatorError,
     NotLeaderOrFollowerError,
@@ -37,6 +36,7 @@ from client.errors import (
     UnsupportedSaslMechanismError,
     error_for,
 )
+from client.retry import Backoff, retry
 from client.structs import TopicPartition
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -56,14 +56,15 @@ _COORDINATOR_ERRORS = (NotCoordinatorError, CoordinatorNotAvailableError)
 class Cluster:
     """Brokers, topics and coordinators as last seen, and the connections to them."""
 
-    def __init__(self, config: ClientConfig) -> None:
+    def __init__(self, config: ClientConfig, *, open_stream: OpenStream | None = None) -> None:
         self.config = config
+        self._open_stream = open_stream  # None: TCP (trio.open_tcp_stream)
         self._nursery: trio.Nursery | None = None  # where connections run their readers
         self.bootstrap: tuple[tuple[str, int], ...] = config["bootstrap.servers"]
         self.client_id: str = config["client.id"]
         self.request_timeout_ms: int = config["request.timeout.ms"]
         self.security: ClientSecurity | None = None
-        self.retry_backoff: float = config["retry.backoff.ms"] / 1000
+        self.backoff = Backoff.from_config(config)  # every retry of this client's calls
         self.brokers: dict[int, tuple[str, int]] = {}
         self.cluster_id: str | None = None
         self.controller_id: int = -1
@@ -169,6 +170,7 @@ class Cluster:
             client_id=self.client_id,
             request_timeout_ms=self.request_timeout_ms,
             security=self.security,
+            open_stream=self._open_stream,
         )
         timeout = self.config["socket.connection.setup.timeout.ms"] / 1000
         try:
@@ -255,29 +257,23 @@ class Cluster:
         count = self.partition_count(topic)
         if count is not None:
             return count
-        deadline = trio.current_time() + timeout
-        last_error: BaseException | None = None
-        while True:
-            try:
-                await self.refresh_metadata([topic], allow_auto_create=allow_auto_create)
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                last_error = exc
+
+        async def attempt() -> int:
+            await self.refresh_metadata([topic], allow_auto_create=allow_auto_create)
             count = self.partition_count(topic)
             if count is not None:
                 return count
-            code = self.topic_errors.get(topic)
-            if code is not None and code not in (
-                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                ErrorCode.LEADER_NOT_AVAILABLE,
-            ):
-                raise error_for(code, f"topic {topic}")
-            if trio.current_time() + self.retry_backoff > deadline:
-                raise KafkaTimeoutError(
-                    f"Topic {topic} not present in metadata after {timeout * 1000:.0f} ms."
-                ) from last_error
-            await trio.sleep(self.retry_backoff)
+            # Not there yet (being created, or no leader yet: retriable), or refused.
+            code = self.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise error_for(code, f"topic {topic}")
+
+        return await retry(
+            attempt,
+            backoff=self.backoff,
+            timeout=timeout,
+            what=f"metadata of {topic}",
+            timeout_message=f"Topic {topic} not present in metadata after {timeout * 1000:.0f} ms.",
+        )
 
     # -- coordinators ------------------------------------------------------------------------------
 
@@ -335,35 +331,6 @@ class Cluster:
         if code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
             self.forget_coordinator(key_type, key)
         return response
-
-    # -- retries -----------------------------------------------------------------------------------
-
-    async def retry_call(
-        self,
-        attempt: Callable[[], Awaitable[T]],
-        *,
-        timeout: float,
-        what: str,
-        backoff: float | None = None,
-        on_error: Callable[[KafkaClientError], None] | None = None,
-    ) -> T:
-        """Run ``attempt`` until it returns, retrying retriable errors until ``timeout``."""
-        deadline = trio.current_time() + timeout
-        delay = self.retry_backoff if backoff is None else backoff
-        while True:
-            try:
-                return await attempt()
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                if on_error is not None:
-                    on_error(exc)
-                if trio.current_time() + delay > deadline:
-                    raise KafkaTimeoutError(
-                        f"{what} did not succeed within {timeout:.1f} s: {exc}"
-                    ) from exc
-                log.debug("%s: %s; retrying", what, exc)
-                await trio.sleep(delay)
 
 
 def raise_for_code(code: int, message: str = "") -> None:

@@ -48,6 +48,8 @@ from protocol.messages.fetch import decode_fetch_response_untrusted
 log = logging.getLogger("client.connection")
 
 ResponseCallback = Callable[[Any, BaseException | None], None]
+# Opens the byte stream to (host, port): trio.open_tcp_stream, or a test's in-memory broker.
+OpenStream = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
 # The newest version of each API that this client's code speaks: the requests it builds and the
 # response fields it reads are those of every version up to this one (below each cap, the
@@ -135,15 +137,17 @@ class BrokerConnection:
         client_id: str = "",
         request_timeout_ms: int = 30_000,
         security: ClientSecurity | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
         self.host = host
+        self._open_stream: OpenStream = open_stream or trio.open_tcp_stream
         self.security = security
         self.port = port
         self.node_id = node_id
         self.client_id = client_id
         self.request_timeout = request_timeout_ms / 1000
         self.api_versions: dict[int, tuple[int, int]] = {}
-        self._stream: trio.SocketStream | trio.SSLStream | None = None
+        self._stream: trio.abc.Stream | None = None
         self._socket: Any = None  # the TCP socket under it (closed by _fail)
         self._send_lock = trio.Lock()
         self._pending: deque[_Pending] = deque()
@@ -174,10 +178,11 @@ class BrokerConnection:
         security = self.security
         try:
             with trio.fail_after(timeout):
-                tcp = await trio.open_tcp_stream(self.host, self.port)
-                self._socket = tcp.socket
+                tcp = await self._open_stream(self.host, self.port)
                 self._stream = tcp
-                tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if isinstance(tcp, trio.SocketStream):
+                    self._socket = tcp.socket
+                    tcp.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 if security is not None and security.tls is not None:
                     tls = trio.SSLStream(tcp, security.tls, server_hostname=self.host,
                                          https_compatible=True)
@@ -378,17 +383,17 @@ class BrokerConnection:
     async def _read_loop(self, decoder: FrameDecoder) -> None:
         stream = self._stream
         recv_into: Callable[[memoryview], Awaitable[int]]
-        if isinstance(stream, trio.SSLStream):
-            tls = stream
+        if isinstance(stream, trio.SocketStream):
+            recv_into = stream.socket.recv_into
+        elif stream is not None:  # TLS (or a test's in-memory stream): received, then copied
+            other = stream
 
-            async def recv_tls(buffer: memoryview) -> int:
-                data = await tls.receive_some(len(buffer))
+            async def receive_copy(buffer: memoryview) -> int:
+                data = await other.receive_some(len(buffer))
                 buffer[:len(data)] = data
                 return len(data)
 
-            recv_into = recv_tls
-        elif stream is not None:
-            recv_into = stream.socket.recv_into
+            recv_into = receive_copy
         else:
             raise BrokerConnectionError(f"{self} is closed")
         inf = float("inf")

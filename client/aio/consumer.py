@@ -38,6 +38,7 @@ import trio
 from client._loop import require_trio
 from client.aio._tasks import EngineTasks
 from client.aio.cluster import Cluster
+from client.aio.connection import OpenStream
 from client.aio.fetcher import Fetcher
 from client.aio.group_coordinator import STABLE, GroupCoordinator, RebalanceCallback
 from client.aio.subscription import (
@@ -61,8 +62,14 @@ class AsyncConsumer:
     """A Kafka consumer on trio (see the module docstring)."""
 
     def __init__(
-        self, config: Mapping[str, Any] | ClientConfig, *, clock: Clock | None = None
+        self,
+        config: Mapping[str, Any] | ClientConfig,
+        *,
+        clock: Clock | None = None,
+        open_stream: OpenStream | None = None,
     ) -> None:
+        """``clock``: the time the consumer reads (default: the wall clock); ``open_stream``:
+        how its connections open (default: TCP; tests pass an in-memory broker's)."""
         cfg = config if isinstance(config, ClientConfig) else consumer_config(config)
         self.config = cfg
         self.clock: Clock = clock or WallClock()
@@ -72,7 +79,7 @@ class AsyncConsumer:
         self._reset_policy: str = cfg["auto.offset.reset"]
         self._max_poll_records: int = cfg["max.poll.records"]
         self._request_timeout = cfg["request.timeout.ms"] / 1000
-        self._cluster = Cluster(cfg)
+        self._cluster = Cluster(cfg, open_stream=open_stream)
         self._tasks = EngineTasks("AsyncConsumer")
         self._subs = SubscriptionState()
         self._fetcher = Fetcher(cfg, self._subs, self._cluster)

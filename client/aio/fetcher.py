@@ -33,6 +33,7 @@ from client.errors import (
     error_for,
 )
 from client.fetch_decoder import decode_fetched, next_fetch_offset
+from client.retry import retry
 from client.structs import ConsumerRecord, TopicPartition
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
@@ -89,7 +90,9 @@ class Fetcher:
         self._reset_policy: str = config["auto.offset.reset"]
         self._prefetch_bytes: int = 2 * max(config["max.partition.fetch.bytes"], 1)
         self._request_timeout = config["request.timeout.ms"] / 1000
-        self._retry_backoff = config["retry.backoff.ms"] / 1000
+        self._backoff = cluster.backoff
+        self._metadata_attempts = 0  # metadata refreshes in a row that left a partition leaderless
+        self._node_failures: dict[int, int] = {}  # node -> Fetches in a row that failed
         self.completed: deque[Completed] = deque()
         self.data_event = trio.Event()  # set when poll has something to look at
         self.wakeup = trio.Event()  # set when the fetch manager has something to do
@@ -245,9 +248,12 @@ class Fetcher:
                 ):
                     # Still no leader (a topic being created, a broker down): ask again later.
                     self._metadata_wanted = True
-                    with trio.move_on_after(self._retry_backoff):
+                    with trio.move_on_after(self._backoff.seconds(self._metadata_attempts)):
                         await self.wakeup.wait()
+                    self._metadata_attempts += 1
                     self.wakeup = trio.Event()
+                else:
+                    self._metadata_attempts = 0
                 continue
             await self.wakeup.wait()
             self.wakeup = trio.Event()
@@ -283,8 +289,12 @@ class Fetcher:
         except KafkaClientError as exc:
             log.info("fetch from broker %d failed: %s", node, exc)
             self._metadata_wanted = True
-            await trio.sleep(self._retry_backoff)
+            failures = self._node_failures.get(node, 0)
+            self._node_failures[node] = failures + 1
+            await trio.sleep(self._backoff.seconds(failures))
             response = None
+        else:
+            self._node_failures.pop(node, None)
         finally:
             for state, _, _ in requested:
                 state.fetching = False
@@ -413,5 +423,10 @@ class Fetcher:
             if retry_error is not None:
                 raise retry_error
 
-        await cluster.retry_call(attempt, timeout=self._request_timeout * 2, what="ListOffsets")
+        await retry(
+            attempt,
+            backoff=cluster.backoff,
+            timeout=self._request_timeout * 2,
+            what="ListOffsets",
+        )
         return result

@@ -36,6 +36,7 @@ from client.group_protocol import (
     encode_assignment,
     encode_subscription,
 )
+from client.retry import retry
 from client.structs import (
     ConsumerGroupMetadata,
     OffsetAndMetadata,
@@ -89,7 +90,7 @@ class GroupCoordinator:
         self._assignor = ASSIGNORS[config["partition.assignment.strategy"]]
         self._strategy: str = config["partition.assignment.strategy"]
         self._request_timeout = config["request.timeout.ms"] / 1000
-        self._retry_backoff = config["retry.backoff.ms"] / 1000
+        self._backoff = cluster.backoff
         self.member_id = ""
         self.generation_id = -1
         self.phase = STABLE
@@ -157,8 +158,11 @@ class GroupCoordinator:
             exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetCommit")
             raise exc
 
-        await self._cluster.retry_call(
-            attempt, timeout=self._request_timeout * 2, what="OffsetCommit"
+        await retry(
+            attempt,
+            backoff=self._cluster.backoff,
+            timeout=self._request_timeout * 2,
+            what="OffsetCommit",
         )
 
     def commit_async(
@@ -219,8 +223,11 @@ class GroupCoordinator:
                 raise exc
             return response
 
-        response = await self._cluster.retry_call(
-            attempt, timeout=self._request_timeout * 2, what="OffsetFetch"
+        response = await retry(
+            attempt,
+            backoff=self._cluster.backoff,
+            timeout=self._request_timeout * 2,
+            what="OffsetFetch",
         )
         result: dict[TopicPartition, OffsetAndMetadata | None] = {tp: None for tp in tps}
         for topic in response.topics:
@@ -283,6 +290,13 @@ class GroupCoordinator:
         group_id = self.require_group()
         cfg = self.config
         rebalance_timeout_ms = cfg["max.poll.interval.ms"]
+        failures = 0
+
+        async def back_off() -> None:
+            nonlocal failures
+            await trio.sleep(self._backoff.seconds(failures))
+            failures += 1
+
         while True:
             self.rejoin_needed = False
             topics = list(self._subs.topics or ())
@@ -308,7 +322,7 @@ class GroupCoordinator:
                 if not exc.retriable:
                     raise
                 cluster.forget_coordinator(GROUP, group_id)
-                await trio.sleep(self._retry_backoff)
+                await back_off()
                 continue
             if join.error_code:
                 if join.error_code == ErrorCode.MEMBER_ID_REQUIRED:
@@ -324,7 +338,7 @@ class GroupCoordinator:
                 if join_error.retriable or join.error_code in REJOIN_CODES:
                     if is_coordinator_error(join_error):
                         cluster.forget_coordinator(GROUP, group_id)
-                    await trio.sleep(self._retry_backoff)
+                    await back_off()
                     continue
                 raise join_error
             self.member_id = join.member_id
@@ -354,7 +368,7 @@ class GroupCoordinator:
                 if not exc.retriable:
                     raise
                 cluster.forget_coordinator(GROUP, group_id)
-                await trio.sleep(self._retry_backoff)
+                await back_off()
                 continue
             if sync.error_code:
                 if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
@@ -453,7 +467,7 @@ class GroupCoordinator:
             await self._cluster.refresh_metadata(list(counts))
         except KafkaClientError as exc:
             log.info("metadata check failed: %s", exc)
-            return self._retry_backoff * 10
+            return 10 * self._backoff.seconds(0)
         changed = [t for t, n in counts.items() if (self._cluster.partition_count(t) or 0) != n]
         if changed:
             log.info("partitions of %s changed: rebalancing group %s", changed, self.group_id)

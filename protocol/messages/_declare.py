@@ -49,6 +49,7 @@ from protocol.primitives import (
     CompactNullableBytes,
     CompactNullableString,
     CompactString,
+    Float64,
     Int8,
     Int16,
     Int32,
@@ -104,10 +105,12 @@ class F:
 
 
 _TYPE_DEFAULTS: dict[str, Any] = {
-    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "bool": False, "string": "", "bytes": b"",
+    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "float64": 0.0, "bool": False, "string": "",
+    "bytes": b"",
     "records": None, "uuid": ZERO_UUID,
 }
-_FIXED = {"int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64, "bool": Bool, "uuid": Uuid}
+_FIXED = {"int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64, "float64": Float64,
+          "bool": Bool, "uuid": Uuid}
 
 
 def _leaf(type_: str, nullable: bool, flexible: bool) -> Construct:
@@ -164,7 +167,7 @@ def _literal(value: Any) -> str:
         return "ListContainer()"
     if isinstance(value, uuid.UUID):
         return "_kp.ZERO_UUID" if value == ZERO_UUID else f"_kp.uuid.UUID({str(value)!r})"
-    if value is None or isinstance(value, bool | int | str | bytes):
+    if value is None or isinstance(value, bool | int | float | str | bytes):
         return repr(value)
     raise ValueError(f"unsupported default {value!r}")
 

@@ -167,6 +167,31 @@ OFFSET_DELETE = declare(
 
 # -- DescribeCluster (60): flexible from v0; v1 adds endpoint_type (KIP-919); v2 adds
 # include_fenced_brokers and is_fenced (Kafka 4.0).
+# -- DescribeClientQuotas (48): v1 is flexible. minibroker has no quotas: it answers every filter
+# with no entries (kafka-configs --describe --entity-type users asks it before the SCRAM users).
+DESCRIBE_CLIENT_QUOTAS = declare(
+    ApiKey.DESCRIBE_CLIENT_QUOTAS, valid="0-1", flexible="1+",
+    request=[
+        F("components", "[]", fields=[
+            F("entity_type", "string"),
+            F("match_type", "int8"),
+            F("match", "string", nullable="0+"),
+        ]),
+        F("strict", "bool"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("error_message", "string", nullable="0+", default=None),
+        F("entries", "[]", nullable="0+", fields=[
+            F("entity", "[]", fields=[
+                F("entity_type", "string"), F("entity_name", "string", nullable="0+"),
+            ]),
+            F("values", "[]", fields=[F("key", "string"), F("value", "float64")]),
+        ]),
+    ],
+)
+
 DESCRIBE_CLUSTER = declare(
     ApiKey.DESCRIBE_CLUSTER, valid="0-2", flexible="0+",
     request=[

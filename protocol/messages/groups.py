@@ -101,7 +101,7 @@ LEAVE_GROUP = declare(
 )
 
 DESCRIBE_GROUPS = declare(
-    ApiKey.DESCRIBE_GROUPS, valid="0-5", flexible="5+",
+    ApiKey.DESCRIBE_GROUPS, valid="0-6", flexible="5+",
     request=[
         F("groups", "[]string"),
         F("include_authorized_operations", "bool", "3+"),
@@ -110,6 +110,7 @@ DESCRIBE_GROUPS = declare(
         F("throttle_time_ms", "int32", "1+"),
         F("groups", "[]", fields=[
             F("error_code", "int16"),
+            F("error_message", "string", "6+", nullable="6+", default=None),
             F("group_id", "string"),
             F("group_state", "string"),
             F("protocol_type", "string"),

@@ -30,7 +30,12 @@ from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 from protocol.headers import parse_response_header_untrusted
 from protocol.messages import decode_response
-from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
+from protocol.records import (
+    Compression,
+    decode_batches_untrusted,
+    encode_batch,
+    parse_control_record,
+)
 from tests.raw_client import RawConnection
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -174,9 +179,15 @@ class Run:
             key = spec.get("key")
             records.append((key.encode() if key is not None else None, value, (),
                             spec.get("ts", BASE_TS + 1000 * (first + i))))
-        return encode_batch(records, producer_id=spec.get("pid", -1),
+        data = encode_batch(records, producer_id=spec.get("pid", -1),
                             producer_epoch=spec.get("epoch", -1), base_sequence=seq,
-                            transactional=spec.get("txn", False))
+                            transactional=spec.get("txn", False),
+                            compression=Compression[spec.get("compression", "none").upper()])
+        if spec.get("bad_crc"):
+            data = data[:17] + bytes([data[17] ^ 0xFF]) + data[18:]  # a byte of the CRC
+        if "magic" in spec:
+            data = data[:16] + bytes([spec["magic"]]) + data[17:]
+        return data
 
     # -- connections -----------------------------------------------------------------------------
     def conn(self, name: str) -> RawConnection:
@@ -246,7 +257,8 @@ class Run:
             if answer.body is None or time.monotonic() > deadline:
                 return answer
             if not (error_codes(answer.body) & retry_on) and all(
-                    _at(answer.body, path) == value for path, value in until.items()):
+                    _at(canonical(answer.body, Symbols(self.names)), path) == value
+                    for path, value in until.items()):
                 return answer
             time.sleep(0.05)
 
@@ -335,6 +347,23 @@ class Run:
                 return
             time.sleep(0.05)
         raise AssertionError(f"transaction {transactional_id} still preparing after {RETRY_FOR} s")
+
+
+def canonical(value: Any, symbols: Symbols) -> Any:
+    """A decoded answer with its lists in the order of :func:`normalize` (by name or index), its
+    values as they are: where an ``until`` path points."""
+    if isinstance(value, dict):
+        return {k: canonical(v, symbols) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [canonical(v, symbols) for v in value]
+        if items and all(isinstance(i, dict) for i in items):
+            for sort_key in SORT_KEYS:
+                if all(sort_key in i for i in items):
+                    items.sort(key=lambda i: repr(symbols.text(i[sort_key])
+                                                  if isinstance(i[sort_key], str) else i[sort_key]))
+                    break
+        return items
+    return value
 
 
 def _at(body: Any, path: str) -> Any:
@@ -446,6 +475,8 @@ def _norm(value: Any, symbols: Symbols, key: str) -> Any:
         return "UUID" if value != uuid.UUID(int=0) and value not in (b"\0" * 16,) else "0"
     if key in WALL_CLOCK_FIELDS and isinstance(value, int):
         return "T" if value > 0 else value
+    if key == "session_id" and isinstance(value, int):
+        return "S" if value != 0 else 0  # a fetch session's id is random
     if isinstance(value, str):
         return symbols.text(value)
     if isinstance(value, bytes):
@@ -539,8 +570,9 @@ def java_hash(text: str) -> int:
 def warm_up(port: int, internal_partitions: int, run_id: str) -> None:
     """Before any case: load every partition's group and transaction coordinator (a new Kafka
     creates its internal topics on the first request that needs them, and answers
-    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS meanwhile), and take producer id 0, which both
-    brokers hand out first when new: in a case a producer id 0 is then a field's default."""
+    NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS meanwhile; minibroker creates them with the
+    first record it writes there), and take producer id 0, which both brokers hand out first when
+    new: in a case a producer id 0 is then a field's default."""
     keys: dict[int, str] = {}
     n = 0
     while len(keys) < internal_partitions:
@@ -550,6 +582,7 @@ def warm_up(port: int, internal_partitions: int, run_id: str) -> None:
     run = Run(port, {"name": "warm-up", "steps": []}, run_id)
     try:
         deadline = time.monotonic() + 120.0
+        run.create_topic("w", 1, {})
         steps = [{"api": "INIT_PRODUCER_ID", "v": 4, "body": {
             "transactional_id": None, "transaction_timeout_ms": 60000}}]
         for key in keys.values():
@@ -560,6 +593,13 @@ def warm_up(port: int, internal_partitions: int, run_id: str) -> None:
                 {"api": "FIND_COORDINATOR", "v": 4, "body": {"key_type": 1, "coordinator_keys": [key]}},
                 {"api": "INIT_PRODUCER_ID", "v": 4, "body": {"transactional_id": key,
                                                              "transaction_timeout_ms": 60000}},
+                # minibroker creates __consumer_offsets with the first offset it stores (Kafka
+                # with the first FindCoordinator): after this, both describe it
+                {"api": "OFFSET_COMMIT", "v": 8, "body": {
+                    "group_id": key, "generation_id": -1, "member_id": "", "topics": [
+                        {"name": run.name("w"), "partitions": [
+                            {"partition_index": 0, "committed_offset": 0,
+                             "committed_metadata": ""}]}]}},
             ]
         for step in steps:
             while True:

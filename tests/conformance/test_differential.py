@@ -107,9 +107,10 @@ def minibroker(tmp_path_factory):
     # The internal topics' partition counts of the kafka_one fixture, so that a group or a
     # transactional id lands on the same partition of __consumer_offsets on both.
     work = tmp_path_factory.mktemp("conformance")
+    # group.initial.rebalance.delay.ms as KafkaCluster sets it.
     (work / "server.properties").write_text(
         "".join(f"{key}={value}\n" for key, value in SMALL_INTERNAL_TOPICS.items()
-                if not key.startswith("share.")))
+                if not key.startswith("share.")) + "group.initial.rebalance.delay.ms=0\n")
     proc = BrokerProcess(work / "data", "--config", str(work / "server.properties"))
     proc.start()
     try:

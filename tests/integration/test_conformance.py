@@ -125,6 +125,8 @@ def request_body(key: ApiKey, version: int) -> dict:
         ApiKey.OFFSET_DELETE: {"group_id": "no-such-group", "topics": []},
         ApiKey.DESCRIBE_CLUSTER: {"include_cluster_authorized_operations": False,
                                   "endpoint_type": 1},
+        ApiKey.DESCRIBE_CLIENT_QUOTAS: {"components": [{"entity_type": "user", "match_type": 1,
+                                                        "match": None}], "strict": False},
         ApiKey.DESCRIBE_PRODUCERS: {"topics": [{"name": TOPIC, "partition_indexes": [0]}]},
         ApiKey.SASL_HANDSHAKE: {"mechanism": "PLAIN"},
         ApiKey.SASL_AUTHENTICATE: {"auth_bytes": b"\0user\0password"},
@@ -212,7 +214,7 @@ def test_every_served_api_is_covered():
         ApiKey.TXN_OFFSET_COMMIT, ApiKey.LIST_TRANSACTIONS, ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
-        ApiKey.DESCRIBE_PRODUCERS,
+        ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
     }
 
 

@@ -138,17 +138,21 @@ def programs_classpath() -> str:
     return f"{out}{os.pathsep}{cp}"
 
 
-def java_command(main_class: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> list[str]:
-    """The command line that runs ``main_class`` on the test programs' and Kafka's classpath."""
-    return ["java", *jvm_opts, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}", "-cp",
-            programs_classpath(), main_class, *args]
+def java_command(main_class: str, *args: str, jvm_opts: Iterable[str] = TOOL_JVM_OPTS,
+                 programs: bool = True) -> list[str]:
+    """The command line that runs ``main_class`` on Kafka's classpath, after the test programs'
+    (compiled first) unless ``programs`` is false."""
+    cp = programs_classpath() if programs else classpath()
+    return ["java", *jvm_opts, f"-Dlog4j2.configurationFile={TOOLS_LOG4J}", "-cp", cp,
+            main_class, *args]
 
 
 def run_tool(main_class: str, *args: str, input: str | None = None, timeout: float = 120.0,
-             jvm_opts: Iterable[str] = TOOL_JVM_OPTS) -> subprocess.CompletedProcess[str]:
+             jvm_opts: Iterable[str] = TOOL_JVM_OPTS, programs: bool = True,
+             ) -> subprocess.CompletedProcess[str]:
     """Run a Kafka tool or test program to its end; exit code, stdout and stderr as text."""
-    return subprocess.run(java_command(main_class, *args, jvm_opts=jvm_opts), input=input,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(java_command(main_class, *args, jvm_opts=jvm_opts, programs=programs),
+                          input=input, capture_output=True, text=True, timeout=timeout)
 
 
 def free_port() -> int:
@@ -172,6 +176,7 @@ class KafkaNode:
     controller_port: int
     dir: Path
     proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0  # how often it was started (its server.log keeps every run's lines)
 
     @property
     def address(self) -> str:
@@ -193,11 +198,15 @@ class KafkaCluster:
     node), formatted with ``--standalone``. Three nodes: replication factor 3 and min ISR 2 for every
     topic and internal topic, a static quorum of the three controllers. ``config`` adds or replaces
     broker properties; ``features`` are given to the storage tool (``{"transaction.version": 1}``).
+    ``listener`` is the clients' listener's security protocol (``SASL_PLAINTEXT``: give the SASL
+    settings in ``config``; readiness is then read from the log, not asked with Metadata);
+    ``format_args`` go to the storage tool (``["--add-scram", "SCRAM-SHA-256=[name=u,password=p]"]``).
     """
 
     def __init__(self, workdir: Path, nodes: int = 1, *, config: Mapping[str, object] | None = None,
                  features: Mapping[str, int] | None = None, heap: str = "512m",
-                 jvm_opts: Iterable[str] = ()) -> None:
+                 jvm_opts: Iterable[str] = (), listener: str = "PLAINTEXT",
+                 format_args: Iterable[str] = ()) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.workdir = Path(workdir)
@@ -206,9 +215,10 @@ class KafkaCluster:
         self.features = dict(features or {})
         self.heap = heap
         self.jvm_opts = list(jvm_opts)
+        self.listener = listener
+        self.format_args = list(format_args)
         self.nodes = [
-            KafkaNode(i, free_port(), free_port(), self.workdir / f"node{i}")
-            for i in range(1, nodes + 1)
+            KafkaNode(i, free_port(), free_port(), self.workdir / f"node{i}") for i in range(nodes)
         ]
 
     # -- addresses ----------------------------------------------------------------------------
@@ -217,7 +227,8 @@ class KafkaCluster:
         return ",".join(node.address for node in self.nodes)
 
     def node(self, node_id: int) -> KafkaNode:
-        return self.nodes[node_id - 1]
+        """Node ids count from 0, as minibroker's single node is 0."""
+        return self.nodes[node_id]
 
     # -- configuration ------------------------------------------------------------------------
     def node_properties(self, node: KafkaNode) -> dict[str, object]:
@@ -226,15 +237,15 @@ class KafkaCluster:
         props: dict[str, object] = {
             "process.roles": "broker,controller",
             "node.id": node.node_id,
-            "listeners": f"PLAINTEXT://127.0.0.1:{node.port},CONTROLLER://127.0.0.1:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{node.port}",
+            "listeners": f"{self.listener}://127.0.0.1:{node.port},"
+                         f"CONTROLLER://127.0.0.1:{node.controller_port}",
+            "advertised.listeners": f"{self.listener}://127.0.0.1:{node.port}",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": self.listener,
+            "listener.security.protocol.map": f"{self.listener}:{self.listener},CONTROLLER:PLAINTEXT",
             "log.dirs": str(node.dir / "data"),
             "num.partitions": 1,
             "default.replication.factor": rf,
-            "min.insync.replicas": min_isr,
             "offsets.topic.replication.factor": rf,
             "transaction.state.log.replication.factor": rf,
             "transaction.state.log.min.isr": min_isr,
@@ -242,6 +253,8 @@ class KafkaCluster:
             "share.coordinator.state.topic.min.isr": min_isr,
             "group.initial.rebalance.delay.ms": 0,
         }
+        if min_isr != 1:  # else left at its default, so that topic descriptions do not list it
+            props["min.insync.replicas"] = min_isr
         if n == 1:
             props["controller.quorum.bootstrap.servers"] = f"127.0.0.1:{node.controller_port}"
         else:
@@ -267,7 +280,8 @@ class KafkaCluster:
                 args.insert(1, "--standalone")
             for name, level in self.features.items():
                 args += ["--feature", f"{name}={level}"]
-            done = run_tool("kafka.tools.StorageTool", *args)
+            args += self.format_args
+            done = run_tool("kafka.tools.StorageTool", *args, programs=False)
             if done.returncode != 0:
                 raise RuntimeError(f"formatting Kafka node {node.node_id} failed:\n"
                                    f"{done.stdout}{done.stderr}")
@@ -298,6 +312,7 @@ class KafkaCluster:
             f"-Dlog4j2.configurationFile={BROKER_LOG4J}", f"-Dkafka.logs.dir={node.dir}",
             "-cp", classpath(), "kafka.Kafka", str(node.properties),
         ]
+        node.starts += 1
         with open(node.log, "ab") as log:
             node.proc = popen(cmd, what=f"reference Kafka node {node_id} in {node.dir}",
                               stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -314,12 +329,22 @@ class KafkaCluster:
                 if node.proc.poll() is not None:
                     raise RuntimeError(f"Kafka node {node.node_id} exited with {node.proc.returncode}"
                                        f" while starting:\n{self.log_tail()}")
-            if all(self._serves(node, len(running)) for node in running):
+            if all(self._serves(node, len(running)) if self.listener == "PLAINTEXT"
+                   else self._started(node) for node in running):
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Kafka ({len(running)} nodes) did not serve within {timeout} s:\n"
                                    + self.log_tail())
             time.sleep(0.25)
+
+    @staticmethod
+    def _started(node: KafkaNode) -> bool:
+        """The node logged that it started, since it last started (a secured listener's probe)."""
+        try:
+            text = node.log.read_text(errors="replace")
+        except FileNotFoundError:
+            return False
+        return text.count("Kafka Server started") >= node.starts
 
     @staticmethod
     def _serves(node: KafkaNode, brokers: int) -> bool:

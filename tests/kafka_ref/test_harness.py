@@ -43,7 +43,7 @@ def test_one_node_serves_with_replication_one(kafka_one):
     assert len(kafka_one.nodes) == 1
     with RawConnection(kafka_one.nodes[0].port) as conn:
         meta = conn.request(ApiKey.METADATA, 1, {"topics": None})
-    assert [b["node_id"] for b in meta["brokers"]] == [1]
+    assert [b["node_id"] for b in meta["brokers"]] == [0]
     done = run_tool(TOPICS, "--bootstrap-server", kafka_one.bootstrap, "--create", "--topic",
                     "harness-one", "--partitions", "2")
     assert done.returncode == 0, done.stderr
@@ -59,13 +59,13 @@ def test_three_nodes_replicate_and_survive_a_kill(kafka_three):
     assert done.returncode == 0, done.stderr
     done = run_tool(TOPICS, "--bootstrap-server", bootstrap, "--describe", "--topic", "harness-three")
     assert "ReplicationFactor: 3\tConfigs: min.insync.replicas=2" in done.stdout, done.stdout
-    kafka_three.kill9(3)
+    kafka_three.kill9(2)
     try:
         done = run_tool(TOPICS, "--bootstrap-server", kafka_three.node(1).address, "--describe",
                         "--topic", "harness-three")
         assert done.returncode == 0, done.stderr
     finally:
-        kafka_three.start_node(3)
+        kafka_three.start_node(2)
     assert all(node.proc is not None and node.proc.poll() is None for node in kafka_three.nodes)
 
 
@@ -86,11 +86,11 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(kafka_ref, tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert proc.returncode == 0
-    assert (tmp_path / "k" / "node1" / "server.log").stat().st_size > 0
+    assert (tmp_path / "k" / "node0" / "server.log").stat().st_size > 0
 
 
 def test_start_failure_reports_the_log(kafka_ref, tmp_path):
     cluster = KafkaCluster(tmp_path, 1, config={"log.dirs": "/proc/version/nope"})
-    with pytest.raises(RuntimeError, match="Kafka node 1"):
+    with pytest.raises(RuntimeError, match="Kafka node 0"):
         cluster.start(timeout=60)
     assert all(node.proc is None for node in cluster.nodes)

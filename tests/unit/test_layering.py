@@ -147,17 +147,17 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
     "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
-    "broker.metrics_http",
+    "broker.metrics.http",
 }
 SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service", "broker.txn.manager",
-            "broker.txn.markers", "broker.cleaner_service"}
+            "broker.txn.markers", "broker.storage.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
     "broker.group.coordinator", "broker.group.offsets", "broker.topics",
 }
 # The storage domain: files, but no trio, no sockets, no clock.
-STORAGE_DOMAIN = {"broker.log", "broker.producer_state", "broker.txn.txn_log",
+STORAGE_DOMAIN = {"broker.log", "broker.log.producer_state", "broker.txn.txn_log",
                   "broker.txn.producer_ids"}
 NO_TRIO_OR_NETWORK = {"trio", "socket", "asyncio", "selectors", "threading", "time"}
 NO_IO = NO_TRIO_OR_NETWORK | {"os", "io", "pathlib", "shutil", "mmap", "tempfile", "json"}
@@ -233,7 +233,7 @@ def test_services_do_not_see_each_other_or_the_root() -> None:
 # atomically (temp, fsync, rename) where they live.
 SYNC_CALLS = {"flush", "flush_now", "begin_flush", "complete_flush", "fsync", "fdatasync",
               "sync_alone", "mark_dirty"}
-MAY_SYNC = {"broker.storage", "broker.log", "broker.producer_state", "broker.txn.producer_ids",
+MAY_SYNC = {"broker.storage", "broker.log", "broker.log.producer_state", "broker.txn.producer_ids",
             "broker.security.durable_json"}
 
 
@@ -271,6 +271,22 @@ def test_services_return_no_shell_types() -> None:
     graph = broker_modules()
     assert sorted(m for m, imports in graph.items() if _in(m, SERVICES)
                   and any(_in(n, {"broker.dispatcher"}) for n in imports)) == []
+
+
+def test_handlers_go_through_the_transaction_service() -> None:
+    """Handlers call the transaction service, never past it into its pure coordinator, its log
+    or its marker writer (``broker.transactions.coordinator...``)."""
+    bad = []
+    for path in sorted((ROOT / "broker" / "handlers").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Attribute) and node.attr in ("coordinator", "log", "markers")
+                    and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "transactions"):
+                bad.append(f"{path.name}:{node.lineno} transactions.{node.attr}")
+            if (isinstance(node, ast.Attribute) and node.attr in ("coordinator", "log", "markers")
+                    and isinstance(node.value, ast.Name) and node.value.id == "transactions"):
+                bad.append(f"{path.name}:{node.lineno} transactions.{node.attr}")
+    assert bad == []
 
 
 def test_only_the_shell_imports_the_composition_root() -> None:

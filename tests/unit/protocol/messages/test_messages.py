@@ -88,6 +88,8 @@ def _leaf_values(type_: str, nullable: bool) -> st.SearchStrategy:
         nullable = nullable or type_ == "records"
     elif type_ == "uuid":
         values = st.uuids()
+    elif type_ == "float64":
+        values = st.floats(allow_nan=False)
     else:
         raise TypeError(type_)
     return st.none() | values if nullable else values
@@ -167,7 +169,7 @@ KAFKA_4 = {
     ApiKey.DESCRIBE_CONFIGS: (1, 4), ApiKey.ALTER_CONFIGS: (0, 2), ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
     ApiKey.CREATE_PARTITIONS: (0, 3), ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1), ApiKey.OFFSET_DELETE: (0, 0),
-    ApiKey.DESCRIBE_CLUSTER: (0, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1), ApiKey.DESCRIBE_CLUSTER: (0, 2), ApiKey.DESCRIBE_PRODUCERS: (0, 0),
     ApiKey.WRITE_TXN_MARKERS: (1, 2), ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),

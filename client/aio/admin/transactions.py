@@ -1,0 +1,274 @@
+"""Admin calls on producers and transactions: DescribeProducers per partition leader,
+ListTransactions on every broker, DescribeTransactions at the transactional id's coordinator (admin
+APIs of later Kafka versions, KIP-664; a broker that does not list them in ApiVersions answers
+``UnsupportedVersionError`` here), hanging transactions, and ending a handed-over transaction.
+
+``end_transaction(handle, commit)`` finishes a transaction that a producer left open with
+``transaction_handle()`` (the Spark sink's pattern). EndTxn carries (transactional_id, producer_id,
+producer_epoch), so any client may send it. Tolerance rules, as a Kafka coordinator applies them:
+
+- EndTxn for a transaction that already ended *the same way* succeeds again (a retried commit);
+- ending it the other way (abort after commit, or commit after abort) is ``InvalidTxnStateError``;
+- if the transactional id was taken over (a newer ``init_transactions``) or the coordinator
+  aborted the transaction at its timeout, the epoch is stale: ``ProducerFencedError``. The
+  transaction was aborted then, so for ``commit=False`` this outcome is what was asked for, and
+  ``end_transaction`` returns normally;
+- a handle with ``empty=True`` names a transaction that never reached the coordinator: nothing
+  to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from client.aio.admin.topics import TopicsAdmin
+from client.aio.cluster import TRANSACTION, is_coordinator_error
+from client.errors import (
+    KafkaClientError,
+    ProducerFencedError,
+    UnsupportedVersionError,
+    error_for,
+)
+from client.retry import retry
+from client.structs import (
+    HangingTransaction,
+    ProducerState,
+    TopicPartition,
+    TransactionDescription,
+    TransactionHandle,
+    TransactionListing,
+)
+from protocol.api_keys import ApiKey
+
+
+class TransactionsAdmin(TopicsAdmin):
+    async def describe_producers(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[TopicPartition, list[ProducerState]]:
+        """The active (idempotent or transactional) producers of each partition, from its
+        leader. Raises the first partition's error."""
+        cluster = self._cluster
+        by_leader: dict[int, dict[str, list[int]]] = {}
+        for topic, partition in partitions:
+            leader = await self._leader(topic, partition)
+            by_leader.setdefault(leader, {}).setdefault(topic, []).append(partition)
+        result = {}
+        for leader, topics in by_leader.items():
+            conn = await cluster.connection(leader)
+            response = await conn.request(ApiKey.DESCRIBE_PRODUCERS, {"topics": [
+                {"name": t, "partition_indexes": ps} for t, ps in topics.items()]})
+            for t in response.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code,
+                                        p.error_message or f"{t.name}-{p.partition_index}")
+                    result[TopicPartition(t.name, p.partition_index)] = [
+                        ProducerState(a.producer_id, a.producer_epoch, a.last_sequence,
+                                      a.last_timestamp, a.coordinator_epoch,
+                                      a.current_txn_start_offset)
+                        for a in p.active_producers
+                    ]
+        return result
+
+    # -- transactions ----------------------------------------------------------------------------
+
+    async def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int | None = None,
+    ) -> list[TransactionListing]:
+        """Transactional ids known to the coordinators, optionally filtered by state name
+        (``Ongoing`` ...), producer id, or (``duration_ms``) only transactions running longer
+        than that (ListTransactions v1; refused by a broker that only has v0)."""
+        cluster = self._cluster
+        await cluster.refresh_metadata([])
+        result: dict[str, TransactionListing] = {}
+        for node in sorted(cluster.brokers):
+            conn = await cluster.connection(node)
+            request = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                       "duration_filter": -1 if duration_ms is None else duration_ms}
+            if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                raise UnsupportedVersionError(
+                    f"broker {node} cannot filter transactions by duration (ListTransactions v0)"
+                )
+            response = await conn.request(ApiKey.LIST_TRANSACTIONS, request)
+            if response.error_code:
+                raise error_for(response.error_code, f"ListTransactions on broker {node}")
+            for t in response.transaction_states:
+                result[t.transactional_id] = TransactionListing(
+                    t.transactional_id, t.producer_id, t.transaction_state
+                )
+        return sorted(result.values())
+
+    async def describe_transactions(
+        self, transactional_ids: Iterable[str]
+    ) -> list[TransactionDescription]:
+        """State, producer id/epoch, timeout and partitions of each transactional id."""
+        result = []
+        for transactional_id in transactional_ids:
+
+            async def attempt(transactional_id: str = transactional_id) -> Any:
+                response = await self._cluster.coordinator_request(
+                    TRANSACTION,
+                    transactional_id,
+                    ApiKey.DESCRIBE_TRANSACTIONS,
+                    {"transactional_ids": [transactional_id]},
+                )
+                (state,) = response.transaction_states
+                if state.error_code:
+                    exc = self._cluster.coordinator_error(
+                        TRANSACTION,
+                        transactional_id,
+                        state.error_code,
+                        f"transactional id {transactional_id}",
+                    )
+                    raise exc
+                return state
+
+            state = await retry(
+                attempt,
+                backoff=self._cluster.backoff,
+                timeout=self._timeout,
+                what="DescribeTransactions",
+            )
+            result.append(
+                TransactionDescription(
+                    state.transactional_id,
+                    state.transaction_state,
+                    state.producer_id,
+                    state.producer_epoch,
+                    state.transaction_timeout_ms,
+                    state.transaction_start_time_ms,
+                    tuple(
+                        TopicPartition(t.topic, p)
+                        for t in state.topics
+                        for p in sorted(t.partitions)
+                    ),
+                )
+            )
+        return result
+
+    async def find_hanging_transactions(
+        self,
+        topics: Iterable[str] | None = None,
+        max_transaction_timeout_ms: int = 900_000,
+    ) -> list[HangingTransaction]:
+        """Open transactions on partitions of ``topics`` (all topics when None) whose LSO they
+        hold back although their coordinator does not consider them ongoing (a lost marker), or
+        that run longer than ``max_transaction_timeout_ms`` (Kafka's ``kafka-transactions.sh
+        find-hanging``): DescribeProducers on each partition, then ListTransactions and
+        DescribeTransactions for the producers with an open transaction."""
+        names = await self.list_topics() if topics is None else list(topics)
+        partitions = [
+            (d.name, p.partition) for d in await self.describe_topics(names) for p in d.partitions
+        ]
+        open_txns = [
+            (tp, state)
+            for tp, states in (await self.describe_producers(partitions)).items()
+            for state in states
+            if state.current_txn_start_offset >= 0
+        ]
+        if not open_txns:
+            return []
+        listings = await self.list_transactions(
+            producer_ids=sorted({s.producer_id for _, s in open_txns})
+        )
+        by_producer = {t.producer_id: t.transactional_id for t in listings}
+        descriptions = {
+            d.transactional_id: d
+            for d in await self.describe_transactions(sorted(set(by_producer.values())))
+        }
+        now = self.clock.now_ns() // 1_000_000
+        hanging = []
+        for tp, state in open_txns:
+            transactional_id = by_producer.get(state.producer_id)
+            description = descriptions.get(transactional_id) if transactional_id else None
+            age = -1
+            if description is not None and description.start_time_ms >= 0:
+                age = now - description.start_time_ms
+            ongoing = (
+                description is not None
+                and description.state == "Ongoing"
+                and description.producer_id == state.producer_id
+                and tp in description.partitions
+            )
+            if ongoing and age <= max_transaction_timeout_ms:
+                continue
+            hanging.append(HangingTransaction(
+                tp, state.producer_id, state.producer_epoch, state.coordinator_epoch,
+                state.current_txn_start_offset, transactional_id, age,
+            ))
+        return hanging
+
+    async def abort_transaction(
+        self, partition: tuple[str, int], producer_id: int, producer_epoch: int,
+        coordinator_epoch: int,
+    ) -> None:
+        """Abort a hanging transaction on one partition (Kafka's ``Admin.abortTransaction``): an
+        ABORT marker through WriteTxnMarkers to the partition's leader, with the producer id and
+        epoch ``describe_producers`` or ``find_hanging_transactions`` reported. The broker
+        refuses it (CLUSTER_AUTHORIZATION_FAILED) for a transaction a coordinator still runs:
+        end those through their transactional id."""
+        topic, index = partition
+        conn = await self._cluster.connection(await self._leader(topic, index))
+        response = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{
+            "producer_id": producer_id, "producer_epoch": producer_epoch,
+            "transaction_result": False, "coordinator_epoch": coordinator_epoch,
+            "topics": [{"name": topic, "partition_indexes": [index]}],
+        }]})
+        for marker in response.markers:
+            for t in marker.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code, f"abort of producer {producer_id} "
+                                                      f"on {t.name}-{p.partition_index}")
+
+    async def end_transaction(
+        self, handle: TransactionHandle, commit: bool, timeout: float | None = None
+    ) -> None:
+        """Commit or abort a transaction handed over by ``transaction_handle()`` (see the module
+        docstring for what is tolerated)."""
+        if handle.empty:
+            return
+        cluster = self._cluster
+        transactional_id = handle.transactional_id
+
+        async def attempt() -> None:
+            node = await cluster.coordinator(TRANSACTION, transactional_id)
+            conn = await cluster.connection(node)
+            # Transaction version 2 when the coordinator finalizes it: EndTxn v5 bumps the
+            # epoch, so a late copy of this request can never end a later transaction.
+            tv2 = await conn.finalized_feature("transaction.version") >= 2
+            response = await cluster.coordinator_request(
+                TRANSACTION,
+                transactional_id,
+                ApiKey.END_TXN,
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": handle.producer_id,
+                    "producer_epoch": handle.producer_epoch,
+                    "committed": commit,
+                },
+                max_version=5 if tv2 else 4,
+            )
+            if response.error_code:
+                raise error_for(response.error_code, f"EndTxn {transactional_id}")
+
+        def on_error(exc: KafkaClientError) -> None:
+            if is_coordinator_error(exc):
+                cluster.forget_coordinator(TRANSACTION, transactional_id)
+
+        try:
+            await retry(
+                attempt,
+                backoff=cluster.backoff,
+                timeout=60.0 if timeout is None else timeout,
+                what=f"EndTxn for {transactional_id}",
+                on_error=on_error,
+            )
+        except ProducerFencedError:
+            if not commit:
+                return  # fenced means aborted: what was asked for
+            raise
