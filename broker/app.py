@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from broker import handlers
-from broker.cleaner_service import LogCleaner
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.context import Broker
@@ -27,6 +26,7 @@ from broker.log.manager import LogManager
 from broker.metrics import Metrics
 from broker.security.service import Security
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
+from broker.storage.cleaner_service import LogCleaner
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from broker.cleaner_service import LogCleaner
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
@@ -17,6 +16,7 @@ from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.security.service import Security
 from broker.storage import DataArrived, FlushScheduler, Storage
+from broker.storage.cleaner_service import LogCleaner
 from broker.topics import INTERNAL_TOPICS
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager

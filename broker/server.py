@@ -41,12 +41,12 @@ from broker.context import Broker
 from broker.dispatcher import CloseConnection, Dispatcher, encode_reply
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
-from broker.metrics_http import serve_metrics
+from broker.metrics.http import serve_metrics
 from broker.peer import Peer, Session, set_peer
 from broker.peer import session as peer_session
 from broker.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
-from broker.tls_socket import TlsSocket
+from broker.security.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
 from protocol.framing import FrameDecoder

@@ -27,6 +27,7 @@ NO_LOG_START = frozenset({
     ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.CORRUPT_MESSAGE,
     ErrorCode.KAFKA_STORAGE_ERROR,
 })
+MAGIC_OFFSET = 16  # of a record batch's magic byte
 TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 
 
@@ -69,6 +70,12 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     # Only the coordinators write there (Kafka refuses it the same way).
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
                 partition = broker.partition(topic.name, part.index)
+                if len(part.records) > MAGIC_OFFSET and part.records[MAGIC_OFFSET] in (0, 1):
+                    # Kafka's ProduceRequest.validateRecords, before the log: v3+ carries
+                    # RecordBatch v2 only (InvalidRecordException, answered without offsets).
+                    raise KafkaError(ErrorCode.INVALID_RECORD,
+                                     f"Produce requests with version {version} are only allowed"
+                                     " to contain record batches with magic version 2")
                 if transactions.needs_verification(part.records, request.transactional_id):
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction;
                     # part 2 (v12, transaction version 2): the partition joins it here.

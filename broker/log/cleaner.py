@@ -36,7 +36,7 @@ Theory of operation (Kafka's LogCleaner, KIP-58 lags, KIP-354, KIP-98 transactio
   (``make_job``: segment descriptors duplicated, the aborted transactions, the producers' last
   offsets) and, at the end, swaps the segment objects in memory (``apply_result``). ``clean``, all
   the reading, writing and fsyncs, runs in a worker thread, throttled to
-  ``log.cleaner.io.max.bytes.per.second``; ``broker/cleaner_service.py`` is that trio side.
+  ``log.cleaner.io.max.bytes.per.second``; ``broker/storage/cleaner_service.py`` is that trio side.
   Readers keep reading the old files through their open descriptors until the swap; retention and
   DeleteRecords leave a partition's segments alone while it is cleaned.
 

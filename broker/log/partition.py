@@ -41,15 +41,15 @@ from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker.log.recovery import CleanState, RecoveryReport, load_log
-from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
-from broker.log.topic_config import LogConfig
-from broker.log.txn_index import AbortedTxn, TxnIndex
-from broker.producer_state import (
+from broker.log.producer_state import (
     ProducerStateManager,
     list_snapshots,
     snapshot_path,
 )
+from broker.log.recovery import CleanState, RecoveryReport, load_log
+from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.topic_config import LogConfig
+from broker.log.txn_index import AbortedTxn, TxnIndex
 from broker.topics import INTERNAL_TOPICS
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (

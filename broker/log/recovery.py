@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from broker.log.index import OffsetIndex
+from broker.log.producer_state import ProducerStateManager, list_snapshots, snapshot_path
 from broker.log.segment import (
     CLEANED_SUFFIX,
     SWAP_SUFFIX,
@@ -41,7 +42,6 @@ from broker.log.segment import (
     complete_swap,
     fsync_dir,
 )
-from broker.producer_state import ProducerStateManager, list_snapshots, snapshot_path
 from protocol.errors import CorruptFrameError
 from protocol.records import HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, parse_header_untrusted
 

@@ -124,9 +124,8 @@ def friendly_errors(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except BrokerConnectionError as exc:
-            raise click.ClickException(str(exc) + _protocol_hint(str(exc), kwargs.get("conf"))) \
-                from None
+        except BrokerConnectionError as exc:  # (a plaintext client at a TLS listener is told)
+            raise click.ClickException(str(exc)) from None
         except KafkaClientError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -135,16 +134,6 @@ def friendly_errors(fn: Callable) -> Callable:
             raise click.exceptions.Exit(130) from None  # Ctrl-C: no traceback
 
     return wrapper
-
-
-def _protocol_hint(message: str, conf: dict[str, Any] | None) -> str:
-    """A connection the broker closed at once, from a client without TLS: most often a TLS
-    listener (SSL, SASL_SSL) that cannot read a plaintext request."""
-    protocol = str((conf or {}).get("security.protocol", "PLAINTEXT")).upper()
-    if "closed by the broker" not in message or protocol.endswith("SSL"):
-        return ""
-    return (f" (security.protocol is {protocol}: if this is an SSL or SASL_SSL listener, "
-            "set -X security.protocol=SASL_SSL or SSL, or put it in --command-config)")
 
 
 def format_option(fn: Callable) -> Callable:

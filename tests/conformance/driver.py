@@ -30,7 +30,12 @@ from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 from protocol.headers import parse_response_header_untrusted
 from protocol.messages import decode_response
-from protocol.records import decode_batches_untrusted, encode_batch, parse_control_record
+from protocol.records import (
+    Compression,
+    decode_batches_untrusted,
+    encode_batch,
+    parse_control_record,
+)
 from tests.raw_client import RawConnection
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -174,9 +179,15 @@ class Run:
             key = spec.get("key")
             records.append((key.encode() if key is not None else None, value, (),
                             spec.get("ts", BASE_TS + 1000 * (first + i))))
-        return encode_batch(records, producer_id=spec.get("pid", -1),
+        data = encode_batch(records, producer_id=spec.get("pid", -1),
                             producer_epoch=spec.get("epoch", -1), base_sequence=seq,
-                            transactional=spec.get("txn", False))
+                            transactional=spec.get("txn", False),
+                            compression=Compression[spec.get("compression", "none").upper()])
+        if spec.get("bad_crc"):
+            data = data[:17] + bytes([data[17] ^ 0xFF]) + data[18:]  # a byte of the CRC
+        if "magic" in spec:
+            data = data[:16] + bytes([spec["magic"]]) + data[17:]
+        return data
 
     # -- connections -----------------------------------------------------------------------------
     def conn(self, name: str) -> RawConnection:
@@ -464,6 +475,8 @@ def _norm(value: Any, symbols: Symbols, key: str) -> Any:
         return "UUID" if value != uuid.UUID(int=0) and value not in (b"\0" * 16,) else "0"
     if key in WALL_CLOCK_FIELDS and isinstance(value, int):
         return "T" if value > 0 else value
+    if key == "session_id" and isinstance(value, int):
+        return "S" if value != 0 else 0  # a fetch session's id is random
     if isinstance(value, str):
         return symbols.text(value)
     if isinstance(value, bytes):

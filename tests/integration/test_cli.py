@@ -475,9 +475,14 @@ def test_abort_a_hanging_transaction_by_partition(tmp_path):
         proc.restart()
         offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
         assert offsets.stdout == "hung:0:0\n"  # held back by the hanging transaction
+        # Hanging only once older than the longest timeout (kafka-transactions.sh's rule).
+        assert json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
+                                 "--format", "json", *b)).stdout) == []
         (hanging,) = json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
-                                       "--format", "json", *b)).stdout)
+                                       "--max-transaction-timeout", "1", "--format", "json",
+                                       *b)).stdout)
         assert (hanging["start_offset"], hanging["transactional_id"]) == (0, None)
+        assert hanging["age_ms"] > 1
         one_line_error(run("transactions", "abort", "--topic", "hung", "--partition", "0",
                            "--start-offset", "7", *b), "no open transaction starts at offset 7")
         result = ok(run("transactions", "abort", "--topic", "hung", "--partition", "0",
@@ -486,7 +491,8 @@ def test_abort_a_hanging_transaction_by_partition(tmp_path):
         offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
         assert offsets.stdout == "hung:0:2\n"  # the record and its ABORT marker
         assert json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
-                                 "--format", "json", *b)).stdout) == []
+                                 "--max-transaction-timeout", "1", "--format", "json",
+                                 *b)).stdout) == []
         assert ok(run("consume", "hung", "--from-beginning", "--timeout", "1", *b)).stdout == ""
         # Usage errors are one line each.
         result = run("transactions", "abort", "--topic", "hung", "--partition", "0", *b)

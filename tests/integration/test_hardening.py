@@ -147,7 +147,8 @@ def test_second_broker_on_the_same_data_dir_exits_2(broker):
     assert str(broker.data_dir.resolve()) in lines[0]
     assert f"pid {broker.proc.pid}" in lines[0]
     with RawConnection(broker.port) as conn:  # the first one is unaffected
-        assert _produce(conn, "poison", good_batch([b"still"])).error_code == ErrorCode.NONE
+        assert _create(conn, "second-broker").error_code == ErrorCode.NONE
+        assert _produce(conn, "second-broker", good_batch([b"still"])).error_code == ErrorCode.NONE
 
 
 def _transaction(bootstrap: str, transactional_id: str, topic: str) -> None:

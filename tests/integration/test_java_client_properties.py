@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from broker.cli import main as minibroker
 from client import Admin
+from client.errors import BrokerConnectionError
 from tests.broker_process import BrokerProcess
 
 PLAIN_JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -142,3 +143,15 @@ def test_plaintext_client_at_a_tls_listener_is_told_about_security_protocol(brok
         time.sleep(0.05)
     else:
         pytest.fail("no security.protocol hint in the broker log")
+
+
+@pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])
+def test_python_client_at_a_tls_listener_is_told_about_security_protocol(broker, listener):
+    """The Python client's own error, as the CLI's (one function gives it): a plaintext client
+    whose connection a TLS listener closes before any answer."""
+    config = {"bootstrap.servers": f"127.0.0.1:{broker.ports[listener]}",
+              "request.timeout.ms": 5000}
+    with Admin(config) as admin, pytest.raises(BrokerConnectionError) as caught:
+        admin.list_topics()
+    assert "closed by the broker (security.protocol is PLAINTEXT: if this is an SSL or SASL_SSL " \
+        "listener, set security.protocol=SSL or SASL_SSL)" in str(caught.value)

@@ -382,7 +382,7 @@ def test_changes_that_cannot_be_saved_are_refused_and_change_nothing(broker):
     assert not any("Traceback" in line for line in broker.output)
 
 
-# -- item 9: the open doors the README warns of, as Kafka has them -------------------------------
+# -- item 9: the open doors docs/security.md warns of, as Kafka has them -------------------------------
 
 
 def _anonymous_acl(conn: RawConnection) -> int:

@@ -7,6 +7,7 @@ connector must match its Spark, and the product's venv has PySpark 4.3), as a su
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -22,10 +23,15 @@ JOB = env.HERE / "job.py"
 @pytest.fixture(scope="session")
 def spark42():
     reason = env.unavailable()
-    if reason:
-        pytest.skip(f"Spark's Kafka connector cannot run here: {reason}")
-    interpreter = env.python()
-    return interpreter, ",".join(env.jars(interpreter))
+    if reason is None:
+        try:
+            interpreter = env.python()
+            return interpreter, ",".join(env.jars(interpreter))
+        except RuntimeError as exc:  # pip or Maven could not fetch (no network, say)
+            reason = str(exc)
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(f"Spark's Kafka connector cannot run under CI: {reason}", pytrace=False)
+    pytest.skip(f"Spark's Kafka connector cannot run here: {reason}")
 
 
 def run_job(spark42, *args: str, timeout: float = 900) -> dict:

@@ -147,17 +147,17 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
     "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
-    "broker.metrics_http",
+    "broker.metrics.http",
 }
 SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service", "broker.txn.manager",
-            "broker.txn.markers", "broker.cleaner_service"}
+            "broker.txn.markers", "broker.storage.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
     "broker.group.coordinator", "broker.group.offsets", "broker.topics",
 }
 # The storage domain: files, but no trio, no sockets, no clock.
-STORAGE_DOMAIN = {"broker.log", "broker.producer_state", "broker.txn.txn_log",
+STORAGE_DOMAIN = {"broker.log", "broker.log.producer_state", "broker.txn.txn_log",
                   "broker.txn.producer_ids"}
 NO_TRIO_OR_NETWORK = {"trio", "socket", "asyncio", "selectors", "threading", "time"}
 NO_IO = NO_TRIO_OR_NETWORK | {"os", "io", "pathlib", "shutil", "mmap", "tempfile", "json"}
@@ -233,7 +233,7 @@ def test_services_do_not_see_each_other_or_the_root() -> None:
 # atomically (temp, fsync, rename) where they live.
 SYNC_CALLS = {"flush", "flush_now", "begin_flush", "complete_flush", "fsync", "fdatasync",
               "sync_alone", "mark_dirty"}
-MAY_SYNC = {"broker.storage", "broker.log", "broker.producer_state", "broker.txn.producer_ids",
+MAY_SYNC = {"broker.storage", "broker.log", "broker.log.producer_state", "broker.txn.producer_ids",
             "broker.security.durable_json"}
 
 

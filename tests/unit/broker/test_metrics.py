@@ -1,4 +1,4 @@
-"""broker/metrics.py: error codes found in responses, histogram buckets."""
+"""broker/metrics/__init__.py: error codes found in responses, histogram buckets."""
 
 from __future__ import annotations
 

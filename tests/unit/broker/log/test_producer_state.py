@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.producer_state import (
+from broker.log.producer_state import (
     BATCHES_TO_RETAIN,
     Duplicate,
     ProducerStateManager,
