@@ -68,9 +68,10 @@ def build_broker(
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
     groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
     cross.attach(groups, transactions)
-    # Replays __transaction_state, aborts the ongoing transactions after an unclean shutdown,
-    # and completes prepared ones (after the groups, which then see the markers it writes).
-    transactions.recover(clock.now_ms(), unclean=logs.unclean_start)
+    # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
+    # been lost (an unclean shutdown and a machine restart), and completes prepared ones (after
+    # the groups, which then see the markers it writes).
+    transactions.recover(clock.now_ms(), unclean=logs.unsynced_writes_lost)
     # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
     cleaner = (
         LogCleaner(

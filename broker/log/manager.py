@@ -8,6 +8,11 @@ Layout of ``data_dir``::
     .clean_shutdown          written last by close(): {"version": 1, "partitions":
                               {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
                              deleted (and the deletion fsync'd) once the next start has loaded
+    .boot_id                 the operating system's boot id when this data dir was last opened
+                             (Linux ``/proc/sys/kernel/random/boot_id``): after an unclean
+                             shutdown, the same id means only the process died (kill -9, a crash)
+                             and the page cache kept every write; another id (or none) means the
+                             machine restarted and writes not yet fsynced may be lost
     <topic>-<partition>/     one directory per partition (partition.py)
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
@@ -33,6 +38,8 @@ from protocol.errors import ErrorCode, KafkaError
 
 TOPICS_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+BOOT_ID_FILE = ".boot_id"
+BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
 # A bound on one CreateTopics: each partition is a directory and a few open files.
 MAX_PARTITIONS = 10_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -77,9 +84,12 @@ class LogManager:
         self.recovered: list[RecoveryReport] = []
         self._closed = False
 
-        # The last shutdown was not clean (or this dir is new): the transaction coordinator then
-        # aborts every ongoing transaction (their batches were answered before their fsync).
+        # The last shutdown was not clean (or this dir is new): recovery checks every CRC.
         self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        # ... and the machine restarted since (or that cannot be told): writes answered before
+        # their fsync (transactional batches) may be lost, so the transaction coordinator aborts
+        # every ongoing transaction. After a kill -9 the page cache kept them: nothing to abort.
+        self.unsynced_writes_lost = self.unclean_start and not self._same_boot()
         clean = self._read_clean_marker()
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -121,6 +131,22 @@ class LogManager:
     def _write_topics(self, topics: dict[str, dict]) -> None:
         body = json.dumps({"version": 1, "topics": topics}, indent=1, sort_keys=True).encode()
         atomic_write(self.data_dir / TOPICS_FILE, body)
+
+    def _same_boot(self) -> bool:
+        """Whether the operating system has not restarted since this data dir was last opened
+        (then records this dir's ``.boot_id``). False when either id is unknown."""
+        try:
+            current = BOOT_ID_SOURCE.read_text().strip()
+        except OSError:
+            current = ""
+        path = self.data_dir / BOOT_ID_FILE
+        try:
+            previous = path.read_text().strip()
+        except (OSError, UnicodeDecodeError):
+            previous = ""
+        if current and current != previous:
+            atomic_write(path, current.encode())
+        return bool(current) and current == previous
 
     def _read_clean_marker(self) -> dict[str, CleanState]:
         path = self.data_dir / CLEAN_SHUTDOWN_FILE

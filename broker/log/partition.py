@@ -157,6 +157,12 @@ class Partition:
             topic, index, self.log_start_offset, self.log_end_offset,
             loaded.truncated_bytes, loaded.clean,
         )
+        if not loaded.clean and config.flush == "always":
+            # After a crash the tail may sit in the page cache only (writes answered before
+            # their fsync, or never answered): sync it before the high watermark, already at
+            # the log end, lets anyone read it.
+            self._dirty = True
+            self.flush()
 
     def __repr__(self) -> str:
         return (

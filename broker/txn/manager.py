@@ -28,10 +28,13 @@ under way.
   older than their timeout (epoch bump first), finishes PrepareCommit/PrepareAbort left behind
   (a failed marker write), expires idle ids (tombstone).
 - Recovery (``recover``, called by the root before the broker serves): replay
-  ``__transaction_state``; after an unclean shutdown abort every Ongoing transaction with an
-  epoch bump (its batches were answered once appended and may be lost: the producer gets
-  INVALID_PRODUCER_EPOCH / PRODUCER_FENCED, as for a transaction the coordinator aborted on
-  timeout, and re-initializes); then finish every transaction found in PrepareCommit or
+  ``__transaction_state``; when writes not yet fsynced may have been lost (an unclean shutdown
+  after which the machine restarted: ``LogManager.unsynced_writes_lost``) abort every Ongoing
+  transaction with an epoch bump (its batches were answered once appended and may be lost: the
+  producer gets INVALID_PRODUCER_EPOCH / PRODUCER_FENCED, as for a transaction the coordinator
+  aborted on timeout, and re-initializes). After a kill -9 on the same boot the page cache kept
+  every write, so ongoing transactions go on, as on a Kafka broker restart. Then finish every
+  transaction found in PrepareCommit or
   PrepareAbort (markers, then Complete*), synchronously. The data partitions already rebuilt
   their open transactions and LSOs when they were loaded.
 
@@ -162,8 +165,9 @@ class TransactionManager:
     # -- recovery ----------------------------------------------------------------------------
 
     def recover(self, now_ms: int, unclean: bool = False) -> TxnRecovery:
-        """Replay ``__transaction_state``; ``unclean`` (the last shutdown was not clean): abort
-        every Ongoing transaction; then complete every prepared one (at start, no loop)."""
+        """Replay ``__transaction_state``; ``unclean`` (writes not yet fsynced may be lost: an
+        unclean shutdown, then a machine restart): abort every Ongoing transaction; then complete
+        every prepared one (at start, no loop)."""
         self.recovery = self._recover(now_ms, unclean)
         return self.recovery
 
@@ -178,7 +182,8 @@ class TransactionManager:
                 if self._fenced_abort(transactional_id, now_ms) is not None:
                     aborted += 1
                     log.info("recovery: aborting the ongoing transaction of %r (unclean "
-                             "shutdown: its batches may be lost)", transactional_id)
+                             "shutdown and a machine restart: its batches may be lost)",
+                             transactional_id)
             self._storage.settle()  # the PrepareAbort records, and their markers
         prepared = {}
         for transactional_id in self.coordinator.unfinished():

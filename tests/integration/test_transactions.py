@@ -502,12 +502,19 @@ def test_kill9_between_end_txn_and_markers_then_restart(tmp_path, point):
         print("".join(proc.output[-40:]))  # shown by pytest when the test failed
 
 
-def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path):
+@pytest.mark.parametrize("machine_restarted", [False, True], ids=["same-boot", "machine-restart"])
+def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path, machine_restarted):
     """Transactional batches are answered once appended and synced with their PrepareCommit. A
     kill -9 while a transaction is open: no reader ever saw its batches (the high watermark only
-    covers synced data), recovery aborts it with an epoch bump (the batches may be lost on a
-    power cut), a committed transaction keeps every record, and the producer, told it was
-    fenced, goes on once its application initializes it again."""
+    covers synced data), and a committed transaction keeps every record.
+
+    - On the same boot (only the process died) the page cache kept every write: recovery syncs
+      the tails and the open transaction goes on, as on a Kafka broker restart; its producer
+      commits it and every record is read once.
+    - After a machine restart (simulated: the data dir's ``.boot_id`` no longer matches) batches
+      answered before their fsync may be lost: recovery aborts the open transaction with an
+      epoch bump, the producer, told it was fenced, goes on once its application initializes it
+      again, and no record of the aborted transaction is ever read."""
     proc = start_broker(tmp_path)
     kept = open_ = None
     try:
@@ -522,21 +529,33 @@ def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path):
 
         open_ = txn_producer(proc.bootstrap, "open-tx")
         open_.begin_transaction()
-        for v in values("open", 300):
+        pending = values("open", 300)
+        for v in pending:
             open_.produce("unsynced", key=v, value=v)
         assert open_.flush(10) == 0  # every batch acknowledged (acks=all)
         # Appended, not synced: not even read_uncommitted readers see them (high watermark).
         assert [list_offset(proc.port, "unsynced", p, False)
                 for p in range(PARTITIONS)] == visible
         proc.kill9()
+        if machine_restarted:
+            (proc.data_dir / ".boot_id").write_text("a-boot-before-a-power-cut\n")
         proc.restart()
 
-        assert any("aborting the ongoing transaction of 'open-tx'" in line
-                   for line in proc.output)
+        aborted_line = any("aborting the ongoing transaction of 'open-tx'" in line
+                           for line in proc.output)
         state = describe(proc.port, "open-tx")
-        assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 1)
         assert sorted(consume_values(proc.bootstrap, "unsynced", "read_committed",
                                      len(committed))) == sorted(committed)
+        if not machine_restarted:
+            assert not aborted_line
+            assert (state.transaction_state, state.producer_epoch) == ("Ongoing", 0)
+            open_.commit_transaction(15)  # the same producer finishes what it began
+            seen = consume_values(proc.bootstrap, "unsynced", "read_committed",
+                                  len(committed) + len(pending))
+            assert sorted(seen) == sorted(committed + pending)
+            return
+        assert aborted_line
+        assert (state.transaction_state, state.producer_epoch) == ("CompleteAbort", 1)
         for p in range(PARTITIONS):  # nothing left open: the LSO is the high watermark
             assert list_offset(proc.port, "unsynced", p, True) == \
                 list_offset(proc.port, "unsynced", p, False)

@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from broker.context import Broker
+from broker.log.manager import BOOT_ID_FILE
 from broker.txn.coordinator import EPOCH_EXHAUSTED, INT16_MAX
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError
@@ -117,14 +118,15 @@ async def test_recovery_after_a_crash_in_a_version_2_end(tmp_path, nursery, poin
 
 async def test_an_ongoing_version_2_transaction_is_aborted_by_recovery_after_a_crash(
         tmp_path, nursery) -> None:
-    """Its batches were answered once appended, so a crash may have taken them: recovery aborts
-    it with an epoch bump (the producer is fenced, as by a timeout) and the producer goes on
-    after it initializes again."""
+    """Its batches were answered once appended, so a crash followed by a machine restart may
+    have taken them: recovery aborts it with an epoch bump (the producer is fenced, as by a
+    timeout) and the producer goes on after it initializes again."""
     broker = make_broker(tmp_path)
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await init(broker)
     await produce_v12(broker, pid, epoch, 0, 0)
     crash(broker)
+    (tmp_path / "data" / BOOT_ID_FILE).write_text("the boot before a power cut")
     again = make_broker(tmp_path)
     nursery.start_soon(again.flusher.run)
     assert again.transactions.recovery.aborted == 1
@@ -141,6 +143,26 @@ async def test_an_ongoing_version_2_transaction_is_aborted_by_recovery_after_a_c
     await produce_v12(again, pid2, epoch2, 1, 0)
     assert await end_v5(again, pid2, epoch2, True) == (ErrorCode.NONE, (pid2, epoch2 + 1))
     assert again.partition("t", 1).producers.open_transactions() == {}
+    again.close()
+
+
+async def test_an_ongoing_version_2_transaction_goes_on_after_a_crash_on_the_same_boot(
+        tmp_path, nursery) -> None:
+    """Only the process died: the page cache kept its batches, so recovery syncs them and leaves
+    the transaction open, and the same producer commits it."""
+    broker = make_broker(tmp_path)
+    nursery.start_soon(broker.flusher.run)
+    pid, epoch = await init(broker)
+    await produce_v12(broker, pid, epoch, 0, 0)
+    crash(broker)
+    again = make_broker(tmp_path)
+    nursery.start_soon(again.flusher.run)
+    assert again.transactions.recovery.aborted == 0
+    assert again.transactions.coordinator.get("tx").state is TxnState.ONGOING
+    p = again.partition("t", 0)
+    assert p.high_watermark == p.log_end_offset  # synced by recovery, so readable
+    assert await end_v5(again, pid, epoch, True) == (ErrorCode.NONE, (pid, epoch + 1))
+    assert markers(again, 0) == [(p.log_end_offset - 1, epoch + 1, ControlType.COMMIT)]
     again.close()
 
 
