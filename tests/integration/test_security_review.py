@@ -227,7 +227,8 @@ def test_no_create_check_for_topics_that_exist(broker):
             "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False})
         assert [t.error_code for t in answer.topics] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
-    time.sleep(0.2)
+    broker.wait_for_output("may not CREATE TOPIC 'fresh'")
+    time.sleep(0.2)  # (a line that should not be there would come by now)
     new = refusal_lines(broker, "User:alice")[before:]
     assert [line.split("refused: ", 1)[1].strip() for line in new] == [
         "User:alice from 127.0.0.1 may not CREATE TOPIC 'fresh'"]
