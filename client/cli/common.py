@@ -23,7 +23,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +147,19 @@ def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def echo_deleted(names: Iterable[str], results: Mapping[str, BaseException | None],
+                 deleted: str, cannot: str) -> None:
+    """Kafka's tools' line for each of ``names`` deleted (``deleted`` formatted with the name),
+    then the first failure as the command's error (``cannot``: its start; exit status 1)."""
+    failed = {name: error for name, error in results.items() if error is not None}
+    for name in names:
+        if name not in failed:
+            click.echo(deleted.format(name))
+    if failed:
+        name, error = next(iter(failed.items()))
+        raise click.ClickException(f"{cannot.format(name)}: {type(error).__name__}: {error}")
 
 
 def echo_json(data: Any) -> None:

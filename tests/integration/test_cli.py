@@ -428,6 +428,13 @@ def test_groups_delete(broker, b):
     one_line_error(run("groups", "delete", "--group", "g-deletable", *b), "cannot delete group")
 
 
+def test_topics_delete_reports_each_topic_then_the_first_failure(broker, b):
+    create(broker, "doomed", 1)
+    result = run("topics", "delete", "doomed", "never-made", *b)
+    assert result.stdout == "Deleted topic doomed.\n"
+    one_line_error(result, "cannot delete never-made: UnknownTopicOrPartitionError")
+
+
 def test_describe_producers_and_find_hanging(broker, b):
     create(broker, "producers", 1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "hangs"})
