@@ -149,6 +149,7 @@ def produce_transactions(bootstrap: str, topic: str, txn_id: str) -> None:
         for i in range(2):
             producer.produce(topic, key=f"{outcome}-{i}".encode(), value=f"{outcome} {i}".encode(),
                              partition=0)
+        assert producer.flush(30) == 0  # else abort_transaction() purges them unsent
         if outcome == "committed":
             producer.commit_transaction(30)
         else:
@@ -183,9 +184,9 @@ def console_scenario(b: str) -> list[Tool]:
 def isolation_scenario(b: str) -> list[Tool]:
     bs = ["--bootstrap-server", b, "--topic", "txn-console", "--from-beginning",
           "--timeout-ms", "4000", "--formatter-property", "print.key=true"]
-    return [
-        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_committed"]),
-        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_uncommitted"]),
+    return [  # the counts there are (3 committed, 5 in all): no wait for the timeout
+        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_committed", "--max-messages", "3"]),
+        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_uncommitted", "--max-messages", "5"]),
     ]
 
 
@@ -197,6 +198,7 @@ def test_console_producer_and_consumer(minibroker, kafka):
     ours, _ = both(minibroker, kafka, isolation_scenario)
     assert ours[0].out.split() == ["committed-0", "committed", "0", "committed-1", "committed",
                                    "1", "plain", "after"]
+    assert ours[1].out.split()[6:9] == ["aborted-0", "aborted", "0"], ours[1]
 
 
 # -- kafka-consumer-groups: list, describe with lag, reset-offsets, delete ---------------------
