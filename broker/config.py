@@ -46,7 +46,7 @@ SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 @dataclass(frozen=True)
 class SecurityConfig:
-    """TLS, SASL and authorization settings (Kafka's keys; README "Security")."""
+    """TLS, SASL and authorization settings (Kafka's keys; docs/security.md)."""
 
     # TLS (listeners whose protocol is SSL or SASL_SSL): PEM files only.
     ssl_keystore_location: Path | None = None  # private key and certificate chain

@@ -214,7 +214,7 @@ _OPTIONS: tuple[Option, ...] = (
     Option(
         "socket.connection.setup.timeout.ms", _int_range(1), 10_000, _ALL, "TCP connect timeout"
     ),
-    # -- security (librdkafka's names; README "Security") -------------------------------------------
+    # -- security (librdkafka's names; docs/security.md) -------------------------------------------
     Option("security.protocol", _upper_choice(*SECURITY_PROTOCOLS), "PLAINTEXT", _ALL,
            "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
     Option("sasl.mechanism", _upper_choice(*SASL_MECHANISMS), "PLAIN", _ALL,

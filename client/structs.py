@@ -214,8 +214,8 @@ class LogDirDescription(NamedTuple):
 
 
 class HangingTransaction(NamedTuple):
-    """An open transaction on a partition that its coordinator does not consider ongoing (or that
-    runs longer than the longest allowed timeout): its LSO is stuck until it is aborted."""
+    """An open transaction on a partition, older than the longest allowed timeout, that no
+    coordinator runs there: its LSO is stuck until it is aborted."""
 
     partition: TopicPartition
     producer_id: int
@@ -223,7 +223,7 @@ class HangingTransaction(NamedTuple):
     coordinator_epoch: int
     start_offset: int
     transactional_id: str | None  # None: no coordinator knows this producer
-    age_ms: int  # -1 when the coordinator does not know it
+    age_ms: int  # since its producer last wrote to the partition
 
 
 # ACLs: Kafka's names, lower-case (the wire codes are in client/aio/admin/security.py).

@@ -1,5 +1,5 @@
 """Security APIs: SaslHandshake, SaslAuthenticate (the connection's ``Session``, broker/peer.py),
-CreateAcls / DescribeAcls / DeleteAcls and Describe/AlterUserScramCredentials (README "Security").
+CreateAcls / DescribeAcls / DeleteAcls and Describe/AlterUserScramCredentials (docs/security.md).
 
 SASL as Kafka does it: on a SASL listener the first requests are ApiVersions, SaslHandshake and
 SaslAuthenticate (anything else closes the connection, in the dispatcher); a failed

@@ -39,10 +39,6 @@ def find_coordinator(broker: Broker, header, request) -> dict:
                     else ErrorCode.GROUP_AUTHORIZATION_FAILED)
             return {"key": key, "error_code": code, "error_message": None,
                     "node_id": -1, "host": "", "port": -1}
-        if request.key_type == 1 and not broker.transactions.available(key):
-            return {"key": key, "error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                    "error_message": "its transaction log partition could not be loaded",
-                    "node_id": -1, "host": "", "port": -1}
         return {"key": key, "error_code": ErrorCode.NONE, "error_message": None,
                 "node_id": broker.config.node_id, "host": host, "port": port}
 

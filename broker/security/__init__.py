@@ -1,4 +1,4 @@
-"""Authentication and authorization (README "Security").
+"""Authentication and authorization (docs/security.md).
 
 - ``tls``: the server's ``ssl.SSLContext`` from Kafka's PEM settings, the principal of a client
   certificate.

@@ -200,8 +200,10 @@ class FlushScheduler:
             commit.resolve(True)
         elif any(p.dirty for p in commit.partitions):  # a sync failed: the retry decides it
             self._enqueue(commit)
-        else:  # the worker thread's round holds the rest
+        elif self._in_thread:  # the worker thread's round holds the rest
             self._syncing.append(commit)
+        else:  # nothing left to sync, and not covered (a partition deleted meanwhile)
+            commit.resolve(False)
 
     # -- rounds ------------------------------------------------------------------------------
 

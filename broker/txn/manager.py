@@ -357,8 +357,6 @@ class TransactionManager:
     ) -> InitResult | Deferred[InitResult] | AnswerFirst[InitResult]:
         """The answer once the new epoch is durable (after the markers of an aborted
         transaction, if there was one)."""
-        if not self.log.available(transactional_id):
-            return InitResult(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         waiting = self._after_completion(transactional_id, lambda now: self.init_producer_id(
             transactional_id, transaction_timeout_ms, expected, now))
         if waiting is not None:
@@ -419,8 +417,6 @@ class TransactionManager:
         (``AnswerFirst``); the producer prepares its batch meanwhile. A batch for the partitions
         is accepted only once the transition is applied, after the record is durable.
         """
-        if not self.log.available(transactional_id):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         partitions = list(partitions)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _ in partitions):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
@@ -465,8 +461,6 @@ class TransactionManager:
         before anything else runs (``AnswerFirst``), while the producer prepares its next
         transaction. What the answer promises holds either way: the outcome is durable, and no
         request is handled between the answer and the markers' fsync."""
-        if not self.log.available(transactional_id):
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
@@ -523,10 +517,6 @@ class TransactionManager:
         return out
 
     # -- what the handlers read, and WriteTxnMarkers -------------------------------------------
-
-    def available(self, transactional_id: str) -> bool:
-        """Whether the transaction-log partition of ``transactional_id`` could be loaded."""
-        return self.log.available(transactional_id)
 
     def get(self, transactional_id: str) -> TxnMetadata | None:
         return self.coordinator.get(transactional_id)

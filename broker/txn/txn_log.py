@@ -66,7 +66,6 @@ from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
-from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_PRODUCER_EPOCH, encode_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
@@ -207,9 +206,6 @@ class TxnLog:
         self.num_partitions = existing if existing is not None else num_partitions
         if existing is not None:
             restore_fixed_config(logs, TRANSACTION_STATE_TOPIC, self.topic_config, log)
-        # Partitions that cannot be served -> why. Replay no longer puts any here (it skips what
-        # it cannot read); kept for the callers until the transaction manager is reworked.
-        self.unavailable: dict[int, str] = {}
 
     def partition_of(self, transactional_id: str) -> int:
         return partition_for(transactional_id, self.num_partitions)
@@ -223,11 +219,7 @@ class TxnLog:
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
         Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
-        index = self.partition_of(transition.transactional_id)
-        if index in self.unavailable:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"{TRANSACTION_STATE_TOPIC}-{index} could not be loaded")
-        partition = self._partition(index, now_ms)
+        partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
         partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
         return partition
 
@@ -238,7 +230,6 @@ class TxnLog:
         put this topic in a transaction) and a record whose key or value does not decode, each
         with an error line naming the offset and why. The id of a skipped record keeps the
         last state that could be read (or is unknown if none could)."""
-        self.unavailable.clear()
         if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is None:
             return
         for index in range(self.num_partitions):
@@ -246,9 +237,6 @@ class TxnLog:
             skips = SkipLog(log, partition)
             yield from self._replay_partition(partition, skips)
             skips.close()
-
-    def available(self, transactional_id: str) -> bool:
-        return not self.unavailable or self.partition_of(transactional_id) not in self.unavailable
 
     @staticmethod
     def _replay_partition(

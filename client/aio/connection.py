@@ -28,7 +28,7 @@ from typing import Any
 
 import trio
 
-from client.aio.security import ClientSecurity, authenticate
+from client.aio.security import ClientSecurity, authenticate, protocol_hint
 from client.errors import (
     BrokerConnectionError,
     CorruptResponseError,
@@ -415,7 +415,10 @@ class BrokerConnection:
                     )
                 continue
             if n == 0:
-                raise BrokerConnectionError(f"{self} closed by the broker")
+                hint = ""
+                if not self.api_versions:  # closed before answering ApiVersions
+                    hint = protocol_hint(self.security.protocol if self.security else "PLAINTEXT")
+                raise BrokerConnectionError(f"{self} closed by the broker{hint}")
             decoder.advance(n)
             while True:
                 frame = decoder.next_frame()

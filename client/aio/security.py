@@ -45,6 +45,16 @@ class ClientSecurity:
                    config["sasl.password"], tls, check)
 
 
+def protocol_hint(protocol: str) -> str:
+    """What to add to "closed by the broker" before it answered a connection's first request:
+    a client without TLS (PLAINTEXT, SASL_PLAINTEXT) at a TLS listener (SSL, SASL_SSL), which
+    cannot read a plaintext request and closes the connection, is the most common cause."""
+    if protocol.upper().endswith("SSL"):
+        return ""
+    return (f" (security.protocol is {protocol.upper()}: if this is an SSL or SASL_SSL listener, "
+            "set security.protocol=SSL or SASL_SSL)")
+
+
 def _context(config: Mapping[str, Any], check_hostname: bool) -> ssl.SSLContext:
     try:
         context = ssl.create_default_context(cafile=config["ssl.ca.location"])

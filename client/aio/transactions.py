@@ -222,9 +222,8 @@ class Transactions:
         )
         worst = worst_error(p.error_code for r in response.results for p in r.results)
         if worst:
-            if worst in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                self._cluster.forget_coordinator(TRANSACTION, self._transactional_id)
-            raise error_for(worst, "AddPartitionsToTxn")
+            raise self._cluster.coordinator_error(
+                TRANSACTION, self._transactional_id, worst, "AddPartitionsToTxn")
 
     async def _wait_for_added_partitions(self) -> None:
         while self._adding_partitions is not None:
@@ -284,9 +283,7 @@ class Transactions:
             )
             worst = worst_error(p.error_code for t in response.topics for p in t.partitions)
             if worst:
-                if worst in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE):
-                    self._cluster.forget_coordinator(GROUP, group_id)
-                raise error_for(worst, "TxnOffsetCommit")
+                raise self._cluster.coordinator_error(GROUP, group_id, worst, "TxnOffsetCommit")
 
         await self._txn_call(commit_offsets, "TxnOffsetCommit")
 

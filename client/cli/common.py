@@ -23,7 +23,7 @@ import functools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -124,9 +124,8 @@ def friendly_errors(fn: Callable) -> Callable:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except BrokerConnectionError as exc:
-            raise click.ClickException(str(exc) + _protocol_hint(str(exc), kwargs.get("conf"))) \
-                from None
+        except BrokerConnectionError as exc:  # (a plaintext client at a TLS listener is told)
+            raise click.ClickException(str(exc)) from None
         except KafkaClientError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -135,16 +134,6 @@ def friendly_errors(fn: Callable) -> Callable:
             raise click.exceptions.Exit(130) from None  # Ctrl-C: no traceback
 
     return wrapper
-
-
-def _protocol_hint(message: str, conf: dict[str, Any] | None) -> str:
-    """A connection the broker closed at once, from a client without TLS: most often a TLS
-    listener (SSL, SASL_SSL) that cannot read a plaintext request."""
-    protocol = str((conf or {}).get("security.protocol", "PLAINTEXT")).upper()
-    if "closed by the broker" not in message or protocol.endswith("SSL"):
-        return ""
-    return (f" (security.protocol is {protocol}: if this is an SSL or SASL_SSL listener, "
-            "set -X security.protocol=SASL_SSL or SSL, or put it in --command-config)")
 
 
 def format_option(fn: Callable) -> Callable:
@@ -158,6 +147,19 @@ def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     for row in cells:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def echo_deleted(names: Iterable[str], results: Mapping[str, BaseException | None],
+                 deleted: str, cannot: str) -> None:
+    """Kafka's tools' line for each of ``names`` deleted (``deleted`` formatted with the name),
+    then the first failure as the command's error (``cannot``: its start; exit status 1)."""
+    failed = {name: error for name, error in results.items() if error is not None}
+    for name in names:
+        if name not in failed:
+            click.echo(deleted.format(name))
+    if failed:
+        name, error = next(iter(failed.items()))
+        raise click.ClickException(f"{cannot.format(name)}: {type(error).__name__}: {error}")
 
 
 def echo_json(data: Any) -> None:

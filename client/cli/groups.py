@@ -8,6 +8,7 @@ import click
 from client.admin import Admin
 from client.cli.common import (
     CONTEXT,
+    echo_deleted,
     echo_json,
     echo_table,
     for_admin,
@@ -276,12 +277,4 @@ def groups_delete(group_ids, all_groups, conf) -> None:
         if all_groups:
             group_ids = tuple(g.group_id for g in admin.list_groups(states=list(INACTIVE)))
         results = admin.delete_groups(group_ids)
-    failed = {g: e for g, e in results.items() if e is not None}
-    for group_id in group_ids:
-        if group_id not in failed:
-            click.echo(f"Deleted consumer group '{group_id}'.")
-    if failed:
-        group_id, error = next(iter(failed.items()))
-        raise click.ClickException(
-            f"cannot delete group {group_id!r}: {type(error).__name__}: {error}"
-        )
+    echo_deleted(group_ids, results, "Deleted consumer group '{}'.", "cannot delete group {!r}")

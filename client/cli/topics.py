@@ -11,6 +11,7 @@ from client.aio.admin import raise_first
 from client.cli.common import (
     CONTEXT,
     client_options,
+    echo_deleted,
     echo_json,
     existing_partitions,
     for_admin,
@@ -152,13 +153,7 @@ def topics_delete(names, conf) -> None:
     """Delete topics TOPIC..."""
     with Admin(for_admin(conf)) as admin:
         results = admin.delete_topics(names)
-    failed = {name: err for name, err in results.items() if err is not None}
-    for name in names:
-        if name not in failed:
-            click.echo(f"Deleted topic {name}.")
-    if failed:
-        name, err = next(iter(failed.items()))
-        raise click.ClickException(f"cannot delete {name}: {type(err).__name__}: {err}")
+    echo_deleted(names, results, "Deleted topic {}.", "cannot delete {}")
 
 
 def parse_time_spec(text: str) -> int:

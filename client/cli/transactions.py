@@ -26,7 +26,7 @@ from client.cli.common import (
 )
 from client.errors import TransactionalIdNotFoundError
 from client.producer import Producer
-from client.structs import HangingTransaction, TransactionDescription
+from client.structs import TransactionDescription
 
 HEADERS = ("TRANSACTIONAL ID", "STATE", "PRODUCER ID", "EPOCH", "PARTITIONS", "AGE", "TIMEOUT")
 IN_PROGRESS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort"})
@@ -225,19 +225,17 @@ def describe_producers(topic, partition, fmt, conf) -> None:
 @tool(transactions, "find-hanging", formats=True)
 @click.option("--topic", "topics", multiple=True, help="Only these topics, repeatable.")
 @click.option("--max-transaction-timeout", type=click.IntRange(min=1), default=900_000,
-              show_default=True, help="ms; longer-running transactions count as hanging.")
+              show_default=True,
+              help="ms; only a transaction whose producer last wrote longer ago can be hanging.")
 def find_hanging(topics, max_transaction_timeout, fmt, conf) -> None:
-    """Transactions open on a partition that no coordinator is running (or running longer than
-    the longest timeout): they hold back the last stable offset until aborted.
+    """Transactions open on a partition for longer than the longest timeout that no coordinator
+    runs there: they hold back the last stable offset until aborted.
 
-    A transaction its coordinator still runs (Ongoing or being completed, with that partition) is
+    A transaction its coordinator still runs (in progress, same producer, with that partition) is
     never listed, however old: its coordinator ends it at its timeout, and
     `abort --transactional-id` ends it now."""
     with Admin(for_admin(conf)) as admin:
         hanging = admin.find_hanging_transactions(list(topics) or None, max_transaction_timeout)
-        ids = sorted({h.transactional_id for h in hanging if h.transactional_id})
-        running = {d.transactional_id: d for d in admin.describe_transactions(ids)} if ids else {}
-    hanging = [h for h in hanging if not _still_running(h, running.get(h.transactional_id))]
     if fmt == "json":
         echo_json([{"topic": h.partition.topic, "partition": h.partition.partition,
                     "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
@@ -248,14 +246,7 @@ def find_hanging(topics, max_transaction_timeout, fmt, conf) -> None:
     echo_table(
         ["TOPIC", "PARTITION", "PRODUCER ID", "EPOCH", "START OFFSET", "TRANSACTIONAL ID", "AGE"],
         [(h.partition.topic, h.partition.partition, h.producer_id, h.producer_epoch,
-          h.start_offset, h.transactional_id, None if h.age_ms < 0 else format_duration(h.age_ms))
+          h.start_offset, h.transactional_id, format_duration(h.age_ms))
          for h in hanging],
     )
 
-
-def _still_running(hanging: HangingTransaction, description: TransactionDescription | None) -> bool:
-    """Its coordinator runs this transaction: in progress, same producer id, the partition in
-    it (as kafka-transactions.sh decides)."""
-    return (description is not None and description.state in IN_PROGRESS | {"PrepareEpochFence"}
-            and description.producer_id == hanging.producer_id
-            and hanging.partition in description.partitions)

@@ -125,7 +125,7 @@ SERVED: dict[ApiKey, Served] = {
     # abortTransaction (kafka-transactions.sh abort --topic --partition) sends it. The handler
     # accepts only markers a transaction here can have, and ABORTs of hanging transactions.
     ApiKey.WRITE_TXN_MARKERS: Served(VersionRange(0, 1), "Kafka 3's (v2, TV2 markers, not yet)"),
-    # Security (README "Security"): all of Kafka 4's.
+    # Security (docs/security.md): all of Kafka 4's.
     ApiKey.SASL_HANDSHAKE: Served(VersionRange(0, 1), "all of Kafka's (v0: bare SASL tokens)"),
     ApiKey.SASL_AUTHENTICATE: Served(VersionRange(0, 2), "all of Kafka's"),
     ApiKey.DESCRIBE_ACLS: Served(VersionRange(1, 3), "Kafka 4's (v0 removed, KIP-896)"),

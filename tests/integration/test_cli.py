@@ -428,6 +428,13 @@ def test_groups_delete(broker, b):
     one_line_error(run("groups", "delete", "--group", "g-deletable", *b), "cannot delete group")
 
 
+def test_topics_delete_reports_each_topic_then_the_first_failure(broker, b):
+    create(broker, "doomed", 1)
+    result = run("topics", "delete", "doomed", "never-made", *b)
+    assert result.stdout == "Deleted topic doomed.\n"
+    one_line_error(result, "cannot delete never-made: UnknownTopicOrPartitionError")
+
+
 def test_describe_producers_and_find_hanging(broker, b):
     create(broker, "producers", 1)
     producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "hangs"})
@@ -475,9 +482,14 @@ def test_abort_a_hanging_transaction_by_partition(tmp_path):
         proc.restart()
         offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
         assert offsets.stdout == "hung:0:0\n"  # held back by the hanging transaction
+        # Hanging only once older than the longest timeout (kafka-transactions.sh's rule).
+        assert json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
+                                 "--format", "json", *b)).stdout) == []
         (hanging,) = json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
-                                       "--format", "json", *b)).stdout)
+                                       "--max-transaction-timeout", "1", "--format", "json",
+                                       *b)).stdout)
         assert (hanging["start_offset"], hanging["transactional_id"]) == (0, None)
+        assert hanging["age_ms"] > 1
         one_line_error(run("transactions", "abort", "--topic", "hung", "--partition", "0",
                            "--start-offset", "7", *b), "no open transaction starts at offset 7")
         result = ok(run("transactions", "abort", "--topic", "hung", "--partition", "0",
@@ -486,7 +498,8 @@ def test_abort_a_hanging_transaction_by_partition(tmp_path):
         offsets = ok(run("get-offsets", "hung", "--isolation-level", "read_committed", *b))
         assert offsets.stdout == "hung:0:2\n"  # the record and its ABORT marker
         assert json.loads(ok(run("transactions", "find-hanging", "--topic", "hung",
-                                 "--format", "json", *b)).stdout) == []
+                                 "--max-transaction-timeout", "1", "--format", "json",
+                                 *b)).stdout) == []
         assert ok(run("consume", "hung", "--from-beginning", "--timeout", "1", *b)).stdout == ""
         # Usage errors are one line each.
         result = run("transactions", "abort", "--topic", "hung", "--partition", "0", *b)

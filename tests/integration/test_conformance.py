@@ -165,7 +165,7 @@ ALLOWED_ERRORS = {
     ApiKey.DELETE_GROUPS: {ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.OFFSET_DELETE: {ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.WRITE_TXN_MARKERS: {ErrorCode.CLUSTER_AUTHORIZATION_FAILED},  # no such transaction
-    # A PLAINTEXT listener without an authorizer (README "Security").
+    # A PLAINTEXT listener without an authorizer (docs/security.md).
     ApiKey.SASL_HANDSHAKE: {ErrorCode.ILLEGAL_SASL_STATE},
     ApiKey.SASL_AUTHENTICATE: {ErrorCode.ILLEGAL_SASL_STATE},
     ApiKey.DESCRIBE_ACLS: {ErrorCode.SECURITY_DISABLED},

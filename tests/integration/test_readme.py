@@ -1,7 +1,7 @@
 """The documentation's examples run, so that they cannot rot: the server.properties example of
 docs/operations.md starts the broker, every line of the README's command-line tour exits 0
-against it, the README's confluent-kafka snippet and the librdkafka example run, the Security
-section's properties start a broker with its listeners, every relative link resolves, and the
+against it, the README's confluent-kafka snippet and the librdkafka example run, the properties
+of docs/security.md start a broker with its listeners and its mapping rule maps as it says, every relative link resolves, and the
 protocol page's table of served versions is the broker's."""
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from tests.broker_process import BrokerProcess
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 OPERATIONS = ROOT / "docs" / "operations.md"
+SECURITY = ROOT / "docs" / "security.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md")), ROOT / "bench" / "README.md",
         ROOT / "client" / "README.md", ROOT / "spark_connector" / "README.md"]
 
@@ -78,13 +79,13 @@ def test_readme_properties_and_command_line_tour(tmp_path):
     assert "CURRENT-OFFSET" in described and "orders" in described
 
 
-def test_readme_security_example_starts(tmp_path):
-    """The Security section's server.properties, with certificates made here, loopback addresses
+def test_security_page_example_starts(tmp_path):
+    """docs/security.md's server.properties, with certificates made here, loopback addresses
     and free ports: the broker starts with its four listeners and answers on the SASL one."""
     import trustme
     from confluent_kafka.admin import AdminClient
 
-    (example,) = fenced_blocks("properties")
+    (example,) = fenced_blocks("properties", SECURITY)
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(
@@ -105,6 +106,20 @@ def test_readme_security_example_starts(tmp_path):
         assert admin.list_topics(timeout=15).brokers[0].host == "broker.example"
     finally:
         assert broker.stop() == 0
+
+
+def test_security_page_mapping_rule_maps_as_it_says():
+    """docs/security.md's ssl.principal.mapping.rules example makes the subject it shows the short
+    name it shows; the README's Security paragraph points there."""
+    from broker.security.principal_mapping import map_subject, parse_rules
+
+    text = SECURITY.read_text(encoding="utf-8")
+    rule, name = re.search(r"`ssl\.principal\.mapping\.rules`.*?\(`(.+?)` makes it `User:(\w+)`",
+                           text, re.S).groups()
+    subject = re.search(r"`User:(CN=[^`]+)`", text).group(1)
+    assert map_subject(subject, parse_rules(rule)) == name == "alice"
+    readme = README.read_text(encoding="utf-8")
+    assert "](docs/security.md)" in readme.split("## Security", 1)[1]
 
 
 def test_librdkafka_example_copies_exactly_once(tmp_path):

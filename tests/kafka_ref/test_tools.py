@@ -13,6 +13,8 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.broker_process import BrokerProcess
+from tests.kafka_ref.fixtures import SMALL_INTERNAL_TOPICS
+from tests.kafka_ref.harness import KafkaCluster
 from tests.kafka_ref.tools import (
     CONFIGS,
     CONSOLE_CONSUMER,
@@ -45,6 +47,16 @@ KEPT = [
                 r"synonyms=\{DYNAMIC_DEFAULT_BROKER_CONFIG:min\.insync\.replicas=1\}"), "",
      "cluster-level min ISR"),
 ]
+
+
+@pytest.fixture(scope="module")
+def kafka(kafka_ref, tmp_path_factory):
+    """A one-node Kafka of this module's own: listings (topics, groups, transactions) must not see
+    what other modules made on the session's ``kafka``."""
+    cluster = KafkaCluster(tmp_path_factory.mktemp("tools-kafka"), 1, config=SMALL_INTERNAL_TOPICS)
+    cluster.start()
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture(scope="module")
@@ -120,8 +132,8 @@ def topics_scenario(b: str) -> list[Tool]:
     ]
 
 
-def test_kafka_topics(minibroker, kafka_one):
-    both(minibroker, kafka_one, topics_scenario)
+def test_kafka_topics(minibroker, kafka):
+    both(minibroker, kafka, topics_scenario)
     time.sleep(0)  # t2's deletion completes asynchronously on Kafka; nothing else uses it
 
 
@@ -137,6 +149,7 @@ def produce_transactions(bootstrap: str, topic: str, txn_id: str) -> None:
         for i in range(2):
             producer.produce(topic, key=f"{outcome}-{i}".encode(), value=f"{outcome} {i}".encode(),
                              partition=0)
+        assert producer.flush(30) == 0  # else abort_transaction() purges them unsent
         if outcome == "committed":
             producer.commit_transaction(30)
         else:
@@ -171,20 +184,21 @@ def console_scenario(b: str) -> list[Tool]:
 def isolation_scenario(b: str) -> list[Tool]:
     bs = ["--bootstrap-server", b, "--topic", "txn-console", "--from-beginning",
           "--timeout-ms", "4000", "--formatter-property", "print.key=true"]
-    return [
-        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_committed"]),
-        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_uncommitted"]),
+    return [  # the counts there are (3 committed, 5 in all): no wait for the timeout
+        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_committed", "--max-messages", "3"]),
+        Tool(CONSOLE_CONSUMER, [*bs, "--isolation-level", "read_uncommitted", "--max-messages", "5"]),
     ]
 
 
-def test_console_producer_and_consumer(minibroker, kafka_one):
-    ours, _ = both(minibroker, kafka_one, console_scenario)
+def test_console_producer_and_consumer(minibroker, kafka):
+    ours, _ = both(minibroker, kafka, console_scenario)
     assert ours[1].out.splitlines()[0] == "Partition:0|Offset:0|h1:v1,h2:v2|k1|first"
-    for target in (minibroker, kafka_one):
+    for target in (minibroker, kafka):
         produce_transactions(target.bootstrap, "txn-console", "console-txn")
-    ours, _ = both(minibroker, kafka_one, isolation_scenario)
+    ours, _ = both(minibroker, kafka, isolation_scenario)
     assert ours[0].out.split() == ["committed-0", "committed", "0", "committed-1", "committed",
                                    "1", "plain", "after"]
+    assert ours[1].out.split()[6:9] == ["aborted-0", "aborted", "0"], ours[1]
 
 
 # -- kafka-consumer-groups: list, describe with lag, reset-offsets, delete ---------------------
@@ -220,8 +234,8 @@ def groups_scenario(b: str) -> list[Tool]:
     ]
 
 
-def test_kafka_consumer_groups(minibroker, kafka_one):
-    ours, _ = both(minibroker, kafka_one, groups_scenario, stderr=True)
+def test_kafka_consumer_groups(minibroker, kafka):
+    ours, _ = both(minibroker, kafka, groups_scenario, stderr=True)
     assert "grouped 0 4 10 6" in normalize(ours[4].out)
 
 
@@ -248,8 +262,8 @@ def configs_scenario(b: str) -> list[Tool]:
     ]
 
 
-def test_kafka_configs(minibroker, kafka_one):
-    ours, theirs = both(minibroker, kafka_one, configs_scenario, stderr=True, last_unchecked=1)
+def test_kafka_configs(minibroker, kafka):
+    ours, theirs = both(minibroker, kafka, configs_scenario, stderr=True, last_unchecked=1)
     # --all lists every broker property; minibroker has fewer. Those it has are Kafka's names.
     listed = {line.split("=", 1)[0].strip() for line in ours[-1].out.splitlines()[1:]}
     known = {line.split("=", 1)[0].strip() for line in theirs[-1].out.splitlines()[1:]}
@@ -284,13 +298,13 @@ def offsets_scenario(b: str) -> list[Tool]:
     ]
 
 
-def test_kafka_get_offsets(minibroker, kafka_one):
-    for target in (minibroker, kafka_one):  # fixed timestamps: --time -3 is the max timestamp's
+def test_kafka_get_offsets(minibroker, kafka):
+    for target in (minibroker, kafka):  # fixed timestamps: --time -3 is the max timestamp's
         producer = Producer({"bootstrap.servers": target.bootstrap, "linger.ms": 50})
         for ts in (1000, 3000, 2000):
             producer.produce("offsets", value=b"x", timestamp=ts, partition=0)
         assert producer.flush(30) == 0
-    ours, _ = both(minibroker, kafka_one, offsets_scenario, stderr=True)
+    ours, _ = both(minibroker, kafka, offsets_scenario, stderr=True)
     assert [r.out for r in ours[:4]] == ["offsets:0:3\n", "offsets:0:0\n", "offsets:0:3\n",
                                          "offsets:0:1\n"]
 
@@ -319,7 +333,7 @@ def open_transaction(bootstrap: str) -> Producer:
 def transactions_scenario(b: str) -> list[Tool]:
     bs = ["--bootstrap-server", b]
     return [
-        Tool(TXNS, [*bs, "list"]),
+        Tool(TXNS, [*bs, "list"], unordered=True),
         Tool(TXNS, [*bs, "describe", "--transactional-id", "tools-txn"]),
         Tool(TXNS, [*bs, "describe", "--transactional-id", "nope"]),
         Tool(TXNS, [*bs, "describe-producers", "--topic", "txns", "--partition", "0"]),
@@ -338,10 +352,10 @@ def transactions_scenario(b: str) -> list[Tool]:
 _DURATION = re.compile(r"(?<=Ongoing \d{6} <ms> )\d+")
 
 
-def test_kafka_transactions(minibroker, kafka_one):
-    producers = [open_transaction(target.bootstrap) for target in (minibroker, kafka_one)]
+def test_kafka_transactions(minibroker, kafka):
+    producers = [open_transaction(target.bootstrap) for target in (minibroker, kafka)]
     try:
-        ours, _ = both(minibroker, kafka_one, transactions_scenario, stderr=True,
+        ours, _ = both(minibroker, kafka, transactions_scenario, stderr=True,
                        scrub=lambda text: _DURATION.sub("<duration>", text))
         assert "0 tools-txn 0 0 Ongoing 600000 <ms> <duration> txns-0" in _DURATION.sub(
             "<duration>", normalize(ours[1].out))
@@ -372,8 +386,8 @@ def _last_line_shape(text: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?", "N", "\n".join(lines[-2:] if "," in lines[-1] else lines[-1:]))
 
 
-def test_perf_tools(minibroker, kafka_one):
-    ours, theirs = both(minibroker, kafka_one, perf_scenario, stderr=True,
+def test_perf_tools(minibroker, kafka):
+    ours, theirs = both(minibroker, kafka, perf_scenario, stderr=True,
                         scrub=lambda text: _last_line_shape(text))
     for results in (ours, theirs):
         assert [r.code for r in results] == [0, 0, 0], [str(r) for r in results]

@@ -1,4 +1,4 @@
-"""Admin calls on ACLs and SCRAM credentials (README "Security"): Kafka's names for resource
+"""Admin calls on ACLs and SCRAM credentials (docs/security.md): Kafka's names for resource
 types, operations and permissions, their wire codes here."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from protocol.api_keys import ApiKey
 SCRAM_MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}  # Kafka's codes
 
 class SecurityAdmin(AdminBase):
-    # -- ACLs and SCRAM credentials (README "Security") ----------------------------------------
+    # -- ACLs and SCRAM credentials (docs/security.md) ----------------------------------------
 
     async def create_acls(self, bindings: Iterable[AclBinding]) -> None:
         """Create the bindings (durable when this returns); raises the first refusal."""

@@ -27,6 +27,7 @@ from client.aio.cluster import TRANSACTION, is_coordinator_error
 from client.errors import (
     KafkaClientError,
     ProducerFencedError,
+    TransactionalIdNotFoundError,
     UnsupportedVersionError,
     error_for,
 )
@@ -40,6 +41,19 @@ from client.structs import (
     TransactionListing,
 )
 from protocol.api_keys import ApiKey
+
+# The states in which a coordinator still ends a transaction itself (markers to write or to come).
+IN_PROGRESS = frozenset({"Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence"})
+
+
+def runs(description: TransactionDescription, partition: TopicPartition,
+         state: ProducerState) -> bool:
+    """Whether the coordinator's ``description`` still runs the transaction ``state`` has open on
+    ``partition``: in progress, the same producer id, an epoch no older (transaction version 2
+    bumps it at EndTxn, before the markers), and the partition in it."""
+    return (description.state in IN_PROGRESS and description.producer_id == state.producer_id
+            and description.producer_epoch >= state.producer_epoch
+            and partition in description.partitions)
 
 
 class TransactionsAdmin(TopicsAdmin):
@@ -155,50 +169,47 @@ class TransactionsAdmin(TopicsAdmin):
         topics: Iterable[str] | None = None,
         max_transaction_timeout_ms: int = 900_000,
     ) -> list[HangingTransaction]:
-        """Open transactions on partitions of ``topics`` (all topics when None) whose LSO they
-        hold back although their coordinator does not consider them ongoing (a lost marker), or
-        that run longer than ``max_transaction_timeout_ms`` (Kafka's ``kafka-transactions.sh
-        find-hanging``): DescribeProducers on each partition, then ListTransactions and
-        DescribeTransactions for the producers with an open transaction."""
+        """Open transactions on partitions of ``topics`` (all topics when None) that hold the LSO
+        back with no coordinator to end them, as Kafka's ``kafka-transactions.sh find-hanging``
+        decides: the partition's producer last wrote longer than ``max_transaction_timeout_ms``
+        ago (DescribeProducers), and no coordinator runs that transaction on that partition: its
+        producer id has no transactional id (ListTransactions), or that id's transaction
+        (DescribeTransactions) is not in progress, is another producer's or an older epoch's, or
+        does not have the partition. A transaction its coordinator still runs is never listed,
+        however old: the coordinator aborts it at its timeout."""
         names = await self.list_topics() if topics is None else list(topics)
         partitions = [
             (d.name, p.partition) for d in await self.describe_topics(names) for p in d.partitions
         ]
-        open_txns = [
+        now = self.clock.now_ns() // 1_000_000
+        candidates = [
             (tp, state)
             for tp, states in (await self.describe_producers(partitions)).items()
             for state in states
             if state.current_txn_start_offset >= 0
+            and now - state.last_timestamp > max_transaction_timeout_ms
         ]
-        if not open_txns:
+        if not candidates:
             return []
         listings = await self.list_transactions(
-            producer_ids=sorted({s.producer_id for _, s in open_txns})
+            producer_ids=sorted({s.producer_id for _, s in candidates})
         )
         by_producer = {t.producer_id: t.transactional_id for t in listings}
-        descriptions = {
-            d.transactional_id: d
-            for d in await self.describe_transactions(sorted(set(by_producer.values())))
-        }
-        now = self.clock.now_ns() // 1_000_000
+        descriptions: dict[str, TransactionDescription] = {}
+        for listed in sorted(set(by_producer.values())):
+            try:
+                (descriptions[listed],) = await self.describe_transactions([listed])
+            except TransactionalIdNotFoundError:
+                pass  # expired since it was listed: nobody runs it
         hanging = []
-        for tp, state in open_txns:
+        for tp, state in candidates:
             transactional_id = by_producer.get(state.producer_id)
             description = descriptions.get(transactional_id) if transactional_id else None
-            age = -1
-            if description is not None and description.start_time_ms >= 0:
-                age = now - description.start_time_ms
-            ongoing = (
-                description is not None
-                and description.state == "Ongoing"
-                and description.producer_id == state.producer_id
-                and tp in description.partitions
-            )
-            if ongoing and age <= max_transaction_timeout_ms:
+            if description is not None and runs(description, tp, state):
                 continue
             hanging.append(HangingTransaction(
                 tp, state.producer_id, state.producer_epoch, state.coordinator_epoch,
-                state.current_txn_start_offset, transactional_id, age,
+                state.current_txn_start_offset, transactional_id, now - state.last_timestamp,
             ))
         return hanging
 

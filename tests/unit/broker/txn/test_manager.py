@@ -214,6 +214,25 @@ async def test_markers_a_round_took_before_finish_complete_after_that_round(
     assert data.last_stable_offset == data.high_watermark == 4
 
 
+async def test_every_fsync_of_a_transaction_is_the_flushers_and_counted(broker: Broker) -> None:
+    """The transaction log's records go through ``Storage.commit`` like everything else, so the
+    fsync metrics and the shutdown statistics count them: AddPartitionsToTxn's record, the
+    PrepareCommit record with the transaction's data (one round, two files), the markers."""
+    tm = broker.transactions
+    init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
+    pid, epoch = init.producer_id, init.producer_epoch
+    flusher = broker.flusher
+    before = flusher.partition_syncs
+    assert await run(tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW)) == ErrorCode.NONE
+    assert flusher.partition_syncs == before + 1
+    await produce(broker, "tx", pid, epoch, 0, 0)
+    assert flusher.partition_syncs == before + 1  # answered once appended: no fsync of its own
+    assert await run(tm.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+    assert flusher.partition_syncs == before + 4
+    data = broker.partition("t", 0)
+    assert data.last_stable_offset == data.high_watermark == data.log_end_offset == 3
+
+
 class _TaskSteps(trio.abc.Instrument):
     """Counts the steps of the tasks called ``name``."""
 
