@@ -81,6 +81,17 @@ class BrokerProcess:
             raise RuntimeError("broker did not start:\n" + "".join(self.output))
         return self
 
+    def wait_for_output(self, text: str, timeout: float = 10.0) -> str:
+        """The first line of the broker's output holding ``text``, waiting up to ``timeout``
+        seconds for it (the output is read by a thread: a line can come after its answer)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in list(self.output):
+                if text in line:
+                    return line
+            assert time.monotonic() < deadline, f"no {text!r} in:\n" + "".join(self.output)
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 20.0) -> int | None:
         """Clean shutdown (SIGTERM); SIGKILL if it does not exit in time. Returns the exit code."""
         proc, self.proc = self.proc, None

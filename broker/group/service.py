@@ -1,6 +1,9 @@
 """The trio shell around the group coordinator: waiting replies, the offsets log, replay at start.
 
-``GroupCoordinator`` (pure) decides; this class does what needs the outside world:
+``GroupCoordinator`` (pure) decides; this class does what needs the outside world. It takes plain
+values (ids, generations, ``(name, metadata)`` protocols, ``OffsetToCommit``) and returns codes and
+dataclasses (``JoinResult``, ``SyncResult``, ``FetchedOffset``), now or in a ``Deferred``: the
+handlers (``broker/handlers/groups.py``) decode the requests and build the responses.
 
 - Waiting: a JoinGroup or SyncGroup that must wait gets a ``Deferred`` (the dispatcher's), which
   the handler returns. The coordinator's completions set the matching slot. While it waits, a reply also
@@ -26,8 +29,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeVar
 
 import trio
 
@@ -75,6 +79,36 @@ INT64_MAX = (1 << 63) - 1  # a "high watermark" that shows values not yet durabl
 log = logging.getLogger("minibroker.group")
 
 T = TypeVar("T")
+
+
+class OffsetToCommit(NamedTuple):
+    """One partition's offset in an OffsetCommit or TxnOffsetCommit."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TxnProducer:
+    """The transactional producer a TxnOffsetCommit's offsets belong to."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+class FetchedOffset(NamedTuple):
+    """One partition of an OffsetFetch answer (offset -1 and metadata "" when none)."""
+
+    topic: str
+    partition: int
+    offset: int
+    metadata: str
+    error: ErrorCode
+
+
 # OffsetDelete: (group error, (topic, partition) -> error)
 OffsetDeleteResult = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
 
@@ -299,28 +333,45 @@ class GroupService:
     # -- membership --------------------------------------------------------------------------
 
     def join_group(
-        self, client_id: str, client_host: str, request: Any, now_ms: int,
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Sequence[tuple[str, bytes]],
+        now_ms: int,
+        group_instance_id: str | None = None,
         require_known_member_id: bool = False,
     ) -> JoinResult | Deferred[JoinResult]:
-        rebalance_timeout_ms = request.rebalance_timeout_ms
-        if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: the session timeout (as Kafka)
-            rebalance_timeout_ms = request.session_timeout_ms
+        """``protocols``: ``(name, metadata)`` in the member's order of preference."""
         outcome = self.coordinator.join_group(
-            request.group_id, request.member_id, client_id, client_host,
-            request.session_timeout_ms, rebalance_timeout_ms, request.protocol_type,
-            [(p.name, p.metadata) for p in request.protocols], now_ms,
-            group_instance_id=request.get("group_instance_id"),
+            group_id, member_id, client_id, client_host, session_timeout_ms,
+            rebalance_timeout_ms, protocol_type, list(protocols), now_ms,
+            group_instance_id=group_instance_id,
             require_known_member_id=require_known_member_id,
         )
         return self._reply(outcome, now_ms)
 
-    def sync_group(self, request: Any, now_ms: int) -> SyncResult | Deferred[SyncResult]:
-        assignments = {a.member_id: a.assignment for a in request.assignments}
+    def sync_group(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        now_ms: int,
+        group_instance_id: str | None = None,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> SyncResult | Deferred[SyncResult]:
+        """``assignments``: member id -> assignment (the leader's; empty from the others)."""
         outcome = self.coordinator.sync_group(
-            request.group_id, request.generation_id, request.member_id, assignments, now_ms,
-            group_instance_id=request.get("group_instance_id"),
-            protocol_type=request.get("protocol_type"),
-            protocol_name=request.get("protocol_name"),
+            group_id, generation_id, member_id, assignments, now_ms,
+            group_instance_id=group_instance_id,
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
         )
         return self._reply(outcome, now_ms)
 
@@ -432,58 +483,41 @@ class GroupService:
     def _store(
         self,
         group_id: str,
-        topics: Any,
+        offsets: Sequence[OffsetToCommit],
         error: ErrorCode,
         now_ms: int,
-        txn: Any = None,
-    ) -> tuple[list[dict], Commit | None]:
-        """Validate and append the offsets of an (Txn)OffsetCommit request's ``topics``:
-        ``(response topics, event set once the batch is durable)``."""
-        codes: list[list[ErrorCode]] = []
+        txn: TxnProducer | None = None,
+    ) -> tuple[list[ErrorCode], Commit | None]:
+        """Validate and append ``offsets``: ``(one code per offset, in order; event set once
+        the batch is durable)``."""
+        codes: list[ErrorCode] = []
         accepted: list[tuple[str, int, OffsetAndMetadata]] = []
-        slots: list[tuple[int, int]] = []
-        for t, topic in enumerate(topics):
-            row = []
-            for p, part in enumerate(topic.partitions):
-                code = error
-                if code is ErrorCode.NONE:
-                    code = self._check_partition(
-                        topic.name, part.partition_index, part.committed_metadata
-                    )
-                if code is ErrorCode.NONE:
-                    value = OffsetAndMetadata(
-                        part.committed_offset, part.committed_metadata or "", now_ms
-                    )
-                    accepted.append((topic.name, part.partition_index, value))
-                    slots.append((t, p))
-                row.append(code)
-            codes.append(row)
+        slots: list[int] = []
+        for i, entry in enumerate(offsets):
+            code = error
+            if code is ErrorCode.NONE:
+                code = self._check_partition(entry.topic, entry.partition, entry.metadata)
+            if code is ErrorCode.NONE:
+                value = OffsetAndMetadata(entry.offset, entry.metadata or "", now_ms)
+                accepted.append((entry.topic, entry.partition, value))
+                slots.append(i)
+            codes.append(code)
         flushed = None
         if accepted:
             try:
                 flushed = self._append(group_id, accepted, now_ms, txn)
             except KafkaError as exc:
                 failed = _APPEND_ERRORS.get(exc.code, exc.code)
-                for t, p in slots:
-                    codes[t][p] = failed
-        response_topics = [
-            {
-                "name": topic.name,
-                "partitions": [
-                    {"partition_index": part.partition_index, "error_code": codes[t][p]}
-                    for p, part in enumerate(topic.partitions)
-                ],
-            }
-            for t, topic in enumerate(topics)
-        ]
-        return response_topics, flushed
+                for i in slots:
+                    codes[i] = failed
+        return codes, flushed
 
     def _append(
         self,
         group_id: str,
         offsets: list[tuple[str, int, OffsetAndMetadata]],
         now_ms: int,
-        txn: Any,
+        txn: TxnProducer | None,
     ) -> Commit | None:
         partition = self.offsets_partition(group_id, now_ms)
         store = self.coordinator.offsets
@@ -513,77 +547,78 @@ class GroupService:
             )
         return flushed
 
-    def commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
-        """OffsetCommit v2: the response, or a Deferred one that waits for the fsync."""
+    def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        offsets: Sequence[OffsetToCommit],
+        now_ms: int,
+        group_instance_id: str | None = None,
+    ) -> list[ErrorCode] | Deferred[list[ErrorCode]]:
+        """OffsetCommit: one code per offset, in order, now or once the batch is durable."""
         outcome = self.coordinator.validate_offset_commit(
-            request.group_id, request.generation_id, request.member_id, now_ms,
-            request.get("group_instance_id"),
+            group_id, generation_id, member_id, now_ms, group_instance_id,
         )
         error = self._reply(outcome, now_ms)
-        topics, flushed = self._store(request.group_id, request.topics, error, now_ms)
-        return _after(flushed, {"topics": topics})
+        codes, flushed = self._store(group_id, offsets, error, now_ms)
+        return _after(flushed, codes)
 
-    def txn_commit_offsets(self, request: Any, now_ms: int) -> dict | Deferred:
-        """TxnOffsetCommit v0: append the offsets as a transactional batch of the producer; they
-        stay pending until ``on_txn_marker``."""
+    def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer: TxnProducer,
+        offsets: Sequence[OffsetToCommit],
+        now_ms: int,
+        generation_id: int = -1,
+        member_id: str = "",
+        group_instance_id: str | None = None,
+    ) -> list[ErrorCode] | Deferred[list[ErrorCode]]:
+        """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they
+        stay pending until ``on_txn_marker``. One code per offset, as ``commit_offsets``."""
         error = self.coordinator.validate_txn_offset_commit(
-            request.group_id, request.get("generation_id", -1), request.get("member_id", ""),
-            request.get("group_instance_id"),
+            group_id, generation_id, member_id, group_instance_id,
         )
-        if error == ErrorCode.NONE and (request.producer_id < 0 or request.producer_epoch < 0):
+        if error == ErrorCode.NONE and (producer.producer_id < 0 or producer.producer_epoch < 0):
             # No producer, so no transaction these offsets could belong to (Kafka answers the same
             # for a producer id its transaction coordinator does not map to the transactional id).
             error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
-        topics, flushed = self._store(request.group_id, request.topics, error, now_ms, request)
-        return _after(flushed, {"throttle_time_ms": 0, "topics": topics})
+        codes, flushed = self._store(group_id, offsets, error, now_ms, producer)
+        return _after(flushed, codes)
 
     def fetch_offsets(
-        self, group_id: str, topics: Any, now_ms: int, require_stable: bool = False
-    ) -> dict:
-        """OffsetFetch (``topics`` None = every committed partition of the group). Pending
-        transactional offsets are not shown; with ``require_stable`` (v7+, KIP-447) a partition
-        that has some answers UNSTABLE_OFFSET_COMMIT instead (the client retries), otherwise
-        the last committed offset is the answer."""
+        self,
+        group_id: str,
+        topics: Sequence[tuple[str, Sequence[int]]] | None,
+        now_ms: int,
+        require_stable: bool = False,
+    ) -> list[FetchedOffset]:
+        """OffsetFetch: ``topics`` is ``(topic, partitions)`` pairs, answered in that order, or
+        None for every committed partition of the group (sorted). Pending transactional offsets
+        are not shown; with ``require_stable`` (v7+, KIP-447) a partition that has some answers
+        UNSTABLE_OFFSET_COMMIT instead (the client retries), otherwise the last committed
+        offset is the answer."""
         store = self.coordinator.offsets
         hw = self._high_watermark(group_id)
         unstable: set = set()
         if require_stable:
             for by_partition in store.pending(group_id).values():
                 unstable.update(by_partition)
-        requested: list[tuple[str, list[tuple[int, OffsetAndMetadata | None]]]]
+        found: list[tuple[str, int, OffsetAndMetadata | None]]
         if topics is None:
-            by_topic: dict[str, list[tuple[int, OffsetAndMetadata | None]]] = {}
-            for (topic, index), value in sorted(store.committed(group_id, hw).items()):
-                by_topic.setdefault(topic, []).append((index, value))
-            requested = [(topic, parts) for topic, parts in by_topic.items()]
+            found = [(topic, index, value)
+                     for (topic, index), value in sorted(store.committed(group_id, hw).items())]
         else:
-            requested = [
-                (t.name, [(i, store.get(group_id, (t.name, i), hw)) for i in t.partition_indexes])
-                for t in topics
-            ]
-        return {
-            "topics": [
-                {
-                    "name": topic,
-                    "partitions": [
-                        {
-                            "partition_index": index,
-                            "committed_offset": value.offset if value is not None else -1,
-                            "metadata": value.metadata if value is not None else "",
-                            "error_code": ErrorCode.NONE,
-                        }
-                        if (topic, index) not in unstable else
-                        {
-                            "partition_index": index, "committed_offset": -1, "metadata": "",
-                            "error_code": ErrorCode.UNSTABLE_OFFSET_COMMIT,
-                        }
-                        for index, value in parts
-                    ],
-                }
-                for topic, parts in requested
-            ],
-            "error_code": ErrorCode.NONE,
-        }
+            found = [(topic, i, store.get(group_id, (topic, i), hw))
+                     for topic, indexes in topics for i in indexes]
+        return [
+            FetchedOffset(topic, index, -1, "", ErrorCode.UNSTABLE_OFFSET_COMMIT)
+            if (topic, index) in unstable else
+            FetchedOffset(topic, index, value.offset, value.metadata, ErrorCode.NONE)
+            if value is not None else
+            FetchedOffset(topic, index, -1, "", ErrorCode.NONE)
+            for topic, index, value in found
+        ]
 
     def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """Call after writing a COMMIT/ABORT marker for ``producer_id`` to ``__consumer_offsets``
@@ -611,5 +646,5 @@ def _after_all(flushes: list[Commit], response: T) -> T | Deferred[T]:
     return after(flushes, response) if flushes else response
 
 
-def _after(flushed: Commit | None, response: dict) -> dict | Deferred[dict]:
+def _after(flushed: Commit | None, response: T) -> T | Deferred[T]:
     return response if flushed is None else after([flushed], response)

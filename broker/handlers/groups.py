@@ -1,9 +1,10 @@
 """Consumer groups and committed offsets: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
 DescribeGroups, OffsetCommit, OffsetFetch, TxnOffsetCommit (the versions: ``SERVED``).
 
-Decode -> ``broker.groups`` (``broker/group/service.py``) -> response dict. JoinGroup and SyncGroup
-may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those return a
-``Deferred``.
+The decoded request -> plain values -> ``broker.groups`` (``broker/group/service.py``, which
+knows no protocol message) -> codes and results -> the response dict, built here. JoinGroup and
+SyncGroup may wait for other members, OffsetCommit and TxnOffsetCommit for their fsync: those
+return a ``Deferred``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from broker import peer
 from broker.context import Broker
 from broker.dispatcher import handles
 from broker.group.coordinator import JoinResult, SyncResult
+from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.txn import add_group, producer_fenced
 from broker.reply import Deferred, reply
@@ -45,6 +47,41 @@ def _with_refused(result, refused: list):
     return reply(result, lambda r: {**r, "topics": [*r["topics"], *refused]})
 
 
+def _offsets(topics) -> list[OffsetToCommit]:
+    """The partitions of an (Txn)OffsetCommit request's ``topics``, in order."""
+    return [OffsetToCommit(t.name, p.partition_index, p.committed_offset, p.committed_metadata)
+            for t in topics for p in t.partitions]
+
+
+def _commit_topics(topics, codes: list[ErrorCode]) -> list[dict]:
+    """The response's topics: the request's, each partition with its code (``codes`` in the
+    order of ``_offsets(topics)``)."""
+    next_code = iter(codes)
+    return [{"name": t.name, "partitions": [
+        {"partition_index": p.partition_index, "error_code": next(next_code)}
+        for p in t.partitions]} for t in topics]
+
+
+def _fetched_partition(f: FetchedOffset) -> dict:
+    return {"partition_index": f.partition, "committed_offset": f.offset,
+            "metadata": f.metadata, "error_code": f.error}
+
+
+def _fetch_topics(topics, fetched: list[FetchedOffset]) -> list[dict]:
+    """The response's topics: the request's (in its order), or, for all topics (``topics``
+    None), one per topic of the sorted answer."""
+    if topics is not None:
+        rows = iter(fetched)
+        return [{"name": t.name, "partitions": [_fetched_partition(next(rows))
+                                                for _ in t.partition_indexes]} for t in topics]
+    out: list[dict] = []
+    for f in fetched:
+        if not out or out[-1]["name"] != f.topic:
+            out.append({"name": f.topic, "partitions": []})
+        out[-1]["partitions"].append(_fetched_partition(f))
+    return out
+
+
 def _join_response(result: JoinResult, version: int) -> dict:
     instance_ids = result.member_instance_ids or (None,) * len(result.members)
     ok = result.error == ErrorCode.NONE
@@ -72,8 +109,14 @@ def join_group(broker: Broker, header, request):
         return {"error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED, "generation_id": -1,
                 "protocol_name": "" if version < 7 else None, "leader": "", "members": [],
                 "member_id": request.member_id}
+    rebalance_timeout_ms = request.rebalance_timeout_ms
+    if rebalance_timeout_ms < 0:  # JoinGroup v0 has none: the session timeout (as Kafka)
+        rebalance_timeout_ms = request.session_timeout_ms
     result = broker.groups.join_group(
-        header.client_id or "", peer.client_host(), request, broker.clock.now_ms(),
+        request.group_id, request.member_id, header.client_id or "", peer.client_host(),
+        request.session_timeout_ms, rebalance_timeout_ms, request.protocol_type,
+        [(p.name, p.metadata) for p in request.protocols], broker.clock.now_ms(),
+        group_instance_id=request.get("group_instance_id"),
         require_known_member_id=version >= 4,  # KIP-394
     )
     return reply(result, lambda r: _join_response(r, version))
@@ -96,7 +139,14 @@ def sync_group(broker: Broker, header, request):
         return response
 
     # v5 (KIP-559): the protocol type and name must be the group's (the coordinator checks).
-    return reply(broker.groups.sync_group(request, broker.clock.now_ms()), encode)
+    result = broker.groups.sync_group(
+        group_id, request.generation_id, request.member_id,
+        {a.member_id: a.assignment for a in request.assignments}, broker.clock.now_ms(),
+        group_instance_id=request.get("group_instance_id"),
+        protocol_type=request.get("protocol_type"),
+        protocol_name=request.get("protocol_name"),
+    )
+    return reply(result, encode)
 
 
 @handles(ApiKey.HEARTBEAT)
@@ -180,7 +230,12 @@ def offset_commit(broker: Broker, header, request):
     if not _group_ok(broker, Operation.READ, request.group_id):
         return _txn_offsets_refused(request, ErrorCode.GROUP_AUTHORIZATION_FAILED)
     refused = _split_topics(broker, request, Operation.READ)
-    return _with_refused(broker.groups.commit_offsets(request, broker.clock.now_ms()), refused)
+    topics = request.topics
+    codes = broker.groups.commit_offsets(
+        request.group_id, request.generation_id, request.member_id, _offsets(topics),
+        broker.clock.now_ms(), request.get("group_instance_id"),
+    )
+    return _with_refused(reply(codes, lambda c: {"topics": _commit_topics(topics, c)}), refused)
 
 
 @handles(ApiKey.OFFSET_FETCH)
@@ -202,11 +257,14 @@ def offset_fetch(broker: Broker, header, request) -> dict:
                     for index in t.partition_indexes]} for t in topics or ()],
                         "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
             return {"topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
-        response = broker.groups.fetch_offsets(group_id, topics, now, stable)
+        fetched = broker.groups.fetch_offsets(
+            group_id, None if topics is None else [(t.name, t.partition_indexes) for t in topics],
+            now, stable)
+        answered = _fetch_topics(topics, fetched)
         if broker.security.authorizer is None:
-            return response
+            return {"topics": answered, "error_code": ErrorCode.NONE}
         kept = []
-        for t in response["topics"]:
+        for t in answered:
             if allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, t["name"],
                        log_refusal=topics is not None):
                 kept.append(t)
@@ -215,7 +273,7 @@ def offset_fetch(broker: Broker, header, request) -> dict:
                     {"partition_index": p["partition_index"], "committed_offset": -1,
                      "metadata": "", "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
                     for p in t["partitions"]]})
-        return {**response, "topics": kept}
+        return {"topics": kept, "error_code": ErrorCode.NONE}
 
     if header.api_version < 8:
         return {"throttle_time_ms": 0, **fetch(request.group_id, request.topics)}
@@ -242,9 +300,21 @@ def txn_offset_commit(broker: Broker, header, request):
     return _with_refused(_txn_offset_commit(broker, header, request), refused)
 
 
+def _store_txn_offsets(broker: Broker, request):
+    topics = request.topics
+    codes = broker.groups.txn_commit_offsets(
+        request.group_id,
+        TxnProducer(request.transactional_id, request.producer_id, request.producer_epoch),
+        _offsets(topics), broker.clock.now_ms(),
+        generation_id=request.get("generation_id", -1), member_id=request.get("member_id", ""),
+        group_instance_id=request.get("group_instance_id"),
+    )
+    return reply(codes, lambda c: {"throttle_time_ms": 0, "topics": _commit_topics(topics, c)})
+
+
 def _txn_offset_commit(broker: Broker, header, request):
     if header.api_version < TV2_TXN_OFFSET_COMMIT:
-        return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
+        return _store_txn_offsets(broker, request)
     if not request.group_id:
         return _txn_offsets_refused(request, ErrorCode.INVALID_GROUP_ID)
     added = add_group(broker, request)
@@ -252,7 +322,7 @@ def _txn_offset_commit(broker: Broker, header, request):
     def store(code: ErrorCode):
         if code != ErrorCode.NONE:
             return _txn_offsets_refused(request, producer_fenced(code, header.api_version, 2))
-        return broker.groups.txn_commit_offsets(request, broker.clock.now_ms())
+        return _store_txn_offsets(broker, request)
 
     if not isinstance(added, Deferred):
         return store(added)

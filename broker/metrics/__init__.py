@@ -247,16 +247,12 @@ class BrokerState:
         now = broker.clock.now_ms()
         rows = []
         for group_id in sorted(broker.groups.coordinator.offsets.group_ids()):
-            fetched = broker.groups.fetch_offsets(group_id, None, now)
-            for topic in fetched["topics"]:
-                for p in topic["partitions"]:
-                    if p["committed_offset"] < 0:
-                        continue
-                    try:
-                        lso = broker.partition(topic["name"], p["partition_index"]) \
-                            .last_stable_offset
-                    except KafkaError:  # a deleted topic: no lag to show
-                        lso = None
-                    rows.append((group_id, topic["name"], p["partition_index"],
-                                 p["committed_offset"], lso))
+            for f in broker.groups.fetch_offsets(group_id, None, now):
+                if f.offset < 0:
+                    continue
+                try:
+                    lso = broker.partition(f.topic, f.partition).last_stable_offset
+                except KafkaError:  # a deleted topic: no lag to show
+                    lso = None
+                rows.append((group_id, f.topic, f.partition, f.offset, lso))
         return rows

@@ -12,6 +12,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import decode_batches_untrusted, encode_batch
 from tests.raw_client import RawConnection
+from tests.secured import sasl_plain
 
 TopicPartition = tuple[str, int]
 
@@ -21,9 +22,7 @@ def connect(port: int, user: str | None = None, password: str | None = None,
     """A connection, authenticated with SASL PLAIN when ``user`` is given."""
     conn = RawConnection(port, timeout=timeout)
     if user is not None:
-        assert conn.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == 0
-        token = b"\0" + user.encode() + b"\0" + (password or "").encode()
-        assert conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token}).error_code == 0
+        sasl_plain(conn, user, password or "")
     return conn
 
 

@@ -46,6 +46,7 @@ from protocol.messages.api_versions import ADVERTISED
 from tests.broker_process import BrokerProcess
 from tests.fuzz import ops
 from tests.raw_client import RawConnection
+from tests.secured import secured
 
 TOPICS = {"t": 2, "u": 1}
 CANARY_TOPIC = "canary"
@@ -356,18 +357,13 @@ def check_broker(proc: BrokerProcess, auth: dict, canary: list[bytes],
 # -- a run --------------------------------------------------------------------------------------
 
 
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'user_admin="admin-secret" user_bob="bob-secret";')
 # ``secured``: the run is bob's, a SASL user with every right on Topic:*, Write on
 # TransactionalId:*, Read on Group:* and ClusterAction, on a broker with an authorizer.
 BOB = {"user": "bob", "password": "bob-secret"}
 
 
 def _secure(props: list[str]) -> list[str]:
-    return [*props, "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-            "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users=User:admin", "connection.failed.authentication.delay.ms=0"]
+    return [*props, *secured("connection.failed.authentication.delay.ms=0")]
 
 
 def run(work_dir: Path, seconds: float, seed: int, secured: bool = False) -> Report:

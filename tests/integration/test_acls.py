@@ -27,10 +27,8 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
 from tests.raw_client import RawConnection
+from tests.secured import USERS, sasl_plain, secured
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "mallory": "mallory-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
 ANY, LITERAL, PREFIXED = ("*", ResourcePatternType.LITERAL, ResourcePatternType.PREFIXED)
 
 
@@ -38,14 +36,8 @@ ANY, LITERAL, PREFIXED = ("*", ResourcePatternType.LITERAL, ResourcePatternType.
 def broker(tmp_path_factory):
     d = tmp_path_factory.mktemp("acls")
     props = d / "server.properties"
-    props.write_text("\n".join([
-        "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:admin",
-        "connection.failed.authentication.delay.ms=0",
-        "group.initial.rebalance.delay.ms=0",
-    ]) + "\n")
+    props.write_text("\n".join(secured("connection.failed.authentication.delay.ms=0",
+                                        "group.initial.rebalance.delay.ms=0")) + "\n")
     proc = BrokerProcess(d / "data", "--config", str(props))
     proc.start()
     try:
@@ -186,16 +178,10 @@ def test_deny_wins_over_a_prefixed_allow(broker):
                                  ("pub-open", None)]
 
 
-def _sasl_plain(conn: RawConnection, user: str) -> None:
-    assert conn.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == 0
-    token = b"\0" + user.encode() + b"\0" + USERS[user].encode()
-    assert conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token}).error_code == 0
-
-
 def test_metadata_write_txn_markers_and_bare_tokens(broker):
     port = int(broker.bootstrap.rsplit(":", 1)[1])
     with RawConnection(port) as conn:
-        _sasl_plain(conn, "mallory")
+        sasl_plain(conn, "mallory")
         everything = conn.request(ApiKey.METADATA, 9, {"topics": None})
         assert [t.name for t in everything.topics] == ["orders"]  # what mallory may describe
         named = conn.request(ApiKey.METADATA, 9, {"topics": [{"name": "secret"},
@@ -240,8 +226,7 @@ def test_acls_are_listed_deleted_and_durable(broker):
     producer.produce("secret", b"refused")
     producer.flush(15)
     # (Metadata asks Describe first: alice may not even know whether "secret" exists)
-    assert any("refused: User:alice from 127.0.0.1 may not DESCRIBE TOPIC 'secret'" in line
-               for line in broker.output)
+    broker.wait_for_output("refused: User:alice from 127.0.0.1 may not DESCRIBE TOPIC 'secret'")
 
 
 def test_kafka_python_gets_its_authorization_exceptions(broker):

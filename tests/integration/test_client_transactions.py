@@ -51,7 +51,11 @@ def create(bootstrap: str, topic: str, partitions: int = 1) -> None:
 def ours(
     bootstrap: str, topic: str, partitions: int = 1, isolation: str = "read_committed"
 ) -> list[bytes]:
-    """Every value our consumer returns up to the end offsets (the LSO under read_committed)."""
+    """Every value our consumer returns up to the end offsets (the LSO under read_committed),
+    once decided transactions are complete (Kafka writes the markers after answering EndTxn)."""
+    from tests.spark.helpers import wait_for_decided_transactions
+
+    wait_for_decided_transactions(bootstrap)
     config = {
         "bootstrap.servers": bootstrap,
         "auto.offset.reset": "earliest",

@@ -24,9 +24,8 @@ from protocol.records import encode_batch
 from tests.broker_process import BrokerProcess
 from tests.fuzz import ops
 from tests.fuzz.orders import check_broker
+from tests.secured import secured
 
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        'user_admin="admin-secret" user_bob="bob-secret";')
 INTERNAL = [(TXN_LOG, i) for i in range(50)] + [(OFFSETS, i) for i in range(50)]
 CANARY = [b"canary-1", b"canary-2"]
 
@@ -35,13 +34,7 @@ def _start(tmp_path, mode: str) -> tuple[BrokerProcess, dict]:
     if mode == "anonymous":
         return BrokerProcess(tmp_path / "data").start(), {}
     props = tmp_path / "server.properties"
-    props.write_text("\n".join([
-        "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:admin",
-        "connection.failed.authentication.delay.ms=0",
-    ]) + "\n")
+    props.write_text("\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n")
     proc = BrokerProcess(tmp_path / "data", "--config", str(props)).start()
     with ops.connect(proc.port, "admin", "admin-secret") as admin:
         for resource, name, operation in (

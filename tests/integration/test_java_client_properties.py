@@ -6,7 +6,6 @@ principal, and a plaintext client at a TLS listener is told about security.proto
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -136,13 +135,7 @@ def test_plaintext_client_at_a_tls_listener_is_told_about_security_protocol(brok
     assert result.exit_code == 1, result.output
     assert "security.protocol" in result.output, result.output
     # The broker's log says it too, for clients that say only "closed by the broker".
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if any("its security.protocol must be SASL_SSL" in line for line in broker.output):
-            break
-        time.sleep(0.05)
-    else:
-        pytest.fail("no security.protocol hint in the broker log")
+    broker.wait_for_output("its security.protocol must be SASL_SSL", timeout=5)
 
 
 @pytest.mark.parametrize("listener", ["SSL", "SASL_SSL"])

@@ -17,10 +17,9 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
 from tests.raw_client import RawConnection
+from tests.secured import sasl_plain as login
+from tests.secured import secured
 
-USERS = {"admin": "admin-secret", "alice": "alice-secret", "mallory": "mallory-secret"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
 DELAY_MS = 300
 
 
@@ -28,14 +27,8 @@ DELAY_MS = 300
 def broker(tmp_path_factory):
     d = tmp_path_factory.mktemp("review")
     props = d / "server.properties"
-    props.write_text("\n".join([
-        "listeners=SASL_PLAINTEXT://127.0.0.1:0",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
-        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users=User:admin",
-        f"connection.failed.authentication.delay.ms={DELAY_MS}",
-        "group.initial.rebalance.delay.ms=0",
-    ]) + "\n")
+    props.write_text("\n".join(secured(f"connection.failed.authentication.delay.ms={DELAY_MS}",
+                                        "group.initial.rebalance.delay.ms=0")) + "\n")
     proc = BrokerProcess(d / "data", "--config", str(props))
     proc.start()
     try:
@@ -84,13 +77,6 @@ def commit(conn: RawConnection, group: str, topic: str, offsets: dict[int, int])
 
 def port(broker) -> int:
     return int(broker.bootstrap.rsplit(":", 1)[1])
-
-
-def login(conn: RawConnection, user: str) -> RawConnection:
-    assert conn.request(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"}).error_code == 0
-    token = b"\0" + user.encode() + b"\0" + USERS[user].encode()
-    assert conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": token}).error_code == 0
-    return conn
 
 
 def seconds_until_closed(conn: RawConnection) -> float:
@@ -241,7 +227,8 @@ def test_no_create_check_for_topics_that_exist(broker):
             "include_cluster_authorized_operations": False,
             "include_topic_authorized_operations": False})
         assert [t.error_code for t in answer.topics] == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
-    time.sleep(0.2)
+    broker.wait_for_output("may not CREATE TOPIC 'fresh'")
+    time.sleep(0.2)  # (a line that should not be there would come by now)
     new = refusal_lines(broker, "User:alice")[before:]
     assert [line.split("refused: ", 1)[1].strip() for line in new] == [
         "User:alice from 127.0.0.1 may not CREATE TOPIC 'fresh'"]

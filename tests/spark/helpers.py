@@ -42,8 +42,23 @@ def end_offsets(bootstrap: str, topic: str, isolation: str = "read_committed") -
         return {tp.partition: offset for tp, offset in consumer.end_offsets(tps).items()}
 
 
+def wait_for_decided_transactions(bootstrap: str, timeout: float = 30.0) -> None:
+    """Until no transaction is between its EndTxn's answer and its markers (PrepareCommit or
+    PrepareAbort). minibroker answers EndTxn once the markers are written; Kafka answers once the
+    decision is logged and writes the markers after, so a read_committed read right after a
+    commit can still stop at the transaction there."""
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        deadline = time.monotonic() + timeout
+        while admin.list_transactions(states=["PrepareCommit", "PrepareAbort"]):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"transactions still completing after {timeout} s")
+            time.sleep(0.05)
+
+
 def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed", timeout: float = 30.0) -> list[ConsumerRecord]:
-    """Every record of ``topic`` up to its current end (LSO under read_committed)."""
+    """Every record of ``topic`` up to its current end (LSO under read_committed), once every
+    decided transaction is complete."""
+    wait_for_decided_transactions(bootstrap)
     config = {"bootstrap.servers": bootstrap, "isolation.level": isolation, "auto.offset.reset": "earliest"}
     out: list[ConsumerRecord] = []
     with Consumer(config) as consumer:
@@ -60,6 +75,7 @@ def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed", t
 
 def no_open_transactions(bootstrap: str, topic: str) -> bool:
     """True when the last stable offset of every partition is its high watermark."""
+    wait_for_decided_transactions(bootstrap)
     return end_offsets(bootstrap, topic) == end_offsets(bootstrap, topic, "read_uncommitted")
 
 

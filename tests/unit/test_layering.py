@@ -273,6 +273,21 @@ def test_services_return_no_shell_types() -> None:
                   and any(_in(n, {"broker.dispatcher"}) for n in imports)) == []
 
 
+# What a request or response looks like on the wire is the handlers' business: the services and
+# the domain take plain values (ids, codes, tuples, dataclasses) and return them; the handlers
+# decode the request into them and build the response dict from what they get back.
+WIRE_MESSAGES = {"protocol.messages", "protocol.api_keys"}
+
+
+def test_services_and_domain_know_no_protocol_messages() -> None:
+    graph = broker_modules()
+    below_the_shell = SERVICES | PURE_DOMAIN | STORAGE_DOMAIN
+    checked = [m for m in graph if _in(m, below_the_shell)]
+    assert "broker.group.service" in checked and "broker.txn.manager" in checked
+    bad = [f"{m} imports {n}" for m in checked for n in sorted(graph[m]) if _in(n, WIRE_MESSAGES)]
+    assert bad == []
+
+
 def test_handlers_go_through_the_transaction_service() -> None:
     """Handlers call the transaction service, never past it into its pure coordinator, its log
     or its marker writer (``broker.transactions.coordinator...``)."""

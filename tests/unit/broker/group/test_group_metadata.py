@@ -22,7 +22,6 @@ from broker.group.group_metadata import (
 from broker.group.offsets import decode_offset_key_untrusted
 from broker.group.service import GroupService
 from broker.reply import Deferred
-from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError, ErrorCode
 from tests.unit.broker.group.test_service import (
     NOW,
@@ -31,7 +30,6 @@ from tests.unit.broker.group.test_service import (
     commit_request,
     make_broker,
     open_broker,
-    request,
     settle,
 )
 
@@ -42,11 +40,7 @@ def reopen(tmp_path, **props) -> Broker:
 
 
 def fetched(service: GroupService, group: str, topic: str = "orders") -> dict[int, int]:
-    topics = request(ApiKey.OFFSET_FETCH, 2, {
-        "group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1, 2]}]}).topics
-    response = service.fetch_offsets(group, topics, NOW)
-    return {p["partition_index"]: p["committed_offset"] for t in response["topics"]
-            for p in t["partitions"]}
+    return {f.partition: f.offset for f in service.fetch_offsets(group, [(topic, [0, 1, 2])], NOW)}
 
 
 RECORD = GroupMetadataRecord(
@@ -84,12 +78,10 @@ def test_version_0_values_are_read() -> None:
             m.assignment) == ("m", None, 10_000, b"sb", b"a")
 
 
-def join_request(member_id: str = "", name: str = "range"):
-    return request(ApiKey.JOIN_GROUP, 2, {
-        "group_id": "g", "session_timeout_ms": 10_000, "rebalance_timeout_ms": 60_000,
-        "member_id": member_id, "protocol_type": "consumer",
-        "protocols": [{"name": name, "metadata": b"\x00\x00\x00\x00\x00\x01\x00\x06orders"}],
-    })
+def join_request(client_id: str, member_id: str = "", name: str = "range") -> tuple:
+    """The arguments of ``join_group`` before ``now_ms``."""
+    return ("g", member_id, client_id, "", 10_000, 60_000, "consumer",
+            [(name, b"\x00\x00\x00\x00\x00\x01\x00\x06orders")])
 
 
 async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]:
@@ -97,7 +89,7 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
     results = {}
 
     async def join(name: str) -> None:
-        reply = service.join_group(name, "", join_request(), broker.clock.now_ms())
+        reply = service.join_group(*join_request(name), broker.clock.now_ms())
         results[name] = await reply.wait() if isinstance(reply, Deferred) else reply
 
     async with trio.open_nursery() as nursery:
@@ -105,13 +97,9 @@ async def stable_group(broker: Broker, service: GroupService) -> tuple[str, str]
         nursery.start_soon(join, "b")
     leader = results["a"].leader
     follower = next(r.member_id for r in results.values() if r.member_id != leader)
-    follower_sync = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": follower, "assignments": []}),
-        broker.clock.now_ms())
-    reply = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": leader,
-        "assignments": [{"member_id": leader, "assignment": b"L"},
-                        {"member_id": follower, "assignment": b"F"}]}), broker.clock.now_ms())
+    follower_sync = service.sync_group("g", 1, follower, {}, broker.clock.now_ms())
+    reply = service.sync_group("g", 1, leader, {leader: b"L", follower: b"F"},
+                               broker.clock.now_ms())
     # Answered once the group's record is durable (inline, or after a group-commit round).
     assert (await settle(broker, reply)).assignment == b"L"
     assert (await follower_sync.wait()).assignment == b"F"
@@ -133,8 +121,7 @@ async def test_members_survive_a_restart(tmp_path, autojump_clock) -> None:
     assert again.groups.heartbeat("g", 1, follower, NOW) == ErrorCode.NONE
     assert again.groups.heartbeat("g", 1, leader, NOW) == ErrorCode.NONE
     # the same generation's SyncGroup still hands out the stored assignment
-    reply = again.groups.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": follower, "assignments": []}), NOW)
+    reply = again.groups.sync_group("g", 1, follower, {}, NOW)
     assert reply.assignment == b"F"
     # silent members still expire: sessions restart at load time
     assert again.groups.heartbeat("g", 1, leader, NOW + 20_000) == ErrorCode.UNKNOWN_MEMBER_ID
@@ -147,8 +134,8 @@ async def test_delete_groups_tombstones_survive_a_restart(tmp_path, autojump_clo
     service = broker.groups
     leader, follower = await stable_group(broker, service)
     await settle(broker, service.commit_offsets(
-        commit_request("g", {0: 5}, generation=1, member=leader), broker.clock.now_ms()))
-    await settle(broker, service.commit_offsets(commit_request("idle", {1: 9}), broker.clock.now_ms()))
+        *commit_request("g", {0: 5}, generation=1, member=leader), broker.clock.now_ms()))
+    await settle(broker, service.commit_offsets(*commit_request("idle", {1: 9}), broker.clock.now_ms()))
     assert fetched(service, "idle") == {0: -1, 1: 9, 2: -1}
     assert fetched(service, "g") == {0: 5, 1: -1, 2: -1}
     result = await settle(broker, service.delete_groups(["g", "idle", "nope", ""], broker.clock.now_ms()))
@@ -182,7 +169,7 @@ async def test_offset_delete(tmp_path, autojump_clock) -> None:
     leader, _ = await stable_group(broker, service)
     for topic, offsets in [("orders", {0: 5, 1: 6}), ("other", {0: 7})]:
         response = await settle(broker, service.commit_offsets(
-            commit_request("g", offsets, generation=1, member=leader, topic=topic), broker.clock.now_ms()))
+            *commit_request("g", offsets, generation=1, member=leader, topic=topic), broker.clock.now_ms()))
         assert set(codes(response)) == {ErrorCode.NONE}
     code, errors = await settle(broker, service.delete_offsets(
         "g", [("orders", 0), ("other", 0)], broker.clock.now_ms()))

@@ -10,12 +10,11 @@ from broker.app import build_broker
 from broker.clock import Clock, ManualClock, TrioClock
 from broker.config import build_config
 from broker.context import Broker
+from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.reply import Deferred
 from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS_TOPIC
 from broker.topics import partition_for
-from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
-from protocol.messages import decode_request, encode_request
 
 NOW = 1_700_000_000_000
 OFFSETS_PARTITIONS = 5
@@ -32,46 +31,30 @@ def make_broker(tmp_path, clock: Clock | None = None, **props) -> Broker:
     return broker
 
 
-def request(api_key: ApiKey, version: int, body: dict):
-    """A request as the dispatcher hands it to a handler (encoded, then decoded)."""
-    return decode_request(api_key, version, encode_request(api_key, version, body))
-
-
 def commit_request(group: str, offsets: dict[int, int], generation=-1, member="", topic="orders",
-                   metadata=None):
-    return request(ApiKey.OFFSET_COMMIT, 2, {
-        "group_id": group, "generation_id": generation, "member_id": member,
-        "retention_time_ms": -1,
-        "topics": [{"name": topic, "partitions": [
-            {"partition_index": p, "committed_offset": o, "committed_metadata": metadata}
-            for p, o in offsets.items()
-        ]}],
-    })
+                   metadata=None) -> tuple[str, int, str, list[OffsetToCommit]]:
+    """The arguments of ``commit_offsets`` before ``now_ms``."""
+    return group, generation, member, [OffsetToCommit(topic, p, o, metadata)
+                                       for p, o in offsets.items()]
 
 
-def txn_request(group: str, offsets: dict[int, int], producer_id: int, epoch: int = 0):
-    return request(ApiKey.TXN_OFFSET_COMMIT, 0, {
-        "transactional_id": "tx", "group_id": group, "producer_id": producer_id,
-        "producer_epoch": epoch,
-        "topics": [{"name": "orders", "partitions": [
-            {"partition_index": p, "committed_offset": o, "committed_metadata": None}
-            for p, o in offsets.items()
-        ]}],
-    })
+def txn_request(group: str, offsets: dict[int, int], producer_id: int, epoch: int = 0
+                ) -> tuple[str, TxnProducer, list[OffsetToCommit]]:
+    """The arguments of ``txn_commit_offsets`` before ``now_ms``."""
+    return group, TxnProducer("tx", producer_id, epoch), [
+        OffsetToCommit("orders", p, o, None) for p, o in offsets.items()]
 
 
 def fetched(broker: Broker, group: str, partitions=(0, 1, 2)) -> dict[int, int]:
-    topics = request(ApiKey.OFFSET_FETCH, 2, {
-        "group_id": group, "topics": [{"name": "orders", "partition_indexes": list(partitions)}],
-    }).topics
-    response = broker.groups.fetch_offsets(group, topics, NOW)
-    assert response["error_code"] == ErrorCode.NONE
-    return {p["partition_index"]: p["committed_offset"] for t in response["topics"]
-            for p in t["partitions"]}
+    answer = broker.groups.fetch_offsets(group, [("orders", list(partitions))], NOW)
+    assert [(f.topic, f.partition) for f in answer] == [("orders", p) for p in partitions]
+    assert {f.error for f in answer} == {ErrorCode.NONE}
+    return {f.partition: f.offset for f in answer}
 
 
-def codes(response: dict) -> list[int]:
-    return [p["error_code"] for t in response["topics"] for p in t["partitions"]]
+def codes(answer: list[ErrorCode]) -> list[ErrorCode]:
+    """The codes of a (Txn)OffsetCommit, one per offset, in order."""
+    return answer
 
 
 async def settle(broker: Broker, reply) -> dict:
@@ -112,7 +95,7 @@ async def end_txn(broker: Broker, pid: int, epoch: int, commit: bool, transactio
 async def test_commit_answers_after_fsync_and_is_visible_only_then(tmp_path) -> None:
     broker = make_broker(tmp_path)
     assert OFFSETS_TOPIC not in broker.logs.topics()
-    reply = broker.groups.commit_offsets(commit_request("g", {0: 10, 1: 20}), NOW)
+    reply = broker.groups.commit_offsets(*commit_request("g", {0: 10, 1: 20}), NOW)
     if isinstance(reply, Deferred):  # storage put it in a group-commit round
         assert fetched(broker, "g") == {0: -1, 1: -1, 2: -1}  # written, not yet durable
     else:  # synced inline (alone): durable already
@@ -125,7 +108,7 @@ async def test_commit_answers_after_fsync_and_is_visible_only_then(tmp_path) -> 
 
 async def test_offsets_topic_layout(tmp_path) -> None:
     broker = make_broker(tmp_path)
-    await settle(broker, broker.groups.commit_offsets(commit_request("my-group", {0: 1}), NOW))
+    await settle(broker, broker.groups.commit_offsets(*commit_request("my-group", {0: 1}), NOW))
     assert broker.logs.topics()[OFFSETS_TOPIC] == OFFSETS_PARTITIONS
     config = broker.logs.topic_config(OFFSETS_TOPIC)
     assert config.segment_bytes == broker.config.offsets_topic_segment_bytes
@@ -140,26 +123,25 @@ async def test_offsets_topic_layout(tmp_path) -> None:
 
 async def test_offsets_survive_a_restart(tmp_path) -> None:
     broker = make_broker(tmp_path)
-    await settle(broker, broker.groups.commit_offsets(commit_request("g", {0: 10, 1: 20}), NOW))
-    await settle(broker, broker.groups.commit_offsets(commit_request("g", {0: 15}), NOW))
+    await settle(broker, broker.groups.commit_offsets(*commit_request("g", {0: 10, 1: 20}), NOW))
+    await settle(broker, broker.groups.commit_offsets(*commit_request("g", {0: 15}), NOW))
     await settle(broker, broker.groups.commit_offsets(
-        commit_request("other", {2: 7}, metadata="hello"), NOW))
+        *commit_request("other", {2: 7}, metadata="hello"), NOW))
     broker.close()
 
     again = open_broker(broker.config)
     assert again.groups.replayed_batches == 3
     assert fetched(again, "g") == {0: 15, 1: 20, 2: -1}
     everything = again.groups.fetch_offsets("other", None, NOW)
-    assert everything["topics"] == [{"name": "orders", "partitions": [
-        {"partition_index": 2, "committed_offset": 7, "metadata": "hello", "error_code": 0}]}]
+    assert everything == [FetchedOffset("orders", 2, 7, "hello", ErrorCode.NONE)]
     assert sorted(again.groups.list_groups(NOW)) == [("g", "", "Empty"), ("other", "", "Empty")]
     again.close()
 
 
 async def test_unflushed_commit_survives_a_crash_only_if_flushed(tmp_path) -> None:
     broker = make_broker(tmp_path)
-    await settle(broker, broker.groups.commit_offsets(commit_request("g", {0: 10}), NOW))
-    broker.groups.commit_offsets(commit_request("g", {0: 99}), NOW)  # never answered
+    await settle(broker, broker.groups.commit_offsets(*commit_request("g", {0: 10}), NOW))
+    broker.groups.commit_offsets(*commit_request("g", {0: 99}), NOW)  # never answered
     # no close(): as after kill -9 (the page cache survives a process crash, so recovery may
     # keep the unflushed record; either value is a valid outcome, a torn one is not)
     again = open_broker(broker.config)
@@ -170,23 +152,23 @@ async def test_unflushed_commit_survives_a_crash_only_if_flushed(tmp_path) -> No
 async def test_commit_errors(tmp_path) -> None:
     broker = make_broker(tmp_path)
     groups = broker.groups
-    r = await settle(broker, groups.commit_offsets(commit_request("g", {0: 1}, topic="nope"), NOW))
+    r = await settle(broker, groups.commit_offsets(*commit_request("g", {0: 1}, topic="nope"), NOW))
     assert codes(r) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    r = await settle(broker, groups.commit_offsets(commit_request("g", {7: 1}), NOW))
+    r = await settle(broker, groups.commit_offsets(*commit_request("g", {7: 1}), NOW))
     assert codes(r) == [ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
-    r = await settle(broker, groups.commit_offsets(commit_request("g", {0: 1}, metadata="x" * 5000), NOW))
+    r = await settle(broker, groups.commit_offsets(*commit_request("g", {0: 1}, metadata="x" * 5000), NOW))
     assert codes(r) == [ErrorCode.OFFSET_METADATA_TOO_LARGE]
-    r = await settle(broker, groups.commit_offsets(commit_request("h", {0: 1, 1: 2}, generation=4), NOW))
+    r = await settle(broker, groups.commit_offsets(*commit_request("h", {0: 1, 1: 2}, generation=4), NOW))
     assert codes(r) == [ErrorCode.ILLEGAL_GENERATION] * 2
     assert OFFSETS_TOPIC not in broker.logs.topics()  # nothing was written
-    r = await settle(broker, groups.commit_offsets(commit_request("g", {0: 1, 5: 2}), NOW))
+    r = await settle(broker, groups.commit_offsets(*commit_request("g", {0: 1, 5: 2}), NOW))
     assert codes(r) == [ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
     broker.close()
 
 
 async def test_commit_in_page_cache_mode_answers_at_once(tmp_path) -> None:
     broker = make_broker(tmp_path, **{"log.flush": "never"})
-    reply = broker.groups.commit_offsets(commit_request("g", {0: 3}), NOW)
+    reply = broker.groups.commit_offsets(*commit_request("g", {0: 3}), NOW)
     assert not isinstance(reply, Deferred)
     assert fetched(broker, "g")[0] == 3
     broker.close()
@@ -198,10 +180,10 @@ async def test_commit_in_page_cache_mode_answers_at_once(tmp_path) -> None:
 async def test_txn_offsets_pending_until_commit(tmp_path, nursery) -> None:
     broker = make_broker(tmp_path)
     nursery.start_soon(broker.flusher.run)
-    await settle(broker, broker.groups.commit_offsets(commit_request("g", {0: 5}), NOW))
+    await settle(broker, broker.groups.commit_offsets(*commit_request("g", {0: 5}), NOW))
     pid, epoch = await begin_txn(broker)
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 50, 1: 60}, pid, epoch), NOW))
-    assert codes(r) == [ErrorCode.NONE] * 2 and r["throttle_time_ms"] == 0
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 50, 1: 60}, pid, epoch), NOW))
+    assert codes(r) == [ErrorCode.NONE] * 2
     assert fetched(broker, "g") == {0: 5, 1: -1, 2: -1}  # OffsetFetch v2: last committed
     await end_txn(broker, pid, epoch, commit=True)
     assert fetched(broker, "g") == {0: 50, 1: 60, 2: -1}
@@ -214,7 +196,7 @@ async def test_txn_offsets_pending_until_commit(tmp_path, nursery) -> None:
         for value in values:
             before = partition.log_end_offset
             r = await settle(broker, broker.groups.txn_commit_offsets(
-                txn_request("g", {0: value}, pid, epoch), NOW))
+                *txn_request("g", {0: value}, pid, epoch), NOW))
             assert codes(r) == [ErrorCode.NONE]
             assert partition.log_end_offset == before + 1
         pending = broker.groups.coordinator.offsets.pending("g")
@@ -230,7 +212,7 @@ async def test_txn_offsets_need_the_partition_in_the_transaction(tmp_path, nurse
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await begin_txn(broker, groups=("other",))
     assert broker.groups.partition_for("other") != broker.groups.partition_for("g")
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 1}, pid, epoch), NOW))
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 1}, pid, epoch), NOW))
     assert codes(r) == [ErrorCode.INVALID_TXN_STATE]
     assert broker.groups.coordinator.offsets.pending("g") == {}
     broker.close()
@@ -241,7 +223,7 @@ async def test_pending_txn_offsets_survive_a_restart_and_resolve_later(tmp_path)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(broker.flusher.run)
         pid, epoch = await begin_txn(broker)
-        await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 50}, pid, epoch), NOW))
+        await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 50}, pid, epoch), NOW))
         nursery.cancel_scope.cancel()
     broker.close()  # the transaction is still open
 
@@ -266,15 +248,15 @@ async def test_fenced_producer_cannot_commit_offsets(tmp_path, nursery) -> None:
     broker = make_broker(tmp_path)
     nursery.start_soon(broker.flusher.run)
     pid, old_epoch = await begin_txn(broker)
-    await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 1}, pid, old_epoch), NOW))
+    await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 1}, pid, old_epoch), NOW))
     # a new instance with the same transactional id: the open transaction is aborted (ABORT
     # marker with a bumped epoch on the offsets partition) and the old epoch fenced
     pid2, new_epoch = await begin_txn(broker)
     assert pid2 == pid and new_epoch > old_epoch
     assert broker.groups.coordinator.offsets.pending("g") == {}
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 2}, pid, old_epoch), NOW))
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 2}, pid, old_epoch), NOW))
     assert codes(r) == [ErrorCode.INVALID_PRODUCER_EPOCH]
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("g", {0: 3}, pid, new_epoch), NOW))
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("g", {0: 3}, pid, new_epoch), NOW))
     assert codes(r) == [ErrorCode.NONE]
     await end_txn(broker, pid, new_epoch, commit=True)
     assert fetched(broker, "g")[0] == 3
@@ -285,10 +267,10 @@ async def test_txn_commit_for_unknown_group_creates_it(tmp_path, nursery) -> Non
     broker = make_broker(tmp_path)
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await begin_txn(broker, groups=("fresh",))
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("fresh", {0: 1}, pid, epoch), NOW))
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("fresh", {0: 1}, pid, epoch), NOW))
     assert codes(r) == [ErrorCode.NONE]
     assert ("fresh", "", "Empty") in broker.groups.list_groups(NOW)
-    r = await settle(broker, broker.groups.txn_commit_offsets(txn_request("", {0: 1}, pid, epoch), NOW))
+    r = await settle(broker, broker.groups.txn_commit_offsets(*txn_request("", {0: 1}, pid, epoch), NOW))
     assert codes(r) == [ErrorCode.INVALID_GROUP_ID]
     broker.close()
 
@@ -296,12 +278,9 @@ async def test_txn_commit_for_unknown_group_creates_it(tmp_path, nursery) -> Non
 # -- waiting, driven by trio's clock -------------------------------------------------------------
 
 
-def join_request(member_id: str = "", session: int = 10_000):
-    return request(ApiKey.JOIN_GROUP, 2, {
-        "group_id": "g", "session_timeout_ms": session, "rebalance_timeout_ms": 60_000,
-        "member_id": member_id, "protocol_type": "consumer",
-        "protocols": [{"name": "range", "metadata": b"m"}],
-    })
+def join_request(client_id: str, member_id: str = "", session: int = 10_000) -> tuple:
+    """The arguments of ``join_group`` before ``now_ms``."""
+    return "g", member_id, client_id, "", session, 60_000, "consumer", [("range", b"m")]
 
 
 async def test_waiting_join_completes_after_the_initial_delay(tmp_path, autojump_clock) -> None:
@@ -309,7 +288,7 @@ async def test_waiting_join_completes_after_the_initial_delay(tmp_path, autojump
     broker = make_broker(tmp_path, clock)  # group.initial.rebalance.delay.ms defaults to 3000
     service = broker.groups
     start = trio.current_time()
-    reply = service.join_group("client", "", join_request(), clock.now_ms())
+    reply = service.join_group(*join_request("client"), clock.now_ms())
     assert isinstance(reply, Deferred)
     result = await reply.wait()
     assert result.error == ErrorCode.NONE and result.generation_id == 1
@@ -325,7 +304,7 @@ async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, a
     results = {}
 
     async def join(name: str, member_id: str = "") -> None:
-        reply = service.join_group(name, "", join_request(member_id), clock.now_ms())
+        reply = service.join_group(*join_request(name, member_id), clock.now_ms())
         results[name] = await reply.wait() if isinstance(reply, Deferred) else reply
 
     async with trio.open_nursery() as nursery:
@@ -334,12 +313,9 @@ async def test_rebalance_waits_for_rejoin_and_expires_silent_members(tmp_path, a
     assert results["a"].generation_id == results["b"].generation_id == 1
     a = results["a"].leader  # whichever joined first leads
     b = results["b"].member_id if a == results["a"].member_id else results["a"].member_id
-    sync_b = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": b, "assignments": []}), clock.now_ms())
+    sync_b = service.sync_group("g", 1, b, {}, clock.now_ms())
     assert isinstance(sync_b, Deferred)
-    leader = service.sync_group(request(ApiKey.SYNC_GROUP, 0, {
-        "group_id": "g", "generation_id": 1, "member_id": a,
-        "assignments": [{"member_id": b, "assignment": b"B"}]}), clock.now_ms())
+    leader = service.sync_group("g", 1, a, {b: b"B"}, clock.now_ms())
     leader = await settle(broker, leader)  # answered once the group's record is durable
     assert leader.error == ErrorCode.NONE and (await sync_b.wait()).assignment == b"B"
 
@@ -358,7 +334,7 @@ async def test_tick_forgets_empty_groups_without_offsets(tmp_path, autojump_cloc
     clock = TrioClock(NOW)
     broker = make_broker(tmp_path, clock, **{"group.initial.rebalance.delay.ms": "0"})
     service = broker.groups
-    reply = service.join_group("c", "", join_request(), clock.now_ms())
+    reply = service.join_group(*join_request("c"), clock.now_ms())
     member = (await reply.wait()).member_id
     assert service.leave_group("g", member, clock.now_ms()) == ErrorCode.NONE
     assert service.describe_group("g", clock.now_ms()).state == "Empty"

@@ -99,6 +99,13 @@ def consumer(broker: ScriptedBroker, clock: Any, **config: Any) -> AsyncConsumer
     return AsyncConsumer({**CONFIG, **config}, clock=clock, open_stream=broker.open_stream)
 
 
+async def poll_past_generation(c: AsyncConsumer, generation: int) -> None:
+    """Poll until the consumer has rejoined past ``generation`` (5 s at the most)."""
+    with trio.move_on_after(5):
+        while c.group_metadata().generation_id == generation:
+            await c.poll(0.5)
+
+
 async def test_join_then_a_rebalance_announced_by_a_heartbeat(broker, clock, autojump_clock):
     broker.topics["t"] = [0, 0]
     group = Group(broker)
@@ -112,9 +119,7 @@ async def test_join_then_a_rebalance_announced_by_a_heartbeat(broker, clock, aut
         # Another member arrives: the coordinator answers heartbeats REBALANCE_IN_PROGRESS.
         group.others = ["other-1"]
         group.heartbeat_error = ErrorCode.REBALANCE_IN_PROGRESS
-        with trio.move_on_after(5):
-            while c.group_metadata().generation_id == 1:
-                await c.poll(0.5)
+        await poll_past_generation(c, 1)
         group.heartbeat_error = 0
         assert c.group_metadata().generation_id == 2
         assert c.assignment() == {TopicPartition("t", 0)}  # range: t-1 went to the other
@@ -176,9 +181,7 @@ async def test_an_unknown_member_id_rejoins_with_a_new_one(broker, clock, autoju
         c.subscribe(["t"])
         await c.poll(0.1)
         group.heartbeat_error = ErrorCode.UNKNOWN_MEMBER_ID
-        with trio.move_on_after(5):
-            while c.group_metadata().generation_id == 1:
-                await c.poll(0.5)
+        await poll_past_generation(c, 1)
         group.heartbeat_error = 0
         assert c.group_metadata().generation_id == 2
     assert [j.body.member_id for j in broker.requests(ApiKey.JOIN_GROUP)] == ["", "me-1", "", "me-1"]
