@@ -201,6 +201,11 @@ def conformance_broker(tmp_path_factory):
             meta = conn.request(ApiKey.METADATA, 4, {"topics": [{"name": TOPIC}],
                                                     "allow_auto_topic_creation": True})
             assert meta.topics[0].error_code == ErrorCode.NONE
+            # A durable record for the Fetch cases, whichever worker and order they run in.
+            produced = conn.request(ApiKey.PRODUCE, 3, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                    {"name": TOPIC, "partition_data": [{"index": 0, "records": _records()}]}]})
+            assert produced.responses[0].partition_responses[0].error_code == ErrorCode.NONE
         yield proc
     finally:
         proc.stop()
