@@ -140,8 +140,8 @@ class Kafka:
             self.cluster.format()  # not timed: a one-time step of a new cluster
             self.formatted = True
         began = time.perf_counter()
-        self.cluster.start_node(1, wait=False)
         node = self.cluster.nodes[0]
+        self.cluster.start_node(node.node_id, wait=False)
         wait_serving(self.bootstrap, lambda: node.proc.poll() if node.proc else 1, 180)
         return time.perf_counter() - began
 
