@@ -267,5 +267,11 @@ def test_classic_group_rebalances_as_on_kafka(kafka_ref, kafka_one, tmp_path):
     finally:
         broker.stop()
     theirs = group_scenario(kafka_one.bootstrap, f"members-{time.monotonic_ns()}")
-    assert ours == theirs
+
+    def split_unordered(history: list[tuple[str, object]]) -> list[object]:
+        # Which of a and b gets partitions 0-1 follows the order of their random member ids
+        # (the range assignor sorts members), on Kafka as here: compare the split, not who.
+        return [history[0], sorted([history[1][1], history[2][1]]), *history[3:]]
+
+    assert split_unordered(ours) == split_unordered(theirs)
     assert ours[0] == ("a", [0, 1, 2, 3]) and sorted(ours[1][1] + ours[2][1]) == [0, 1, 2, 3]
