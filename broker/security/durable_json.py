@@ -7,11 +7,11 @@ so that what the broker acts on is what a restart reads.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from broker.log.segment import atomic_write
 
 
 def load(path: Path, default: Any) -> Any:
@@ -26,28 +26,6 @@ def load(path: Path, default: Any) -> Any:
 
 
 def save(path: Path, value: Any) -> None:
-    """Replace ``path`` with ``value`` as JSON (mode 0600), durably; OSError if it could not."""
-    data = json.dumps(value, indent=1, sort_keys=True).encode()
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
-    # Renamed: the new file is what a restart reads once the directory entry is durable. If
-    # this fsync fails the caller is told (OSError) and keeps its memory; the file on disk may
-    # then be the new one, which a retry of the same change rewrites.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """Replace ``path`` with ``value`` as JSON (mode 0600), durably; OSError if it could not
+    (the good file stays; see ``atomic_write``)."""
+    atomic_write(path, json.dumps(value, indent=1, sort_keys=True).encode(), mode=0o600)

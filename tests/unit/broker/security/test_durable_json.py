@@ -61,7 +61,7 @@ def one_byte_at_a_time(fd: int, data) -> int:
 
 def test_short_writes_are_continued(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "state.json"
-    monkeypatch.setattr(durable_json, "os", FailingOs(write=one_byte_at_a_time))
+    monkeypatch.setattr(segment, "os", FailingOs(write=one_byte_at_a_time))
     durable_json.save(path, {"k": "v" * 100})
     assert durable_json.load(path, None) == {"k": "v" * 100}
 
@@ -73,7 +73,7 @@ def test_a_failed_write_or_fsync_keeps_the_good_file(tmp_path: Path, monkeypatch
     path = tmp_path / "state.json"
     durable_json.save(path, {"good": True})
     good = path.read_bytes()
-    monkeypatch.setattr(durable_json, "os", FailingOs(**failure))
+    monkeypatch.setattr(segment, "os", FailingOs(**failure))
     with pytest.raises(OSError):
         durable_json.save(path, {"good": False, "padding": "x" * 1000})
     assert path.read_bytes() == good
@@ -92,7 +92,7 @@ def test_acls_change_in_memory_only_once_saved(tmp_path: Path, monkeypatch) -> N
     everything = AclFilter(ResourceType.ANY, None, PatternType.ANY, None, None, Operation.ANY,
                            Permission.ANY)
     for failure in ({"write": enospc_after(3)}, {"fsync": eio}):
-        monkeypatch.setattr(durable_json, "os", FailingOs(**failure))
+        monkeypatch.setattr(segment, "os", FailingOs(**failure))
         with pytest.raises(OSError):
             store.add([binding("b")])
         with pytest.raises(OSError):
@@ -100,7 +100,7 @@ def test_acls_change_in_memory_only_once_saved(tmp_path: Path, monkeypatch) -> N
         assert store.bindings == [binding("a")]
         assert store.path.read_bytes() == on_disk
         assert AclStore(store.path).bindings == [binding("a")]
-    monkeypatch.setattr(durable_json, "os", os)
+    monkeypatch.setattr(segment, "os", os)
     store.add([binding("b")])
     assert AclStore(store.path).bindings == [binding("a"), binding("b")]
 
@@ -113,7 +113,7 @@ def test_scram_credentials_change_in_memory_only_once_saved(tmp_path: Path,
     store.apply([("alice", "SCRAM-SHA-256", old)], [])
     on_disk = store.path.read_bytes()
     for failure in ({"write": enospc_after(5)}, {"fsync": eio}):
-        monkeypatch.setattr(durable_json, "os", FailingOs(**failure))
+        monkeypatch.setattr(segment, "os", FailingOs(**failure))
         with pytest.raises(OSError):
             store.apply([("alice", "SCRAM-SHA-256", new), ("bob", "SCRAM-SHA-256", new)], [])
         with pytest.raises(OSError):
