@@ -82,8 +82,10 @@ def unavailable() -> str | None:
 
 
 @contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    with open(cache_dir() / name, "a") as handle:
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` (created if missing) for the block: the caches shared by
+    pytest-xdist workers and benchmarks are built by one of them at a time."""
+    with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
@@ -101,7 +103,7 @@ def _digest(*parts: bytes) -> str:
 def classpath() -> str:
     """The reference Kafka's classpath; the first call on a machine fetches the jars (fetch.sh)."""
     path = cache_dir() / f"classpath-{_digest(POM.read_bytes())}.txt"
-    with _locked("fetch.lock"):
+    with file_lock(cache_dir() / "fetch.lock"):
         if path.exists():
             cp = path.read_text().strip()
             if cp and all(Path(p).exists() for p in cp.split(os.pathsep)):
@@ -122,7 +124,7 @@ def programs_classpath() -> str:
     sources = sorted(JAVA_SOURCES.glob("*.java"))
     key = _digest(cp.encode(), *(s.name.encode() + s.read_bytes() for s in sources))
     out = cache_dir() / f"classes-{key}"
-    with _locked("javac.lock"):
+    with file_lock(cache_dir() / "javac.lock"):
         if not (out / ".done").exists():
             shutil.rmtree(out, ignore_errors=True)
             out.mkdir()

@@ -13,15 +13,14 @@ can be measured side by side in the same Spark.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+
+from tests.kafka_ref.harness import file_lock
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -46,14 +45,6 @@ def unavailable() -> str | None:
     return None
 
 
-@contextlib.contextmanager
-def _locked(name: str) -> Iterator[None]:
-    with open(cache_dir() / name, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _key(*parts: str) -> str:
@@ -64,7 +55,7 @@ def python() -> Path:
     """The venv's interpreter (pyspark 4.2.0 + pyarrow); built on first use (about a minute)."""
     venv = cache_dir() / f"venv-{_key(sys.version, *REQUIREMENTS)}"
     interpreter = venv / "bin" / "python"
-    with _locked("venv.lock"):
+    with file_lock(cache_dir() / "venv.lock"):
         if not (venv / ".done").exists():
             shutil.rmtree(venv, ignore_errors=True)
             subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -113,7 +104,7 @@ def jars(interpreter: Path | None = None) -> list[str]:
     """The connector and what it needs beyond PySpark's own jars (same artifact: PySpark's wins)."""
     interpreter = interpreter or python()
     out = cache_dir() / f"jars-{_key(POM.read_text())}.txt"
-    with _locked("mvn.lock"):
+    with file_lock(cache_dir() / "mvn.lock"):
         if not out.exists():
             tmp = out.with_suffix(".tmp")
             done = subprocess.run(["mvn", "-B", "-q", "-f", str(POM), "dependency:build-classpath",
