@@ -67,6 +67,14 @@ async def run(result):
     return await result.wait() if isinstance(result, Deferred) else result
 
 
+async def run_answer(result):
+    """As the connection does: an ``AnswerFirst``'s value, its finish run after it."""
+    if isinstance(result, AnswerFirst):
+        result.finish()
+        return result.value
+    return await run(result)
+
+
 async def begin(broker: Broker, tid: str = "tx", partitions=(("t", 0), ("t", 1))) -> tuple[int, int]:
     init = await run(broker.transactions.init_producer_id(tid, TIMEOUT, None, NOW))
     assert isinstance(init, InitResult) and init.error_code == ErrorCode.NONE
@@ -270,15 +278,20 @@ async def test_answer_first_makes_the_change_durable_before_anything_depends_on_
     ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
     assert isinstance(ended, AnswerFirst) and ended.value == ErrorCode.NONE
     data = broker.partition("t", 0)
-    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]  # appended before the answer
-    assert data.last_stable_offset == 0  # but not durable: not visible yet
+    # Answered once the PrepareCommit record is durable; the markers follow the answer.
+    assert txn_log.high_watermark == txn_log.log_end_offset
     assert tm.coordinator.get("tx").state is TxnState.PREPARE_COMMIT
-    following = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW, answer_first=True)
-    assert isinstance(following, Deferred)  # the next transaction waits for the completion
+    assert markers(broker, 0) == []
+    assert data.last_stable_offset == 0  # nothing visible yet
+    # A request that got in before the finish (the answer's send had to wait): retriable.
+    early = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW, answer_first=True)
+    assert early == ErrorCode.CONCURRENT_TRANSACTIONS
     ended.finish()
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
     assert data.last_stable_offset == data.high_watermark == 3
     assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
-    assert await following.wait() == ErrorCode.NONE
+    following = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW, answer_first=True)
+    assert await run_answer(following) == ErrorCode.NONE
     assert tm.coordinator.get("tx").partitions == {("t", 1)}
 
 
