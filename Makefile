@@ -11,7 +11,7 @@ DATA_DIR ?= ./data
 ARGS ?=
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test test-fast lint docs bench clean
+.PHONY: run test test-fast test-programs lint docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,12 +33,19 @@ run: $(STAMP)
 # xdist_group("kafka_ref") all run on one worker, so one reference Kafka serves them (tests/kafka_ref/).
 PYTEST_WORKERS := -n auto --maxprocesses=4 --dist loadgroup
 
-test: $(TEST_STAMP)
+# The programs the tests run that pip does not install (kcat, a JDK, Maven, Node and npm), from
+# Debian's packages when missing and make runs as root; otherwise one line says what to install
+# (tests/system_programs.sh). Kafka's jars (tests/kafka_ref/fetch.sh) and the Node packages
+# (npm ci) are fetched by the tests that use them.
+test-programs:
+	@bash tests/system_programs.sh
+
+test: $(TEST_STAMP) test-programs
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(PY) -m pytest $(PYTEST_WORKERS)
 
-test-fast: $(TEST_STAMP)
+test-fast: $(TEST_STAMP) test-programs
 	$(PY) -m pytest $(PYTEST_WORKERS) -m "not slow"
 
 lint: $(TEST_STAMP)

@@ -7,8 +7,8 @@ group offsets, record deletion, group deletion).
 kafkajs picks InitProducerId v1 when the broker advertises v0-3 or more: the broker used to
 advertise that range but serve only v0 and v3, so every idempotent or transactional kafkajs
 producer failed at start. The Node project is ``tests/node`` (package-lock.json pins kafkajs);
-it is installed with ``npm ci`` into a temporary directory at test time. Skipped only when node or
-npm are absent.
+it is installed with ``npm ci`` into a temporary directory at test time. Without node or npm the
+tests that run them skip (fail under CI; `make test` installs them: tests/system_programs.sh).
 """
 
 from __future__ import annotations
@@ -23,26 +23,24 @@ import pytest
 
 from protocol.api_keys import ApiKey
 from protocol.messages.api_versions import ADVERTISED
+from tests import needs
 
 NODE_PROJECT = Path(__file__).resolve().parent.parent / "node"
-NODE = shutil.which("node")
-NPM = shutil.which("npm")
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(NODE is None or NPM is None, reason="node and npm are not installed"),
-]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def node_project(tmp_path_factory) -> Path:
     """tests/node installed with ``npm ci`` (the lockfile's versions) in a temporary copy."""
+    needs.program("node", "nodejs")
+    npm = needs.program("npm", "npm")
     work = tmp_path_factory.mktemp("node")
     for name in ("package.json", "package-lock.json", "kafkajs_eos.js", "kafkajs_admin.js"):
         shutil.copy(NODE_PROJECT / name, work / name)
     env = dict(os.environ, npm_config_cache=str(work / ".npm-cache"), npm_config_update_notifier="false")
     result = subprocess.run(
-        [NPM, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+        [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
         cwd=work, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, f"npm ci failed:\n{result.stdout}\n{result.stderr}"
@@ -57,7 +55,7 @@ def test_kafkajs_uses_init_producer_id_v1_which_is_served():
 def _run_node(node_project: Path, script: str, port: int, suffix: str) -> dict:
     """Run one of tests/node's scripts against the broker; its last JSON line."""
     result = subprocess.run(
-        [NODE, script, f"127.0.0.1:{port}", suffix],
+        [needs.program("node", "nodejs"), script, f"127.0.0.1:{port}", suffix],
         cwd=node_project, capture_output=True, text=True, timeout=180,
     )
     lines = [line for line in result.stdout.splitlines() if line.startswith("{")]

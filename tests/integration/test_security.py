@@ -8,7 +8,6 @@ required client certificates, and SASL_PLAINTEXT.
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import struct
 import subprocess
@@ -26,6 +25,7 @@ from confluent_kafka.admin import (
     UserScramCredentialUpsertion,
 )
 
+from tests import needs
 from tests.broker_process import BrokerProcess
 
 PLAIN_USERS = {"admin": "admin-secret", "alice": "alice-secret"}
@@ -309,8 +309,8 @@ def test_our_client_over_mtls_and_the_cli_with_security_settings(secure_broker, 
     assert untrusted.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
 
 
-@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (apt-get install kcat)")
 def test_kcat_over_sasl_ssl_scram_and_mtls(secure_broker, pki):
+    kcat = needs.program("kcat", "kcat")
     ck_admin = AdminClient(sasl_conf(secure_broker, pki, user="admin", password="admin-secret"))
     ck_admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "kcat", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"kcat-secret")]
@@ -319,9 +319,9 @@ def test_kcat_over_sasl_ssl_scram_and_mtls(secure_broker, pki):
             "-X", "sasl.username=kcat", "-X", "sasl.password=kcat-secret",
             "-X", f"ssl.ca.location={pki['ca']}",
             "-b", f"127.0.0.1:{secure_broker.ports['SASL_SSL']}"]
-    subprocess.run(["kcat", *sasl, "-P", "-t", "kcat-sasl", "-p", "0"], input=b"one\ntwo\n",
+    subprocess.run([kcat, *sasl, "-P", "-t", "kcat-sasl", "-p", "0"], input=b"one\ntwo\n",
                    check=True, timeout=60)
-    out = subprocess.run(["kcat", *sasl, "-C", "-t", "kcat-sasl", "-o", "beginning", "-e",
+    out = subprocess.run([kcat, *sasl, "-C", "-t", "kcat-sasl", "-o", "beginning", "-e",
                           "-X", "isolation.level=read_committed"],
                          capture_output=True, check=True, timeout=60).stdout
     assert out == b"one\ntwo\n"
@@ -329,6 +329,6 @@ def test_kcat_over_sasl_ssl_scram_and_mtls(secure_broker, pki):
             "-X", f"ssl.certificate.location={pki['client_cert']}",
             "-X", f"ssl.key.location={pki['client_key']}",
             "-b", f"127.0.0.1:{secure_broker.ports['SSL']}"]
-    listing = subprocess.run(["kcat", *mtls, "-L", "-t", "kcat-sasl"], capture_output=True,
+    listing = subprocess.run([kcat, *mtls, "-L", "-t", "kcat-sasl"], capture_output=True,
                              check=True, timeout=60).stdout.decode()
     assert f"127.0.0.1:{secure_broker.ports['SSL']}" in listing and "kcat-sasl" in listing

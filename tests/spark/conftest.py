@@ -2,7 +2,7 @@
 
 Everything here is marked ``spark`` (select with ``-m spark``, leave out with ``-m "not spark"``).
 Spark needs Java and the ``pyspark`` and ``pyarrow`` packages; without them the tests that need a
-session are skipped, saying why.
+session are skipped, saying why (under CI, `CI=true`, they fail).
 
 Settings Spark must see before its JVM starts (docs/spark.md): workers run this interpreter
 (``PYSPARK_PYTHON``; the system python lacks pyarrow), bind loopback only (``SPARK_LOCAL_IP``),
@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import needs
 from tests.broker_process import BrokerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,7 @@ class SparkSessions:
 def spark_sessions():
     reason = _missing_requirement()
     if reason:
-        pytest.skip(reason)
+        needs.unavailable(reason)  # a failure under CI
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"

@@ -1,15 +1,22 @@
 """Guards against tests that pass only on the machine they were written on (issue 8).
 
 A fixed path under /tmp exists on the author's machine and nowhere else; a process a test leaves
-running outlives the session. Both landed once; these tests keep them out.
+running outlives the session. Both landed once; these tests keep them out. And a program the tests
+run (kcat, Java, Node) is installed by `make test` itself (tests/system_programs.sh), and missing it
+fails the test under CI instead of skipping it.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 import textwrap
 from pathlib import Path
+
+import pytest
+
+from tests import needs
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,3 +107,66 @@ def test_a_process_stopped_by_its_test_passes(pytester, monkeypatch):
     assert result.ret == 0
     assert "still running" not in result.stdout.str()
 
+
+
+def _system_programs(tmp_path, uid: str, programs: str) -> tuple[subprocess.CompletedProcess, str]:
+    """tests/system_programs.sh with a fake `id` and a fake apt-get (which knows kcat only after
+    `apt-get update`, as on a fresh machine); the apt-get calls it made."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls"
+    (bin_dir / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (bin_dir / "apt-get").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        echo "$*" >> {calls}
+        if [ "$1" = update ]; then touch {tmp_path}/updated; exit 0; fi
+        [ -e {tmp_path}/updated ] || exit 100
+        """))
+    for fake in bin_dir.iterdir():
+        fake.chmod(0o755)
+    result = subprocess.run(
+        ["bash", str(REPO_ROOT / "tests" / "system_programs.sh")], capture_output=True, text=True,
+        timeout=60, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "MINIBROKER_TEST_PROGRAMS": programs},
+    )
+    return result, calls.read_text() if calls.exists() else ""
+
+
+def test_make_test_installs_a_missing_program_from_debian_as_root(tmp_path):
+    missing = "minibroker-no-such-program"
+    result, calls = _system_programs(tmp_path, "0", f"sh=dash {missing}=kcat {missing}2=kcat")
+    assert result.returncode == 0, result.stderr
+    install = "install -y -q --no-install-recommends kcat"
+    assert calls.splitlines() == [install, "update -q", install]  # only the missing one, once
+    assert result.stderr == "make: installing Debian's packages kcat for the tests\n"
+
+
+def test_make_test_names_the_missing_package_when_it_cannot_install(tmp_path):
+    result, calls = _system_programs(tmp_path, "1000", "sh=dash minibroker-no-such-program=kcat")
+    assert result.returncode == 0 and calls == ""
+    assert result.stderr.count("\n") == 1 and "sudo apt-get install kcat" in result.stderr
+
+
+def test_make_test_installs_nothing_when_the_programs_are_there(tmp_path):
+    result, calls = _system_programs(tmp_path, "0", "sh=dash bash=bash")
+    assert (result.returncode, result.stderr, calls) == (0, "", "")
+
+
+def test_make_test_runs_the_program_installer_first():
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for target in ("test", "test-fast"):
+        result = subprocess.run(["make", "-n", target], cwd=REPO_ROOT, capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        pytest_line = next(i for i, line in enumerate(lines) if "-m pytest" in line)
+        assert "bash tests/system_programs.sh" in lines[:pytest_line], result.stdout
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_a_missing_program_skips_the_test_and_fails_it_under_ci(monkeypatch, ci):
+    monkeypatch.setenv("CI", ci)
+    expected = pytest.fail.Exception if ci else pytest.skip.Exception
+    with pytest.raises(expected, match="Debian's package kcat"):
+        needs.program("minibroker-no-such-program", "kcat")
+    assert needs.program("sh", "dash") == shutil.which("sh")
