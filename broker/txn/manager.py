@@ -22,8 +22,10 @@ Complete record. Nothing here fsyncs or asks whether a round is under way.
   ``on_durable`` step (wired by the root: pending offsets materialised or dropped) ->
   CompleteCommit/CompleteAbort appended -> reply. The steps after the Prepare record run in the
   commits' callbacks, so a reply that is never sent (a reset connection) cannot leave a decided
-  transaction unfinished. When storage syncs inline, the answer goes out once the Prepare round
-  is durable and the markers appended, just before their fsync (``AnswerFirst``). A marker write
+  transaction unfinished. When storage syncs the Prepare record inline, the answer goes out as
+  soon as it is durable, and the markers, their fsync and the Complete record follow right after
+  it, before anything else runs (``AnswerFirst``; the server runs the finish even when the send
+  fails). A marker write
   that failed leaves the transaction prepared (the reply is still NONE: the outcome is decided)
   and the periodic task retries it. The epoch is unchanged by a normal commit or abort.
 - InitProducerId of an id with an Ongoing transaction first aborts it with a bumped epoch (the old
@@ -342,8 +344,7 @@ class TransactionManager:
 
     # -- completing a decided transaction ------------------------------------------------------
 
-    def _start_markers(self, transactional_id: str, now_ms: int,
-                       after_answer: bool = False) -> MarkerWrite | None:
+    def _start_markers(self, transactional_id: str, now_ms: int) -> MarkerWrite | None:
         """Write the markers of a PrepareCommit/PrepareAbort transaction; the transaction
         completes in their commit's callback. None if it is not in such a state or someone else
         is completing it."""
@@ -356,7 +357,7 @@ class TransactionManager:
             return self.markers.write(
                 md.producer_id, md.producer_epoch, md.state is TxnState.PREPARE_COMMIT,
                 COORDINATOR_EPOCH, md.partitions, now_ms,
-                lambda written: self._markers_decided(transactional_id, written), after_answer)
+                lambda written: self._markers_decided(transactional_id, written))
         except BaseException:
             self._completed(transactional_id)
             raise
@@ -535,11 +536,12 @@ class TransactionManager:
         read_committed reader (and ListOffsets) handled after the answer, and the next
         transaction never waits for the previous one's markers.
 
-        ``answer_first`` (the EndTxn handler): when storage syncs the markers inline, the answer
-        goes out once they are appended, and their fsync and the Complete record follow at once,
-        before anything else runs (``AnswerFirst``), while the producer prepares its next
-        transaction. What the answer promises holds either way: the outcome is durable, and no
-        request is handled between the answer and the markers' fsync."""
+        ``answer_first`` (the EndTxn handler): when storage commits the Prepare record inline
+        (always with ``--flush never``), the answer goes out as soon as it is durable, and the
+        markers (appended and synced), their ``on_durable`` step and the Complete record follow
+        at once, before anything else runs (``AnswerFirst``), while the producer prepares its
+        next transaction. What the answer promises holds either way: the outcome is durable, and
+        no request is handled between the answer and the markers."""
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
@@ -548,12 +550,13 @@ class TransactionManager:
         started: list[MarkerWrite | None] = []
 
         def prepared(ok: bool) -> None:
-            # The Prepare record is durable and applied: the markers now (just before the
-            # answer's fsync when this runs in the request; else in the round's callback).
+            # The Prepare record is durable and applied: the markers now (in the round's
+            # callback), or right after the answer when this runs in the request.
             if ok:
                 self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
-                started.append(self._start_markers(transactional_id, self._clock.now_ms(),
-                                                   after_answer=answer_first and in_request))
+                if answer_first and in_request:
+                    return
+                started.append(self._start_markers(transactional_id, self._clock.now_ms()))
 
         try:
             transition = self.coordinator.prepare_end_txn(
@@ -571,6 +574,9 @@ class TransactionManager:
         if prepare.done:
             if not prepare.ok:
                 return ErrorCode.KAFKA_STORAGE_ERROR
+            if answer_first:
+                return AnswerFirst(ErrorCode.NONE,
+                                   lambda: self._markers_after_answer(transactional_id))
             written = started[0] if started else None
             if written is None or written.commit is None:
                 return ErrorCode.NONE  # decided and durable: the periodic task completes it
@@ -585,6 +591,16 @@ class TransactionManager:
             return ErrorCode.NONE
 
         return Deferred(answer)
+
+    def _markers_after_answer(self, transactional_id: str) -> None:
+        """EndTxn's ``AnswerFirst`` finish: the markers of a transaction whose Prepare record
+        was made durable in the request, appended and committed (storage syncs them inline: it
+        was idle a moment ago, and nothing ran since), then the Complete record."""
+        try:
+            self._start_markers(transactional_id, self._clock.now_ms())
+        except KafkaError as exc:
+            log.error("writing the markers of %r failed (%s); retrying later", transactional_id,
+                      exc)
 
     def _partitions(self, partitions: Iterable[TopicPartition]) -> list[Partition]:
         out = []

@@ -252,8 +252,9 @@ class _TaskSteps(trio.abc.Instrument):
 
 async def test_add_partitions_answers_at_once_and_end_txn_answers_first(broker: Broker) -> None:
     """AddPartitionsToTxn answers once its record is appended (no fsync of its own: the
-    PrepareCommit round syncs it); EndTxn answers before its markers' fsync (the connection runs
-    ``finish`` right after sending): nothing may depend on the outcome before it is durable."""
+    PrepareCommit round syncs it); EndTxn answers once its Prepare record is durable, before its
+    markers (the connection runs ``finish`` right after sending): nothing may depend on the
+    outcome before it is durable."""
     tm = broker.transactions
     init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
     pid, epoch = init.producer_id, init.producer_epoch
@@ -270,15 +271,18 @@ async def test_add_partitions_answers_at_once_and_end_txn_answers_first(broker: 
     # The Prepare round made the add record durable with the Prepare record and the batch.
     assert txn_log.high_watermark == records + 1
     data = broker.partition("t", 0)
-    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]  # appended before the answer
-    assert data.last_stable_offset == 0  # but not durable: not visible yet
+    # Answered once the PrepareCommit record is durable; the markers follow the answer.
+    assert txn_log.high_watermark == txn_log.log_end_offset
     assert tm.coordinator.get("tx").state is TxnState.PREPARE_COMMIT
-    following = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW)
-    assert isinstance(following, Deferred)  # the next transaction waits for the completion
+    assert markers(broker, 0) == []
+    assert data.last_stable_offset == 0  # nothing visible yet
+    # A request that got in before the finish (the answer's send had to wait): retriable.
+    assert tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW) == ErrorCode.CONCURRENT_TRANSACTIONS
     ended.finish()
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
     assert data.last_stable_offset == data.high_watermark == 3
     assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
-    assert await following.wait() == ErrorCode.NONE
+    assert tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW) == ErrorCode.NONE
     assert tm.coordinator.get("tx").partitions == {("t", 1)}
 
 
