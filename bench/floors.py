@@ -7,8 +7,9 @@ Two figures, each the median of ``--repeat`` runs:
 
 - fdatasync of a small append (200 bytes, what a one-record transaction writes per file): CPU
   and wall time per call, in a file under bench/.cache/ (the disk the benchmarks' brokers use).
-  A durable one-record transaction from librdkafka makes four of them (AddPartitionsToTxn's
-  record, the data, PrepareCommit, the markers), two of which its answers must wait for.
+  A durable one-record transaction from librdkafka makes three of them (PrepareCommit and the
+  data in one round, then the markers; AddPartitionsToTxn's record is synced with PrepareCommit
+  since issue 29), one round of which its answers must wait for.
 - one request and its answer over loopback (40 bytes each way, one at a time, as librdkafka
   sends a transaction's requests): the server's CPU per round trip, for a blocking server and for
   a trio server that reads the way broker/server.py does (try the receive, else
@@ -135,8 +136,8 @@ def main() -> None:
          f"{statistics.median(blocking):.0f} us"],
         ["the same, trio server reading as broker/server.py does",
          f"{statistics.median(trio_loop):.0f} us"],
-        ["a durable one-record transaction before any broker work: 4 fdatasyncs + 3 trio "
-         "round trips, CPU", f"{4 * fsync_cpu + 3 * statistics.median(trio_loop):.0f} us"],
+        ["a durable one-record transaction before any broker work: 3 fdatasyncs + 3 trio "
+         "round trips, CPU", f"{3 * fsync_cpu + 3 * statistics.median(trio_loop):.0f} us"],
         ["the fdatasync wait its answers cannot avoid (PrepareCommit with the transaction's "
          "data, one round: issue 29)", f"{fsync_wall:.0f} us"],
     ]

@@ -69,8 +69,9 @@ def build_broker(
     groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
     cross.attach(groups, transactions)
     # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
-    # been lost (an unclean shutdown and a machine restart), and completes prepared ones (after
-    # the groups, which then see the markers it writes).
+    # been lost (an unclean shutdown and a machine restart), completes prepared ones, and then
+    # (same condition) aborts the transactions partitions have open that it does not run there
+    # (after the groups, which then see the markers it writes).
     transactions.recover(clock.now_ms(), unclean=logs.unsynced_writes_lost)
     # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
     cleaner = (

@@ -2,8 +2,10 @@
 WriteTxnMarkers v0, DescribeTransactions v0, ListTransactions v0. (InitProducerId is in
 ``producer_id.py``.)
 
-Decode -> ``broker.transactions`` (``broker/txn/manager.py``) -> response. Requests that change
-the transaction log answer once the change is durable (a ``Deferred`` reply).
+Decode -> ``broker.transactions`` (``broker/txn/manager.py``) -> response. EndTxn answers once
+its outcome is durable (a ``Deferred`` or ``AnswerFirst`` reply); AddPartitionsToTxn and
+AddOffsetsToTxn answer once their record is appended (the transaction's Prepare record makes it
+durable).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def add_partitions_to_txn(broker: Broker, header, request):
                       else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, requested,
-        broker.clock.now_ms(), answer_first=True,
+        broker.clock.now_ms(),
     )
     version = header.api_version
     return reply(result, lambda code: encode(lambda tp: producer_fenced(code, version, 2)))

@@ -11,6 +11,13 @@ cover), inline in this task when they are small.
 
 Every fsync is counted here (``on_round``: the metrics' fsync histogram; ``rounds``,
 ``partition_syncs`` and ``seconds``: the shutdown statistics).
+
+``sync_together(partition, other)``: the next fsync of ``partition``, whoever asks for it (an
+inline commit, a round, the unwaited round, recovery, shutdown), syncs ``other`` with it, in the
+same round. The transaction manager ties a partition holding a transaction's unsynced batches to
+that transaction's ``__transaction_state`` partition: the records that added the partition to
+the transaction (and completed the previous one) are then never left behind its batches, except
+by a power cut in the middle of that round (docs/design.md section 3).
 """
 
 from __future__ import annotations
@@ -104,6 +111,8 @@ class FlushScheduler:
         self._on_round = on_round  # metrics: seconds of each round's fdatasyncs
         self._seconds = seconds  # a monotonic clock in seconds (the inline window)
         self._dirty: dict[int, Partition] = {}
+        # partition -> partitions its next fsync syncs too (``sync_together``)
+        self._together: dict[Partition, list[Partition]] = {}
         self._waiting: list[Commit] = []  # decided by the next round
         self._syncing: list[Commit] = []  # decided by the round in the worker thread
         self._wakeup = trio.Event()
@@ -173,6 +182,30 @@ class FlushScheduler:
             # them; moving the sleep's deadline costs no pass of the event loop.
             self._sleep.deadline = trio.current_time() + _UNWAITED_SECONDS
 
+    def sync_together(self, partition: Partition, other: Partition) -> None:
+        """The next fsync of ``partition`` syncs ``other`` too, in the same round (see the
+        module docstring). Nothing is synced now, no round is started."""
+        if other is partition:
+            return
+        tied = self._together.get(partition)
+        if tied is None:
+            self._together[partition] = [other]
+        elif other not in tied:
+            tied.append(other)
+
+    def _with_tied(self, partitions: list[Partition]) -> list[Partition]:
+        """``partitions`` and the partitions tied to them that have something to sync (taken
+        out of the next round: they are synced now)."""
+        if not self._together:
+            return partitions
+        out = list(partitions)
+        for partition in partitions:
+            for other in self._together.pop(partition, ()):
+                if other.dirty and other not in out:
+                    self._dirty.pop(id(other), None)
+                    out.append(other)
+        return out
+
     @property
     def busy(self) -> bool:
         """A round is being synced in the worker thread, or one is about to start (partitions
@@ -194,7 +227,7 @@ class FlushScheduler:
         partitions = [p for p in commit.partitions if p.dirty]
         for p in partitions:
             self._dirty.pop(id(p), None)
-        self._sync_inline(partitions)
+        self._sync_inline(self._with_tied(partitions))
         self._inline_seconds = self._seconds() - started
         if commit.covered:
             commit.resolve(True)
@@ -223,6 +256,7 @@ class FlushScheduler:
             if not self._dirty and not self._waiting:
                 continue  # an inline sync took them meanwhile
             dirty, commits = self._take_round()
+            dirty = self._with_tied(dirty)
             small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
             tickets = self._begin(dirty)
             started = time.perf_counter()
@@ -249,7 +283,7 @@ class FlushScheduler:
         """Sync every dirty partition inline and decide every waiting commit (shutdown, and
         recovery at start, which has no loop)."""
         dirty, commits = self._take_round()
-        self._sync_inline(dirty)
+        self._sync_inline(self._with_tied(dirty))
         self._decide(commits)
 
     def _decide(self, commits: list[Commit]) -> None:

@@ -87,6 +87,14 @@ class Storage:
             return commit
         return self.flusher.commit(partitions, on_durable, after_answer)
 
+    def sync_together(self, partition: Partition, other: Partition) -> None:
+        """Whatever next syncs ``partition`` syncs ``other`` with it, in the same round
+        (``FlushScheduler.sync_together``): a transaction's unsynced batches never become
+        durable without the records of ``__transaction_state`` that admitted them. Nothing with
+        ``flush="never"``."""
+        if self.durable:
+            self.flusher.sync_together(partition, other)
+
     def settle(self) -> None:
         """Sync everything dirty and decide every waiting commit, inline: recovery at start,
         before the flusher's task runs."""

@@ -483,6 +483,18 @@ class TransactionCoordinator:
             for md in self._txns.values()
         )
 
+    def holder(self, producer_id: int, producer_epoch: int) -> str | None:
+        """The transactional id whose producer is ``producer_id`` at ``producer_epoch`` with no
+        transaction (Empty, CompleteCommit, CompleteAbort; nothing pending): the producer may
+        still believe in a transaction the coordinator has no record of (recovery then records
+        and aborts it). None if there is none."""
+        for md in self._txns.values():
+            if (md.producer_id == producer_id and md.producer_epoch == producer_epoch
+                    and md.producer_epoch < INT16_MAX  # (a fenced abort needs an epoch left)
+                    and md.pending is None and md.state in _NOTHING_STARTED):
+                return md.transactional_id
+        return None
+
     # -- the periodic task -------------------------------------------------------------------
 
     def timed_out(self, now_ms: int) -> list[str]:

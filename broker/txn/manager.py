@@ -4,11 +4,17 @@
 Every transition goes one way (``_commit``): prepare (the id answers CONCURRENT_TRANSACTIONS
 meanwhile), append the record to ``__transaction_state``, commit it through ``Storage.commit``
 (inline or in a group-commit round: storage decides, nowhere else), then complete it, or abandon
-it if the fsync failed, in the commit's callback. Nothing here fsyncs or asks whether a round is
-under way.
+it if the fsync failed, in the commit's callback. Two kinds of record are applied once appended,
+without a commit of their own (``_apply``): those that add partitions to a transaction, and the
+Complete record. Nothing here fsyncs or asks whether a round is under way.
 
-- InitProducerId and AddPartitionsToTxn answer once their record is durable (AddPartitionsToTxn:
-  just before its inline fsync, ``AnswerFirst``, when storage syncs it inline).
+- InitProducerId answers once its record is durable.
+- AddPartitionsToTxn, AddOffsetsToTxn and transaction version 2's implicit add (Produce v12,
+  TxnOffsetCommit v5) answer at once: their record becomes durable with the transaction's
+  Prepare record (the same partition, appended after it) or any earlier commit of that
+  partition; whatever syncs one of the transaction's batches first syncs that partition with it
+  (``Storage.sync_together``, tied in ``verify_produce``). A durable one-record transaction so
+  costs three fdatasyncs: the PrepareCommit round (the record and the data) and the markers.
 - EndTxn: the Prepare record is committed together with the transaction's partitions (its
   transactional batches were answered once appended: they become durable here, in the same
   round, so a transaction waits for one fsync) -> markers appended to every partition of the
@@ -16,8 +22,10 @@ under way.
   ``on_durable`` step (wired by the root: pending offsets materialised or dropped) ->
   CompleteCommit/CompleteAbort appended -> reply. The steps after the Prepare record run in the
   commits' callbacks, so a reply that is never sent (a reset connection) cannot leave a decided
-  transaction unfinished. When storage syncs inline, the answer goes out once the Prepare round
-  is durable and the markers appended, just before their fsync (``AnswerFirst``). A marker write
+  transaction unfinished. When storage syncs the Prepare record inline, the answer goes out as
+  soon as it is durable, and the markers, their fsync and the Complete record follow right after
+  it, before anything else runs (``AnswerFirst``; the server runs the finish even when the send
+  fails). A marker write
   that failed leaves the transaction prepared (the reply is still NONE: the outcome is decided)
   and the periodic task retries it. The epoch is unchanged by a normal commit or abort.
 - InitProducerId of an id with an Ongoing transaction first aborts it with a bumped epoch (the old
@@ -36,16 +44,22 @@ under way.
   every write, so ongoing transactions go on, as on a Kafka broker restart. Then finish every
   transaction found in PrepareCommit or
   PrepareAbort (markers, then Complete*), synchronously. The data partitions already rebuilt
-  their open transactions and LSOs when they were loaded.
+  their open transactions and LSOs when they were loaded. After a machine restart, last, abort
+  the transactions partitions have open that the coordinator does not run there
+  (``abort_hanging``: a power cut between the fsyncs of one round lost the record that added
+  the partition, not the batch), fencing their producer if it still holds that epoch.
 
-Ordering that makes kill -9 (and power loss) safe: a transition's record is durable before its
-effects are visible or acknowledged; a Prepare record is durable, with the transaction's batches,
-before any of its markers is written; the markers are durable before the Complete record is
+Ordering that makes kill -9 (and power loss) safe: a committed transition's record is durable
+before its effects are visible or acknowledged (an add record's effect, a batch, is durable no
+earlier than it but for a power cut inside one round: recovery aborts what that leaves open); a
+Prepare record is durable, with the transaction's batches and add records, before any of its
+markers is written; the markers are durable before the Complete record is
 written and before any other request is handled. The high watermark (every reader's limit) only
 covers synced data, so no reader sees a batch that a power loss could take back.
 
 ``verify_produce`` is the KIP-890 part-1 check of the Produce path: a transactional batch must
-belong to its producer's Ongoing transaction, with the partition added to it.
+belong to its producer's Ongoing transaction, with the partition added to it (version 2: added
+there).
 
 Collaborators come in through the constructor (built by ``broker/app.py``): the config, the
 ``Storage``, the producer-id allocator, the clock and the ``MarkerWriter`` (which tells whoever the
@@ -120,6 +134,7 @@ class TxnRecovery:
     transactional_ids: int
     completed: int  # transactions found prepared and completed
     aborted: int = 0  # Ongoing transactions aborted after an unclean shutdown
+    hanging: int = 0  # transactions open on partitions with no coordinator, aborted (the same)
 
 
 class TransactionManager:
@@ -145,6 +160,9 @@ class TransactionManager:
         self._completing: dict[str, trio.Event] = {}
         self._crash_hook = crash_hook
         self.recovery: TxnRecovery | None = None
+        # id -> its __transaction_state partition, for the ids that wrote a record since start
+        # (the partitions of their unsynced batches are tied to it: ``verify_produce``)
+        self._log_partitions: dict[str, Partition] = {}
 
     def _after_completion(
         self, transactional_id: str, retry: Callable[[int], Any]
@@ -167,7 +185,8 @@ class TransactionManager:
     def recover(self, now_ms: int, unclean: bool = False) -> TxnRecovery:
         """Replay ``__transaction_state``; ``unclean`` (writes not yet fsynced may be lost: an
         unclean shutdown, then a machine restart): abort every Ongoing transaction; then complete
-        every prepared one (at start, no loop)."""
+        every prepared one; then, ``unclean``, abort the hanging ones (``abort_hanging``). At
+        start, no loop."""
         self.recovery = self._recover(now_ms, unclean)
         return self.recovery
 
@@ -204,25 +223,88 @@ class TransactionManager:
                          "commit" if commit else "abort", transactional_id, producer_id, epoch,
                          count)
         completed = len(prepared) - len(left & prepared.keys())
-        if records:
+        hanging = self.abort_hanging(now_ms) if unclean else 0
+        if records or hanging:
             log.info("transaction log: %d records, %d transactional ids, %d prepared "
-                     "transactions completed, %d ongoing ones aborted", records,
-                     len(self.coordinator), completed, aborted)
-        return TxnRecovery(records, len(self.coordinator), completed, aborted)
+                     "transactions completed, %d ongoing ones aborted, %d hanging ones aborted",
+                     records, len(self.coordinator), completed, aborted, hanging)
+        return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging)
+
+    def abort_hanging(self, now_ms: int) -> int:
+        """Abort every transaction a partition has open that this coordinator does not run
+        there (recovery after a machine restart, once the ongoing transactions are aborted and
+        the prepared ones completed); returns how many (one per producer and epoch).
+
+        Records that add a partition to a transaction are not committed on their own, so a
+        power cut can take one while a batch it admitted survived (synced in the same round, the
+        cut falling between their fsyncs): the partition's LSO would then hang and
+        read_committed readers wait forever (Kafka's hanging transaction, KIP-664, which an
+        operator ends with ``kafka-transactions.sh abort``). Here recovery ends it: an ABORT
+        marker with the producer id and the epoch of the partition's producer state. When that
+        producer still holds that epoch at the coordinator (it believes its transaction open,
+        and a commit of it would be answered as a retry of the last one), the transaction is
+        recorded with those partitions and aborted with an epoch bump instead, as every ongoing
+        transaction after an unclean restart: the producer is fenced and initializes again.
+        Harmless where nothing hangs: a transaction the coordinator runs is left alone."""
+        hanging: dict[tuple[int, int], list[TopicPartition]] = {}
+        for partition in self._storage.logs.all_partitions():
+            if partition.topic == TRANSACTION_STATE_TOPIC:
+                continue
+            tp = (partition.topic, partition.index)
+            for producer_id in partition.producers.open_transactions():
+                entry = partition.producers.get(producer_id)
+                if entry is None or self.coordinator.runs_on(producer_id, tp):
+                    continue
+                hanging.setdefault((producer_id, entry.producer_epoch), []).append(tp)
+        for (producer_id, epoch), partitions in sorted(hanging.items()):
+            holder = self.coordinator.holder(producer_id, epoch)
+            names = ", ".join(f"{t}-{i}" for t, i in partitions)
+            if holder is not None:
+                log.info("recovery: aborting the transaction of %r (producer %d epoch %d) "
+                         "found open on %s with its record lost (a machine restart); its "
+                         "producer is fenced", holder, producer_id, epoch, names)
+                try:
+                    recorded = self.coordinator.prepare_add_partitions(
+                        holder, producer_id, epoch, partitions, now_ms)
+                    if recorded is not None:  # (None only if it were Ongoing with them)
+                        self._apply(recorded, now_ms)
+                    self._fenced_abort(holder, now_ms)
+                except KafkaError as exc:
+                    log.error("recovery: aborting the transaction of %r failed: %s", holder, exc)
+                continue
+            log.info("recovery: aborting the hanging transaction of producer %d epoch %d on %s "
+                     "(no coordinator runs it there)", producer_id, epoch, names)
+            self.markers.write(producer_id, epoch, False, COORDINATOR_EPOCH, partitions, now_ms)
+        self._storage.settle()  # the PrepareAbort records and the markers (as above)
+        return len(hanging)
 
     # -- two phases --------------------------------------------------------------------------
 
     def _begin(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Append the transition's record; abandon the transition if that fails."""
         try:
-            return self.log.append(transition, now_ms)
+            partition = self.log.append(transition, now_ms)
         except BaseException:
             self.coordinator.abandon(transition)
             raise
+        if transition.state is TxnState.DEAD:
+            self._log_partitions.pop(transition.transactional_id, None)
+        else:
+            self._log_partitions[transition.transactional_id] = partition
+        return partition
+
+    def _apply(self, transition: TxnTransition, now_ms: int) -> Partition:
+        """Append the transition's record and apply it at once, without committing it: it
+        becomes durable with the next commit of its partition (for an added partition, at the
+        latest the transaction's Prepare record, appended after it). Raises KafkaError if the
+        record cannot be appended (the transition is then abandoned)."""
+        partition = self._begin(transition, now_ms)
+        self.coordinator.complete(transition)
+        return partition
 
     def _commit(
         self, transition: TxnTransition, now_ms: int, data: Iterable[Partition] = (),
-        then: Callable[[bool], None] | None = None, after_answer: bool = False,
+        then: Callable[[bool], None] | None = None,
     ) -> Commit:
         """Append the transition's record and commit it (with ``data``, partitions to make
         durable in the same round); once durable the transition is applied, else abandoned,
@@ -232,13 +314,6 @@ class TransactionManager:
         def applied(ok: bool) -> None:
             if ok:
                 self.coordinator.complete(transition)
-            elif after_answer:
-                # Answered already: stay pending (batches get a retriable error) until a
-                # later round makes the record durable.
-                log.error("the record of %r is not durable yet (fdatasync failed); retrying",
-                          transition.transactional_id)
-                self._storage.commit([partition], applied)
-                return
             else:
                 self.coordinator.abandon(transition)
                 log.error("the record of %r is not durable (fdatasync failed); abandoned",
@@ -246,7 +321,7 @@ class TransactionManager:
             if then is not None:
                 then(ok)
 
-        return self._storage.commit([partition, *data], applied, after_answer)
+        return self._storage.commit([partition, *data], applied)
 
     @staticmethod
     def _reply(commit: Commit, value: T, failed: T) -> T | Deferred[T] | AnswerFirst[T]:
@@ -269,8 +344,7 @@ class TransactionManager:
 
     # -- completing a decided transaction ------------------------------------------------------
 
-    def _start_markers(self, transactional_id: str, now_ms: int,
-                       after_answer: bool = False) -> MarkerWrite | None:
+    def _start_markers(self, transactional_id: str, now_ms: int) -> MarkerWrite | None:
         """Write the markers of a PrepareCommit/PrepareAbort transaction; the transaction
         completes in their commit's callback. None if it is not in such a state or someone else
         is completing it."""
@@ -283,7 +357,7 @@ class TransactionManager:
             return self.markers.write(
                 md.producer_id, md.producer_epoch, md.state is TxnState.PREPARE_COMMIT,
                 COORDINATOR_EPOCH, md.partitions, now_ms,
-                lambda written: self._markers_decided(transactional_id, written), after_answer)
+                lambda written: self._markers_decided(transactional_id, written))
         except BaseException:
             self._completed(transactional_id)
             raise
@@ -309,12 +383,11 @@ class TransactionManager:
             now = self._clock.now_ms()
             complete = self.coordinator.prepare_complete(transactional_id, now)
             try:
-                self._begin(complete, now)  # not committed: see above
+                self._apply(complete, now)  # not committed: see above
             except KafkaError as exc:
                 log.error("writing the completion of %r failed (%s); retrying later",
                           transactional_id, exc)
                 return
-            self.coordinator.complete(complete)
         finally:
             self._completed(transactional_id)
 
@@ -413,14 +486,17 @@ class TransactionManager:
         producer_epoch: int,
         partitions: Iterable[TopicPartition],
         now_ms: int,
-        answer_first: bool = False,
-    ) -> ErrorCode | Deferred[ErrorCode] | AnswerFirst[ErrorCode]:
-        """Record partitions in the transaction, durably, before answering.
+    ) -> ErrorCode | Deferred[ErrorCode]:
+        """Add partitions to the transaction (AddPartitionsToTxn; AddOffsetsToTxn and
+        TxnOffsetCommit v5 with the group's ``__consumer_offsets`` partition), answered at once.
 
-        ``answer_first`` (AddPartitionsToTxn): when storage syncs the record inline, the answer
-        goes out just before that fsync, which follows at once, before anything else runs
-        (``AnswerFirst``); the producer prepares its batch meanwhile. A batch for the partitions
-        is accepted only once the transition is applied, after the record is durable.
+        The record is appended to ``__transaction_state`` and applied, not committed on its
+        own: it becomes durable with the transaction's Prepare record (the same partition,
+        appended after it, so committing that syncs it) or any earlier commit of that
+        partition, and whatever syncs a batch of the transaction syncs it too
+        (``verify_produce``). A machine restart that loses it finds the transaction unknown to
+        the coordinator where its batches survived: recovery aborts it there
+        (``_abort_hanging``). A Deferred only while the previous transaction completes.
         """
         partitions = list(partitions)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _ in partitions):
@@ -433,12 +509,11 @@ class TransactionManager:
             transition = self.coordinator.prepare_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now_ms
             )
-            if transition is None:
-                return ErrorCode.NONE
-            commit = self._commit(transition, now_ms, after_answer=answer_first)
+            if transition is not None:
+                self._apply(transition, now_ms)
         except KafkaError as exc:
             return exc.code
-        return self._reply(commit, ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR)
+        return ErrorCode.NONE
 
     # -- EndTxn ------------------------------------------------------------------------------
 
@@ -461,11 +536,12 @@ class TransactionManager:
         read_committed reader (and ListOffsets) handled after the answer, and the next
         transaction never waits for the previous one's markers.
 
-        ``answer_first`` (the EndTxn handler): when storage syncs the markers inline, the answer
-        goes out once they are appended, and their fsync and the Complete record follow at once,
-        before anything else runs (``AnswerFirst``), while the producer prepares its next
-        transaction. What the answer promises holds either way: the outcome is durable, and no
-        request is handled between the answer and the markers' fsync."""
+        ``answer_first`` (the EndTxn handler): when storage commits the Prepare record inline
+        (always with ``--flush never``), the answer goes out as soon as it is durable, and the
+        markers (appended and synced), their ``on_durable`` step and the Complete record follow
+        at once, before anything else runs (``AnswerFirst``), while the producer prepares its
+        next transaction. What the answer promises holds either way: the outcome is durable, and
+        no request is handled between the answer and the markers."""
         waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
             transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
         if waiting is not None:
@@ -474,12 +550,13 @@ class TransactionManager:
         started: list[MarkerWrite | None] = []
 
         def prepared(ok: bool) -> None:
-            # The Prepare record is durable and applied: the markers now (just before the
-            # answer's fsync when this runs in the request; else in the round's callback).
+            # The Prepare record is durable and applied: the markers now (in the round's
+            # callback), or right after the answer when this runs in the request.
             if ok:
                 self._crash_point("after_prepare_commit" if commit else "after_prepare_abort")
-                started.append(self._start_markers(transactional_id, self._clock.now_ms(),
-                                                   after_answer=answer_first and in_request))
+                if answer_first and in_request:
+                    return
+                started.append(self._start_markers(transactional_id, self._clock.now_ms()))
 
         try:
             transition = self.coordinator.prepare_end_txn(
@@ -497,6 +574,9 @@ class TransactionManager:
         if prepare.done:
             if not prepare.ok:
                 return ErrorCode.KAFKA_STORAGE_ERROR
+            if answer_first:
+                return AnswerFirst(ErrorCode.NONE,
+                                   lambda: self._markers_after_answer(transactional_id))
             written = started[0] if started else None
             if written is None or written.commit is None:
                 return ErrorCode.NONE  # decided and durable: the periodic task completes it
@@ -511,6 +591,16 @@ class TransactionManager:
             return ErrorCode.NONE
 
         return Deferred(answer)
+
+    def _markers_after_answer(self, transactional_id: str) -> None:
+        """EndTxn's ``AnswerFirst`` finish: the markers of a transaction whose Prepare record
+        was made durable in the request, appended and committed (storage syncs them inline: it
+        was idle a moment ago, and nothing ran since), then the Complete record."""
+        try:
+            self._start_markers(transactional_id, self._clock.now_ms())
+        except KafkaError as exc:
+            log.error("writing the markers of %r failed (%s); retrying later", transactional_id,
+                      exc)
 
     def _partitions(self, partitions: Iterable[TopicPartition]) -> list[Partition]:
         out = []
@@ -641,10 +731,16 @@ class TransactionManager:
         partition's own checks.
 
         ``add_partition`` is transaction version 2 (Produce v12): the batch's producer must hold
-        the current epoch, and the partition joins the transaction (durably, before the batch is
-        appended) if it is not in it yet; CONCURRENT_TRANSACTIONS while the previous transaction
-        is still completing (the client retries), or while the record adding the partition
-        waits for a group-commit round (the batch only after that record is durable)."""
+        the current epoch, and the partition joins the transaction if it is not in it yet (its
+        record appended and applied before the batch, as ``add_partitions``);
+        CONCURRENT_TRANSACTIONS while the previous transaction is still completing (the client
+        retries), KAFKA_STORAGE_ERROR if the record cannot be appended.
+
+        A batch that passes is answered once appended and synced no later than its
+        transaction's Prepare record; whatever syncs it earlier (another producer's round on the
+        partition, the unwaited round) syncs the transaction's ``__transaction_state`` partition
+        with it (``Storage.sync_together``), so that a batch never becomes durable without the
+        records that admitted it, save for a power cut in the middle of that round."""
         tp = (partition.topic, partition.index)
         checked: set[tuple[int, int]] = set()
         pos, n = 0, len(records)
@@ -660,7 +756,7 @@ class TransactionManager:
                 key = (header.producer_id, header.producer_epoch)
                 if key not in checked:
                     if not add_partition:
-                        self._verify(transactional_id, key[0], key[1], tp)
+                        self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
                     elif transactional_id in self._completing:
                         raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
                                          "the previous transaction is completing")
@@ -668,32 +764,11 @@ class TransactionManager:
                         added = self.coordinator.prepare_produce(transactional_id, key[0], key[1],
                                                                  tp, now_ms)
                         if added is not None:
-                            self._add_before_batch(added, now_ms)
+                            self._apply(added, now_ms)
+                    log_partition = self._log_partitions.get(transactional_id)
+                    if log_partition is not None:
+                        self._storage.sync_together(partition, log_partition)
                     checked.add(key)
             if header.length < HEADER_SIZE - LOG_OVERHEAD:
                 return
             pos += header.length + LOG_OVERHEAD
-
-    def _verify(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                tp: TopicPartition) -> None:
-        try:
-            self.coordinator.verify_produce(transactional_id, producer_id, producer_epoch, tp)
-        except KafkaError as exc:
-            md = self.coordinator.get(transactional_id)
-            if exc.code != ErrorCode.INVALID_TXN_STATE or md is None or md.pending is None:
-                raise
-            # The AddPartitionsToTxn answered just before its fsync, whose send had to wait:
-            # the record is not durable yet. Retriable, as Kafka maps CONCURRENT_TRANSACTIONS
-            # of its produce verification.
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             "the transaction's AddPartitionsToTxn is not durable yet") from exc
-
-    def _add_before_batch(self, added: TxnTransition, now_ms: int) -> None:
-        """Transaction version 2: the partition joins the transaction durably before its
-        batch is appended (else recovery could not abort the batch's transaction there)."""
-        commit = self._commit(added, now_ms)
-        if not commit.done:
-            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                             "the partition is joining the transaction: retry")
-        if not commit.ok:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "adding the partition failed")

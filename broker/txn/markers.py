@@ -58,11 +58,9 @@ class MarkerWriter:
         partitions: Iterable[TopicPartition],
         now_ms: int,
         then: Callable[[MarkerWrite], None] | None = None,
-        after_answer: bool = False,
     ) -> MarkerWrite:
         """Append the marker to every partition and commit them; ``then(written)`` runs once
-        the commit is decided (``written.errors`` final). ``after_answer``: see
-        ``FlushScheduler.commit``."""
+        the commit is decided (``written.errors`` final)."""
         out = MarkerWrite()
         partitions_written = []
         for tp in sorted(partitions):
@@ -98,5 +96,5 @@ class MarkerWriter:
                 then(out)
 
         # Markers are always durable before anyone is told (with flush="always").
-        out.commit = self._storage.commit(partitions_written, durable, after_answer)
+        out.commit = self._storage.commit(partitions_written, durable)
         return out

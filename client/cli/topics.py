@@ -80,9 +80,9 @@ def topics_create(name, partitions, replication_factor, topic_config, if_not_exi
 
 
 @tool(topics, "list", formats=True)
-@click.option("--internal/--exclude-internal", default=False,
-              help="Include internal topics (__consumer_offsets, __transaction_state) or not.  "
-                   "[default: not]")
+@click.option("--internal/--exclude-internal", default=True,
+              help="Include internal topics (__consumer_offsets, __transaction_state) or not; "
+                   "as kafka-topics.sh, they are listed unless --exclude-internal.")
 def topics_list(internal, fmt, conf) -> None:
     """List topic names."""
     with Admin(for_admin(conf)) as admin:

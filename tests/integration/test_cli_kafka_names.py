@@ -95,6 +95,11 @@ def test_groups_all_groups_and_state(broker):
     everything = json.loads(run(broker, "groups", "describe", "--all-groups", "--format", "json"))
     assert {"st-a", "st-b"} <= {g["group"] for g in everything}
     assert "st-a" in run(broker, "groups", "list", "--state", "Empty").split()
+    # The groups' offsets made __consumer_offsets: listed, as kafka-topics.sh --list does,
+    # unless --exclude-internal.
+    assert "__consumer_offsets" in run(broker, "topics", "list").split()
+    assert "__consumer_offsets" in run(broker, "topics", "--list").split()
+    assert "__consumer_offsets" not in run(broker, "topics", "list", "--exclude-internal").split()
     run(broker, "groups", "--delete", "--group", "st-a", "--group", "st-b")
 
 

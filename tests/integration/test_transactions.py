@@ -20,6 +20,10 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.topics import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE
+from broker.topics import partition_for
+from broker.txn.state import TxnState
+from broker.txn.txn_log import decode_key, decode_value
 from client.cli.transactions import transactions as transactions_cli
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -571,6 +575,80 @@ def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path, machin
         assert sorted(seen) == sorted(committed + [b"after"])
     finally:
         kept = open_ = None  # librdkafka handles are freed by the garbage collector
+        proc.stop()
+        print("".join(proc.output[-40:]))  # shown by pytest when the test failed
+
+
+def _lose_last_txn_log_record(data_dir: Path, transactional_id: str) -> None:
+    """What a power cut leaves of the unsynced tail of the id's ``__transaction_state``
+    partition: its last batch (which must be the record that started the transaction) zeroed."""
+    index = partition_for(transactional_id, 50)
+    path = data_dir / f"{TRANSACTION_STATE}-{index}" / ("0" * 20 + ".log")
+    data = bytearray(path.read_bytes())
+    pos = last = 0
+    while pos + 12 <= len(data):
+        length = struct.unpack_from(">i", data, pos + 8)[0]
+        if length <= 0:
+            break
+        last, pos = pos, pos + 12 + length
+    [(_, records)] = list(decode_batches_untrusted(bytes(data[last:pos])))
+    assert decode_key(records[0].key) == transactional_id
+    assert decode_value(transactional_id, records[0].value).state is TxnState.ONGOING
+    data[last:pos] = bytes(pos - last)
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("admitted", ["batch", "offsets"])
+def test_machine_restart_that_lost_the_add_record_aborts_what_it_admitted(tmp_path, admitted):
+    """AddPartitionsToTxn / AddOffsetsToTxn are answered once their record is appended (synced
+    with the transaction's Prepare record). A power cut between the fsyncs of one round can
+    leave the batch they admitted durable and the record lost: after the machine restart the
+    partition holds a transaction its coordinator never recorded. Recovery aborts it there (the
+    LSO moves; pending TxnOffsetCommit offsets are dropped), fences the producer (its commit
+    would otherwise be answered as a retry of its last one), and the same id commits again."""
+    proc = start_broker(tmp_path)
+    producer = None
+    try:
+        create_topic(proc.bootstrap, "lost", 1)
+        if admitted == "offsets":
+            group = Consumer({"bootstrap.servers": proc.bootstrap, "group.id": "lost-g",
+                              "enable.auto.commit": False})
+            group.commit(offsets=[TopicPartition("lost", 0, 1)], asynchronous=False)
+        producer = txn_producer(proc.bootstrap, "lost-tx")
+        producer.begin_transaction()
+        if admitted == "batch":
+            producer.produce("lost", value=b"never")
+            assert producer.flush(10) == 0
+        else:
+            producer.send_offsets_to_transaction([TopicPartition("lost", 0, 7)],
+                                                 group.consumer_group_metadata(), 15)
+        proc.kill9()
+        _lose_last_txn_log_record(proc.data_dir, "lost-tx")
+        (proc.data_dir / ".boot_id").write_text("a-boot-before-a-power-cut\n")
+        proc.restart()
+
+        assert any("recovery: aborting the transaction of 'lost-tx'" in line
+                   for line in proc.output)
+        assert describe(proc.port, "lost-tx").transaction_state == "CompleteAbort"
+        assert list_offset(proc.port, "lost", 0, True) == list_offset(proc.port, "lost", 0, False)
+        with pytest.raises(KafkaException) as info:
+            producer.commit_transaction(15)
+        assert info.value.args[0].fatal()
+        producer = txn_producer(proc.bootstrap, "lost-tx")  # the application initializes again
+        producer.begin_transaction()
+        producer.produce("lost", value=b"after")
+        if admitted == "offsets":
+            committed = group.committed([TopicPartition("lost", 0)], 10)
+            assert [tp.offset for tp in committed] == [1]  # the pending 7 dropped
+            producer.send_offsets_to_transaction([TopicPartition("lost", 0, 9)],
+                                                 group.consumer_group_metadata(), 15)
+        producer.commit_transaction(15)
+        assert consume_values(proc.bootstrap, "lost", "read_committed", 1, 1) == [b"after"]
+        if admitted == "offsets":
+            assert [tp.offset for tp in group.committed([TopicPartition("lost", 0)], 10)] == [9]
+            group.close()
+    finally:
+        producer = None  # librdkafka handles are freed by the garbage collector
         proc.stop()
         print("".join(proc.output[-40:]))  # shown by pytest when the test failed
 

@@ -4,8 +4,6 @@ crash at each point of EndTxn (the test-only crash hook, raising instead of exit
 
 from __future__ import annotations
 
-import errno
-import os
 import threading
 
 import pytest
@@ -215,22 +213,29 @@ async def test_markers_a_round_took_before_finish_complete_after_that_round(
 
 
 async def test_every_fsync_of_a_transaction_is_the_flushers_and_counted(broker: Broker) -> None:
-    """The transaction log's records go through ``Storage.commit`` like everything else, so the
-    fsync metrics and the shutdown statistics count them: AddPartitionsToTxn's record, the
-    PrepareCommit record with the transaction's data (one round, two files), the markers."""
+    """The transaction log's records go through ``Storage`` like everything else, so the fsync
+    metrics and the shutdown statistics count them. Three fdatasyncs per durable transaction
+    with one data partition: the PrepareCommit record with the transaction's data (one round,
+    two files) and the markers. AddPartitionsToTxn's record and the batch are answered once
+    appended (the Prepare round makes them durable), the Complete record rides on the next
+    commit of its partition."""
     tm = broker.transactions
     init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
     pid, epoch = init.producer_id, init.producer_epoch
     flusher = broker.flusher
-    before = flusher.partition_syncs
-    assert await run(tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW)) == ErrorCode.NONE
-    assert flusher.partition_syncs == before + 1
-    await produce(broker, "tx", pid, epoch, 0, 0)
-    assert flusher.partition_syncs == before + 1  # answered once appended: no fsync of its own
-    assert await run(tm.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
-    assert flusher.partition_syncs == before + 4
-    data = broker.partition("t", 0)
-    assert data.last_stable_offset == data.high_watermark == data.log_end_offset == 3
+    txn_log = broker.partition(TOPIC, tm.log.partition_of("tx"))
+    for n in range(3):
+        before = flusher.partition_syncs
+        assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.NONE  # now
+        assert flusher.partition_syncs == before  # appended, not synced
+        assert txn_log.high_watermark < txn_log.log_end_offset
+        await produce(broker, "tx", pid, epoch, 0, 2 * n)
+        assert flusher.partition_syncs == before  # answered once appended: no fsync of its own
+        assert await run(tm.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+        assert flusher.partition_syncs == before + 3
+        data = broker.partition("t", 0)
+        assert data.last_stable_offset == data.high_watermark == data.log_end_offset == 3 * (n + 1)
+        assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
 
 
 class _TaskSteps(trio.abc.Instrument):
@@ -245,67 +250,88 @@ class _TaskSteps(trio.abc.Instrument):
             self.count += 1
 
 
-async def test_answer_first_makes_the_change_durable_before_anything_depends_on_it(
-    broker: Broker,
-) -> None:
-    """AddPartitionsToTxn and EndTxn answer before their last fsync (the connection runs
-    ``finish`` right after sending): nothing may depend on the change before it is durable."""
+async def test_add_partitions_answers_at_once_and_end_txn_answers_first(broker: Broker) -> None:
+    """AddPartitionsToTxn answers once its record is appended (no fsync of its own: the
+    PrepareCommit round syncs it); EndTxn answers once its Prepare record is durable, before its
+    markers (the connection runs ``finish`` right after sending): nothing may depend on the
+    outcome before it is durable."""
     tm = broker.transactions
     init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
     pid, epoch = init.producer_id, init.producer_epoch
     txn_log = broker.partition(TOPIC, tm.log.partition_of("tx"))
 
-    added = tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW, answer_first=True)
-    assert isinstance(added, AnswerFirst) and added.value == ErrorCode.NONE
+    assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.NONE
     assert txn_log.high_watermark < txn_log.log_end_offset  # answered, not durable yet
-    # A batch of the transaction is appended only once the record adding its partition is
-    # (retriable until then: the send of the answer may have had to wait).
-    with pytest.raises(KafkaError) as info:
-        await produce(broker, "tx", pid, epoch, 0, 0)
-    assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS
-    added.finish()
-    assert txn_log.high_watermark == txn_log.log_end_offset
-    await produce(broker, "tx", pid, epoch, 0, 0)
+    await produce(broker, "tx", pid, epoch, 0, 0)  # the batch is accepted at once
+    assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.NONE  # no record
+    records = txn_log.log_end_offset
 
     ended = tm.end_txn("tx", pid, epoch, True, NOW, answer_first=True)
     assert isinstance(ended, AnswerFirst) and ended.value == ErrorCode.NONE
+    # The Prepare round made the add record durable with the Prepare record and the batch.
+    assert txn_log.high_watermark == records + 1
     data = broker.partition("t", 0)
-    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]  # appended before the answer
-    assert data.last_stable_offset == 0  # but not durable: not visible yet
+    # Answered once the PrepareCommit record is durable; the markers follow the answer.
+    assert txn_log.high_watermark == txn_log.log_end_offset
     assert tm.coordinator.get("tx").state is TxnState.PREPARE_COMMIT
-    following = tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW, answer_first=True)
-    assert isinstance(following, Deferred)  # the next transaction waits for the completion
+    assert markers(broker, 0) == []
+    assert data.last_stable_offset == 0  # nothing visible yet
+    # A request that got in before the finish (the answer's send had to wait): retriable.
+    assert tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW) == ErrorCode.CONCURRENT_TRANSACTIONS
     ended.finish()
+    assert markers(broker, 0) == [(2, 0, ControlType.COMMIT)]
     assert data.last_stable_offset == data.high_watermark == 3
     assert tm.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
-    assert await following.wait() == ErrorCode.NONE
+    assert tm.add_partitions("tx", pid, epoch, [("t", 1)], NOW) == ErrorCode.NONE
     assert tm.coordinator.get("tx").partitions == {("t", 1)}
 
 
-async def test_a_batch_waits_for_an_add_record_whose_fsync_failed(
+async def test_an_add_record_that_cannot_be_appended_is_answered_with_the_error(
     broker: Broker, monkeypatch
 ) -> None:
     tm = broker.transactions
     init = await run(tm.init_producer_id("tx", TIMEOUT, None, NOW))
     pid, epoch = init.producer_id, init.producer_epoch
-    added = tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW, answer_first=True)
-    real_fdatasync = os.fdatasync
 
-    def failing(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
+    def failing(transition, now_ms):
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, "No space left on device")
 
-    monkeypatch.setattr(os, "fdatasync", failing)
-    added.finish()  # logged; the record stays unsynced, and the flusher retries it
+    monkeypatch.setattr(tm.log, "append", failing)
+    assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.KAFKA_STORAGE_ERROR
+    md = tm.coordinator.get("tx")
+    assert (md.state, md.pending) == (TxnState.EMPTY, None)  # nothing applied
     with pytest.raises(KafkaError) as info:
         await produce(broker, "tx", pid, epoch, 0, 0)
-    assert info.value.code == ErrorCode.NOT_ENOUGH_REPLICAS  # retriable: nothing appended
-    assert broker.partition("t", 0).log_end_offset == 0
-    monkeypatch.setattr(os, "fdatasync", real_fdatasync)
-    with trio.fail_after(5):  # the flusher's next round makes the answered record durable
-        while tm.coordinator.get("tx").pending is not None:
-            await trio.sleep(0.05)
+    assert info.value.code == ErrorCode.INVALID_TXN_STATE
+    monkeypatch.undo()
+    assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.NONE
+
+
+async def test_whatever_syncs_a_batch_syncs_the_record_that_admitted_it(broker: Broker) -> None:
+    """Another producer's acks=all write syncs the partition holding the transaction's
+    unsynced batch: the transaction's __transaction_state partition (its add record, and the
+    previous transaction's Complete record) is synced in the same round, so a batch is never
+    durable while the record that admitted it is not."""
+    tm = broker.transactions
+    pid, epoch = await begin(broker, partitions=[("t", 0)])
     await produce(broker, "tx", pid, epoch, 0, 0)
-    assert broker.partition("t", 0).log_end_offset == 2
+    assert await run(tm.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+    txn_log = broker.partition(TOPIC, tm.log.partition_of("tx"))
+    assert txn_log.high_watermark < txn_log.log_end_offset  # the Complete record
+    assert tm.add_partitions("tx", pid, epoch, [("t", 0)], NOW) == ErrorCode.NONE
+    await produce(broker, "tx", pid, epoch, 0, 2)
+    data = broker.partition("t", 0)
+    assert data.high_watermark < data.log_end_offset
+    # Someone else's acks=all write to the same partition.
+    _, commit = broker.storage.append(data, bytearray(encode_batch([(None, b"plain", (), NOW)])),
+                                      NOW)
+    if commit is not None:
+        assert await commit.wait()
+    assert data.high_watermark == data.log_end_offset
+    assert txn_log.high_watermark == txn_log.log_end_offset
+    before = broker.flusher.partition_syncs
+    assert await run(tm.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+    assert broker.flusher.partition_syncs == before + 2  # the Prepare record; the markers
 
 
 async def test_produce_check_needs_the_partition_in_the_transaction(broker: Broker) -> None:
