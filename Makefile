@@ -29,8 +29,10 @@ run: $(STAMP)
 	$(VENV)/bin/minibroker serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR) $(ARGS)
 
 # The suite waits on brokers, clients and Spark more than it computes: worker processes
-# (pytest-xdist, one per core, at most four) overlap those waits. --dist loadgroup: the tests marked
-# xdist_group("kafka_ref") all run on one worker, so one reference Kafka serves them (tests/kafka_ref/).
+# (pytest-xdist, one per core, at most four) overlap those waits. --dist loadgroup: the tests of an
+# xdist_group run on one worker, so one reference Kafka serves them: "kafka_ref" (the one-node
+# Kafka and the tools' own) and "kafka_three" (the three-node cluster) run side by side, each
+# started first as the largest units of work (tests/kafka_ref/fixtures.py).
 PYTEST_WORKERS := -n auto --maxprocesses=4 --dist loadgroup
 
 # The programs the tests run that pip does not install (kcat, a JDK, Maven, Node and npm), from

@@ -7,8 +7,12 @@
   ``.bootstrap`` is its address).
 - ``kafka_three``: a three-node KRaft cluster (replication 3, min ISR 2) for the whole session.
 
-Tests that use them are marked ``@pytest.mark.xdist_group("kafka_ref")`` so that ``make test``'s
-workers (``--dist loadgroup``) run them all on one worker and one Kafka serves them all. When such a
+Tests that use them are marked with an xdist group so that ``make test``'s workers
+(``--dist loadgroup``) run them on one worker and one Kafka serves them all: ``kafka_three``'s
+tests (tests/kafka_road, tests/spark/test_on_kafka.py) are ``xdist_group("kafka_three")``, the
+others (``kafka_one``, the modules' own clusters, the Java clients against minibroker)
+``xdist_group("kafka_ref")``. The two groups run side by side on two workers, and neither
+cluster is started twice (a test that needs both would have to be in one group). When such a
 test fails, the tail of each Kafka node's log is added to its report; the logs stay under the
 session's pytest tmp dir.
 """

@@ -15,7 +15,9 @@ from tests.kafka_ref.harness import REPO, KafkaCluster, run_tool, unavailable
 from tests.process_guard import popen
 from tests.raw_client import RawConnection
 
-pytestmark = pytest.mark.xdist_group("kafka_ref")
+# The session's one-node Kafka and the three-node cluster each serve one xdist group
+# (tests/kafka_ref/fixtures.py).
+KAFKA_REF_GROUP = pytest.mark.xdist_group("kafka_ref")
 
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 
@@ -39,6 +41,7 @@ def test_without_java_skipped_but_under_ci_failed(pytester, monkeypatch, ci, out
     result.stdout.fnmatch_lines(["*no java on PATH*"])
 
 
+@KAFKA_REF_GROUP
 def test_one_node_serves_with_replication_one(kafka_one):
     assert len(kafka_one.nodes) == 1
     with RawConnection(kafka_one.nodes[0].port) as conn:
@@ -53,6 +56,7 @@ def test_one_node_serves_with_replication_one(kafka_one):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("kafka_three")
 def test_three_nodes_replicate_and_survive_a_kill(kafka_three):
     bootstrap = kafka_three.bootstrap
     done = run_tool(TOPICS, "--bootstrap-server", bootstrap, "--create", "--topic", "harness-three")
@@ -70,6 +74,7 @@ def test_three_nodes_replicate_and_survive_a_kill(kafka_three):
 
 
 @pytest.mark.slow
+@KAFKA_REF_GROUP
 def test_cli_prints_bootstrap_and_stops_on_sigterm(kafka_ref, tmp_path):
     proc = popen([sys.executable, "-m", "tests.kafka_ref", "start", "--nodes", "1", "--dir",
                   str(tmp_path / "k")], what="python -m tests.kafka_ref start", cwd=REPO,
@@ -89,6 +94,7 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(kafka_ref, tmp_path):
     assert (tmp_path / "k" / "node0" / "server.log").stat().st_size > 0
 
 
+@KAFKA_REF_GROUP
 def test_start_failure_reports_the_log(kafka_ref, tmp_path):
     cluster = KafkaCluster(tmp_path, 1, config={"log.dirs": "/proc/version/nope"})
     with pytest.raises(RuntimeError, match="Kafka node 0"):

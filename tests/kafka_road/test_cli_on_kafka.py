@@ -9,7 +9,7 @@ import pytest
 
 from tests.integration import test_cli
 
-pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("kafka_three"), pytest.mark.slow]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from client import Admin, Producer
 from tests.integration import test_client_transactions as txn_tests
 from tests.integration.test_client_transactions import create, ours
 
-pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("kafka_three"), pytest.mark.slow]
 
 
 @pytest.fixture

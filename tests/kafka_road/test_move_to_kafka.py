@@ -17,7 +17,7 @@ from client import Admin, Consumer, Producer, TopicPartition
 from client.structs import ConfigResource
 from tests.integration.test_cli import minibroker_argv
 
-pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("kafka_three"), pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 TOPIC, GROUP, PARTITIONS = "road-moved", "road-movers", 3

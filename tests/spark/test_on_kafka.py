@@ -19,7 +19,7 @@ from tests.spark import (
     test_streaming,
 )
 
-pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
+pytestmark = [pytest.mark.xdist_group("kafka_three"), pytest.mark.slow]
 
 
 @pytest.fixture
