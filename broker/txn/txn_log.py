@@ -1,7 +1,7 @@
 """The transaction log: coordinator state in the internal topic ``__transaction_state``.
 
-The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
-is created: an existing topic keeps its count); it is created on first use. A transactional id lives
+The topic has ``transaction.state.log.num.partitions`` partitions (ours defaults to 1, Kafka's to
+50: see ``BrokerConfig``; fixed when the topic is created: an existing topic keeps its count); it is created on first use. A transactional id lives
 in partition ``partition_for(transactional_id, N)`` (Java's ``String.hashCode``,
 ``broker/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
 topic is compacted (``cleanup.policy=compact``, ``broker/log/cleaner.py``): only the latest record
