@@ -17,7 +17,10 @@ from tests.broker_process import BrokerProcess
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("kafka-names") / "data",
+    tmp = tmp_path_factory.mktemp("kafka-names")
+    # Consumer groups join at once instead of after Kafka's 3 s first-join wait.
+    (tmp / "server.properties").write_text("group.initial.rebalance.delay.ms=0\n")
+    proc = BrokerProcess(tmp / "data", "--config", str(tmp / "server.properties"),
                          "--flush", "never").start()
     yield proc
     assert proc.stop() == 0

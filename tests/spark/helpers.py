@@ -8,9 +8,10 @@ import time
 from client import Admin, Consumer, ConsumerRecord, Producer
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int) -> None:
+def create_topic(bootstrap: str, topic: str, partitions: int,
+                 configs: dict[str, str] | None = None) -> None:
     with Admin({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topic(topic, partitions)
+        admin.create_topic(topic, partitions, configs=configs)
         wait_for_topic(admin, topic)
 
 

@@ -120,3 +120,38 @@ async def test_inline_syncs_need_no_spare_descriptors(tmp_path: Path, monkeypatc
     s.append(p0, record(), NOW, acks=1)
     s.settle()
     assert p0.high_watermark == 2
+
+
+async def test_a_tied_partition_is_synced_by_whatever_syncs_the_other_once(tmp_path: Path) -> None:
+    """``sync_together(p, q)``: the next fsync of ``p`` syncs ``q`` too, whether an inline
+    commit, a round or ``settle`` takes ``p``; after that fsync the tie is gone."""
+    seconds = Seconds()
+    s = storage(tmp_path, seconds)
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+    for way in ("inline", "round", "settle"):
+        seconds.now += 1.0  # quiet: a lone commit is inline
+        p1.append_untrusted(record(), NOW)  # q: unsynced, nobody commits it
+        s.append(p0, record(), NOW, transactional=True)  # p: marked, not synced
+        s.sync_together(p0, p1)
+        assert p0.high_watermark < p0.log_end_offset and p1.high_watermark < p1.log_end_offset
+        if way == "inline":
+            p0.append_untrusted(record(), NOW)
+            assert s.commit([p0]).done  # synced by the request itself
+        elif way == "round":
+            p2.append_untrusted(record(), NOW)
+            s.flusher.mark(p2)  # a round is pending: the commit joins it
+            commit = s.commit([p0])
+            assert not commit.done
+            s.settle()
+            assert commit.done and commit.ok
+        else:
+            s.settle()
+        assert p0.high_watermark == p0.log_end_offset
+        assert p1.high_watermark == p1.log_end_offset, way
+    # Untied once synced: a later fsync of p0 leaves p1 alone.
+    p1.append_untrusted(record(), NOW)
+    p0.append_untrusted(record(), NOW)
+    seconds.now += 1.0
+    assert s.commit([p0]).done
+    assert p1.high_watermark < p1.log_end_offset
+    s.close()
