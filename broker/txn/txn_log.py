@@ -45,8 +45,8 @@ Replay at start reads every partition from its log start to its end and keeps th
 each id (a tombstone removes it). It never takes a partition offline (issue 28): a control batch (a
 transaction marker, which an older version let a client write here), a batch whose CRC or records
 do not check and a record whose key or value does not decode are skipped, each with one error line
-naming the partition, the offset and why (``broker/internal_replay.py``), and every other record is
-loaded. An id whose latest record was skipped keeps the last state that could be read; if that is a
+naming the partition, the offset and why (``broker/log/internal_replay.py``), and every other
+record is loaded. An id whose latest record was skipped keeps the last state that could be read; if that is a
 finished transaction, its epoch is marked exhausted, so the next InitProducerId moves it to a new
 producer id (the lost record may have handed out a higher epoch: reusing it would leave a live
 producer unfenced; the old producer gets PRODUCER_FENCED). No repair is needed to serve again.
@@ -59,8 +59,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import replace
 
-from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
+from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
@@ -225,7 +225,7 @@ class TxnLog:
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
         """Every record of every partition in log order: ``(transactional_id, transition or
-        None for a tombstone)``. What cannot be read is skipped (``broker/internal_replay.py``):
+        None for a tombstone)``. What cannot be read is skipped (``broker/log/internal_replay.py``):
         a control batch (a transaction marker has no place here: an older version let a client
         put this topic in a transaction) and a record whose key or value does not decode, each
         with an error line naming the offset and why. The id of a skipped record keeps the
