@@ -21,7 +21,10 @@ pytest_plugins = ["pytester"]
 # No per-example wall-clock deadline (Hypothesis' default is 200 ms): the suite runs on worker
 # processes that share the machine's cores with brokers and JVMs, and an example that waited for a
 # core failed as "Unreliable test timings" (9 of tests/unit/protocol/messages under load). What an
-# example checks is unchanged; a test that means to bound its time says so itself.
+# example checks is unchanged; a test that means to bound its time says so itself. The tests'
+# own @settings say deadline=None too: once, under load, a worker ran one with the 200 ms default
+# although this profile was loaded (why is not established; a pytester run in the same worker is
+# a suspect).
 settings.register_profile("minibroker", deadline=None)
 settings.load_profile("minibroker")
 

@@ -60,8 +60,8 @@ from broker.group.offsets import (
     build_offset_tombstones,
 )
 from broker.group.state import GroupState
-from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
+from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.partition import Partition
 from broker.reply import Deferred, after
 from broker.storage import Commit, Storage
@@ -238,7 +238,7 @@ class GroupService:
         self, partition: Partition, groups: dict[str, GroupMetadataRecord | None]
     ) -> int:
         """Load one partition; what cannot be read is skipped with a log line naming its offset
-        (``broker/internal_replay.py``), everything else is loaded."""
+        (``broker/log/internal_replay.py``), everything else is loaded."""
         store = self.coordinator.offsets
         skips = SkipLog(log, partition)
         batches = 0

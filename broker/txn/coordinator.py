@@ -29,7 +29,7 @@ the new epoch), so that the old instance can no longer write or commit.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -68,6 +68,11 @@ class TxnTransition:
     next_producer_id: int = NO_PRODUCER_ID
     # The transaction version the last EndTxn spoke (1, or 2: that EndTxn bumped the epoch).
     txn_version: int = 1
+    # PrepareCommit only: ((topic, partition), log end offset) of each data partition of the
+    # transaction when the record was appended, sorted: what its group-commit round makes durable
+    # (the end covers the transaction's batches). Recovery after a machine restart aborts the
+    # commit if a partition came back shorter (``lost_commits``). Empty otherwise.
+    end_offsets: tuple[tuple[TopicPartition, int], ...] = ()
 
 
 @dataclass(eq=False)
@@ -86,13 +91,15 @@ class TxnMetadata:
     txn_last_update_ms: int
     next_producer_id: int = NO_PRODUCER_ID
     txn_version: int = 1
+    end_offsets: tuple[tuple[TopicPartition, int], ...] = ()
     pending: TxnTransition | None = field(default=None)
 
     @classmethod
     def from_transition(cls, t: TxnTransition) -> TxnMetadata:
         return cls(t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
                    t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions,
-                   t.txn_start_ms, t.txn_last_update_ms, t.next_producer_id, t.txn_version)
+                   t.txn_start_ms, t.txn_last_update_ms, t.next_producer_id, t.txn_version,
+                   t.end_offsets)
 
     @property
     def epoch_exhausted(self) -> bool:
@@ -113,6 +120,8 @@ class TxnMetadata:
             txn_last_update_ms=now_ms,
             next_producer_id=self.next_producer_id,
             txn_version=self.txn_version,
+            # Not carried over: only a PrepareCommit has them (``record_end_offsets``).
+            end_offsets=(),
         )
         values.update(changes)
         return TxnTransition(**values)
@@ -176,6 +185,7 @@ class TransactionCoordinator:
         md.txn_last_update_ms = transition.txn_last_update_ms
         md.next_producer_id = transition.next_producer_id
         md.txn_version = transition.txn_version
+        md.end_offsets = transition.end_offsets
 
     def abandon(self, transition: TxnTransition) -> None:
         """Drop a pending transition that could not be persisted; the metadata is unchanged."""
@@ -393,6 +403,27 @@ class TransactionCoordinator:
             f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
         )
 
+    def record_end_offsets(
+        self, transition: TxnTransition, end_offsets: Mapping[TopicPartition, int]
+    ) -> TxnTransition:
+        """The pending PrepareCommit ``transition`` (from ``prepare_end_txn``), now carrying the
+        log end offset each data partition of the transaction has as its record is appended:
+        the record and those partitions are committed in one round, so a power cut can keep
+        the record and lose the end of a partition (``lost_commits``). Replaces the pending
+        transition: persist and complete the one returned."""
+        md = self._txns.get(transition.transactional_id)
+        if md is None or md.pending is not transition or \
+                transition.state is not TxnState.PREPARE_COMMIT:
+            raise RuntimeError(f"end offsets for a transition that is not a pending "
+                               f"PrepareCommit: {transition}")
+        t = transition  # (built field by field: ``replace`` costs several times more)
+        md.pending = TxnTransition(
+            t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
+            t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions, t.txn_start_ms,
+            t.txn_last_update_ms, t.next_producer_id, t.txn_version,
+            tuple(sorted(end_offsets.items())))
+        return md.pending
+
     def _bumped(self, md: TxnMetadata) -> dict[str, Any]:
         """The changes of a transaction-version-2 end: the epoch + 1, or, when it is exhausted,
         the last epoch and a fresh id the client continues with at epoch 0."""
@@ -427,6 +458,31 @@ class TransactionCoordinator:
                            producer_epoch=md.producer_epoch + 1,
                            last_producer_epoch=NO_PRODUCER_EPOCH)
         # The fence itself is never stored: the abort continues from it with the new epoch.
+        check_transition(transactional_id, fence.state, TxnState.PREPARE_ABORT)
+        md.pending = replace(fence, state=TxnState.PREPARE_ABORT)
+        return md.pending
+
+    def prepare_abort_of_lost_commit(
+        self, transactional_id: str, now_ms: int
+    ) -> TxnTransition | None:
+        """Recovery after a machine restart: abort a PrepareCommit whose round a power cut left
+        not whole (``lost_commits``: the record durable, the end of a data partition lost). Its
+        EndTxn was never answered (the answer waits for the whole round), so the commit may
+        still become an abort, with the epoch bumped first (PrepareEpochFence, as
+        ``prepare_fenced_abort``): the producer's retried EndTxn is fenced instead of answered
+        as a retry of a commit that is not whole. The bumped epoch forgets the producer's own
+        (``last_producer_epoch`` -1) so that no EndTxn is taken for a retry. A transaction-
+        version-2 commit that exhausted the epoch (at 32767 already, above the producer's) keeps
+        it and drops the producer id it would have moved to: the next InitProducerId rotates.
+        None if the id is not in PrepareCommit with nothing pending."""
+        md = self._txns.get(transactional_id)
+        if md is None or md.pending is not None or md.state is not TxnState.PREPARE_COMMIT:
+            return None
+        check_transition(transactional_id, md.state, TxnState.PREPARE_EPOCH_FENCE)
+        fence = md._target(TxnState.PREPARE_EPOCH_FENCE, now_ms,
+                           producer_epoch=min(md.producer_epoch + 1, INT16_MAX),
+                           last_producer_epoch=NO_PRODUCER_EPOCH,
+                           next_producer_id=NO_PRODUCER_ID)
         check_transition(transactional_id, fence.state, TxnState.PREPARE_ABORT)
         md.pending = replace(fence, state=TxnState.PREPARE_ABORT)
         return md.pending
@@ -520,6 +576,29 @@ class TransactionCoordinator:
             for md in self._txns.values()
             if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT) and md.pending is None
         ]
+
+    def lost_commits(
+        self, log_end_offset: Callable[[TopicPartition], int | None]
+    ) -> dict[str, list[tuple[TopicPartition, int, int]]]:
+        """PrepareCommit transactions (nothing pending) that are not whole: a data partition
+        whose log end offset now (``log_end_offset``; None: the partition is gone) is below the
+        one the record carries, so the end of the transaction's batches there was lost (a power
+        cut between the fsyncs of the round that synced the record and the data). Each with
+        ``(partition, recorded end, end found)`` of the short partitions. Only meaningful at
+        recovery after a machine restart, before anything is appended; a record without end
+        offsets (an older version) is never listed."""
+        out: dict[str, list[tuple[TopicPartition, int, int]]] = {}
+        for md in self._txns.values():
+            if md.state is not TxnState.PREPARE_COMMIT or md.pending is not None:
+                continue
+            short = []
+            for tp, recorded in md.end_offsets:
+                found = log_end_offset(tp)
+                if found is not None and found < recorded:
+                    short.append((tp, recorded, found))
+            if short:
+                out[md.transactional_id] = short
+        return out
 
     def expired(self, now_ms: int) -> list[str]:
         """Idle ids past ``transactional.id.expiration.ms`` with nothing in flight."""

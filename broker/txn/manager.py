@@ -36,24 +36,30 @@ Complete record. Nothing here fsyncs or asks whether a round is under way.
   older than their timeout (epoch bump first), finishes PrepareCommit/PrepareAbort left behind
   (a failed marker write), expires idle ids (tombstone).
 - Recovery (``recover``, called by the root before the broker serves): replay
-  ``__transaction_state``; when writes not yet fsynced may have been lost (an unclean shutdown
-  after which the machine restarted: ``LogManager.unsynced_writes_lost``) abort every Ongoing
+  ``__transaction_state``. When writes not yet fsynced may have been lost (an unclean shutdown
+  after which the machine restarted: ``LogManager.unsynced_writes_lost``), first, before any
+  marker is written, abort with an epoch bump every PrepareCommit that is not whole
+  (``_abort_not_whole``: its record carries each data partition's log end offset when it was
+  appended, and a partition came back shorter: a power cut between the fsyncs of the round that
+  synced the record and the data; its EndTxn was never answered, so the producer's retry is
+  fenced instead of answered NONE for a commit missing records); then abort every Ongoing
   transaction with an epoch bump (its batches were answered once appended and may be lost: the
   producer gets INVALID_PRODUCER_EPOCH / PRODUCER_FENCED, as for a transaction the coordinator
   aborted on timeout, and re-initializes). After a kill -9 on the same boot the page cache kept
-  every write, so ongoing transactions go on, as on a Kafka broker restart. Then finish every
-  transaction found in PrepareCommit or
-  PrepareAbort (markers, then Complete*), synchronously. The data partitions already rebuilt
-  their open transactions and LSOs when they were loaded. After a machine restart, last, abort
-  the transactions partitions have open that the coordinator does not run there
-  (``abort_hanging``: a power cut between the fsyncs of one round lost the record that added
-  the partition, not the batch), fencing their producer if it still holds that epoch.
+  every write, so neither happens: ongoing transactions go on, as on a Kafka broker restart.
+  Then finish every transaction found in PrepareCommit or PrepareAbort (markers, then
+  Complete*), synchronously. The data partitions already rebuilt their open transactions and
+  LSOs when they were loaded. After a machine restart, last, abort the transactions partitions
+  have open that the coordinator does not run there (``abort_hanging``: a power cut between the
+  fsyncs of one round lost the record that added the partition, not the batch), fencing their
+  producer if it still holds that epoch.
 
 Ordering that makes kill -9 (and power loss) safe: a committed transition's record is durable
 before its effects are visible or acknowledged (an add record's effect, a batch, is durable no
 earlier than it but for a power cut inside one round: recovery aborts what that leaves open); a
 Prepare record is durable, with the transaction's batches and add records, before any of its
-markers is written; the markers are durable before the Complete record is
+markers is written (a power cut inside that round that keeps the PrepareCommit record but not
+all of the batches makes recovery abort it); the markers are durable before the Complete record is
 written and before any other request is handled. The high watermark (every reader's limit) only
 covers synced data, so no reader sees a batch that a power loss could take back.
 
@@ -135,6 +141,9 @@ class TxnRecovery:
     completed: int  # transactions found prepared and completed
     aborted: int = 0  # Ongoing transactions aborted after an unclean shutdown
     hanging: int = 0  # transactions open on partitions with no coordinator, aborted (the same)
+    # PrepareCommit transactions a power cut left not whole (a data partition came back shorter
+    # than the record says), aborted instead (the same)
+    not_whole: int = 0
 
 
 class TransactionManager:
@@ -184,9 +193,9 @@ class TransactionManager:
 
     def recover(self, now_ms: int, unclean: bool = False) -> TxnRecovery:
         """Replay ``__transaction_state``; ``unclean`` (writes not yet fsynced may be lost: an
-        unclean shutdown, then a machine restart): abort every Ongoing transaction; then complete
-        every prepared one; then, ``unclean``, abort the hanging ones (``abort_hanging``). At
-        start, no loop."""
+        unclean shutdown, then a machine restart): abort every PrepareCommit that is not whole
+        (``_abort_not_whole``) and every Ongoing transaction; then complete every prepared one;
+        then, ``unclean``, abort the hanging ones (``abort_hanging``). At start, no loop."""
         self.recovery = self._recover(now_ms, unclean)
         return self.recovery
 
@@ -195,8 +204,10 @@ class TransactionManager:
         for transactional_id, transition in self.log.replay():
             self.coordinator.load(transactional_id, transition)
             records += 1
-        aborted = 0
+        aborted = not_whole = 0
         if unclean:
+            # First, before any marker is appended: the end offsets found are the recovered ones.
+            not_whole = self._abort_not_whole(now_ms)
             for transactional_id in self.coordinator.ongoing():
                 if self._fenced_abort(transactional_id, now_ms) is not None:
                     aborted += 1
@@ -226,9 +237,47 @@ class TransactionManager:
         hanging = self.abort_hanging(now_ms) if unclean else 0
         if records or hanging:
             log.info("transaction log: %d records, %d transactional ids, %d prepared "
-                     "transactions completed, %d ongoing ones aborted, %d hanging ones aborted",
-                     records, len(self.coordinator), completed, aborted, hanging)
-        return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging)
+                     "transactions completed, %d commits not whole aborted, %d ongoing ones "
+                     "aborted, %d hanging ones aborted", records, len(self.coordinator),
+                     completed, not_whole, aborted, hanging)
+        return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging, not_whole)
+
+    def _abort_not_whole(self, now_ms: int) -> int:
+        """After a machine restart, abort every PrepareCommit transaction that is not whole;
+        returns how many.
+
+        EndTxn(commit) commits its PrepareCommit record and the transaction's data partitions
+        in one group-commit round whose fdatasyncs run side by side, so a power cut inside the
+        round can keep the record and lose the end of a partition's batches. The record carries
+        each data partition's log end offset when it was appended; a partition recovered
+        shorter lost batches the commit would cover. That EndTxn was never answered (its answer
+        waits for the whole round), so the transaction is aborted instead, with an epoch bump
+        as for an ongoing one: the producer's retried EndTxn is fenced and its application
+        initializes again, instead of a commit answered NONE that lacks records. A record
+        without end offsets (written by an older version) completes as before."""
+        def log_end_offset(tp: TopicPartition) -> int | None:
+            try:
+                return self._storage.partition(*tp).log_end_offset
+            except KafkaError:
+                return None  # deleted: its marker reports it
+
+        not_whole = self.coordinator.lost_commits(log_end_offset)
+        for transactional_id, short in sorted(not_whole.items()):
+            md = self.coordinator.get(transactional_id)
+            abort = self.coordinator.prepare_abort_of_lost_commit(transactional_id, now_ms)
+            if md is None or abort is None:
+                continue
+            log.warning("recovery: the commit of %r (producer %d epoch %d) is not whole after a "
+                        "machine restart: %s; it was never answered, aborting it with an epoch "
+                        "bump", transactional_id, md.producer_id, md.producer_epoch,
+                        ", ".join(f"{t}-{i} ends at {found}, the PrepareCommit record says "
+                                  f"{recorded}" for (t, i), recorded, found in short))
+            try:
+                self._abort(abort, now_ms)
+            except KafkaError as exc:
+                log.error("recovery: aborting the transaction of %r failed: %s",
+                          transactional_id, exc)
+        return len(not_whole)
 
     def abort_hanging(self, now_ms: int) -> int:
         """Abort every transaction a partition has open that this coordinator does not run
@@ -405,8 +454,11 @@ class TransactionManager:
         """Bump the epoch and go to PrepareAbort; its markers follow once that is durable.
         None if there is nothing to abort."""
         abort = self.coordinator.prepare_fenced_abort(transactional_id, now_ms)
-        if abort is None:
-            return None
+        return None if abort is None else self._abort(abort, now_ms)
+
+    def _abort(self, abort: TxnTransition, now_ms: int) -> Commit:
+        """Commit a prepared PrepareAbort; its markers follow once that is durable."""
+        transactional_id = abort.transactional_id
 
         def prepared(ok: bool) -> None:
             if ok:
@@ -565,8 +617,13 @@ class TransactionManager:
             if transition is None:
                 return ErrorCode.NONE  # a retry: already complete with this outcome
             # A commit makes the transaction's batches durable with its Prepare record (they
-            # were answered once appended); an abort's markers cover its partitions anyway.
+            # were answered once appended); an abort's markers cover its partitions anyway. The
+            # record carries the partitions' end offsets: a power cut inside the round can keep
+            # the record and lose a partition's end (recovery then aborts: ``_recover``).
             data = self._partitions(transition.partitions) if commit else []
+            if commit:
+                transition = self.coordinator.record_end_offsets(
+                    transition, {(p.topic, p.index): p.log_end_offset for p in data})
             prepare = self._commit(transition, now_ms, data, then=prepared)
         except KafkaError as exc:
             return exc.code

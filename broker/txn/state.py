@@ -8,15 +8,20 @@ Rules / theory of operation (seeds 000, 001, 003; Kafka's ``TransactionMetadata.
   timer); more of them keep it Ongoing and add partitions.
 - ``PrepareCommit`` / ``PrepareAbort``: EndTxn decided. Once this record is durable the outcome is
   fixed: the coordinator writes COMMIT / ABORT markers to every partition of the transaction, even
-  after a crash (recovery and the periodic task finish it).
+  after a crash (recovery and the periodic task finish it). One exception: a PrepareCommit
+  record that a power cut kept while the end of a data partition of its round was lost
+  (recovery after a machine restart sees the partition shorter than the record says) becomes
+  an abort; its EndTxn was never answered.
 - ``CompleteCommit`` / ``CompleteAbort``: every marker is durable; the transaction is over and its
   partition set is cleared. A retried EndTxn with the same outcome answers NONE from here.
 - ``Dead``: the id expired (``transactional.id.expiration.ms`` idle); a tombstone is written and
   the id forgotten.
 - ``PrepareEpochFence``: never stored. It is the *pending* state while the coordinator bumps the
-  epoch of an Ongoing transaction that it is about to abort by itself (timeout, or InitProducerId
-  from a new instance), so that the old producer is fenced; the abort then continues as
-  ``PrepareAbort`` with the bumped epoch.
+  epoch of an Ongoing transaction that it is about to abort by itself (timeout, InitProducerId
+  from a new instance, or recovery after a machine restart), so that the old producer is fenced;
+  the abort then continues as ``PrepareAbort`` with the bumped epoch. Recovery after a machine
+  restart also enters it from ``PrepareCommit``: a commit whose record survived a power cut
+  that took the end of one of its data partitions (never answered) is aborted instead.
 
 Each state lists the states it may be entered from (Kafka's ``validPreviousStates``);
 ``check_transition`` is the only place that consults the table. Every transition is prepared (the
@@ -77,7 +82,9 @@ VALID_PREVIOUS_STATES: dict[TxnState, frozenset[TxnState]] = {
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
-    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+    # From PrepareCommit: recovery only, a commit a power cut left not whole (its record
+    # durable, the end of a data partition's batches lost; never answered) is aborted instead.
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING, S.PREPARE_COMMIT}),
 }
 del S
 

@@ -1,7 +1,7 @@
 """The transaction log: coordinator state in the internal topic ``__transaction_state``.
 
-The topic has ``transaction.state.log.num.partitions`` partitions (default 50, fixed when the topic
-is created: an existing topic keeps its count); it is created on first use. A transactional id lives
+The topic has ``transaction.state.log.num.partitions`` partitions (ours defaults to 1, Kafka's to
+50: see ``BrokerConfig``; fixed when the topic is created: an existing topic keeps its count); it is created on first use. A transactional id lives
 in partition ``partition_for(transactional_id, N)`` (Java's ``String.hashCode``,
 ``broker/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
 topic is compacted (``cleanup.policy=compact``, ``broker/log/cleaner.py``): only the latest record
@@ -17,9 +17,9 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
     key (version 0)
       key_version          int16    0
       transactional_id     string   int16 length + UTF-8
-    value (version 1; version 0 ends after txn_last_update_ms); a null value is a tombstone:
-    the id expired (state Dead)
-      value_version        int16    1
+    value (version 2 when it has a tagged field, else version 1; version 0 ends after
+    txn_last_update_ms); a null value is a tombstone: the id expired (state Dead)
+      value_version        int16    1 or 2
       producer_id          int64
       last_producer_id     int64    the producer id before this transition (KIP-360 retries, and
                                     the one a transaction-version-2 EndTxn named)
@@ -40,13 +40,31 @@ makes it durable (fsync) before completing the transition. Record layout, big-en
                                     hands over to at Complete (KIP-890 part 2)
       txn_version          int8     1, or 2: the last EndTxn bumped the epoch (retries of it
                                     are recognised by last_producer_id/last_producer_epoch)
+      tagged_fields        (version 2) uvarint count, then each field, tags ascending:
+        tag                uvarint
+        size               uvarint  bytes of the field (a reader skips a tag it does not know)
+        field              size bytes
+    tagged field 0, end_offsets (a PrepareCommit of a commit: the log end offset of each data
+    partition of the transaction when the record was appended, which the record's group-commit
+    round makes durable; recovery after a machine restart aborts the commit if a partition came
+    back shorter):
+      topic_count          int32
+        topic              string
+        partition_count    int32
+          partition        int32
+          end_offset       int64
+
+As Kafka's TransactionLogValue since its version 1 (KIP-915), a field added later is a tagged
+field with a default, so that a record keeps its version and older readers skip what they do not
+know; a record with no tagged field is written as version 1, which the versions before this one
+read too.
 
 Replay at start reads every partition from its log start to its end and keeps the last record of
 each id (a tombstone removes it). It never takes a partition offline (issue 28): a control batch (a
 transaction marker, which an older version let a client write here), a batch whose CRC or records
 do not check and a record whose key or value does not decode are skipped, each with one error line
-naming the partition, the offset and why (``broker/internal_replay.py``), and every other record is
-loaded. An id whose latest record was skipped keeps the last state that could be read; if that is a
+naming the partition, the offset and why (``broker/log/internal_replay.py``), and every other
+record is loaded. An id whose latest record was skipped keeps the last state that could be read; if that is a
 finished transaction, its epoch is marked exhausted, so the next InitProducerId moves it to a new
 producer id (the lost record may have handed out a higher epoch: reusing it would leave a live
 producer unfenced; the old producer gets PRODUCER_FENCED). No repair is needed to serve again.
@@ -59,8 +77,8 @@ import struct
 from collections.abc import Iterator
 from dataclasses import replace
 
-from broker.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.cleaner import internal_topic_config
+from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
@@ -77,7 +95,8 @@ def topic_config(segment_bytes: int = SEGMENT_BYTES) -> dict[str, str]:
 
 TOPIC_CONFIG = topic_config()
 KEY_VERSION = 0
-VALUE_VERSION = 1  # version 0 (no transaction-version-2 fields) is still read
+VALUE_VERSION = 2  # with tagged fields; 1 without them; 0 (no transaction-version-2 fields) read
+_TAG_END_OFFSETS = 0
 
 log = logging.getLogger("minibroker.txn")
 
@@ -86,6 +105,7 @@ _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
 _TIMES = struct.Struct(">qq")
 _TV2 = struct.Struct(">qb")  # value version 1: next_producer_id, txn_version
+_END_OFFSET = struct.Struct(">iq")  # tagged field 0: partition, end offset
 _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
 
 
@@ -106,8 +126,30 @@ def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
 
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) -> bytes:
+    by_topic: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), offset in sorted(end_offsets):
+        by_topic.setdefault(topic, []).append((partition, offset))
+    parts = [_I32.pack(len(by_topic))]
+    for topic, offsets in by_topic.items():
+        parts.append(_string(topic))
+        parts.append(_I32.pack(len(offsets)))
+        parts.extend(_END_OFFSET.pack(partition, offset) for partition, offset in offsets)
+    return b"".join(parts)
+
+
 def encode_value(t: TxnTransition) -> bytes | None:
-    """The record value of a transition; None (a tombstone) for Dead."""
+    """The record value of a transition; None (a tombstone) for Dead. Version 2 only when a
+    tagged field is present (a PrepareCommit's end offsets), else version 1."""
     if t.state is TxnState.DEAD:
         return None
     if t.state not in _STORED_STATES:
@@ -115,9 +157,10 @@ def encode_value(t: TxnTransition) -> bytes | None:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(t.partitions):
         by_topic.setdefault(topic, []).append(partition)
+    tagged = [(_TAG_END_OFFSETS, _encode_end_offsets(t.end_offsets))] if t.end_offsets else []
     parts = [
-        _VALUE_HEAD.pack(VALUE_VERSION, t.producer_id, t.last_producer_id, t.producer_epoch,
-                         t.last_producer_epoch, t.txn_timeout_ms, int(t.state)),
+        _VALUE_HEAD.pack(VALUE_VERSION if tagged else 1, t.producer_id, t.last_producer_id,
+                         t.producer_epoch, t.last_producer_epoch, t.txn_timeout_ms, int(t.state)),
         _I32.pack(len(by_topic)),
     ]
     for topic, partitions in by_topic.items():
@@ -126,6 +169,12 @@ def encode_value(t: TxnTransition) -> bytes | None:
         parts.append(struct.pack(f">{len(partitions)}i", *partitions))
     parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
     parts.append(_TV2.pack(t.next_producer_id, t.txn_version))
+    if tagged:
+        parts.append(_uvarint(len(tagged)))
+        for tag, data in tagged:
+            parts.append(_uvarint(tag))
+            parts.append(_uvarint(len(data)))
+            parts.append(data)
     return b"".join(parts)
 
 
@@ -153,6 +202,56 @@ class _Reader:
         except UnicodeDecodeError as exc:
             raise CorruptTxnLogError("string is not UTF-8") from exc
 
+    def uvarint(self) -> int:
+        result = 0
+        for shift in range(0, 35, 7):
+            if self.pos >= len(self.data):
+                raise CorruptTxnLogError("record too short: truncated varint")
+            byte = self.data[self.pos]
+            self.pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return result
+        raise CorruptTxnLogError("unsigned varint longer than 5 bytes")
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise CorruptTxnLogError(f"tagged field of {n} bytes runs past the record")
+        raw = self.data[self.pos : self.pos + n]
+        self.pos += n
+        return raw
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """The tagged fields of a version-2 value: tag -> its bytes (ascending, each once)."""
+        fields: dict[int, bytes] = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            if fields and tag <= max(fields):
+                raise CorruptTxnLogError(f"tagged field {tag} out of order or repeated")
+            fields[tag] = self.take(self.uvarint())
+        return fields
+
+
+def _decode_end_offsets(data: bytes) -> tuple[tuple[tuple[str, int], int], ...]:
+    r = _Reader(data)
+    (topics,) = r.unpack(_I32)
+    if topics < 0:
+        raise CorruptTxnLogError(f"bad end-offset topic count {topics}")
+    out = []
+    for _ in range(topics):
+        topic = r.string()
+        (count,) = r.unpack(_I32)
+        if count < 0 or r.pos + _END_OFFSET.size * count > len(data):
+            raise CorruptTxnLogError(f"bad end-offset partition count {count}")
+        for _ in range(count):
+            partition, offset = r.unpack(_END_OFFSET)
+            if offset < 0:
+                raise CorruptTxnLogError(f"bad end offset {offset}")
+            out.append(((topic, partition), offset))
+    if r.pos != len(data):
+        raise CorruptTxnLogError(f"{len(data) - r.pos} bytes after the end offsets")
+    return tuple(sorted(out))
+
 
 def decode_key(key: bytes) -> str:
     r = _Reader(key)
@@ -165,7 +264,7 @@ def decode_key(key: bytes) -> str:
 def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
     r = _Reader(value)
     version, pid, last_pid, epoch, last_epoch, timeout, state_id = r.unpack(_VALUE_HEAD)
-    if version not in (0, VALUE_VERSION):
+    if version not in (0, 1, VALUE_VERSION):
         raise CorruptTxnLogError(f"unknown value version {version}")
     try:
         state = TxnState(state_id)
@@ -187,8 +286,12 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
     next_pid, txn_version = r.unpack(_TV2) if version >= 1 else (-1, 1)
     if txn_version not in (1, 2):
         raise CorruptTxnLogError(f"unknown transaction version {txn_version}")
+    tagged = r.tagged_fields() if version >= 2 else {}
+    end_offsets = _decode_end_offsets(tagged[_TAG_END_OFFSETS]) \
+        if _TAG_END_OFFSETS in tagged else ()
     return TxnTransition(transactional_id, pid, last_pid, epoch, last_epoch, timeout, state,
-                         frozenset(partitions), start, last_update, next_pid, txn_version)
+                         frozenset(partitions), start, last_update, next_pid, txn_version,
+                         end_offsets)
 
 
 def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:
@@ -225,7 +328,7 @@ class TxnLog:
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
         """Every record of every partition in log order: ``(transactional_id, transition or
-        None for a tombstone)``. What cannot be read is skipped (``broker/internal_replay.py``):
+        None for a tombstone)``. What cannot be read is skipped (``broker/log/internal_replay.py``):
         a control batch (a transaction marker has no place here: an older version let a client
         put this topic in a transaction) and a record whose key or value does not decode, each
         with an error line naming the offset and why. The id of a skipped record keeps the

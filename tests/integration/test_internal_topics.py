@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import pytest
 
+from broker.config import BrokerConfig
 from broker.group.offsets import OffsetAndMetadata, encode_offset_key, encode_offset_value
 from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
 from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
@@ -137,7 +138,12 @@ def test_no_client_path_writes_into_the_internal_logs(tmp_path, mode):
         proc.stop()
 
 
-def _same_partition(name: str, prefix: str, partitions: int = 50) -> str:
+# The default partition counts of the internal topics (the brokers here keep them).
+TXN_PARTITIONS = BrokerConfig.transaction_state_log_num_partitions
+OFFSETS_PARTITIONS = BrokerConfig.offsets_topic_num_partitions
+
+
+def _same_partition(name: str, prefix: str, partitions: int = OFFSETS_PARTITIONS) -> str:
     target = partition_for(name, partitions)
     return next(f"{prefix}-{i}" for i in range(10_000)
                 if partition_for(f"{prefix}-{i}", partitions) == target)
@@ -155,7 +161,7 @@ def test_what_replay_cannot_read_is_skipped_and_every_partition_served(tmp_path)
     from tests.fuzz.poison import recrc
 
     victim = "victim"
-    late = _same_partition(victim, "late")
+    late = _same_partition(victim, "late", TXN_PARTITIONS)
     g_crc = "g-crc"
     g_after_crc = _same_partition(g_crc, "g-after")
     g_bad = "g-bad"
@@ -172,13 +178,13 @@ def test_what_replay_cannot_read_is_skipped_and_every_partition_served(tmp_path)
         assert proc.stop() == 0
 
         logs = LogManager(tmp_path / "data", LogConfig(), 0)
-        txn_index = partition_for(victim, 50)
+        txn_index = partition_for(victim, TXN_PARTITIONS)
         txn_part = logs.partition(TXN_LOG, txn_index)
         marker_offset = txn_part.append_marker(12345, 0, True, 0, 0)
         bad_txn_offset = txn_part.log_end_offset
         txn_part.append_control_batch(
             recrc(encode_batch([(encode_key(victim), b"\x00\x01garbage", (), 0)])), 0)
-        bad_part = logs.partition(OFFSETS, partition_for(g_bad, 50))
+        bad_part = logs.partition(OFFSETS, partition_for(g_bad, OFFSETS_PARTITIONS))
         bad_offset = bad_part.log_end_offset  # first record: undecodable; second: a good one
         bad_part.append_untrusted(bytearray(encode_batch([
             (encode_offset_key(g_bad, "t", 1), b"\x00\x00\x01", (), 0),
@@ -189,7 +195,7 @@ def test_what_replay_cannot_read_is_skipped_and_every_partition_served(tmp_path)
         logs.close()
         # Flip one byte inside g-crc's commit, the first batch of its partition (a clean
         # shutdown: the next start trusts the files and does not rescan them).
-        directory = tmp_path / "data" / f"{OFFSETS}-{partition_for(g_crc, 50)}"
+        directory = tmp_path / "data" / f"{OFFSETS}-{partition_for(g_crc, OFFSETS_PARTITIONS)}"
         segment = sorted(directory.glob("*.log"))[0]
         data = bytearray(segment.read_bytes())
         data[70] ^= 0xFF
@@ -199,9 +205,9 @@ def test_what_replay_cannot_read_is_skipped_and_every_partition_served(tmp_path)
         out = "".join(proc.output)
         assert f"{TXN_LOG}-{txn_index}: at start, skipped the control batch at offset {marker_offset}" in out
         assert f"{TXN_LOG}-{txn_index}: at start, skipped the record at offset {bad_txn_offset}" in out
-        assert f"{OFFSETS}-{partition_for(g_bad, 50)}: at start, skipped the record at offset {bad_offset}" \
+        assert f"{OFFSETS}-{partition_for(g_bad, OFFSETS_PARTITIONS)}: at start, skipped the record at offset {bad_offset}" \
             in out
-        assert f"{OFFSETS}-{partition_for(g_crc, 50)}: at start, skipped the batch at offset 0: CRC " \
+        assert f"{OFFSETS}-{partition_for(g_crc, OFFSETS_PARTITIONS)}: at start, skipped the batch at offset 0: CRC " \
             "mismatch" in out
         assert f"{OFFSETS}: restored cleanup.policy=compact, max.message.bytes=(default)" in out
         with ops.connect(proc.port) as conn:

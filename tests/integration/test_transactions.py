@@ -582,7 +582,7 @@ def test_kill9_with_acknowledged_unsynced_transactional_batches(tmp_path, machin
 def _lose_last_txn_log_record(data_dir: Path, transactional_id: str) -> None:
     """What a power cut leaves of the unsynced tail of the id's ``__transaction_state``
     partition: its last batch (which must be the record that started the transaction) zeroed."""
-    index = partition_for(transactional_id, 50)
+    index = partition_for(transactional_id, len(list(data_dir.glob(f"{TRANSACTION_STATE}-*"))))
     path = data_dir / f"{TRANSACTION_STATE}-{index}" / ("0" * 20 + ".log")
     data = bytearray(path.read_bytes())
     pos = last = 0

@@ -80,7 +80,7 @@ def test_fed_in_random_chunks(sizes: list[int]) -> None:
     assert _feed_in_chunks(FrameDecoder(), STREAM, sizes) == BODIES
 
 
-@settings(max_examples=100)
+@settings(max_examples=100, deadline=None)
 @given(
     bodies=st.lists(st.binary(max_size=300), max_size=8),
     sizes=st.lists(st.integers(1, 50), min_size=1, max_size=10),

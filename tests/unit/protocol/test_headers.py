@@ -156,7 +156,7 @@ def test_garbage_request_headers_are_corrupt() -> None:
             parse_request_header_untrusted(data)
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(data=st.binary(max_size=40))
 def test_random_request_headers_raise_only_corrupt_frame(data: bytes) -> None:
     try:
@@ -170,7 +170,7 @@ def test_random_request_headers_raise_only_corrupt_frame(data: bytes) -> None:
     )  # tagged fields are skipped, so a v2 header may not re-encode to the same bytes
 
 
-@settings(max_examples=200)
+@settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=12), key=st.sampled_from(list(ApiKey)), version=st.integers(0, 5))
 def test_random_response_headers_raise_only_corrupt_frame(data: bytes, key, version: int) -> None:
     try:

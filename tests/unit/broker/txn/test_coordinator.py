@@ -4,6 +4,7 @@ EndTxn outcomes and retries, timeouts and expiry with a driven clock, the KIP-89
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import pytest
 
@@ -308,3 +309,69 @@ def test_replay_keeps_the_last_record_and_tombstones_remove() -> None:
     assert c.unfinished() == ["tx"]
     c.load("tx", None)
     assert c.get("tx") is None and len(c) == 0
+
+
+def test_a_prepare_commit_not_whole_is_listed_and_aborted_with_an_epoch_bump() -> None:
+    """Recovery after a machine restart: a PrepareCommit whose record says a partition ends
+    further than it now does lost batches of its round; it becomes an abort with a bumped epoch
+    and the producer's own epoch forgotten (its EndTxn is fenced, not taken for a retry)."""
+    c = make()
+    init(c)
+    other = ("orders", 1)
+    begin(c, partitions=(TP, other))
+    prepared = c.prepare_end_txn("tx", 1000, 0, True, NOW)
+    with pytest.raises(RuntimeError):  # only the pending transition gets them
+        c.record_end_offsets(replace(prepared), {TP: 5})
+    done(c, c.record_end_offsets(prepared, {TP: 5, other: 3}))
+    md = c.get("tx")
+    assert md.end_offsets == ((TP, 5), (other, 3))
+    ends = {TP: 5, other: 3}
+    assert c.lost_commits(ends.get) == {}
+    ends[other] = 9  # longer: later writes survived too
+    assert c.lost_commits(ends.get) == {}
+    del ends[TP]  # the partition is gone: its marker reports it
+    assert c.lost_commits(ends.get) == {}
+    ends.update({TP: 4, other: 2})
+    assert c.lost_commits(ends.get) == {"tx": [(TP, 5, 4), (other, 3, 2)]}
+    # A record replayed carries them (load), and the complete record drops them.
+    c2 = make()
+    c2.load("tx", replace(prepared, end_offsets=md.end_offsets))
+    assert c2.get("tx").end_offsets == md.end_offsets
+    assert c2.lost_commits(ends.get) == {"tx": [(TP, 5, 4), (other, 3, 2)]}
+
+    abort = c.prepare_abort_of_lost_commit("tx", NOW + 1)
+    assert (abort.state, abort.producer_epoch, abort.last_producer_epoch, abort.partitions,
+            abort.end_offsets) == (TxnState.PREPARE_ABORT, 1, -1, frozenset({TP, other}), ())
+    assert c.prepare_abort_of_lost_commit("tx", NOW + 1) is None  # pending
+    assert c.lost_commits(ends.get) == {}
+    done(c, abort)
+    assert code(lambda: c.prepare_end_txn("tx", 1000, 0, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    complete = done(c, c.prepare_complete("tx", NOW + 2))
+    assert (complete.state, complete.producer_epoch, complete.end_offsets) == \
+        (TxnState.COMPLETE_ABORT, 1, ())
+    assert code(lambda: c.prepare_end_txn("tx", 1000, 0, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    assert c.prepare_abort_of_lost_commit("tx", NOW) is None  # not in PrepareCommit
+
+
+def test_a_version_2_commit_not_whole_that_exhausted_the_epoch_stays_on_its_producer_id() -> None:
+    """The version-2 Prepare record is at 32767 already (above the producer's epoch) and names
+    the producer id the client would continue with: the abort keeps the epoch and drops that
+    id, so the id stays fenced at its last epoch and the next InitProducerId rotates."""
+    c = make()
+    c.load("tx", TxnTransition("tx", 7, 7, EPOCH_EXHAUSTED, -1, TIMEOUT, TxnState.ONGOING,
+                               frozenset({TP}), NOW, NOW))
+    prepared = c.prepare_end_txn("tx", 7, EPOCH_EXHAUSTED, True, NOW, bump_epoch=True)
+    assert prepared.producer_epoch == EPOCH_EXHAUSTED + 1 and prepared.next_producer_id != -1
+    done(c, c.record_end_offsets(prepared, {TP: 2}))
+    abort = done(c, c.prepare_abort_of_lost_commit("tx", NOW))
+    assert (abort.producer_id, abort.producer_epoch, abort.next_producer_id) == \
+        (7, EPOCH_EXHAUSTED + 1, -1)
+    done(c, c.prepare_complete("tx", NOW))
+    assert code(lambda: c.prepare_end_txn("tx", 7, EPOCH_EXHAUSTED, True, NOW,
+                                          bump_epoch=True)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert code(lambda: c.prepare_init_producer_id("tx", TIMEOUT, (7, EPOCH_EXHAUSTED), NOW)) \
+        == ErrorCode.INVALID_PRODUCER_EPOCH  # fenced: the application starts a new producer
+    again = init(c)
+    assert (again.producer_id != 7, again.producer_epoch) == (True, 0)

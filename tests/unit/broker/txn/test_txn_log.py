@@ -57,6 +57,40 @@ def test_golden_record() -> None:
     assert encode_value(transition(state=TxnState.DEAD)) is None  # a tombstone
 
 
+def test_golden_record_version_2_with_end_offsets() -> None:
+    """A PrepareCommit with end offsets is version 2: version 1's fields, then the tagged
+    fields (uvarint count, tag, size), tag 0 the end offsets grouped by topic."""
+    t = replace(transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2), ("a", 1)}),
+                end_offsets=((("a", 1), 7), (("orders", 2), 300)))
+    end_offsets = (struct.pack(">i", 2) + b"\x00\x01a" + struct.pack(">iiq", 1, 1, 7)
+                   + b"\x00\x06orders" + struct.pack(">iiq", 1, 2, 300))
+    without = replace(t, end_offsets=())
+    assert encode_value(without)[:2] == b"\x00\x01"  # no tagged field: version 1, as before
+    assert encode_value(t) == (b"\x00\x02" + encode_value(without)[2:]
+                               + bytes([1, 0, len(end_offsets)]) + end_offsets)
+    assert decode_value("tx-1", encode_value(t)) == t
+    # A tag this version does not know is skipped (a later version's field); tags ascending.
+    unknown = b"\x00\x02" + encode_value(without)[2:] + bytes([2, 0, len(end_offsets)]) + \
+        end_offsets + bytes([5, 3]) + b"xyz"
+    assert decode_value("tx-1", unknown) == t
+    only_unknown = b"\x00\x02" + encode_value(without)[2:] + bytes([1, 9, 1, 0])
+    assert decode_value("tx-1", only_unknown) == without
+    head = b"\x00\x02" + encode_value(without)[2:]
+    for bad in (
+        head,  # no tagged-field count
+        head + bytes([1, 0, len(end_offsets) + 1]) + end_offsets,  # runs past the record
+        head + bytes([1, 0, len(end_offsets) - 8]) + end_offsets[:-8],  # truncated field
+        head + bytes([1, 0, 4 + len(end_offsets)]) + end_offsets + b"\x00" * 4,  # bytes after
+        head + bytes([2, 0, 0, 0, 0]),  # tag 0 twice
+        head + bytes([1, 0, 18]) + struct.pack(">i", 1) + b"\x00\x01a"
+        + struct.pack(">iiq", 1, 1, -1),  # a negative end offset
+    ):
+        with pytest.raises(CorruptTxnLogError):
+            decode_value("tx-1", bad)
+    with pytest.raises(CorruptTxnLogError):
+        decode_value("tx-1", b"\x00\x03" + encode_value(without)[2:])  # unknown version
+
+
 _stored = st.sampled_from([s for s in TxnState
                            if s not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)])
 
@@ -70,10 +104,13 @@ _stored = st.sampled_from([s for s in TxnState
     epoch=st.integers(-1, 32767),
     next_pid=st.integers(-1, (1 << 63) - 1),
     txn_version=st.sampled_from([1, 2]),
+    end_offsets=st.dictionaries(st.tuples(st.text(max_size=8), st.integers(0, (1 << 31) - 1)),
+                                st.integers(0, (1 << 63) - 1), max_size=6),
 )
-def test_round_trip(tid, state, partitions, pid, epoch, next_pid, txn_version) -> None:
+def test_round_trip(tid, state, partitions, pid, epoch, next_pid, txn_version,
+                    end_offsets) -> None:
     t = TxnTransition(tid, pid, pid, epoch, -1, 1, state, partitions, -1, NOW, next_pid,
-                      txn_version)
+                      txn_version, tuple(sorted(end_offsets.items())))
     assert decode_key(encode_key(tid)) == tid
     assert decode_value(tid, encode_value(t)) == t
 

@@ -216,7 +216,7 @@ def test_api_versions_fallback_body() -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-@settings(max_examples=25, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_round_trip(case, data) -> None:
     key, version, direction = case
@@ -233,7 +233,7 @@ def test_round_trip(case, data) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-@settings(max_examples=10, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_every_truncation_is_corrupt(case, data) -> None:
     encoded = _encode(*case, data.draw(STRATEGIES[case]))
@@ -243,7 +243,7 @@ def test_every_truncation_is_corrupt(case, data) -> None:
 
 
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
-@settings(max_examples=15)
+@settings(max_examples=15, deadline=None)
 @given(blob=st.binary(max_size=64))
 def test_random_bytes_raise_only_corrupt_frame(case, blob: bytes) -> None:
     try:
@@ -571,7 +571,7 @@ def _their_bytes(message) -> bytes:
 
 
 @pytest.mark.parametrize("case", JSON_CASES, ids=_case_id)
-@settings(max_examples=20, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_kafka_json_schemas_agree(case, data) -> None:
     key, version, direction = case
@@ -590,7 +590,7 @@ def test_kafka_json_schemas_agree(case, data) -> None:
 
 
 @pytest.mark.parametrize("case", OLD_ONLY_CASES, ids=_case_id)
-@settings(max_examples=20)
+@settings(max_examples=20, deadline=None)
 @given(data=st.data())
 def test_kafka_python_old_classes_read_our_bytes(case, data) -> None:
     ours = _encode(*case, data.draw(STRATEGIES[case]))
@@ -620,7 +620,7 @@ def _fast_as_plain(request: ProduceRequest) -> ProduceRequest:
 
 
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(data=st.data(), prefix=st.binary(max_size=8), suffix=st.binary(max_size=8))
 def test_fast_produce_decoder_agrees_with_codec(version, data, prefix, suffix) -> None:
     value = data.draw(values_for(ApiKey.PRODUCE, version, "request"))
@@ -633,7 +633,7 @@ def test_fast_produce_decoder_agrees_with_codec(version, data, prefix, suffix) -
 
 
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)
 @given(blob=st.binary(max_size=80))
 def test_fast_produce_decoder_agrees_on_random_bytes(version, blob: bytes) -> None:
     try:
@@ -666,7 +666,7 @@ _produce_responses = st.lists(
 
 
 @pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(responses=_produce_responses, throttle=st.integers(0, 2**31 - 1))
 def test_fast_produce_response_matches_codec(version, responses, throttle: int) -> None:
     value = {
@@ -695,7 +695,7 @@ _fetch_topics = st.lists(st.tuples(_text, st.lists(_fetch_partitions, max_size=3
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
-@settings(max_examples=60)
+@settings(max_examples=60, deadline=None)
 @given(topics=_fetch_topics, throttle=st.integers(0, 2**31 - 1))
 def test_fetch_parts_agree_with_codec_and_client_decoder(version, topics, throttle: int) -> None:
     parts = encode_fetch_response_parts(version, throttle, topics)
@@ -736,7 +736,7 @@ def test_fetch_parts_agree_with_codec_and_client_decoder(version, topics, thrott
 
 
 @pytest.mark.parametrize("version", FETCH_VERSIONS)
-@settings(max_examples=40)
+@settings(max_examples=40, deadline=None)
 @given(blob=st.binary(max_size=80))
 def test_client_fetch_decoder_raises_only_corrupt_frame(version, blob: bytes) -> None:
     try:
