@@ -139,7 +139,10 @@ class FlushScheduler:
         """Make what was appended to ``partitions`` durable; ``on_durable(ok)`` runs once decided.
 
         Inline (the commit is done when this returns, ``on_durable`` has run) when the appends
-        are small and the flusher is idle: no round under way or waiting. ``pipelined`` (a
+        are small, the flusher is idle (no round under way or waiting) and no other task is
+        ready to run (one producer; with many, the requests read in the same pass append too
+        and share a round instead of queueing behind an inline fsync: 50 producers, durable,
+        2.2-2.4x the transactions/s with this rule). ``pipelined`` (a
         client's data: Produce, OffsetCommit, with up to five requests in flight behind it on
         the same connection): also only if no inline sync began within the last few fsync
         times; writes that come faster than that share rounds instead (measured: syncing each
@@ -164,7 +167,7 @@ class FlushScheduler:
         return commit
 
     def _inline(self, partitions: Iterable[Partition], pipelined: bool) -> bool:
-        if self.busy or not _small_round(partitions):
+        if self.busy or not _small_round(partitions) or _others_ready():
             return False
         return not pipelined or (self._seconds() - self._inline_started
                                  >= _INLINE_WINDOW_SYNCS * self._inline_seconds)
@@ -353,6 +356,16 @@ class FlushScheduler:
 # keeps reading the requests the next round will cover.
 _INLINE_PARTITIONS = 3
 _INLINE_BYTES = 8 * 1024
+
+
+def _others_ready() -> bool:
+    """Other tasks are ready to run (requests of other connections, read in this pass of the
+    event loop): they may append too, so the commit waits for a round they can share instead of
+    blocking them behind an inline fsync. False outside the event loop (recovery at start)."""
+    try:
+        return trio.lowlevel.current_statistics().tasks_runnable > 0
+    except RuntimeError:
+        return False
 
 
 def _small_round(dirty: Iterable[Partition]) -> bool:

@@ -12,7 +12,9 @@ never touches the active segment, so the segment size bounds what is left unclea
 
 Every transition is one RecordBatch v2 (magic 2, no compression, producerId -1, one record whose
 timestamp is the transition time), appended with ``Partition.append_control_batch``. The caller
-makes it durable (fsync) before completing the transition. Record layout, big-endian::
+decides when it must be durable (``broker/txn/manager.py``: a Prepare record before its markers,
+an add or Complete record with the next committed record of its partition). Record layout,
+big-endian::
 
     key (version 0)
       key_version          int16    0
@@ -84,6 +86,7 @@ from broker.log.partition import Partition
 from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
+from protocol.primitives import encode_uvarint
 from protocol.records import NO_PRODUCER_EPOCH, encode_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
@@ -126,15 +129,6 @@ def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) -> bytes:
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in sorted(end_offsets):
@@ -170,10 +164,10 @@ def encode_value(t: TxnTransition) -> bytes | None:
     parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
     parts.append(_TV2.pack(t.next_producer_id, t.txn_version))
     if tagged:
-        parts.append(_uvarint(len(tagged)))
+        parts.append(encode_uvarint(len(tagged)))
         for tag, data in tagged:
-            parts.append(_uvarint(tag))
-            parts.append(_uvarint(len(data)))
+            parts.append(encode_uvarint(tag))
+            parts.append(encode_uvarint(len(data)))
             parts.append(data)
     return b"".join(parts)
 

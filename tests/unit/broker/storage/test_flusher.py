@@ -155,3 +155,29 @@ async def test_a_tied_partition_is_synced_by_whatever_syncs_the_other_once(tmp_p
     assert s.commit([p0]).done
     assert p1.high_watermark < p1.log_end_offset
     s.close()
+
+
+async def test_a_commit_waits_for_a_round_while_other_requests_are_ready(tmp_path: Path) -> None:
+    """Many producers: while other tasks (the requests of other connections) are ready to run,
+    a small commit joins the next round, which they share, instead of an inline fdatasync that
+    would keep them waiting; alone again, it is synced inline."""
+    s = storage(tmp_path, Seconds())
+    p0 = s.partition("t", 0)
+    ready = trio.Event()
+
+    async def another_request() -> None:
+        await ready.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(another_request)
+        await trio.testing.wait_all_tasks_blocked()
+        p0.append_untrusted(record(), NOW)
+        ready.set()  # the other request is ready to run now, not yet run
+        commit = s.commit([p0])
+        assert not commit.done and p0.high_watermark == 0
+        s.settle()
+        assert commit.done and commit.ok and p0.high_watermark == 1
+    p0.append_untrusted(record(), NOW)
+    commit = s.commit([p0])
+    assert commit.done and commit.ok and p0.high_watermark == 2
+    s.close()
