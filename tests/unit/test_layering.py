@@ -351,8 +351,7 @@ def test_cycle_finder_sees_a_type_checking_cycle() -> None:
 # -- tests mirror the package layout ------------------------------------------------------------
 
 # Checks about the whole repository rather than one module live at the top of tests/unit/.
-CROSS_CUTTING_TESTS = {"test_layering.py", "test_compose.py", "test_fresh_machine.py",
-                       "test_xdist_groups.py"}
+CROSS_CUTTING_TESTS = {"test_layering.py", "test_compose.py", "test_fresh_machine.py"}
 
 
 def test_unit_tests_mirror_the_packages() -> None:
