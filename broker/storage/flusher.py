@@ -53,13 +53,9 @@ class DataArrived:
 
 
 class Commit:
-    """The durability of appends already made (see the module docstring).
+    """The durability of appends already made (see the module docstring)."""
 
-    ``finish``: set when the flusher decided to sync inline but after the caller's answer
-    (``after_answer``): the caller runs it right after sending (an ``AnswerFirst``'s finish).
-    """
-
-    __slots__ = ("_callbacks", "_event", "_targets", "done", "finish", "ok")
+    __slots__ = ("_callbacks", "_event", "_targets", "done", "ok")
 
     def __init__(self, targets: dict[Partition, int], on_durable: OnDurable | None) -> None:
         self._targets = targets  # partition -> the log end offset the commit must cover
@@ -67,7 +63,6 @@ class Commit:
         self._event: trio.Event | None = None
         self.done = False
         self.ok = False
-        self.finish: Callable[[], None] | None = None
 
     @property
     def covered(self) -> bool:
@@ -134,7 +129,7 @@ class FlushScheduler:
 
     def commit(
         self, partitions: Iterable[Partition], on_durable: OnDurable | None = None,
-        after_answer: bool = False, pipelined: bool = False,
+        pipelined: bool = False,
     ) -> Commit:
         """Make what was appended to ``partitions`` durable; ``on_durable(ok)`` runs once decided.
 
@@ -147,9 +142,7 @@ class FlushScheduler:
         the same connection): also only if no inline sync began within the last few fsync
         times; writes that come faster than that share rounds instead (measured: syncing each
         pipelined 4 KB Produce inline cut durable records/s by more than half). Coordinator
-        records and markers come one request at a time per producer. ``after_answer``: the same
-        decision, but an inline sync is left to ``commit.finish``, which the caller runs after
-        its answer.
+        records and markers come one request at a time per producer.
         """
         targets = {p: p.log_end_offset for p in partitions
                    if p.high_watermark < p.log_end_offset or p.dirty}
@@ -158,10 +151,7 @@ class FlushScheduler:
             commit.resolve(True)
         elif self._inline(targets, pipelined):
             self._inline_started = self._seconds()
-            if after_answer:
-                commit.finish = lambda: self._sync_commit(commit)
-            else:
-                self._sync_commit(commit)
+            self._sync_commit(commit)
         else:
             self._enqueue(commit)
         return commit
@@ -222,10 +212,8 @@ class FlushScheduler:
         self._wakeup.set()
 
     def _sync_commit(self, commit: Commit) -> None:
-        """Sync ``commit``'s partitions here and now and decide it; a partition a round took
-        meanwhile (the answer's send waited) decides it when that round ends."""
-        if commit.done:
-            return
+        """Sync ``commit``'s partitions here and now (no round is under way: ``_inline``) and
+        decide it."""
         started = self._seconds()
         partitions = [p for p in commit.partitions if p.dirty]
         for p in partitions:
@@ -236,8 +224,6 @@ class FlushScheduler:
             commit.resolve(True)
         elif any(p.dirty for p in commit.partitions):  # a sync failed: the retry decides it
             self._enqueue(commit)
-        elif self._in_thread:  # the worker thread's round holds the rest
-            self._syncing.append(commit)
         else:  # nothing left to sync, and not covered (a partition deleted meanwhile)
             commit.resolve(False)
 

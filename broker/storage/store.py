@@ -77,7 +77,6 @@ class Storage:
 
     def commit(
         self, partitions: Iterable[Partition], on_durable: OnDurable | None = None,
-        after_answer: bool = False,
     ) -> Commit:
         """Make what was appended to ``partitions`` durable (``FlushScheduler.commit``); with
         ``flush="never"`` it is done at once."""
@@ -85,7 +84,7 @@ class Storage:
             commit = Commit({}, on_durable)
             commit.resolve(True)
             return commit
-        return self.flusher.commit(partitions, on_durable, after_answer)
+        return self.flusher.commit(partitions, on_durable)
 
     def sync_together(self, partition: Partition, other: Partition) -> None:
         """Whatever next syncs ``partition`` syncs ``other`` with it, in the same round

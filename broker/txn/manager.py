@@ -373,14 +373,10 @@ class TransactionManager:
         return self._storage.commit([partition, *data], applied)
 
     @staticmethod
-    def _reply(commit: Commit, value: T, failed: T) -> T | Deferred[T] | AnswerFirst[T]:
-        """``value`` once ``commit`` is durable (``failed`` if it cannot be): now, just before
-        its inline fsync, or later."""
+    def _reply(commit: Commit, value: T, failed: T) -> T | Deferred[T]:
+        """``value`` once ``commit`` is durable (``failed`` if it cannot be): now or later."""
         if commit.done:
             return value if commit.ok else failed
-        finish = commit.finish
-        if finish is not None:
-            return AnswerFirst(value, finish)
 
         async def answer() -> T:
             return value if await commit.wait() else failed
@@ -484,7 +480,7 @@ class TransactionManager:
         transaction_timeout_ms: int,
         expected: tuple[int, int] | None,
         now_ms: int,
-    ) -> InitResult | Deferred[InitResult] | AnswerFirst[InitResult]:
+    ) -> InitResult | Deferred[InitResult]:
         """The answer once the new epoch is durable (after the markers of an aborted
         transaction, if there was one)."""
         waiting = self._after_completion(transactional_id, lambda now: self.init_producer_id(
