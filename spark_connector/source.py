@@ -17,6 +17,7 @@ from pyspark.sql.types import (
 from spark_connector.options import (
     FORMAT,
     OptionError,
+    ReadOptions,
     check_options,
     parse_read_options,
     parse_write_options,
@@ -87,20 +88,18 @@ class MinibrokerDataSource(DataSource):
         return read_schema(value.strip().lower() == "true")
 
     def reader(self, schema: StructType) -> BatchReader:
-        try:
-            check_read_schema(schema)
-            options = parse_read_options(self.options, streaming=False)
-        except OptionError as exc:
-            raise short(exc) from None
-        return BatchReader(options, schema)
+        return BatchReader(self._read_options(schema, streaming=False), schema)
 
     def streamReader(self, schema: StructType) -> StreamReader:
+        return StreamReader(self._read_options(schema, streaming=True), schema)
+
+    def _read_options(self, schema: StructType, streaming: bool) -> ReadOptions:
+        """The checked read options (a bad schema or option: one short line, not a trace)."""
         try:
             check_read_schema(schema)
-            options = parse_read_options(self.options, streaming=True)
+            return parse_read_options(self.options, streaming=streaming)
         except OptionError as exc:
             raise short(exc) from None
-        return StreamReader(options, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> BatchWriter:
         # As Spark's Kafka sink: "overwrite" appends too (a topic cannot be truncated).
