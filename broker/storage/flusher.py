@@ -129,7 +129,7 @@ class FlushScheduler:
 
     def commit(
         self, partitions: Iterable[Partition], on_durable: OnDurable | None = None,
-        pipelined: bool = False,
+        pipelined: bool = False, answered: bool = False,
     ) -> Commit:
         """Make what was appended to ``partitions`` durable; ``on_durable(ok)`` runs once decided.
 
@@ -142,22 +142,25 @@ class FlushScheduler:
         the same connection): also only if no inline sync began within the last few fsync
         times; writes that come faster than that share rounds instead (measured: syncing each
         pipelined 4 KB Produce inline cut durable records/s by more than half). Coordinator
-        records and markers come one request at a time per producer.
+        records and markers come one request at a time per producer. ``answered``: the caller
+        has already sent the answer these appends back (EndTxn's markers, ``AnswerFirst``), so
+        requests handled next must find them durable: inline whenever the flusher is idle, even
+        if other tasks are ready.
         """
         targets = {p: p.log_end_offset for p in partitions
                    if p.high_watermark < p.log_end_offset or p.dirty}
         commit = Commit(targets, on_durable)
         if not targets:
             commit.resolve(True)
-        elif self._inline(targets, pipelined):
+        elif self._inline(targets, pipelined, answered):
             self._inline_started = self._seconds()
             self._sync_commit(commit)
         else:
             self._enqueue(commit)
         return commit
 
-    def _inline(self, partitions: Iterable[Partition], pipelined: bool) -> bool:
-        if self.busy or not _small_round(partitions) or _others_ready():
+    def _inline(self, partitions: Iterable[Partition], pipelined: bool, answered: bool) -> bool:
+        if self.busy or not _small_round(partitions) or (not answered and _others_ready()):
             return False
         return not pipelined or (self._seconds() - self._inline_started
                                  >= _INLINE_WINDOW_SYNCS * self._inline_seconds)

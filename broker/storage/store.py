@@ -77,6 +77,7 @@ class Storage:
 
     def commit(
         self, partitions: Iterable[Partition], on_durable: OnDurable | None = None,
+        answered: bool = False,
     ) -> Commit:
         """Make what was appended to ``partitions`` durable (``FlushScheduler.commit``); with
         ``flush="never"`` it is done at once."""
@@ -84,7 +85,7 @@ class Storage:
             commit = Commit({}, on_durable)
             commit.resolve(True)
             return commit
-        return self.flusher.commit(partitions, on_durable)
+        return self.flusher.commit(partitions, on_durable, answered=answered)
 
     def sync_together(self, partition: Partition, other: Partition) -> None:
         """Whatever next syncs ``partition`` syncs ``other`` with it, in the same round

@@ -389,7 +389,8 @@ class TransactionManager:
 
     # -- completing a decided transaction ------------------------------------------------------
 
-    def _start_markers(self, transactional_id: str, now_ms: int) -> MarkerWrite | None:
+    def _start_markers(self, transactional_id: str, now_ms: int,
+                       answered: bool = False) -> MarkerWrite | None:
         """Write the markers of a PrepareCommit/PrepareAbort transaction; the transaction
         completes in their commit's callback. None if it is not in such a state or someone else
         is completing it."""
@@ -402,7 +403,7 @@ class TransactionManager:
             return self.markers.write(
                 md.producer_id, md.producer_epoch, md.state is TxnState.PREPARE_COMMIT,
                 COORDINATOR_EPOCH, md.partitions, now_ms,
-                lambda written: self._markers_decided(transactional_id, written))
+                lambda written: self._markers_decided(transactional_id, written), answered)
         except BaseException:
             self._completed(transactional_id)
             raise
@@ -650,7 +651,7 @@ class TransactionManager:
         was made durable in the request, appended and committed (storage syncs them inline: it
         was idle a moment ago, and nothing ran since), then the Complete record."""
         try:
-            self._start_markers(transactional_id, self._clock.now_ms())
+            self._start_markers(transactional_id, self._clock.now_ms(), answered=True)
         except KafkaError as exc:
             log.error("writing the markers of %r failed (%s); retrying later", transactional_id,
                       exc)

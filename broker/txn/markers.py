@@ -58,9 +58,11 @@ class MarkerWriter:
         partitions: Iterable[TopicPartition],
         now_ms: int,
         then: Callable[[MarkerWrite], None] | None = None,
+        answered: bool = False,
     ) -> MarkerWrite:
         """Append the marker to every partition and commit them; ``then(written)`` runs once
-        the commit is decided (``written.errors`` final)."""
+        the commit is decided (``written.errors`` final). ``answered``: see
+        ``FlushScheduler.commit``."""
         out = MarkerWrite()
         partitions_written = []
         for tp in sorted(partitions):
@@ -96,5 +98,5 @@ class MarkerWriter:
                 then(out)
 
         # Markers are always durable before anyone is told (with flush="always").
-        out.commit = self._storage.commit(partitions_written, durable)
+        out.commit = self._storage.commit(partitions_written, durable, answered)
         return out

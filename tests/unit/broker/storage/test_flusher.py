@@ -180,4 +180,15 @@ async def test_a_commit_waits_for_a_round_while_other_requests_are_ready(tmp_pat
     p0.append_untrusted(record(), NOW)
     commit = s.commit([p0])
     assert commit.done and commit.ok and p0.high_watermark == 2
+
+    # Appends whose answer is already sent (EndTxn's markers) are synced inline all the same:
+    # the requests handled next must find them durable.
+    ready = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(another_request)
+        await trio.testing.wait_all_tasks_blocked()
+        p0.append_untrusted(record(), NOW)
+        ready.set()
+        commit = s.commit([p0], answered=True)
+        assert commit.done and commit.ok and p0.high_watermark == 3
     s.close()
