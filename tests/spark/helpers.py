@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from client import Admin, Consumer, ConsumerRecord, Producer
+from client.structs import TopicDescription
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int,
@@ -15,7 +16,7 @@ def create_topic(bootstrap: str, topic: str, partitions: int,
         wait_for_topic(admin, topic)
 
 
-def wait_for_topic(admin: Admin, topic: str, timeout: float = 60.0) -> None:
+def wait_for_topic(admin: Admin, topic: str, timeout: float = 60.0) -> TopicDescription:
     """Until Metadata shows ``topic`` with a leader for every partition. At once on minibroker; on
     a Kafka cluster CreateTopics answers when the controller has the topic, and each broker learns
     it a moment later (Kafka's own tests wait the same way)."""
@@ -28,7 +29,7 @@ def wait_for_topic(admin: Admin, topic: str, timeout: float = 60.0) -> None:
             (description,) = admin.describe_topics([topic])
             # (a topic that already existed may have another partition count: exist_ok callers)
             if description.partitions and all(p.leader >= 0 for p in description.partitions):
-                return
+                return description
             seen = description
         except UnknownTopicOrPartitionError as exc:
             seen = exc
@@ -103,9 +104,9 @@ def produce(bootstrap: str, topic: str, values: list[bytes], transactional_id: s
 
 
 def partition_count(bootstrap: str, topic: str) -> int:
+    """(On a Kafka cluster the node asked may learn a topic just created a moment later.)"""
     with Admin({"bootstrap.servers": bootstrap}) as admin:
-        (description,) = admin.describe_topics([topic])
-    return len(description.partitions)
+        return len(wait_for_topic(admin, topic).partitions)
 
 
 def slow_identity(value: bytes) -> bytes:
