@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 
-from broker.topics import partition_for
+from broker.log.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
