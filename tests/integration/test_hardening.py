@@ -67,12 +67,8 @@ def _consume_kafka_python(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("hardening") / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("hardening") / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def test_poison_batches_are_refused_and_the_partition_stays_readable(broker):
