@@ -45,12 +45,8 @@ def broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("admin")
     config = tmp / "server.properties"
     config.write_text(BROKER_CONFIG)
-    proc = BrokerProcess(tmp / "data", "--config", str(config))
-    proc.start()
-    try:
+    with BrokerProcess(tmp / "data", "--config", str(config)) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -28,12 +28,8 @@ TOPIC = "orders"
 def broker(tmp_path):
     config = tmp_path / "server.properties"
     config.write_text(BROKER_CONFIG)
-    proc = BrokerProcess(tmp_path / "data", "--config", str(config))
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path / "data", "--config", str(config)) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def wait_for(condition, what: str, timeout: float = 30.0, step=None) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.group.offsets import OffsetAndMetadata, encode_offset_key, encode_offset_value
-from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
-from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
-from broker.topics import partition_for
+from broker.log.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
+from broker.log.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import encode_batch

@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.topics import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE
-from broker.topics import partition_for
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE
+from broker.log.topics import partition_for
 from broker.txn.state import TxnState
 from broker.txn.txn_log import decode_key, decode_value
 from client.cli.transactions import transactions as transactions_cli

@@ -130,12 +130,8 @@ def spark_broker(tmp_path_factory):
     base = tmp_path_factory.mktemp("spark-broker")
     config = base / "server.properties"
     config.write_text(BROKER_PROPERTIES)
-    proc = BrokerProcess(base / "data", "--config", str(config), "--flush", "never")
-    proc.start()
-    try:
+    with BrokerProcess(base / "data", "--config", str(config), "--flush", "never") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

@@ -34,12 +34,8 @@ PROPERTIES = "num.partitions=2\ngroup.initial.rebalance.delay.ms=0\n"
 def own_broker(tmp_path):
     config = tmp_path / "server.properties"
     config.write_text(PROPERTIES)
-    broker = BrokerProcess(tmp_path / "data", "--config", str(config))
-    broker.start()
-    try:
+    with BrokerProcess(tmp_path / "data", "--config", str(config)) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def restart(broker: BrokerProcess, down_for: float = 1.4) -> None:
