@@ -72,8 +72,8 @@ from broker.log.segment import (
     fsync_dir,
 )
 from broker.log.topic_config import LogConfig
+from broker.log.topics import INTERNAL_TOPICS
 from broker.log.txn_index import AbortedTxn, TxnIndex
-from broker.topics import INTERNAL_TOPICS
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
     CONTROL_BIT,

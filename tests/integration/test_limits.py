@@ -29,9 +29,8 @@ def rss_mb(pid: int) -> float:
 
 
 def start(tmp_path, **props) -> BrokerProcess:
-    config = tmp_path / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    properties = "".join(f"{k}={v}\n" for k, v in props.items())
+    return BrokerProcess.configured(tmp_path, properties).start()
 
 
 def create(conn: RawConnection, name: str, partitions: int = 1) -> int:
