@@ -28,15 +28,15 @@ rolled segments' data, the active segment's writes (``flush="always"``), the rol
 indexes, the snapshots (written to a temporary file, fsync'd, renamed), and one directory fsync
 for the new segment's entry and the renames; the old snapshots beyond ``SNAPSHOTS_RETAINED`` go
 last. With ``flush="always"`` the high watermark moves only once that ticket is synced, so it never
-covers data of a rolled segment (or a segment whose directory entry) that is not durable. With
-``"never"`` a round takes only what rolls left (Kafka flushes a rolled segment in the background
-too), the active segment waits for ``flush()`` or ``close()``. The snapshot is taken at roll time
-(it is the state AT the roll offset; the appends that follow change it) and written only after
-the data below it is durable: a snapshot in place therefore means that every segment before its
-offset is durable, which is what recovery trusts (``recovery.py``: those segments are opened from
-their index without a CRC scan). A power cut before the round leaves the previous snapshot as
-the newest (recovery replays from there), and an index that comes back empty, short or torn is
-rejected by ``OffsetIndex.load`` and rebuilt by a scan.
+covers data in a rolled segment that is not durable, nor in a segment whose directory entry is not.
+With ``"never"`` a round takes only what rolls left (Kafka flushes a rolled segment in the
+background too), the active segment waits for ``flush()`` or ``close()``. The snapshot is taken
+at roll time (it is the state AT the roll offset; the appends that follow change it) and written
+only after the data below it is durable: a snapshot in place therefore means that every segment
+before its offset is durable, which is what recovery trusts (``recovery.py``: those segments are
+opened from their index without a CRC scan). A power cut before the round leaves the previous
+snapshot as the newest (recovery replays from there), and an index that comes back empty, short
+or torn is rejected by ``OffsetIndex.load`` and rebuilt by a scan.
 
 Transactions (the partition side; the coordinator is ``broker/txn/``): a transactional batch opens a
 transaction of its producer here (``ProducerStateManager`` remembers its first offset) unless one
