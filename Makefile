@@ -56,7 +56,7 @@ lint: $(TEST_STAMP)
 
 # docs/configuration.md from the broker's config tables (a test fails when it is stale).
 docs: $(STAMP)
-	$(PY) -m broker.config_reference
+	$(PY) -m broker.config.reference
 
 bench: $(TEST_STAMP)
 	$(PY) bench/produce.py

@@ -12,7 +12,7 @@ Two figures, each the median of ``--repeat`` runs:
   since issue 29), one round of which its answers must wait for.
 - one request and its answer over loopback (40 bytes each way, one at a time, as librdkafka
   sends a transaction's requests): the server's CPU per round trip, for a blocking server and for
-  a trio server that reads the way broker/server.py does (try the receive, else
+  a trio server that reads the way broker/network/server.py does (try the receive, else
   ``wait_readable``). The server runs in its own process; the client is blocking Python.
   A transaction is three such requests.
 
@@ -134,7 +134,7 @@ def main() -> None:
         ["fdatasync of a 200-byte append: CPU / wall", f"{fsync_cpu:.0f} / {fsync_wall:.0f} us"],
         ["one request and answer, server CPU: blocking server",
          f"{statistics.median(blocking):.0f} us"],
-        ["the same, trio server reading as broker/server.py does",
+        ["the same, trio server reading as broker/network/server.py does",
          f"{statistics.median(trio_loop):.0f} us"],
         ["a durable one-record transaction before any broker work: 3 fdatasyncs + 3 trio "
          "round trips, CPU", f"{3 * fsync_cpu + 3 * statistics.median(trio_loop):.0f} us"],

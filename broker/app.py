@@ -19,11 +19,11 @@ from pathlib import Path
 from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
-from broker.context import Broker
-from broker.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
+from broker.network.context import Broker
+from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.storage.cleaner_service import LogCleaner
@@ -73,7 +73,7 @@ def build_broker(
     # (same condition) aborts the transactions partitions have open that it does not run there
     # (after the groups, which then see the markers it writes).
     transactions.recover(clock.now_ms(), unclean=logs.unsynced_writes_lost)
-    # Log compaction in the background (server.py runs it); none with log.cleaner.enable=false.
+    # Log compaction in the background (network/server.py runs it); none with log.cleaner.enable=false.
     cleaner = (
         LogCleaner(
             logs.all_partitions,

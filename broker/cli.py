@@ -102,7 +102,7 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
 
     ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
     """
-    from broker.server import run_until_signal  # imports trio handlers; keep --help fast
+    from broker.network.server import run_until_signal  # imports trio handlers; keep --help fast
 
     def listening(broker, port: int) -> None:
         recovered = broker.logs.recovered

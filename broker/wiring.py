@@ -11,7 +11,7 @@ services once they exist (they need the callbacks to be built, so the attachment
 - ``verify_txn_produce``: the batch of a TxnOffsetCommit goes through the transaction
   coordinator's KIP-890 check, as a transactional Produce does.
 - ``offsets_partition``: the ``__consumer_offsets`` partition AddOffsetsToTxn adds to a
-  transaction, which is the group service's (``broker/topics.py`` has the mapping).
+  transaction, which is the group service's (``broker/log/topics.py`` has the mapping).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from broker.group.service import GroupService
 from broker.log.partition import Partition
-from broker.topics import CONSUMER_OFFSETS_TOPIC, TopicPartition
+from broker.log.topics import CONSUMER_OFFSETS_TOPIC, TopicPartition
 from broker.txn.manager import TransactionManager
 
 

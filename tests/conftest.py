@@ -32,18 +32,14 @@ settings.load_profile("minibroker")
 @pytest.fixture
 def broker_proc(tmp_path):
     """A broker subprocess with a fresh data dir; stopped by its own handle at the end."""
-    proc = BrokerProcess(tmp_path / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
 async def broker_port(tmp_path, nursery):
     """An in-process broker on an ephemeral loopback port; returns the port."""
-    from broker.server import serve
+    from broker.network.server import serve
 
     config = build_config({}, port=0, data_dir=tmp_path / "data")
     port = await nursery.start(serve, config)

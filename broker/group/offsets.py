@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from broker.topics import TopicPartition
+from broker.log.topics import TopicPartition
 from protocol.errors import CorruptFrameError
 from protocol.records import BatchHeader, ControlType, Record, encode_batch, parse_control_record
 

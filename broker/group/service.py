@@ -63,14 +63,14 @@ from broker.group.state import GroupState
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.partition import Partition
-from broker.reply import Deferred, after
-from broker.storage import Commit, Storage
-from broker.topics import (
+from broker.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
     TopicPartition,
     offsets_partition,
     offsets_partition_count,
 )
+from broker.network.reply import Deferred, after
+from broker.storage import Commit, Storage
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import INT32_MAX
 

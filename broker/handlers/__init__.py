@@ -1,5 +1,5 @@
 """Request handlers, one module per API family. Importing registers nothing: the composition root
-builds the table from ``MODULES`` (``broker.dispatcher.handler_table``)."""
+builds the table from ``MODULES`` (``broker.network.dispatcher.handler_table``)."""
 
 from broker.handlers import (
     admin,

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 
-from broker import configs, peer
-from broker.context import Broker
-from broker.dispatcher import handles
+from broker.config import resources
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
 from broker.log.manager import validate_topic_name
+from broker.log.topics import INTERNAL_TOPICS
+from broker.network import peer
+from broker.network.context import Broker
+from broker.network.dispatcher import handles
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
@@ -201,7 +202,7 @@ def _created_configs(broker: Broker, topic, validate_only: bool) -> dict:
         return {"topic_config_error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED}
     overrides = ({c.name: c.value for c in topic.configs if c.value is not None}
                  if validate_only else None)
-    entries = configs.describe_topic(broker.logs, broker.config, topic.name, None, overrides)
+    entries = resources.describe_topic(broker.logs, broker.config, topic.name, None, overrides)
     return {"configs": [
         {"name": e.name, "value": e.value, "read_only": e.read_only, "config_source": e.source,
          "is_sensitive": False}

@@ -10,15 +10,15 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from broker import configs
-from broker.configs import ConfigSource, ResourceType
-from broker.context import Broker
-from broker.dispatcher import handles
+from broker.config import resources
+from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
-from broker.reply import reply
+from broker.log.topics import INTERNAL_TOPICS
+from broker.network.context import Broker
+from broker.network.dispatcher import handles
+from broker.network.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
-from broker.topics import INTERNAL_TOPICS
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -64,15 +64,15 @@ def describe_configs(broker: Broker, header, request) -> dict:
     for resource in request.resources:
         code, message, entries = ErrorCode.NONE, None, []
         try:
-            kind = configs.check_resource_type(resource.resource_type)
+            kind = resources.check_resource_type(resource.resource_type)
             _may(broker, Operation.DESCRIBE_CONFIGS, kind, resource.resource_name)
             if kind is ResourceType.TOPIC:
-                entries = configs.describe_topic(
+                entries = resources.describe_topic(
                     broker.logs, broker.config, resource.resource_name,
                     resource.configuration_keys,
                 )
             else:
-                entries = configs.describe_broker(
+                entries = resources.describe_broker(
                     broker.config, resource.resource_name, resource.configuration_keys
                 )
         except KafkaError as exc:
@@ -124,12 +124,12 @@ def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
             if ident in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "resource listed twice")
             seen.add(ident)
-            kind = configs.check_resource_type(resource.resource_type)
+            kind = resources.check_resource_type(resource.resource_type)
             _may(broker, Operation.ALTER_CONFIGS, kind, resource.resource_name)
             if kind is ResourceType.TOPIC:
                 alter_topic(resource)
             else:
-                configs.alter_broker(broker.config, resource.resource_name, keys_of(resource))
+                resources.alter_broker(broker.config, resource.resource_name, keys_of(resource))
         except KafkaError as exc:
             code, message = _error(exc)
         results.append((resource, code, message))
@@ -139,7 +139,7 @@ def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
 @handles(ApiKey.ALTER_CONFIGS, *_versions(ApiKey.ALTER_CONFIGS))
 def alter_configs(broker: Broker, header, request) -> dict:
     def alter_topic(resource) -> None:
-        configs.alter_topic(
+        resources.alter_topic(
             broker.logs, resource.resource_name, [(c.name, c.value) for c in resource.configs],
             request.validate_only,
         )
@@ -150,7 +150,7 @@ def alter_configs(broker: Broker, header, request) -> dict:
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, *_versions(ApiKey.INCREMENTAL_ALTER_CONFIGS))
 def incremental_alter_configs(broker: Broker, header, request) -> dict:
     def alter_topic(resource) -> None:
-        configs.incremental_alter_topic(
+        resources.incremental_alter_topic(
             broker.logs, resource.resource_name,
             [(c.name, c.config_operation, c.value) for c in resource.configs],
             request.validate_only,

@@ -1,5 +1,5 @@
 """Authorization as the handlers ask for it: the principal and host of the current request
-(broker/peer.py) against ``broker.security`` (always allowed without an authorizer).
+(broker/network/peer.py) against ``broker.security`` (always allowed without an authorizer).
 
 A refusal is logged ("refused: ..."), as Kafka's authorizer logs denials, except where Kafka
 does not log them either (``log_refusal=False``: resources left out of a listing, such as the
@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
-from broker import peer
-from broker.context import Broker
+from broker.network import peer
+from broker.network.context import Broker
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("minibroker.security")

@@ -9,14 +9,14 @@ return a ``Deferred``.
 
 from __future__ import annotations
 
-from broker import peer
-from broker.context import Broker
-from broker.dispatcher import handles
 from broker.group.coordinator import JoinResult, SyncResult
 from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.txn import add_group, producer_fenced
-from broker.reply import Deferred, reply
+from broker.network import peer
+from broker.network.context import Broker
+from broker.network.dispatcher import handles
+from broker.network.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

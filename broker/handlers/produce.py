@@ -7,12 +7,12 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
-from broker.context import Broker
-from broker.dispatcher import NO_RESPONSE, handles
 from broker.handlers.authz import allowed
-from broker.reply import Deferred
+from broker.log.topics import INTERNAL_TOPICS
+from broker.network.context import Broker
+from broker.network.dispatcher import NO_RESPONSE, handles
+from broker.network.reply import Deferred
 from broker.security.acl import Operation, ResourceType
-from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response

@@ -1,4 +1,4 @@
-"""Security APIs: SaslHandshake, SaslAuthenticate (the connection's ``Session``, broker/peer.py),
+"""Security APIs: SaslHandshake, SaslAuthenticate (the connection's ``Session``, broker/network/peer.py),
 CreateAcls / DescribeAcls / DeleteAcls and Describe/AlterUserScramCredentials (docs/security.md).
 
 SASL as Kafka does it: on a SASL listener the first requests are ApiVersions, SaslHandshake and
@@ -14,11 +14,11 @@ import logging
 
 import trio
 
-from broker import peer
-from broker.context import Broker
-from broker.dispatcher import handles
 from broker.handlers.authz import allowed
-from broker.reply import Deferred
+from broker.network import peer
+from broker.network.context import Broker
+from broker.network.dispatcher import handles
+from broker.network.reply import Deferred
 from broker.security import scram
 from broker.security.acl import (
     CLUSTER_NAME,

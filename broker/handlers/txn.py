@@ -10,13 +10,13 @@ durable).
 
 from __future__ import annotations
 
-from broker import peer
-from broker.context import Broker
-from broker.dispatcher import handles
 from broker.handlers.authz import allowed
-from broker.reply import Deferred, reply
+from broker.log.topics import INTERNAL_TOPICS
+from broker.network import peer
+from broker.network.context import Broker
+from broker.network.dispatcher import handles
+from broker.network.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
-from broker.topics import INTERNAL_TOPICS
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 

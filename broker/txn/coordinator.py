@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from broker.topics import TopicPartition
+from broker.log.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID

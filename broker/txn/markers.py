@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
+from broker.log.topics import TRANSACTION_STATE_TOPIC, TopicPartition
 from broker.storage import Commit, Storage
-from broker.topics import TRANSACTION_STATE_TOPIC, TopicPartition
 from protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger("minibroker.txn")

@@ -3,7 +3,7 @@
 The topic has ``transaction.state.log.num.partitions`` partitions (ours defaults to 1, Kafka's to
 50: see ``BrokerConfig``; fixed when the topic is created: an existing topic keeps its count); it is created on first use. A transactional id lives
 in partition ``partition_for(transactional_id, N)`` (Java's ``String.hashCode``,
-``broker/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
+``broker/log/topics.py``), so all records of one id are in one partition, in order. As in Kafka the
 topic is compacted (``cleanup.policy=compact``, ``broker/log/cleaner.py``): only the latest record
 of each id stays, and the tombstone of an expired id goes after ``delete.retention.ms``, so the log
 and the replay at start follow the live ids, not the history. Its segments are
@@ -84,7 +84,7 @@ from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
-from broker.topics import TRANSACTION_STATE_TOPIC, partition_for
+from broker.log.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.primitives import encode_uvarint

@@ -9,7 +9,7 @@ always goes with response header v0 (``protocol.api_keys.response_header_version
 ``SERVED`` is the one table of the versions the broker serves and advertises, with the reason each
 range starts and stops where it does (docs/protocol.md section 2: every advertised version works). The
 dispatcher refuses to start unless every (api, version) in it has a codec and a handler and every
-handler is in it (``broker.dispatcher.check_served``).
+handler is in it (``broker.network.dispatcher.check_served``).
 
 ``API_VERSIONS_FALLBACK_BODY`` answers an ApiVersions request above our newest version: a v0 body,
 ``error_code=35 (UNSUPPORTED_VERSION)`` and our ApiVersions range, so that the client retries with

@@ -37,9 +37,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
-from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
-from broker.topics import partition_for
+from broker.log.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
+from broker.log.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ADVERTISED

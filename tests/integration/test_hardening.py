@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
-from broker.topics import partition_for
+from broker.log.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import encode_batch
@@ -67,12 +67,8 @@ def _consume_kafka_python(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("hardening") / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("hardening") / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def test_poison_batches_are_refused_and_the_partition_stays_readable(broker):
@@ -169,16 +165,14 @@ def _find_transaction_coordinator(port: int, transactional_id: str) -> int:
 @pytest.mark.slow
 def test_undecodable_transaction_log_record_is_skipped_and_its_partition_served(tmp_path):
     from broker.log.manager import LogConfig, LogManager
-    from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
+    from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
     from broker.txn.txn_log import encode_key
 
     victim, bystander = "victim", "bystander"
     # Kafka's partition count, so that the bystander's records are in another partition.
     assert partition_for(victim, 50) != partition_for(bystander, 50)
     index = partition_for(victim, 50)
-    properties = tmp_path / "server.properties"
-    properties.write_text("transaction.state.log.num.partitions=50\n")
-    proc = BrokerProcess(tmp_path / "data", "--config", str(properties))
+    proc = BrokerProcess.configured(tmp_path, "transaction.state.log.num.partitions=50\n")
     proc.start()
     try:
         with RawConnection(proc.port) as conn:

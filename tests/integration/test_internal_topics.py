@@ -16,9 +16,9 @@ import pytest
 
 from broker.config import BrokerConfig
 from broker.group.offsets import OffsetAndMetadata, encode_offset_key, encode_offset_value
-from broker.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
-from broker.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
-from broker.topics import partition_for
+from broker.log.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TXN_LOG
+from broker.log.topics import partition_for
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import encode_batch
@@ -34,9 +34,8 @@ CANARY = [b"canary-1", b"canary-2"]
 def _start(tmp_path, mode: str) -> tuple[BrokerProcess, dict]:
     if mode == "anonymous":
         return BrokerProcess(tmp_path / "data").start(), {}
-    props = tmp_path / "server.properties"
-    props.write_text("\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n")
-    proc = BrokerProcess(tmp_path / "data", "--config", str(props)).start()
+    properties = "\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n"
+    proc = BrokerProcess.configured(tmp_path, properties).start()
     with ops.connect(proc.port, "admin", "admin-secret") as admin:
         for resource, name, operation in (
                 ("topic", "*", "all"), ("transactional_id", "*", "write"),

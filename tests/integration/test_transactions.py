@@ -20,8 +20,8 @@ from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.topics import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE
-from broker.topics import partition_for
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TRANSACTION_STATE
+from broker.log.topics import partition_for
 from broker.txn.state import TxnState
 from broker.txn.txn_log import decode_key, decode_value
 from client.cli.transactions import transactions as transactions_cli
@@ -51,9 +51,8 @@ BROKER_CONFIG = {
 
 
 def start_broker(tmp_path: Path, crash_at: str | None = None, **extra: str) -> BrokerProcess:
-    config = tmp_path / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items()))
-    return BrokerProcess(tmp_path / "data", "--config", str(config), crash_at=crash_at).start()
+    properties = "".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items())
+    return BrokerProcess.configured(tmp_path, properties, crash_at=crash_at).start()
 
 
 @pytest.fixture

@@ -136,25 +136,28 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 
 # -- inside broker/: pure domain, services, and the composition root -----------------------------
 #
-# broker/ has three layers. The domain (state tables, coordinators, offsets, the log, producer
-# state) is synchronous and takes time as an argument: no trio, no sockets, no clock. The services
+# broker/ has three layers, and its folders show them. The domain (state tables, coordinators,
+# offsets, the log, producer state, the internal topics' names and keys in log/topics.py) is
+# synchronous and takes time as an argument: no trio, no sockets, no clock. The services
 # (group/service.py, txn/manager.py, txn/markers.py, storage/) put the domain on trio and the disk;
-# the transaction and group services never import each other. The shell and the composition root
-# (app.py builds, wiring.py joins the two services, context.py is what handlers see, dispatcher,
-# handlers, server, cli) sit on top. Nothing imports upwards, and there are no import cycles, not
-# even under ``if TYPE_CHECKING:`` (the scanner sees those imports too).
+# the transaction and group services never import each other. They return the reply types of
+# network/reply.py, which imports nothing of ours: the one module of network/ below the shell.
+# The shell (network/: server, dispatcher, context is what handlers see, peer; handlers/) and the
+# composition root at the top of broker/ (app.py builds, wiring.py joins the two services, cli.py
+# and logsetup.py are the command) sit on top. Nothing imports upwards, and there are no import
+# cycles, not even under ``if TYPE_CHECKING:`` (the scanner sees those imports too).
 
 ROOT_AND_SHELL = {
-    "broker.app", "broker.wiring", "broker.context", "broker.server", "broker.cli",
-    "broker.handlers", "broker.dispatcher", "broker.logsetup", "broker.peer", "broker.metrics",
-    "broker.metrics.http",
+    "broker.app", "broker.wiring", "broker.cli", "broker.logsetup", "broker.handlers",
+    "broker.network.server", "broker.network.dispatcher", "broker.network.context",
+    "broker.network.peer", "broker.metrics", "broker.metrics.http",
 }
-SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service", "broker.txn.manager",
-            "broker.txn.markers", "broker.storage.cleaner_service"}
+SERVICES = {"broker.storage", "broker.network.reply", "broker.clock", "broker.group.service",
+            "broker.txn.manager", "broker.txn.markers", "broker.storage.cleaner_service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
-    "broker.group.coordinator", "broker.group.offsets", "broker.topics",
+    "broker.group.coordinator", "broker.group.offsets", "broker.log.topics",
 }
 # The storage domain: files, but no trio, no sockets, no clock.
 STORAGE_DOMAIN = {"broker.log", "broker.log.producer_state", "broker.txn.txn_log",
@@ -162,6 +165,11 @@ STORAGE_DOMAIN = {"broker.log", "broker.log.producer_state", "broker.txn.txn_log
 NO_TRIO_OR_NETWORK = {"trio", "socket", "asyncio", "selectors", "threading", "time"}
 NO_IO = NO_TRIO_OR_NETWORK | {"os", "io", "pathlib", "shutil", "mmap", "tempfile", "json"}
 
+
+# What may stand at the top of broker/ beside the subsystem packages: the composition root
+# (app.py, wiring.py), the one clock it injects, and the ``minibroker`` command (cli.py,
+# logsetup.py). Everything else lives in the package of its subsystem.
+TOP_LEVEL = {"app", "wiring", "clock", "cli", "logsetup"}
 
 def broker_modules() -> dict[str, set[str]]:
     """``{module: modules it imports}`` for every module of broker/ (names as written)."""
@@ -218,7 +226,8 @@ def test_services_do_not_see_each_other_or_the_root() -> None:
         for name in sorted(imports):
             crossing = (module.startswith("broker.group.") and name.startswith("broker.txn")) or (
                 module.startswith("broker.txn.") and name.startswith("broker.group"))
-            # No exception: the reply types a service returns live in broker/reply.py.
+            # No exception: the reply types a service returns live in broker/network/reply.py,
+            # which is in SERVICES, not in ROOT_AND_SHELL.
             upward = _in(name, ROOT_AND_SHELL)
             if crossing or upward:
                 bad.append(f"{module} imports {name}")
@@ -270,7 +279,7 @@ def test_services_return_no_shell_types() -> None:
     """The reply types sit below the dispatcher: no service imports it."""
     graph = broker_modules()
     assert sorted(m for m, imports in graph.items() if _in(m, SERVICES)
-                  and any(_in(n, {"broker.dispatcher"}) for n in imports)) == []
+                  and any(_in(n, {"broker.network.dispatcher"}) for n in imports)) == []
 
 
 # What a request or response looks like on the wire is the handlers' business: the services and
@@ -308,7 +317,20 @@ def test_only_the_shell_imports_the_composition_root() -> None:
     graph = broker_modules()
     importers = sorted(m for m, imports in graph.items()
                        if any(_in(n, {"broker.app"}) for n in imports))
-    assert importers == ["broker.server"]
+    assert importers == ["broker.network.server"]
+
+
+def test_the_top_of_broker_holds_only_the_composition_root() -> None:
+    loose = sorted(p.stem for p in (ROOT / "broker").glob("*.py") if p.stem != "__init__")
+    assert sorted(TOP_LEVEL) == loose, "a module of a subsystem goes in that subsystem's package"
+
+
+def test_the_network_package_is_the_shell_but_for_its_reply_types() -> None:
+    graph = broker_modules()
+    network = sorted(m for m in graph if m.startswith("broker.network."))
+    assert "broker.network.server" in network
+    assert [m for m in network if not _in(m, ROOT_AND_SHELL)] == ["broker.network.reply"]
+    assert [n for n in graph["broker.network.reply"] if n.startswith("broker")] == []
 
 
 def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:

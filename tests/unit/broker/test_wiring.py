@@ -8,7 +8,7 @@ import pytest
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
-from broker.topics import CONSUMER_OFFSETS_TOPIC, offsets_partition
+from broker.log.topics import CONSUMER_OFFSETS_TOPIC, offsets_partition
 from broker.wiring import CrossService
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import encode_batch

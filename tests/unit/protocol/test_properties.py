@@ -1,5 +1,5 @@
 """Java properties syntax (protocol/properties.py) and Kafka's server.properties keys
-(broker/config.py)."""
+(broker/config/__init__.py)."""
 
 from __future__ import annotations
 

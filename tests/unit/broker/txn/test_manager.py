@@ -13,10 +13,10 @@ import trio.testing
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
-from broker.context import Broker
-from broker.reply import AnswerFirst, Deferred
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
+from broker.network.context import Broker
+from broker.network.reply import AnswerFirst, Deferred
 from broker.storage import flusher
-from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
 from broker.txn.manager import CrashHook, InitResult
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError

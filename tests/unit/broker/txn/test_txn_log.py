@@ -13,8 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from broker.log.manager import LogConfig, LogManager
-from broker.topics import TRANSACTION_STATE_TOPIC as TOPIC
-from broker.topics import partition_for
+from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
+from broker.log.topics import partition_for
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig, TxnTransition
 from broker.txn.state import TxnState
 from broker.txn.txn_log import (

@@ -1,4 +1,4 @@
-"""broker/topics.py: Java's String.hashCode and Kafka's partition choice for internal topics."""
+"""broker/log/topics.py: Java's String.hashCode and Kafka's partition choice for internal topics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from broker.topics import java_string_hash, partition_for
+from broker.log.topics import java_string_hash, partition_for
 
 INT32_MIN = -(1 << 31)
 

@@ -164,7 +164,7 @@ def _flush(value: str) -> str:
 
 class Property(NamedTuple):
     """One broker property: where it goes, how it is read, and what it means (the configuration
-    reference, docs/configuration.md, is generated from this table by broker/config_reference.py).
+    reference, docs/configuration.md, is generated from this table by broker/config/reference.py).
     """
 
     field: str  # BrokerConfig field, or "log.<LogConfig field>"

@@ -30,9 +30,9 @@ from typing import Any
 
 import trio
 
-from broker import peer
 from broker.metrics import Metrics, error_codes
-from broker.reply import AnswerFirst, Deferred
+from broker.network import peer
+from broker.network.reply import AnswerFirst, Deferred
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError

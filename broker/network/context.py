@@ -14,10 +14,10 @@ from broker.config import BrokerConfig
 from broker.group.service import GroupService
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
+from broker.log.topics import INTERNAL_TOPICS
 from broker.security.service import Security
 from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.storage.cleaner_service import LogCleaner
-from broker.topics import INTERNAL_TOPICS
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
 from broker.wiring import CrossService

@@ -24,7 +24,7 @@ from broker.log.topic_config import (
     incremental_overrides,
     render,
 )
-from broker.topics import INTERNAL_TOPICS
+from broker.log.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
 
 

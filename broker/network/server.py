@@ -37,14 +37,14 @@ import trio
 
 from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
-from broker.context import Broker
-from broker.dispatcher import CloseConnection, Dispatcher, encode_reply
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
-from broker.peer import Peer, Session, set_peer
-from broker.peer import session as peer_session
-from broker.reply import AnswerFirst, Deferred
+from broker.network.context import Broker
+from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply
+from broker.network.peer import Peer, Session, set_peer
+from broker.network.peer import session as peer_session
+from broker.network.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
 from broker.security.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
@@ -276,7 +276,7 @@ async def _serve_connection(
     info: _ListenerInfo,
 ) -> None:
     session = Session.for_listener(info.security_protocol)
-    set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/peer.py)
+    set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/network/peer.py)
     if sock.metrics is not None:
         sock.metrics.connections_opened += 1
     stream: _Socket | TlsSocket = sock

@@ -4,13 +4,13 @@ key the broker reads is documented there."""
 from __future__ import annotations
 
 from broker import config as broker_config
-from broker.config_reference import TARGET, main, render_reference
+from broker.config.reference import TARGET, main, render_reference
 from broker.log.topic_config import TOPIC_CONFIGS
 
 
 def test_generated_reference_is_up_to_date():
     assert TARGET.read_text(encoding="utf-8") == render_reference(), (
-        "docs/configuration.md differs from broker/config.py: run python -m broker.config_reference"
+        "docs/configuration.md differs from broker/config/__init__.py: run python -m broker.config.reference"
     )
     assert main(["--check"]) == 0
 
@@ -40,7 +40,7 @@ def test_every_documented_key_is_accepted_by_the_parser():
 
 
 def test_drift_is_detected(tmp_path, monkeypatch):
-    import broker.config_reference as reference
+    import broker.config.reference as reference
 
     stale = tmp_path / "configuration.md"
     stale.write_text(render_reference().replace("`num.partitions` | `1`", "`num.partitions` | `3`"))
