@@ -37,28 +37,29 @@ from tests.unit.broker.txn.test_recovery_hanging import power_cut, settled, txn_
 from tests.unit.broker.txn.test_recovery_not_whole import read_committed
 
 
-def cut_before_complete(cuts: list[int]):
-    """A crash hook that notes where ``__transaction_state`` ends once the markers are durable,
-    before the Complete record is appended (the page cache keeps going)."""
+def broker_noting_cuts(tmp_path, cuts: list[int], **props) -> Broker:
+    """A broker (one ``__transaction_state`` partition) whose crash hook notes where the
+    transaction log ends once a transaction's markers are durable, before its Complete record
+    is appended; nothing crashes."""
+    made: list[Broker] = []
+
     def hook(point: str) -> None:
         if point == "after_markers":
-            cuts.append(broker_of[0].partition("__transaction_state", 0).segments[-1].size)
+            cuts.append(txn_log(made[0]).segments[-1].size)
 
-    broker_of: list[Broker] = []
-    return hook, broker_of
+    made.append(make_broker(tmp_path, crash_hook=hook,
+                            **{"transaction.state.log.num.partitions": "1", **props}))
+    return made[0]
 
 
 async def committed_then_next_batch(tmp_path, nursery, commit: bool, bump_epoch: bool):
     """Transaction 1 on t-0 and t-1 (two records each) ends (``commit``) with its markers
     durable and its Complete record appended; transaction 2 of the same producer adds t-0 and
     appends one batch (offsets 3-4) after the marker (values v2, v3; v0, v1 with a bumped
-    epoch, whose sequence starts again). Returns the broker, the producer, the
-    epoch of the second transaction and where ``__transaction_state`` ended before the
-    Complete record."""
+    epoch, whose sequence starts again). Returns the broker, the producer, the epoch of the
+    second transaction and where ``__transaction_state`` ended before the Complete record."""
     cuts: list[int] = []
-    hook, broker_of = cut_before_complete(cuts)
-    broker = make_broker(tmp_path, crash_hook=hook, **{"transaction.state.log.num.partitions": "1"})
-    broker_of.append(broker)
+    broker = broker_noting_cuts(tmp_path, cuts)
     nursery.start_soon(broker.flusher.run)
     tm = broker.transactions
     pid, epoch = await begin(broker)
@@ -132,9 +133,7 @@ async def test_nothing_after_the_marker_writes_it_again_as_before(tmp_path, nurs
     """The Complete record lost, and no later transaction on the partition: the marker is
     written again (harmless: it ends nothing) and the transaction completes."""
     cuts: list[int] = []
-    hook, broker_of = cut_before_complete(cuts)
-    broker = make_broker(tmp_path, crash_hook=hook, **{"transaction.state.log.num.partitions": "1"})
-    broker_of.append(broker)
+    broker = broker_noting_cuts(tmp_path, cuts)
     nursery.start_soon(broker.flusher.run)
     pid, epoch = await begin(broker)
     await produce(broker, "tx", pid, epoch, 0, 0)
@@ -194,9 +193,7 @@ async def test_pending_offsets_of_the_next_transaction_are_not_committed_by_the_
     the hanging transaction), the previous transaction's offsets stay committed."""
     props = {"offsets.topic.num.partitions": "3", "transaction.state.log.num.partitions": "1"}
     cuts: list[int] = []
-    hook, broker_of = cut_before_complete(cuts)
-    broker = make_broker(tmp_path, crash_hook=hook, **props)
-    broker_of.append(broker)
+    broker = broker_noting_cuts(tmp_path, cuts, **props)
     nursery.start_soon(broker.flusher.run)
     tm, groups = broker.transactions, broker.groups
 
