@@ -43,9 +43,7 @@ BROKER_CONFIG = (
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("admin")
-    config = tmp / "server.properties"
-    config.write_text(BROKER_CONFIG)
-    with BrokerProcess(tmp / "data", "--config", str(config)) as proc:
+    with BrokerProcess.configured(tmp, BROKER_CONFIG) as proc:
         yield proc
 
 

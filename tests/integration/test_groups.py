@@ -35,9 +35,7 @@ HEARTBEAT_MS = 300
 
 @pytest.fixture
 def broker(tmp_path):
-    config = tmp_path / "server.properties"
-    config.write_text(BROKER_CONFIG)
-    with BrokerProcess(tmp_path / "data", "--config", str(config)) as proc:
+    with BrokerProcess.configured(tmp_path, BROKER_CONFIG) as proc:
         yield proc
 
 

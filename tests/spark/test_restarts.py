@@ -32,9 +32,7 @@ PROPERTIES = "num.partitions=2\ngroup.initial.rebalance.delay.ms=0\n"
 
 @pytest.fixture
 def own_broker(tmp_path):
-    config = tmp_path / "server.properties"
-    config.write_text(PROPERTIES)
-    with BrokerProcess(tmp_path / "data", "--config", str(config)) as broker:
+    with BrokerProcess.configured(tmp_path, PROPERTIES) as broker:
         yield broker
 
 
