@@ -34,6 +34,15 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.output: list[str] = []
 
+    @classmethod
+    def configured(cls, directory: Path, properties: str, *extra_args: str,
+                   **kwargs) -> BrokerProcess:
+        """A broker on ``directory/data`` run with ``--config directory/server.properties``, that
+        file holding ``properties`` (written now); start it as any other."""
+        config = Path(directory) / "server.properties"
+        config.write_text(properties)
+        return cls(Path(directory) / "data", "--config", str(config), *extra_args, **kwargs)
+
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"

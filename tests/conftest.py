@@ -32,12 +32,8 @@ settings.load_profile("minibroker")
 @pytest.fixture
 def broker_proc(tmp_path):
     """A broker subprocess with a fresh data dir; stopped by its own handle at the end."""
-    proc = BrokerProcess(tmp_path / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

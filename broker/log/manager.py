@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from broker.log.partition import Partition
@@ -83,6 +83,7 @@ class LogManager:
         self._partitions: dict[str, list[Partition]] = {}
         self.recovered: list[RecoveryReport] = []
         self._closed = False
+        self._on_roll: Callable[[Partition], None] | None = None
 
         # The last shutdown was not clean (or this dir is new): recovery checks every CRC.
         self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
@@ -237,6 +238,7 @@ class LogManager:
                     # Left by an interrupted create/delete of a topic of that name: not ours.
                     shutil.rmtree(directory)
                 p = Partition(name, i, directory, config, now_ms)
+                p.on_roll = self._on_roll
                 p.flush()  # fsyncs the new directory's entries
                 parts.append(p)
             fsync_dir(self.data_dir)
@@ -317,6 +319,7 @@ class LogManager:
                 if directory.exists():
                     shutil.rmtree(directory)  # left by an interrupted create: not ours
                 p = Partition(topic, i, directory, config, now_ms)
+                p.on_roll = self._on_roll
                 p.flush()
                 parts.append(p)
             fsync_dir(self.data_dir)
@@ -349,6 +352,13 @@ class LogManager:
         fsync_dir(self.data_dir)
 
     # -- partitions --------------------------------------------------------------------------
+
+    def set_on_roll(self, callback: Callable[[Partition], None] | None) -> None:
+        """Call ``callback(partition)`` after every segment roll, of every partition (the
+        storage: what a roll leaves to sync goes into a flush round)."""
+        self._on_roll = callback
+        for p in self.all_partitions():
+            p.on_roll = callback
 
     def partition(self, topic: str, index: int) -> Partition:
         parts = self._partitions.get(topic)

@@ -12,15 +12,31 @@ offset among durable data: with ``flush="always"`` only ``flush()`` moves it, af
 transaction not yet decided; see "Transactions" below).
 
 Durability: an append is one ``pwrite`` of the request's bytes into the active segment (page
-cache). ``flush()`` fdatasyncs what was written since the last flush (and the directory if a
-segment was created), so whatever was below the HW it returns survives kill -9 and power loss.
+cache). ``flush()`` fdatasyncs what was written since the last flush (and what segment rolls left,
+and the directory if a segment was created), so whatever was below the HW it returns survives
+kill -9 and power loss.
 The server group-commits: many appends, then one ``flush()``, then the answers.
 
 Segment roll (before an append that would overflow ``segment_bytes``, or once the active segment is
-``segment_ms`` old): trim the old segment's preallocated tail, write and fsync its index, fdatasync
-its data (with ``flush="always"``; with ``"never"`` the next ``flush()`` or ``close()`` does it),
-write a producer-state snapshot at the new base offset (the recovery point) and create the new
-segment.
+``segment_ms`` old), with no fsync: it runs on the event loop, inside an append, and the small
+segments of the internal topics roll every hundred-odd transactions. It trims the old segment's
+preallocated tail, writes its index (page cache), serializes the producer state at the new base
+offset (the recovery point) into memory, creates the new segment and calls ``on_roll`` (the
+storage puts the partition into a flush round: the next one, or a background one within half a
+second). The next flush ticket then takes, in this order: the aborted-transaction index, the
+rolled segments' data, the active segment's writes (``flush="always"``), the rolled segments'
+indexes, the snapshots (written to a temporary file, fsync'd, renamed), and one directory fsync
+for the new segment's entry and the renames; the old snapshots beyond ``SNAPSHOTS_RETAINED`` go
+last. With ``flush="always"`` the high watermark moves only once that ticket is synced, so it never
+covers data in a rolled segment that is not durable, nor in a segment whose directory entry is not.
+With ``"never"`` a round takes only what rolls left (Kafka flushes a rolled segment in the
+background too), the active segment waits for ``flush()`` or ``close()``. The snapshot is taken
+at roll time (it is the state AT the roll offset; the appends that follow change it) and written
+only after the data below it is durable: a snapshot in place therefore means that every segment
+before its offset is durable, which is what recovery trusts (``recovery.py``: those segments are
+opened from their index without a CRC scan). A power cut before the round leaves the previous
+snapshot as the newest (recovery replays from there), and an index that comes back empty, short
+or torn is rejected by ``OffsetIndex.load`` and rebuilt by a scan.
 
 Transactions (the partition side; the coordinator is ``broker/txn/``): a transactional batch opens a
 transaction of its producer here (``ProducerStateManager`` remembers its first offset) unless one
@@ -38,7 +54,8 @@ from __future__ import annotations
 import os
 import shutil
 from bisect import bisect_right
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.log.producer_state import (
@@ -47,7 +64,13 @@ from broker.log.producer_state import (
     snapshot_path,
 )
 from broker.log.recovery import CleanState, RecoveryReport, load_log
-from broker.log.segment import CorruptLogError, Segment, atomic_write, fsync_dir
+from broker.log.segment import (
+    CorruptLogError,
+    Segment,
+    atomic_write,
+    fdatasync_path,
+    fsync_dir,
+)
 from broker.log.topic_config import LogConfig
 from broker.log.topics import INTERNAL_TOPICS
 from broker.log.txn_index import AbortedTxn, TxnIndex
@@ -91,16 +114,37 @@ class FlushTicket:
     log_end_offset: int
     error: OSError | None = None  # set by sync() if the disk refused (EIO, ENOSPC)
     owned: bool = True  # the fds are duplicates that ``sync`` closes
+    # What segment rolls left (see "Segment roll" in the module docstring): the rolled segments
+    # (their descriptors are in ``fds``), whose indexes are synced by path, and producer-state
+    # snapshots ``(offset, file bytes)`` put in place once all of that is durable.
+    rolled: list[Segment] = field(default_factory=list)
+    snapshots: list[tuple[int, bytes]] = field(default_factory=list)
+    active: bool = True  # the active segment's writes are in ``fds``
+    covers_log: bool = True  # synced, everything below ``log_end_offset`` is durable
+    entries: bool = False  # a segment file was created: ``directory`` syncs its entry
+    txn_index: bool = False  # ``fds[0]`` is the aborted-transaction index's
 
     def sync(self) -> None:
-        """fdatasync the files (and the directory); safe in a worker thread when the fds are
-        owned duplicates, which it closes. An OSError is kept in ``error`` (the high watermark
-        must then not move)."""
+        """fdatasync the files, then the rolled segments' indexes, then write the snapshots
+        (temporary file, fsync, rename), then fsync the directory; safe in a worker thread
+        (when the fds are owned duplicates, which it closes). An OSError is kept in ``error``
+        (the high watermark must then not move). The order is what recovery relies on: a
+        snapshot is in place only once every segment below its offset is durable."""
         try:
             for fd in self.fds:
                 os.fdatasync(fd)
+            for seg in self.rolled:
+                fdatasync_path(seg.index_path)
+            if self.snapshots:
+                assert self.directory is not None
+                for offset, data in self.snapshots:
+                    atomic_write(snapshot_path(self.directory, offset), data, sync_dir=False)
             if self.directory is not None:
                 fsync_dir(self.directory)
+            if self.snapshots:
+                assert self.directory is not None
+                for offset in list_snapshots(self.directory)[:-SNAPSHOTS_RETAINED]:
+                    snapshot_path(self.directory, offset).unlink(missing_ok=True)
         except OSError as exc:
             self.error = exc
         finally:
@@ -147,7 +191,13 @@ class Partition:
         self._dirty = False  # bytes written since the last fdatasync
         self.unsynced_bytes = 0  # how many (the flusher syncs small rounds inline)
         self._dir_dirty = created  # directory entries not yet fsync'd
-        self._unsynced: list[Segment] = []  # rolled segments not yet fdatasync'd ("never" mode)
+        # What segment rolls left for the next flush (module docstring): the rolled segments,
+        # whose data and index are not yet fdatasync'd, and the producer-state snapshots taken
+        # at their ends, not yet written.
+        self._unsynced: list[Segment] = []
+        self._snapshots: list[tuple[int, bytes]] = []
+        # Called after each roll (the storage puts the partition in a flush round).
+        self.on_roll: Callable[[Partition], None] | None = None
         self._closed = False
         self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
         self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
@@ -192,12 +242,13 @@ class Partition:
 
     @property
     def dirty(self) -> bool:
-        return self._dirty or self._dir_dirty or bool(self._unsynced)
+        return self._dirty or self.needs_directory_sync
 
     @property
     def needs_directory_sync(self) -> bool:
-        """A new segment or rolled segments are part of the next flush (a slow one)."""
-        return self._dir_dirty or bool(self._unsynced)
+        """A new segment or what a roll left (rolled segments, their indexes, a snapshot) is
+        part of the next flush (a slow one)."""
+        return self._dir_dirty or bool(self._unsynced) or bool(self._snapshots)
 
     @property
     def size_bytes(self) -> int:
@@ -431,21 +482,25 @@ class Partition:
         return True
 
     def _roll(self) -> Segment:
+        """Close the active segment and start a new one at the log end offset, with no fsync:
+        the rolled segment's data and index, the producer-state snapshot taken here and the new
+        directory entry are made durable by the next flush (module docstring)."""
         old = self.segments[-1]
         old.trim()
-        old.save_index(fsync=True)  # small; later starts trust it without a scan
-        if self.config.flush == "always":
-            old.sync()
-        else:
-            self._unsynced.append(old)
-        self._dirty = False
-        self.txn_index.sync()  # entries of aborts whose markers are in the old segment
+        old.save_index(fsync=False)  # small; synced by the next flush, then trusted at start
         base = self.log_end_offset
-        self._write_snapshot(base)
+        # The state at the roll offset, taken now; written (after the data below it is
+        # durable) by the next flush. Only the newest SNAPSHOTS_RETAINED are ever kept.
+        self._snapshots.append((base, self.producers.snapshot_bytes(base)))
+        del self._snapshots[:-SNAPSHOTS_RETAINED]
         seg = Segment.create(self.dir, base)
+        self._unsynced.append(old)
+        self._dirty = False  # the active segment is new and empty
         self.segments.append(seg)
         self._bases.append(base)
         self._dir_dirty = True
+        if self.on_roll is not None:
+            self.on_roll(self)
         return seg
 
     def _write_snapshot(self, offset: int) -> None:
@@ -456,8 +511,9 @@ class Partition:
     # -- durability --------------------------------------------------------------------------
 
     def flush(self) -> int:
-        """fdatasync what was written since the last flush; then HW = LEO. Returns the HW."""
-        ticket = self.begin_flush(shared=False)
+        """fdatasync what was written since the last flush (and what rolls left); then
+        HW = LEO. Returns the HW."""
+        ticket = self.begin_flush(shared=False, active=True)
         if ticket is not None:
             ticket.sync()
             if not self.complete_flush(ticket):
@@ -465,20 +521,28 @@ class Partition:
                 raise ticket.error
         return self.high_watermark
 
-    def begin_flush(self, shared: bool = True) -> FlushTicket | None:
+    def begin_flush(self, shared: bool = True, active: bool | None = None) -> FlushTicket | None:
         """Split flush, first part (event-loop thread): take what the next fdatasync must cover.
 
         ``ticket.sync()`` may then run in a worker thread while appends go on; the files are
         duplicated descriptors, so a segment deleted or closed meanwhile is still synced safely.
         ``shared=False``: the caller syncs before the event loop runs anything else (an inline
         sync), so the partition's own descriptors serve, without two system calls per file.
-        ``complete_flush(ticket)`` (event-loop thread again) moves the high watermark. None: clean.
+        ``active``: take the active segment's writes too (None: with ``flush="always"``; with
+        ``"never"`` a round takes only what segment rolls left, as Kafka flushes a rolled
+        segment in the background, and ``flush()`` at close takes everything).
+        ``complete_flush(ticket)`` (event-loop thread again) moves the high watermark. None:
+        nothing to sync.
         """
-        if not self.dirty:
-            self.high_watermark = self.log_end_offset
+        if active is None:
+            active = self.config.flush == "always"
+        take_active = active and self._dirty
+        if not take_active and not self.needs_directory_sync:
+            if not self._dirty:
+                self.high_watermark = self.log_end_offset
             return None
         segments = list(self._unsynced)
-        if self._dirty:
+        if take_active:
             segments.append(self.segments[-1])
         # Out of descriptors (EMFILE) raises OSError here with nothing taken: the partition stays
         # dirty and the next round tries again.
@@ -496,25 +560,43 @@ class Partition:
             raise
         ticket = FlushTicket(
             fds=([] if index_fd is None else [index_fd]) + fds,
-            directory=self.dir if self._dir_dirty else None,
+            directory=self.dir if self._dir_dirty or self._snapshots else None,
             log_end_offset=self.log_end_offset,
             owned=shared,
+            rolled=list(self._unsynced),
+            snapshots=self._snapshots,
+            active=take_active,
+            covers_log=active,
+            entries=self._dir_dirty,
+            txn_index=index_fd is not None,
         )
         self._unsynced.clear()
-        self._dirty = False
+        self._snapshots = []
         self._dir_dirty = False
-        self.unsynced_bytes = 0
+        if take_active:
+            self._dirty = False
+            self.unsynced_bytes = 0
         return ticket
 
     def complete_flush(self, ticket: FlushTicket) -> bool:
         """Split flush, last part: move the high watermark. False if the sync failed: then the
         high watermark stays and the next flush covers everything again."""
         if ticket.error is not None:
-            self._dirty = True
-            if ticket.directory is not None:
+            if self._closed:
+                return False  # deleted meanwhile: nothing left to retry
+            if ticket.active:
+                self._dirty = True
+            if ticket.entries:
                 self._dir_dirty = True
+            if ticket.txn_index:
+                self.txn_index.sync_failed()
+            # What the rolls left goes back, older than anything rolled since; segments that
+            # retention or the cleaner removed meanwhile (closed) need nothing any more.
+            self._unsynced[:0] = [s for s in ticket.rolled if s.fd >= 0]
+            self._snapshots[:0] = ticket.snapshots
+            del self._snapshots[:-SNAPSHOTS_RETAINED]
             return False
-        if ticket.log_end_offset > self.high_watermark:
+        if ticket.covers_log and ticket.log_end_offset > self.high_watermark:
             self.high_watermark = ticket.log_end_offset
         return True
 
@@ -686,6 +768,7 @@ class Partition:
         self._closed = True
         self._dirty = self._dir_dirty = False
         self._unsynced.clear()
+        self._snapshots = []
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

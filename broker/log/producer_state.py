@@ -34,7 +34,9 @@ Snapshot file ``<offset:020d>.snapshot`` (the state after every batch below ``of
               [[first_seq, last_seq, first_offset, last_offset], ...]], ...]}
 
 Written atomically (temp file, fsync, rename, directory fsync); a snapshot that fails its CRC or
-does not parse is ignored and recovery replays more of the log instead.
+does not parse is ignored and recovery replays more of the log instead. A segment roll takes the
+snapshot's bytes at once (``snapshot_bytes``, in memory) and leaves the writing to the partition's
+next flush round (``broker/log/partition.py``).
 """
 
 from __future__ import annotations
@@ -304,10 +306,15 @@ class ProducerStateManager:
             {"version": 1, "offset": offset, "producers": producers}, separators=(",", ":")
         ).encode()
 
+    def snapshot_bytes(self, offset: int) -> bytes:
+        """The snapshot file's contents for the state as of ``offset`` (all batches below it
+        applied): what a segment roll takes at once, in memory, and writes later."""
+        body = self.to_json(offset)
+        return _CRC.pack(crc32c.crc32c(body)) + body
+
     def write_snapshot(self, path: Path, offset: int) -> None:
         """Atomically write the state as of ``offset`` (all batches below it applied)."""
-        body = self.to_json(offset)
-        atomic_write(path, _CRC.pack(crc32c.crc32c(body)) + body)
+        atomic_write(path, self.snapshot_bytes(offset))
 
     @classmethod
     def read_snapshot(cls, path: Path) -> tuple[int, ProducerStateManager] | None:

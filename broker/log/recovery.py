@@ -8,8 +8,10 @@ written at the log end offset on close. No CRC is computed.
 Crash path (no marker, or anything above does not line up):
 
 1. Pick the newest producer-state snapshot; its offset is the recovery point. Segments wholly
-   before the segment holding it were fsync'd with their index when they were rolled: they are
-   opened as on the clean path (index + tail walk; falling back to a scan if that fails).
+   before the segment holding it were fsync'd with their index before that snapshot was put in
+   place (the flush round after their roll does it in that order, ``partition.py``): they are
+   opened as on the clean path (index + tail walk; falling back to a scan if that fails: an
+   index that is missing, empty, torn or inconsistent).
 2. From the segment holding the recovery point on, every batch is read back and checked: a
    readable magic-2 header, the whole batch present, ``baseOffset`` equal to the previous batch's
    last offset + 1, and the CRC-32C. Each good batch goes into a fresh index and, at or after the

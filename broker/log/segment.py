@@ -127,12 +127,26 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
+def fdatasync_path(path: Path) -> None:
+    """fdatasync the file at ``path`` if it still exists (a segment's index written at its roll:
+    retention or the cleaner may have deleted it since, and then nothing is left to sync)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
 
-    Write a temporary file, fsync it, rename it over the target, fsync the directory. A failed
-    write or fsync removes the temporary file and leaves the old one. If the directory fsync
-    fails the caller gets the OSError; the new file may then already be the one a restart reads.
+    Write a temporary file, fsync it, rename it over the target, fsync the directory
+    (``sync_dir=False``: the caller does, once for several files). A failed write or fsync
+    removes the temporary file and leaves the old one. If the directory fsync fails the caller
+    gets the OSError; the new file may then already be the one a restart reads.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -149,7 +163,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 class Segment:

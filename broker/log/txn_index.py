@@ -16,9 +16,9 @@ are few and small), created on the first abort; a flat array of 32-byte entries,
                                    (the first offset of the oldest other open transaction, or
                                    marker + 1): lets a lookup stop early (see ``collect``)
 
-Entries are in marker order, so ``last_offset`` increases. Durability: ``sync()`` runs before the
-partition fdatasyncs its data (``Partition.flush`` and segment roll), so a durable marker always has
-its durable entry. Loading drops entries whose marker is not in the log (``last_offset`` at or past
+Entries are in marker order, so ``last_offset`` increases. Durability: a flush of the partition
+(``Partition.begin_flush``, which a segment roll leaves to the next round too) fdatasyncs this file
+before the data, so a durable marker always has its durable entry. Loading drops entries whose marker is not in the log (``last_offset`` at or past
 the recovered log end: a torn tail cut them) or was deleted by retention (before the log start),
 and rewrites the file when it dropped anything. A partial entry at the end of the file (a torn
 write) is ignored the same way.
@@ -136,6 +136,11 @@ class TxnIndex:
         fd = os.dup(self._fd) if duplicate else self._fd
         self._dirty = False
         return fd
+
+    def sync_failed(self) -> None:
+        """The round that took ``take_sync_fd`` failed: the next one syncs the file again."""
+        if self._fd >= 0:
+            self._dirty = True
 
     def collect(self, fetch_offset: int, upper_bound: int) -> list[tuple[int, int]]:
         """``(producer_id, first_offset)`` of the aborted transactions overlapping

@@ -160,7 +160,14 @@ class FlushScheduler:
         return commit
 
     def _inline(self, partitions: Iterable[Partition], pipelined: bool, answered: bool) -> bool:
-        if self.busy or not _small_round(partitions) or (not answered and _others_ready()):
+        if self.busy or (not answered and _others_ready()):
+            return False
+        partitions = list(partitions)
+        if not _small_round(partitions) or any(
+            # A partition tied to them is synced with them (``_with_tied``): if what a segment
+            # roll left is to be synced there, the commit goes to a round too.
+            t.needs_directory_sync for p in partitions for t in self._together.get(p, ())
+        ):
             return False
         return not pipelined or (self._seconds() - self._inline_started
                                  >= _INLINE_WINDOW_SYNCS * self._inline_seconds)
@@ -173,10 +180,21 @@ class FlushScheduler:
             self._round_pending = True
             self._wakeup.set()
         elif self._sleep.deadline == math.inf:
-            # Nobody waits (transactional batches: their PrepareCommit syncs them): a round
-            # within ``_UNWAITED_SECONDS`` all the same, so that read_uncommitted readers see
-            # them; moving the sleep's deadline costs no pass of the event loop.
-            self._sleep.deadline = trio.current_time() + _UNWAITED_SECONDS
+            # Nobody waits (transactional batches: their PrepareCommit syncs them; what a
+            # segment roll left): a round within ``_UNWAITED_SECONDS`` all the same, so that
+            # read_uncommitted readers see them; moving the sleep's deadline costs no pass of
+            # the event loop.
+            try:
+                self._sleep.deadline = trio.current_time() + _UNWAITED_SECONDS
+            except RuntimeError:
+                pass  # outside the event loop (recovery at start): flush_now takes it
+
+    def rolled(self, partition: Partition) -> None:
+        """A segment of ``partition`` rolled (``Partition.on_roll``): the fsyncs the roll left
+        (the rolled segment's data and index, a producer-state snapshot, the directory) go
+        into the next round, or a background round within ``_UNWAITED_SECONDS``; never onto
+        the event loop (such a partition is never synced inline, see ``_small_round``)."""
+        self.mark(partition, wake=False)
 
     def sync_together(self, partition: Partition, other: Partition) -> None:
         """The next fsync of ``partition`` syncs ``other`` too, in the same round (see the

@@ -12,8 +12,9 @@ What is durable when (DESIGN.md section 3):
   transactional batch is answered once appended, and made durable no later than its
   transaction's PrepareCommit (the manager commits the transaction's partitions with the Prepare
   record). The high watermark (every reader's limit) moves only over synced data.
-- ``flush="never"``: nothing is fsynced while serving (a commit is done at once); ``close``
-  syncs everything.
+- ``flush="never"``: nothing is fsynced while serving (a commit is done at once) but what a
+  segment roll leaves (the rolled segment, its index, a producer-state snapshot: synced by a
+  background round, as Kafka flushes a rolled segment); ``close`` syncs everything.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class Storage:
         self.data_arrived = data_arrived
         self.durable = durable
         self._lock = lock  # the data dir's, released by close()
+        # What a segment roll leaves to sync goes to a flush round (both flush modes).
+        logs.set_on_roll(flusher.rolled)
 
     def partition(self, topic: str, index: int) -> Partition:
         return self.logs.partition(topic, index)

@@ -68,10 +68,12 @@ class TxnTransition:
     next_producer_id: int = NO_PRODUCER_ID
     # The transaction version the last EndTxn spoke (1, or 2: that EndTxn bumped the epoch).
     txn_version: int = 1
-    # PrepareCommit only: ((topic, partition), log end offset) of each data partition of the
-    # transaction when the record was appended, sorted: what its group-commit round makes durable
-    # (the end covers the transaction's batches). Recovery after a machine restart aborts the
-    # commit if a partition came back shorter (``lost_commits``). Empty otherwise.
+    # The Prepare record of a client's EndTxn only: ((topic, partition), log end offset) of each
+    # data partition of the transaction when the record was appended, sorted: what a commit's
+    # group-commit round makes durable (the end covers the transaction's batches, the markers
+    # follow it). Recovery after a machine restart aborts a commit if a partition came back
+    # shorter (``lost_commits``), and does not write a marker again where the producer's next
+    # transaction already follows it (``TransactionManager._marked_ahead``). Empty otherwise.
     end_offsets: tuple[tuple[TopicPartition, int], ...] = ()
 
 
@@ -120,7 +122,7 @@ class TxnMetadata:
             txn_last_update_ms=now_ms,
             next_producer_id=self.next_producer_id,
             txn_version=self.txn_version,
-            # Not carried over: only a PrepareCommit has them (``record_end_offsets``).
+            # Not carried over: only a Prepare record has them (``record_end_offsets``).
             end_offsets=(),
         )
         values.update(changes)
@@ -406,16 +408,18 @@ class TransactionCoordinator:
     def record_end_offsets(
         self, transition: TxnTransition, end_offsets: Mapping[TopicPartition, int]
     ) -> TxnTransition:
-        """The pending PrepareCommit ``transition`` (from ``prepare_end_txn``), now carrying the
-        log end offset each data partition of the transaction has as its record is appended:
-        the record and those partitions are committed in one round, so a power cut can keep
-        the record and lose the end of a partition (``lost_commits``). Replaces the pending
-        transition: persist and complete the one returned."""
+        """The pending PrepareCommit or PrepareAbort ``transition`` (from ``prepare_end_txn``),
+        now carrying the log end offset each data partition of the transaction has as its
+        record is appended: a commit's record and those partitions are committed in one round,
+        so a power cut can keep the record and lose the end of a partition (``lost_commits``);
+        and every batch of the transaction lies below them, its markers and the producer's next
+        transaction above. Replaces the pending transition: persist and complete the one
+        returned."""
         md = self._txns.get(transition.transactional_id)
         if md is None or md.pending is not transition or \
-                transition.state is not TxnState.PREPARE_COMMIT:
+                transition.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise RuntimeError(f"end offsets for a transition that is not a pending "
-                               f"PrepareCommit: {transition}")
+                               f"PrepareCommit or PrepareAbort: {transition}")
         t = transition  # (built field by field: ``replace`` costs several times more)
         md.pending = TxnTransition(
             t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
@@ -653,7 +657,7 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
     ) -> None:
         """A transactional batch may be written only to a partition of its producer's Ongoing
-        transaction. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
+        transaction, not while its end is pending. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
         INVALID_PRODUCER_EPOCH (a fenced producer) or INVALID_TXN_STATE."""
         md = self._txns.get(transactional_id)
         if md is None:
@@ -674,6 +678,15 @@ class TransactionCoordinator:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
                 f"{transactional_id!r} has no ongoing transaction for epoch {producer_epoch}",
+            )
+        if md.pending is not None:
+            # Its end is being made durable (PrepareCommit/PrepareAbort, or a fencing abort):
+            # the Prepare record covers only what was appended before it, so a batch now would
+            # be answered as part of a transaction whose commit cannot include it.
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"the transaction of {transactional_id!r} is ending "
+                f"({md.pending.state.display_name})",
             )
         if tp not in md.partitions:
             raise KafkaError(

@@ -48,11 +48,15 @@ Complete record. Nothing here fsyncs or asks whether a round is under way.
   aborted on timeout, and re-initializes). After a kill -9 on the same boot the page cache kept
   every write, so neither happens: ongoing transactions go on, as on a Kafka broker restart.
   Then finish every transaction found in PrepareCommit or PrepareAbort (markers, then
-  Complete*), synchronously. The data partitions already rebuilt their open transactions and
-  LSOs when they were loaded. After a machine restart, last, abort the transactions partitions
-  have open that the coordinator does not run there (``abort_hanging``: a power cut between the
-  fsyncs of one round lost the record that added the partition, not the batch), fencing their
-  producer if it still holds that epoch.
+  Complete*), synchronously; after a machine restart, not on a partition where its marker is
+  already written and followed by the producer's next transaction (``_marked_ahead``: a power
+  cut between the fsyncs of one round lost the Complete record, not the next batch; the marker
+  written again would end that transaction too). The data partitions already rebuilt their
+  open transactions and LSOs when they were loaded. After a machine restart, last, abort the
+  transactions partitions have open that the coordinator does not run there (``abort_hanging``:
+  a power cut between the fsyncs of one round lost the record that added the partition, or the
+  Complete record before it, not the batch), fencing their producer if it still holds that
+  epoch.
 
 Ordering that makes kill -9 (and power loss) safe: a committed transition's record is durable
 before its effects are visible or acknowledged (an add record's effect, a batch, is durable no
@@ -109,6 +113,7 @@ from protocol.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
+    iter_batches_untrusted,
     parse_header_untrusted,
 )
 
@@ -144,6 +149,28 @@ class TxnRecovery:
     # PrepareCommit transactions a power cut left not whole (a data partition came back shorter
     # than the record says), aborted instead (the same)
     not_whole: int = 0
+    # partitions of a prepared transaction whose marker was found written and followed by the
+    # producer's next transaction (its Complete record lost): not written again (the same)
+    marked: int = 0
+
+
+def _control_batch_of(p: Partition, producer_id: int, start: int, stop: int) -> bool:
+    """Whether a control batch (a transaction marker) of ``producer_id`` lies in ``p`` between
+    the offsets ``start`` and ``stop`` (recovery: reads the batch headers of that stretch).
+    False if it cannot be read."""
+    offset = max(start, p.log_start_offset)
+    try:
+        while offset < stop:
+            data = p.read(offset, 1 << 16, stop)
+            if not data:
+                return False
+            for _, header in iter_batches_untrusted(data):
+                if header.is_control and header.producer_id == producer_id:
+                    return True
+                offset = header.last_offset + 1
+    except (KafkaError, CorruptFrameError):
+        return False
+    return False
 
 
 class TransactionManager:
@@ -194,8 +221,10 @@ class TransactionManager:
     def recover(self, now_ms: int, unclean: bool = False) -> TxnRecovery:
         """Replay ``__transaction_state``; ``unclean`` (writes not yet fsynced may be lost: an
         unclean shutdown, then a machine restart): abort every PrepareCommit that is not whole
-        (``_abort_not_whole``) and every Ongoing transaction; then complete every prepared one;
-        then, ``unclean``, abort the hanging ones (``abort_hanging``). At start, no loop."""
+        (``_abort_not_whole``) and every Ongoing transaction; then complete every prepared one
+        (``unclean``: but where its marker is already followed by the next transaction,
+        ``_marked_ahead``); then, ``unclean``, abort the hanging ones (``abort_hanging``). At
+        start, no loop."""
         self.recovery = self._recover(now_ms, unclean)
         return self.recovery
 
@@ -216,13 +245,27 @@ class TransactionManager:
                              transactional_id)
             self._storage.settle()  # the PrepareAbort records, and their markers
         prepared = {}
+        marked: dict[str, list[tuple[TopicPartition, int, int]]] = {}
         for transactional_id in self.coordinator.unfinished():
             md = self.coordinator.get(transactional_id)
             if md is None:
                 continue
             prepared[transactional_id] = (md.state is TxnState.PREPARE_COMMIT, md.producer_id,
                                           md.producer_epoch, len(md.partitions))
-            self._start_markers(transactional_id, now_ms)
+            if unclean:  # (before any marker of this loop is appended)
+                marked[transactional_id] = self._marked_ahead(md)
+        for transactional_id, (commit, producer_id, epoch, _) in prepared.items():
+            ahead = marked.get(transactional_id)
+            if ahead:
+                log.warning("recovery: the %s marker of %r (producer %d epoch %d) is already "
+                            "on %s, followed by the producer's next transaction (its Complete "
+                            "record lost in a machine restart): not written again there, the "
+                            "next transaction is aborted as hanging",
+                            "COMMIT" if commit else "ABORT", transactional_id, producer_id,
+                            epoch, ", ".join(f"{t}-{i} (recorded end {end}, next transaction "
+                                             f"from {first})" for (t, i), end, first in ahead))
+            self._start_markers(transactional_id, now_ms,
+                                skip=frozenset(tp for tp, _, _ in ahead or ()))
         self._storage.settle()  # the markers: their callbacks append the Complete records
         left = set(self.coordinator.unfinished())
         for transactional_id, (commit, producer_id, epoch, count) in prepared.items():
@@ -234,13 +277,49 @@ class TransactionManager:
                          "commit" if commit else "abort", transactional_id, producer_id, epoch,
                          count)
         completed = len(prepared) - len(left & prepared.keys())
+        # After the skipped markers: the next transaction open there is hanging now.
         hanging = self.abort_hanging(now_ms) if unclean else 0
+        skipped = sum(len(ahead) for ahead in marked.values())
         if records or hanging:
             log.info("transaction log: %d records, %d transactional ids, %d prepared "
-                     "transactions completed, %d commits not whole aborted, %d ongoing ones "
-                     "aborted, %d hanging ones aborted", records, len(self.coordinator),
-                     completed, not_whole, aborted, hanging)
-        return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging, not_whole)
+                     "transactions completed (%d markers found already written), %d commits "
+                     "not whole aborted, %d ongoing ones aborted, %d hanging ones aborted",
+                     records, len(self.coordinator), completed, skipped, not_whole, aborted,
+                     hanging)
+        return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging, not_whole,
+                           skipped)
+
+    def _marked_ahead(self, md: TxnMetadata) -> list[tuple[TopicPartition, int, int]]:
+        """The partitions of the prepared transaction ``md`` whose marker is already written
+        and followed by an open transaction of the same producer, which the marker written
+        again would end too (recovery after a machine restart); each with ``(partition,
+        recorded end offset, first offset of the open transaction)``.
+
+        The markers of a transaction are durable before its Complete record is appended, and
+        the producer's next transaction starts after that record; but a group-commit round that
+        syncs a batch of the next transaction syncs its partition and ``__transaction_state``
+        side by side, so a power cut can keep the marker and the batch and lose the Complete
+        record. Its Prepare record carries each partition's log end offset when it was appended
+        (``end_offsets``): every batch of the transaction lies below it but for one accepted
+        while the record was being synced, and its marker at or above it. A torn tail is
+        truncated at the first bad batch, so an open transaction of the producer that starts at
+        or beyond the recorded end, with a control batch of the producer between the two, is
+        the next transaction, behind this one's marker. Where none is found the open
+        transaction is this one's (its marker lost), and the marker is written. A record without
+        end offsets (an older version, or an abort the coordinator started with an epoch bump,
+        which no later batch of that epoch can follow) finds nothing."""
+        out = []
+        for tp, recorded in md.end_offsets:
+            try:
+                p = self._storage.partition(*tp)
+            except KafkaError:
+                continue  # deleted: its marker reports it
+            entry = p.producers.get(md.producer_id)
+            first = None if entry is None else entry.current_txn_first_offset
+            if first is not None and first >= recorded and \
+                    _control_batch_of(p, md.producer_id, recorded, first):
+                out.append((tp, recorded, first))
+        return out
 
     def _abort_not_whole(self, now_ms: int) -> int:
         """After a machine restart, abort every PrepareCommit transaction that is not whole;
@@ -389,11 +468,12 @@ class TransactionManager:
 
     # -- completing a decided transaction ------------------------------------------------------
 
-    def _start_markers(self, transactional_id: str, now_ms: int,
-                       answered: bool = False) -> MarkerWrite | None:
-        """Write the markers of a PrepareCommit/PrepareAbort transaction; the transaction
-        completes in their commit's callback. None if it is not in such a state or someone else
-        is completing it."""
+    def _start_markers(self, transactional_id: str, now_ms: int, answered: bool = False,
+                       skip: frozenset[TopicPartition] = frozenset()) -> MarkerWrite | None:
+        """Write the markers of a PrepareCommit/PrepareAbort transaction (but on ``skip``:
+        recovery found them written, ``_marked_ahead``); the transaction completes in their
+        commit's callback. None if it is not in such a state or someone else is completing
+        it."""
         md = self.coordinator.get(transactional_id)
         if (transactional_id in self._completing or md is None or md.pending is not None
                 or md.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)):
@@ -402,7 +482,7 @@ class TransactionManager:
         try:
             return self.markers.write(
                 md.producer_id, md.producer_epoch, md.state is TxnState.PREPARE_COMMIT,
-                COORDINATOR_EPOCH, md.partitions, now_ms,
+                COORDINATOR_EPOCH, md.partitions - skip if skip else md.partitions, now_ms,
                 lambda written: self._markers_decided(transactional_id, written), answered)
         except BaseException:
             self._completed(transactional_id)
@@ -616,12 +696,13 @@ class TransactionManager:
             # A commit makes the transaction's batches durable with its Prepare record (they
             # were answered once appended); an abort's markers cover its partitions anyway. The
             # record carries the partitions' end offsets: a power cut inside the round can keep
-            # the record and lose a partition's end (recovery then aborts: ``_recover``).
-            data = self._partitions(transition.partitions) if commit else []
-            if commit:
-                transition = self.coordinator.record_end_offsets(
-                    transition, {(p.topic, p.index): p.log_end_offset for p in data})
-            prepare = self._commit(transition, now_ms, data, then=prepared)
+            # the record and lose a partition's end (recovery then aborts the commit), or keep
+            # a marker and a batch of the next transaction after it and lose the Complete
+            # record (recovery then does not write that marker again: ``_marked_ahead``).
+            data = self._partitions(transition.partitions)
+            transition = self.coordinator.record_end_offsets(
+                transition, {(p.topic, p.index): p.log_end_offset for p in data})
+            prepare = self._commit(transition, now_ms, data if commit else (), then=prepared)
         except KafkaError as exc:
             return exc.code
         in_request = False

@@ -46,10 +46,11 @@ big-endian::
         tag                uvarint
         size               uvarint  bytes of the field (a reader skips a tag it does not know)
         field              size bytes
-    tagged field 0, end_offsets (a PrepareCommit of a commit: the log end offset of each data
-    partition of the transaction when the record was appended, which the record's group-commit
-    round makes durable; recovery after a machine restart aborts the commit if a partition came
-    back shorter):
+    tagged field 0, end_offsets (the Prepare record of a client's EndTxn: the log end offset of
+    each data partition of the transaction when the record was appended, which a commit's
+    group-commit round makes durable; recovery after a machine restart aborts the commit if a
+    partition came back shorter, and writes no marker again where the producer's next
+    transaction follows it):
       topic_count          int32
         topic              string
         partition_count    int32
@@ -305,6 +306,8 @@ class TxnLog:
             restore_fixed_config(logs, TRANSACTION_STATE_TOPIC, self.topic_config, log)
 
     def partition_of(self, transactional_id: str) -> int:
+        if self.num_partitions == 1:  # the default here: no hash per record
+            return 0
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:

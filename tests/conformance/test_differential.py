@@ -111,12 +111,8 @@ def minibroker(tmp_path_factory):
     (work / "server.properties").write_text(
         "".join(f"{key}={value}\n" for key, value in SMALL_INTERNAL_TOPICS.items()
                 if not key.startswith("share.")) + "group.initial.rebalance.delay.ms=0\n")
-    proc = BrokerProcess(work / "data", "--config", str(work / "server.properties"))
-    proc.start()
-    try:
+    with BrokerProcess(work / "data", "--config", str(work / "server.properties")) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

@@ -35,10 +35,9 @@ ANY, LITERAL, PREFIXED = ("*", ResourcePatternType.LITERAL, ResourcePatternType.
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     d = tmp_path_factory.mktemp("acls")
-    props = d / "server.properties"
-    props.write_text("\n".join(secured("connection.failed.authentication.delay.ms=0",
-                                        "group.initial.rebalance.delay.ms=0")) + "\n")
-    proc = BrokerProcess(d / "data", "--config", str(props))
+    proc = BrokerProcess.configured(d, "\n".join(secured(
+        "connection.failed.authentication.delay.ms=0",
+        "group.initial.rebalance.delay.ms=0")) + "\n")
     proc.start()
     try:
         admin = AdminClient(conf(proc, "admin"))

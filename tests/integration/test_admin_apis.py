@@ -43,14 +43,8 @@ BROKER_CONFIG = (
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("admin")
-    config = tmp / "server.properties"
-    config.write_text(BROKER_CONFIG)
-    proc = BrokerProcess(tmp / "data", "--config", str(config))
-    proc.start()
-    try:
+    with BrokerProcess.configured(tmp, BROKER_CONFIG) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture(scope="module")

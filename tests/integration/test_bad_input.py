@@ -22,12 +22,11 @@ TOPIC = "intact"
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     data = tmp_path_factory.mktemp("bad-input")
-    config = data / "server.properties"
-    config.write_text(
+    proc = BrokerProcess.configured(
+        data,
         f"auto.create.topics.enable=false\nmessage.max.bytes={MAX_MESSAGE_BYTES}\n"
-        "socket.request.max.bytes=1048576\n"
+        "socket.request.max.bytes=1048576\n",
     )
-    proc = BrokerProcess(data / "data", "--config", str(config))
     proc.start()
     with RawConnection(proc.port) as conn:
         created = conn.request(ApiKey.CREATE_TOPICS, 2, _create_topics_body(TOPIC, 1))

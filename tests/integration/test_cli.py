@@ -40,12 +40,8 @@ def run(*args: str, input: str | None = None, env: dict | None = None,
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("cli") / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("cli") / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

@@ -19,9 +19,8 @@ from tests.broker_process import BrokerProcess
 def broker(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kafka-names")
     # Consumer groups join at once instead of after Kafka's 3 s first-join wait.
-    (tmp / "server.properties").write_text("group.initial.rebalance.delay.ms=0\n")
-    proc = BrokerProcess(tmp / "data", "--config", str(tmp / "server.properties"),
-                         "--flush", "never").start()
+    proc = BrokerProcess.configured(tmp, "group.initial.rebalance.delay.ms=0\n",
+                                    "--flush", "never").start()
     yield proc
     assert proc.stop() == 0
 

@@ -196,8 +196,7 @@ def conformance_broker(tmp_path_factory):
 
     tmp = tmp_path_factory.mktemp("conformance")
     # The JoinGroup cases are answered at once instead of after Kafka's 3 s first-join wait.
-    (tmp / "server.properties").write_text("group.initial.rebalance.delay.ms=0\n")
-    proc = BrokerProcess(tmp / "data", "--config", str(tmp / "server.properties"))
+    proc = BrokerProcess.configured(tmp, "group.initial.rebalance.delay.ms=0\n")
     proc.start()
     try:
         with RawConnection(proc.port) as conn:

@@ -41,11 +41,11 @@ TOPIC = "delayed"
 def start(tmp_path: Path, transaction_version: int) -> tuple[HoldingProxy, BrokerProcess]:
     """The broker advertises the proxy's port, so every client connection goes through it."""
     proxy = HoldingProxy(("127.0.0.1", 1))
-    config = tmp_path / "server.properties"
-    config.write_text(f"transaction.version={transaction_version}\n"
-                      "transaction.abort.timed.out.transaction.cleanup.interval.ms=200\n")
-    broker = BrokerProcess(tmp_path / "data", "--config", str(config),
-                           "--advertised-port", str(proxy.port))
+    broker = BrokerProcess.configured(
+        tmp_path,
+        f"transaction.version={transaction_version}\n"
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms=200\n",
+        "--advertised-port", str(proxy.port))
     try:
         broker.start()
     except BaseException:

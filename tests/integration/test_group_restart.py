@@ -26,14 +26,8 @@ TOPIC = "orders"
 
 @pytest.fixture
 def broker(tmp_path):
-    config = tmp_path / "server.properties"
-    config.write_text(BROKER_CONFIG)
-    proc = BrokerProcess(tmp_path / "data", "--config", str(config))
-    proc.start()
-    try:
+    with BrokerProcess.configured(tmp_path, BROKER_CONFIG) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def wait_for(condition, what: str, timeout: float = 30.0, step=None) -> None:

@@ -35,14 +35,8 @@ HEARTBEAT_MS = 300
 
 @pytest.fixture
 def broker(tmp_path):
-    config = tmp_path / "server.properties"
-    config.write_text(BROKER_CONFIG)
-    proc = BrokerProcess(tmp_path / "data", "--config", str(config))
-    proc.start()
-    try:
+    with BrokerProcess.configured(tmp_path, BROKER_CONFIG) as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> None:

@@ -67,12 +67,8 @@ def _consume_kafka_python(bootstrap: str, topic: str) -> list[bytes]:
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    proc = BrokerProcess(tmp_path_factory.mktemp("hardening") / "data")
-    proc.start()
-    try:
+    with BrokerProcess(tmp_path_factory.mktemp("hardening") / "data") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 def test_poison_batches_are_refused_and_the_partition_stays_readable(broker):
@@ -176,9 +172,7 @@ def test_undecodable_transaction_log_record_is_skipped_and_its_partition_served(
     # Kafka's partition count, so that the bystander's records are in another partition.
     assert partition_for(victim, 50) != partition_for(bystander, 50)
     index = partition_for(victim, 50)
-    properties = tmp_path / "server.properties"
-    properties.write_text("transaction.state.log.num.partitions=50\n")
-    proc = BrokerProcess(tmp_path / "data", "--config", str(properties))
+    proc = BrokerProcess.configured(tmp_path, "transaction.state.log.num.partitions=50\n")
     proc.start()
     try:
         with RawConnection(proc.port) as conn:

@@ -34,9 +34,8 @@ CANARY = [b"canary-1", b"canary-2"]
 def _start(tmp_path, mode: str) -> tuple[BrokerProcess, dict]:
     if mode == "anonymous":
         return BrokerProcess(tmp_path / "data").start(), {}
-    props = tmp_path / "server.properties"
-    props.write_text("\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n")
-    proc = BrokerProcess(tmp_path / "data", "--config", str(props)).start()
+    properties = "\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n"
+    proc = BrokerProcess.configured(tmp_path, properties).start()
     with ops.connect(proc.port, "admin", "admin-secret") as admin:
         for resource, name, operation in (
                 ("topic", "*", "all"), ("transactional_id", "*", "write"),

@@ -38,8 +38,7 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory, pki):
     d = tmp_path_factory.mktemp("java-props")
-    props = d / "server.properties"
-    props.write_text("\n".join([
+    proc = BrokerProcess.configured(d, "\n".join([
         "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0",
         f"ssl.keystore.location={pki / 'server.pem'}",
         f"ssl.truststore.location={pki / 'ca.pem'}",
@@ -49,8 +48,7 @@ def broker(tmp_path_factory, pki):
         "authorizer.class.name=StandardAuthorizer",
         "super.users=User:admin;User:alice",
         "allow.everyone.if.no.acl.found=false",
-    ]) + "\n")
-    proc = BrokerProcess(d / "data", "--config", str(props)).start()
+    ]) + "\n").start()
     proc.ports = {m.group(1): int(m.group(2)) for line in proc.output
                   for m in [re.search(r"listener (\w+) \(\w+\) on [^:]+:(\d+)", line)] if m}
     try:

@@ -29,9 +29,8 @@ def rss_mb(pid: int) -> float:
 
 
 def start(tmp_path, **props) -> BrokerProcess:
-    config = tmp_path / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    return BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    properties = "".join(f"{k}={v}\n" for k, v in props.items())
+    return BrokerProcess.configured(tmp_path, properties).start()
 
 
 def create(conn: RawConnection, name: str, partitions: int = 1) -> int:
@@ -236,10 +235,23 @@ def test_queued_max_request_bytes_holds_back_large_requests(tmp_path):
         broker.stop()
 
 
-def _limit_fsize(limit: int):
-    def preexec() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-    return preexec
+def start_limited(tmp_path, which: int, soft: int, hard: int) -> BrokerProcess:
+    """``start(tmp_path)`` with the resource limit ``which`` set to ``(soft, hard)`` in the broker's
+    process before it runs (this start only: a later ``restart()`` runs without it)."""
+    from tests import broker_process
+
+    original = broker_process.popen
+
+    def limited_popen(*args, **kwargs):
+        def preexec() -> None:
+            resource.setrlimit(which, (soft, hard))
+        return original(*args, preexec_fn=preexec, **kwargs)
+
+    broker_process.popen = limited_popen
+    try:
+        return start(tmp_path)
+    finally:
+        broker_process.popen = original
 
 
 @pytest.mark.slow
@@ -247,19 +259,7 @@ def test_disk_full_is_answered_with_storage_error_and_writes_resume(tmp_path):
     """A full disk, simulated with RLIMIT_FSIZE on the broker process (no root, no mount): every
     write past the limit fails with EFBIG, as one past a full disk fails with ENOSPC. Raising the
     limit of the running broker (prlimit) plays the part of freeing space."""
-    from tests import broker_process
-
-    limit = 3 * 1024 * 1024
-    original = broker_process.popen
-
-    def limited_popen(*args, **kwargs):
-        return original(*args, preexec_fn=_limit_fsize(limit), **kwargs)
-
-    broker_process.popen = limited_popen
-    try:
-        broker = start(tmp_path)
-    finally:
-        broker_process.popen = original
+    broker = start_limited(tmp_path, resource.RLIMIT_FSIZE, 3 * 1024 * 1024, resource.RLIM_INFINITY)
     try:
         with RawConnection(broker.port) as conn:
             assert create(conn, "full") == ErrorCode.NONE
@@ -295,20 +295,7 @@ def _high_watermark(conn: RawConnection, topic: str) -> int:
 def test_running_out_of_descriptors_never_kills_the_broker(tmp_path):
     """RLIMIT_NOFILE of 200: connections are capped below it (refused cleanly), and partitions
     that cannot open their files get errors while the broker keeps serving."""
-    from tests import broker_process
-
-    original = broker_process.popen
-
-    def limited_popen(*args, **kwargs):
-        def preexec() -> None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))
-        return original(*args, preexec_fn=preexec, **kwargs)
-
-    broker_process.popen = limited_popen
-    try:
-        broker = start(tmp_path)
-    finally:
-        broker_process.popen = original
+    broker = start_limited(tmp_path, resource.RLIMIT_NOFILE, 200, 200)
     try:
         socks = []
         for _ in range(250):

@@ -93,8 +93,7 @@ def test_security_page_example_starts(tmp_path):
     text = example.replace("/etc/minibroker", str(tmp_path)).replace("0.0.0.0", "127.0.0.1")
     text = re.sub(r"//(127\.0\.0\.1):909\d", r"//\1:0", text.split("advertised.listeners")[0]) + \
         "advertised.listeners" + text.split("advertised.listeners")[1]
-    (tmp_path / "server.properties").write_text(text)
-    broker = BrokerProcess(tmp_path / "data", "--config", str(tmp_path / "server.properties"))
+    broker = BrokerProcess.configured(tmp_path, text)
     broker.start()
     try:
         port = int(re.search(r"listener SASL_SSL \(SASL_SSL\) on 127\.0\.0\.1:(\d+)",

@@ -55,8 +55,7 @@ def pki(tmp_path_factory):
 @pytest.fixture(scope="module")
 def secure_broker(tmp_path_factory, pki):
     d = tmp_path_factory.mktemp("secure")
-    props = d / "server.properties"
-    props.write_text("\n".join([
+    proc = BrokerProcess.configured(d, "\n".join([
         "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,"
         "SASL_PLAINTEXT://127.0.0.1:0",
         f"ssl.keystore.location={pki['server']}",
@@ -67,7 +66,6 @@ def secure_broker(tmp_path_factory, pki):
         # The consumer groups here join at once instead of after Kafka's 3 s first-join wait.
         "group.initial.rebalance.delay.ms=0",
     ]) + "\n")
-    proc = BrokerProcess(d / "data", "--config", str(props))
     proc.start()
     ports = {m.group(1): int(m.group(2)) for line in proc.output
              for m in [re.search(r"listener (\w+) \(\w+\) on [^:]+:(\d+)", line)] if m}

@@ -26,10 +26,9 @@ DELAY_MS = 300
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
     d = tmp_path_factory.mktemp("review")
-    props = d / "server.properties"
-    props.write_text("\n".join(secured(f"connection.failed.authentication.delay.ms={DELAY_MS}",
-                                        "group.initial.rebalance.delay.ms=0")) + "\n")
-    proc = BrokerProcess(d / "data", "--config", str(props))
+    proc = BrokerProcess.configured(d, "\n".join(secured(
+        f"connection.failed.authentication.delay.ms={DELAY_MS}",
+        "group.initial.rebalance.delay.ms=0")) + "\n")
     proc.start()
     try:
         with login(RawConnection(port(proc)), "admin") as admin:

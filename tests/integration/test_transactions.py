@@ -51,9 +51,8 @@ BROKER_CONFIG = {
 
 
 def start_broker(tmp_path: Path, crash_at: str | None = None, **extra: str) -> BrokerProcess:
-    config = tmp_path / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items()))
-    return BrokerProcess(tmp_path / "data", "--config", str(config), crash_at=crash_at).start()
+    properties = "".join(f"{k}={v}\n" for k, v in {**BROKER_CONFIG, **extra}.items())
+    return BrokerProcess.configured(tmp_path, properties, crash_at=crash_at).start()
 
 
 @pytest.fixture

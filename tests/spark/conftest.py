@@ -128,14 +128,8 @@ def spark_with_retries(spark_sessions):
 def spark_broker(tmp_path_factory):
     """One broker subprocess for the suite; tests keep apart by using their own topic names."""
     base = tmp_path_factory.mktemp("spark-broker")
-    config = base / "server.properties"
-    config.write_text(BROKER_PROPERTIES)
-    proc = BrokerProcess(base / "data", "--config", str(config), "--flush", "never")
-    proc.start()
-    try:
+    with BrokerProcess.configured(base, BROKER_PROPERTIES, "--flush", "never") as proc:
         yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture

@@ -32,14 +32,8 @@ PROPERTIES = "num.partitions=2\ngroup.initial.rebalance.delay.ms=0\n"
 
 @pytest.fixture
 def own_broker(tmp_path):
-    config = tmp_path / "server.properties"
-    config.write_text(PROPERTIES)
-    broker = BrokerProcess(tmp_path / "data", "--config", str(config))
-    broker.start()
-    try:
+    with BrokerProcess.configured(tmp_path, PROPERTIES) as broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 def restart(broker: BrokerProcess, down_for: float = 1.4) -> None:

@@ -21,14 +21,13 @@ def secure(tmp_path_factory):
     ca = trustme.CA()
     ca.cert_pem.write_to_path(str(d / "ca.pem"))
     ca.issue_cert("127.0.0.1").private_key_and_cert_chain_pem.write_to_path(str(d / "server.pem"))
-    (d / "server.properties").write_text("\n".join([
+    proc = BrokerProcess.configured(d, "\n".join([
         "listeners=SASL_SSL://127.0.0.1:0",
         f"ssl.keystore.location={d / 'server.pem'}",
         "listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain."
         'PlainLoginModule required user_spark="spark-secret";',
         "num.partitions=2",
-    ]) + "\n")
-    proc = BrokerProcess(d / "data", "--config", str(d / "server.properties")).start()
+    ]) + "\n").start()
     try:
         yield proc, {"kafka.security.protocol": "SASL_SSL", "kafka.sasl.mechanism": "PLAIN",
                      "kafka.sasl.username": "spark", "kafka.sasl.password": "spark-secret",

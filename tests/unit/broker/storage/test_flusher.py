@@ -5,6 +5,8 @@ PrepareCommit), and readers never see it before it is synced."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import trio
@@ -191,4 +193,77 @@ async def test_a_commit_waits_for_a_round_while_other_requests_are_ready(tmp_pat
         ready.set()
         commit = s.commit([p0], answered=True)
         assert commit.done and commit.ok and p0.high_watermark == 3
+    s.close()
+
+
+async def test_what_a_roll_leaves_is_synced_by_a_round_off_the_loop(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """A segment roll does no fsync on the event loop, in either flush mode: the rolled segment,
+    its index, the snapshot at the roll offset and the directory go to a round in the worker
+    thread: the commit's, or with nobody committing (``--flush never``, a roll of an idle
+    segment) a background round within half a second. With ``--flush always`` the high
+    watermark waits for that round."""
+    loop_thread = threading.get_ident()
+    on_loop: list[str] = []
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+
+        def watched(fd: int, real=real, name=name) -> None:
+            if threading.get_ident() == loop_thread:
+                on_loop.append(name)
+            real(fd)
+
+        monkeypatch.setattr(os, name, watched)
+    for flush in ("always", "never"):
+        logs = LogManager(tmp_path / flush, LogConfig(flush=flush), NOW)
+        logs.create_topic("small", 1, {"segment.bytes": "2000"}, NOW)
+        arrived = DataArrived()
+        s = Storage(logs, FlushScheduler(arrived, seconds=Seconds()), arrived,
+                    durable=flush == "always")
+        p = s.partition("small", 0)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(s.flusher.run)
+            await trio.testing.wait_all_tasks_blocked()
+            while len(p.segments) == 1:
+                before = len(on_loop)  # a lone small write before is synced inline
+                _, commit = s.append(p, record(300), NOW)
+                if commit is not None:
+                    assert await commit.wait()
+            roll = p.segments[-1].base_offset
+            assert p.high_watermark == p.log_end_offset == roll + 1  # after the round
+            if flush == "always":
+                assert (p.dir / f"{roll:020d}.snapshot").exists()
+            # Nobody commits: an idle compacted partition rolled by the cleaner's service.
+            assert p.roll_if_idle(NOW + 10**9)
+            for offset in (roll, roll + 1):
+                with trio.fail_after(5):  # the background round
+                    while not (p.dir / f"{offset:020d}.snapshot").exists() or s.flusher.busy:
+                        await trio.sleep(0.01)
+            assert on_loop[before:] == [] and not p.needs_directory_sync
+            assert s.flusher.rounds > 0
+            nursery.cancel_scope.cancel()
+        s.close()
+
+
+async def test_a_commit_tied_to_a_rolled_partition_goes_to_a_round(tmp_path: Path) -> None:
+    """A lone small commit is synced inline, with the partitions tied to it; if one of those
+    rolled a segment, what the roll left would be synced on the event loop: the commit goes to
+    a round (in the worker thread) instead."""
+    seconds = Seconds()
+    s = storage(tmp_path, seconds)
+    s.logs.create_topic("small", 1, {"segment.bytes": "1000"}, NOW)
+    p, q = s.partition("t", 0), s.partition("small", 0)
+    while len(q.segments) == 1:
+        q.append_untrusted(record(300), NOW)  # e.g. __transaction_state records
+    s.sync_together(p, q)
+    p.append_untrusted(record(), NOW)
+    commit = s.commit([p])
+    assert not commit.done and q.needs_directory_sync
+    s.settle()
+    assert commit.done and commit.ok and not q.needs_directory_sync
+    assert q.high_watermark == q.log_end_offset
+    seconds.now += 1.0
+    p.append_untrusted(record(), NOW)
+    assert s.commit([p]).done  # nothing rolled: inline again
     s.close()

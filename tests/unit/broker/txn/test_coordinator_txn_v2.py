@@ -5,41 +5,12 @@ fenced instead of acting on the next transaction. Produce v12 adds partitions by
 
 from __future__ import annotations
 
-import itertools
-
-import pytest
-
-from broker.txn.coordinator import (
-    EPOCH_EXHAUSTED,
-    INT16_MAX,
-    TransactionCoordinator,
-    TxnConfig,
-    TxnTransition,
-)
+from broker.txn.coordinator import EPOCH_EXHAUSTED, INT16_MAX, TransactionCoordinator
 from broker.txn.state import TxnState
-from protocol.errors import ErrorCode, KafkaError
+from protocol.errors import ErrorCode
+from tests.unit.broker.txn.test_coordinator import NOW, TIMEOUT, TP, code, done, make
 
-NOW = 1_700_000_000_000
-TIMEOUT = 60_000
-TP = ("orders", 0)
 TP2 = ("orders", 1)
-
-
-def make() -> TransactionCoordinator:
-    ids = itertools.count(1000)
-    return TransactionCoordinator(TxnConfig(), lambda: next(ids))
-
-
-def code(fn) -> ErrorCode:
-    with pytest.raises(KafkaError) as info:
-        fn()
-    return info.value.code
-
-
-def done(c: TransactionCoordinator, t) -> TxnTransition:
-    assert isinstance(t, TxnTransition)
-    c.complete(t)
-    return t
 
 
 def start(c: TransactionCoordinator, tid: str = "tx") -> tuple[int, int]:
