@@ -11,9 +11,10 @@ tests check them against the declared codecs byte for byte and value for value.
   ``struct.unpack_from`` and return what the declared codec returns: a construct ``Container`` with
   the same keys in the same order (the fields a version lacks at their defaults, ``tagged_fields``
   in every struct of a flexible version); arrays are plain lists (``ListContainer`` is a list
-  subclass, equal to them). They accept exactly what the declared codec accepts, the request
-  array-element budget (``MAX_REQUEST_ARRAY_ELEMENTS``) included, and raise only
-  ``CorruptFrameError``; nothing allocated exceeds the frame's size or the budget.
+  subclass, equal to them); each struct is a Container subclass whose fields are properties
+  (``_records``: attribute reads cost a tenth). They accept exactly what the declared codec
+  accepts, the request array-element budget (``MAX_REQUEST_ARRAY_ELEMENTS``) included, and raise
+  only ``CorruptFrameError``; nothing allocated exceeds the frame's size or the budget.
 - Encoders (``encode_*(obj, version)``) take what the declared codec takes (a dict or Container,
   a missing field as its default, fields the version lacks ignored) and return the same bytes.
   They return None for what they leave to the declared codec (raw ``tagged_fields`` to write);
@@ -24,6 +25,7 @@ tests check them against the declared codecs byte for byte and value for value.
 from __future__ import annotations
 
 import struct
+from operator import itemgetter
 from typing import Any
 
 from construct import Container
@@ -48,6 +50,43 @@ _I32_I16_NO_TAGS = struct.Struct(">ihx")  # partition_index, error_code, empty t
 _VARINT1 = [bytes((i,)) for i in range(0x80)]  # the unsigned varints of one byte
 
 _DECODE_ERRORS = (struct.error, IndexError)
+
+
+def _records(name: str, fields: str) -> tuple[type[Container], type[Container]]:
+    """Two ``Container`` subclasses (non-flexible versions, flexible versions: with
+    ``tagged_fields``) whose fields read as attributes at the speed of a property. A Container
+    finds them in ``__getattr__``, which Python calls only after a failed lookup: about 0.6 us a
+    read on this machine, 0.07 us through the property, and the handlers read a request's fields
+    about 20 times per transaction. Everything else is Container's (item access, equality,
+    attribute assignment, AttributeError for a field the message lacks)."""
+
+    def record(class_name: str, names: list[str]) -> type[Container]:
+        namespace: dict[str, Any] = {"__slots__": (), "__module__": __name__}
+        for field in names:
+            namespace[field] = property(itemgetter(field))
+        return type(class_name, (Container,), namespace)
+
+    names = fields.split()
+    return record(name, names), record(f"{name}Flexible", [*names, "tagged_fields"])
+
+
+AddPartitionsToTxnTopic, AddPartitionsToTxnTopicFlexible = _records(
+    "AddPartitionsToTxnTopic", "name partitions")
+AddPartitionsToTxnRequest, AddPartitionsToTxnRequestFlexible = _records(
+    "AddPartitionsToTxnRequest", "transactional_id producer_id producer_epoch topics")
+AddOffsetsToTxnRequest, AddOffsetsToTxnRequestFlexible = _records(
+    "AddOffsetsToTxnRequest", "transactional_id producer_id producer_epoch group_id")
+EndTxnRequest, EndTxnRequestFlexible = _records(
+    "EndTxnRequest", "transactional_id producer_id producer_epoch committed")
+TxnOffsetCommitPartition, TxnOffsetCommitPartitionFlexible = _records(
+    "TxnOffsetCommitPartition",
+    "partition_index committed_offset committed_leader_epoch committed_metadata")
+TxnOffsetCommitTopic, TxnOffsetCommitTopicFlexible = _records(
+    "TxnOffsetCommitTopic", "name partitions")
+TxnOffsetCommitRequest, TxnOffsetCommitRequestFlexible = _records(
+    "TxnOffsetCommitRequest",
+    "transactional_id group_id producer_id producer_epoch generation_id member_id"
+    " group_instance_id topics")
 
 
 def _truncated(exc: Exception) -> CorruptFrameError:
@@ -182,11 +221,11 @@ def _add_partitions(frame, offset: int) -> Container:
         name, pos = _string_at(frame, pos, end)
         n, pos, left = _array_count(frame, pos, left)
         partitions, pos = _int32s_at(frame, pos, end, n)
-        topic = Container()
+        topic = AddPartitionsToTxnTopic()
         topic["name"] = name
         topic["partitions"] = partitions
         topics.append(topic)
-    r = Container()
+    r = AddPartitionsToTxnRequest()
     r["transactional_id"] = transactional_id
     r["producer_id"] = producer_id
     r["producer_epoch"] = producer_epoch
@@ -213,7 +252,7 @@ def _add_partitions_flexible(frame, offset: int) -> Container:
             pos += 4
         else:
             partitions, pos = _int32s_at(frame, pos, end, n)
-        topic = Container()
+        topic = AddPartitionsToTxnTopicFlexible()
         topic["name"] = name
         topic["partitions"] = partitions
         if frame[pos] == 0:  # no tagged fields: what clients send
@@ -222,7 +261,7 @@ def _add_partitions_flexible(frame, offset: int) -> Container:
         else:
             topic["tagged_fields"], pos = _tagged_fields_at(frame, pos, end)
         topics.append(topic)
-    r = Container()
+    r = AddPartitionsToTxnRequestFlexible()
     r["transactional_id"] = transactional_id
     r["producer_id"] = producer_id
     r["producer_epoch"] = producer_epoch
@@ -280,13 +319,14 @@ ADD_OFFSETS_FIRST_FLEXIBLE = 3
 def decode_add_offsets_to_txn_request_untrusted(frame, offset: int, version: int) -> Container:
     try:
         end = len(frame)
-        r = Container()
         if version >= ADD_OFFSETS_FIRST_FLEXIBLE:
+            r = AddOffsetsToTxnRequestFlexible()
             r["transactional_id"], pos = _compact_string_at(frame, offset, end)
             r["producer_id"], r["producer_epoch"] = _I64_I16.unpack_from(frame, pos)
             r["group_id"], pos = _compact_string_at(frame, pos + 10, end)
             r["tagged_fields"] = _tagged_fields_at(frame, pos, end)[0]
         else:
+            r = AddOffsetsToTxnRequest()
             r["transactional_id"], pos = _string_at(frame, offset, end)
             r["producer_id"], r["producer_epoch"] = _I64_I16.unpack_from(frame, pos)
             r["group_id"] = _string_at(frame, pos + 10, end)[0]
@@ -316,8 +356,8 @@ END_TXN_WITH_PRODUCER = 5  # the answer carries the producer id and epoch (trans
 def decode_end_txn_request_untrusted(frame, offset: int, version: int) -> Container:
     try:
         end = len(frame)
-        r = Container()
         if version >= END_TXN_FIRST_FLEXIBLE:
+            r = EndTxnRequestFlexible()
             r["transactional_id"], pos = _compact_string_at(frame, offset, end)
             producer_id, producer_epoch, committed = _I64_I16_BOOL.unpack_from(frame, pos)
             r["producer_id"] = producer_id
@@ -326,6 +366,7 @@ def decode_end_txn_request_untrusted(frame, offset: int, version: int) -> Contai
             pos += 11
             r["tagged_fields"] = {} if frame[pos] == 0 else _tagged_fields_at(frame, pos, end)[0]
         else:
+            r = EndTxnRequest()
             r["transactional_id"], pos = _string_at(frame, offset, end)
             producer_id, producer_epoch, committed = _I64_I16_BOOL.unpack_from(frame, pos)
             r["producer_id"] = producer_id
@@ -372,19 +413,19 @@ def decode_txn_offset_commit_request_untrusted(frame, offset: int, version: int)
 
 def _txn_offset_commit(frame, offset: int, leader_epoch: bool) -> Container:
     end = len(frame)
-    r = Container()
+    r = TxnOffsetCommitRequest()
     r["transactional_id"], pos = _string_at(frame, offset, end)
     r["group_id"], pos = _string_at(frame, pos, end)
     r["producer_id"], r["producer_epoch"] = _I64_I16.unpack_from(frame, pos)
     count, pos, left = _array_count(frame, pos + 10, MAX_REQUEST_ARRAY_ELEMENTS)
     topics = []
     for _ in range(count):
-        topic = Container()
+        topic = TxnOffsetCommitTopic()
         topic["name"], pos = _string_at(frame, pos, end)
         n, pos, left = _array_count(frame, pos, left)
         partitions = []
         for _ in range(n):
-            p = Container()
+            p = TxnOffsetCommitPartition()
             if leader_epoch:
                 p["partition_index"], p["committed_offset"], p["committed_leader_epoch"] = (
                     _I32_I64_I32.unpack_from(frame, pos))
@@ -405,7 +446,7 @@ def _txn_offset_commit(frame, offset: int, leader_epoch: bool) -> Container:
 
 def _txn_offset_commit_flexible(frame, offset: int) -> Container:
     end = len(frame)
-    r = Container()
+    r = TxnOffsetCommitRequestFlexible()
     r["transactional_id"], pos = _compact_string_at(frame, offset, end)
     r["group_id"], pos = _compact_string_at(frame, pos, end)
     r["producer_id"], r["producer_epoch"], r["generation_id"] = _I64_I16_I32.unpack_from(
@@ -415,12 +456,12 @@ def _txn_offset_commit_flexible(frame, offset: int) -> Container:
     count, pos, left = _compact_array_count(frame, pos, MAX_REQUEST_ARRAY_ELEMENTS)
     topics = []
     for _ in range(count):
-        topic = Container()
+        topic = TxnOffsetCommitTopicFlexible()
         topic["name"], pos = _compact_string_at(frame, pos, end)
         n, pos, left = _compact_array_count(frame, pos, left)
         partitions = []
         for _ in range(n):
-            p = Container()
+            p = TxnOffsetCommitPartitionFlexible()
             p["partition_index"], p["committed_offset"], p["committed_leader_epoch"] = (
                 _I32_I64_I32.unpack_from(frame, pos))
             p["committed_metadata"], pos = _compact_nullable_string_at(frame, pos + 16, end)

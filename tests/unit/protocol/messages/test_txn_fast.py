@@ -8,6 +8,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from construct import Container
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,9 +76,19 @@ def _draw(data, key: int, version: int, direction: str):
 
 def _same(fast, declared) -> None:
     """Equal, with the same keys in the same order and the same leaf types (arrays are lists, the
-    declared codec's ListContainer a list subclass)."""
-    if isinstance(declared, dict):
-        assert type(fast) is type(declared)
+    declared codec's ListContainer a list subclass); structs are Containers whose every field
+    reads as an attribute through a property."""
+    if isinstance(declared, Container):
+        assert isinstance(fast, Container)
+        assert list(fast) == list(declared)
+        for k in declared:
+            assert isinstance(getattr(type(fast), k, None), property), k
+            assert getattr(fast, k) is fast[k]
+        assert not hasattr(fast, "not_a_field")
+        for k in declared:
+            _same(fast[k], declared[k])
+    elif isinstance(declared, dict):  # tagged_fields
+        assert type(fast) is dict
         assert list(fast) == list(declared)
         for k in declared:
             _same(fast[k], declared[k])
@@ -246,6 +257,8 @@ def test_decoded_values_are_what_the_handlers_read() -> None:
         -1, "", None)
     assert v0.topics[0].partitions[0].committed_leader_epoch == -1
     v0.topics = []  # the handlers narrow the topics in place (groups._split_topics)
+    assert v0.topics == [] and v0["topics"] == []
+    assert not hasattr(v0, "tagged_fields")  # a non-flexible version has none
     end = decode_request(ApiKey.END_TXN, 3, encode_request(ApiKey.END_TXN, 3, {
         "transactional_id": "tx", "producer_id": 7, "producer_epoch": 2, "committed": True}))
     assert (end.transactional_id, end.producer_id, end.producer_epoch, end.committed) == (
