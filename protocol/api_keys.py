@@ -108,11 +108,9 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
 
 
 def is_flexible(api_key: int, api_version: int) -> bool:
-    first = FIRST_FLEXIBLE_VERSION.get(ApiKey(api_key)) if api_key in _KNOWN else None
+    # ApiKey is an IntEnum: a plain int finds its member's entry (no enum lookup per request).
+    first = FIRST_FLEXIBLE_VERSION.get(api_key)  # type: ignore[call-overload]
     return first is not None and api_version >= first
-
-
-_KNOWN = frozenset(int(k) for k in ApiKey)
 
 
 def request_header_version(api_key: int, api_version: int) -> int:

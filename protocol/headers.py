@@ -20,6 +20,7 @@ from protocol.primitives import read_tagged_fields
 
 _FIXED = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
+_I16 = struct.Struct(">h")
 
 
 class RequestHeader(NamedTuple):
@@ -38,7 +39,7 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
         raise CorruptFrameError("request shorter than its header")
     api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
     # client_id is short and almost always present: parse it without a stream object.
-    (n,) = struct.unpack_from(">h", frame, _FIXED.size)
+    (n,) = _I16.unpack_from(frame, _FIXED.size)
     pos = _FIXED.size + 2
     if n == -1:
         client_id = None

@@ -657,7 +657,7 @@ class TransactionCoordinator:
         self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
     ) -> None:
         """A transactional batch may be written only to a partition of its producer's Ongoing
-        transaction. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
+        transaction, not while its end is pending. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
         INVALID_PRODUCER_EPOCH (a fenced producer) or INVALID_TXN_STATE."""
         md = self._txns.get(transactional_id)
         if md is None:
@@ -678,6 +678,15 @@ class TransactionCoordinator:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
                 f"{transactional_id!r} has no ongoing transaction for epoch {producer_epoch}",
+            )
+        if md.pending is not None:
+            # Its end is being made durable (PrepareCommit/PrepareAbort, or a fencing abort):
+            # the Prepare record covers only what was appended before it, so a batch now would
+            # be answered as part of a transaction whose commit cannot include it.
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"the transaction of {transactional_id!r} is ending "
+                f"({md.pending.state.display_name})",
             )
         if tp not in md.partitions:
             raise KafkaError(

@@ -306,6 +306,8 @@ class TxnLog:
             restore_fixed_config(logs, TRANSACTION_STATE_TOPIC, self.topic_config, log)
 
     def partition_of(self, transactional_id: str) -> int:
+        if self.num_partitions == 1:  # the default here: no hash per record
+            return 0
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:

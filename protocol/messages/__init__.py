@@ -6,7 +6,9 @@ Importing this package registers every codec; use ``decode_request`` / ``encode_
 pair. The Produce request and the Fetch response also have hand-written fast paths
 (``produce.decode_produce_request_untrusted``, ``produce.encode_produce_response``,
 ``fetch.encode_fetch_response_parts``, ``fetch.decode_fetch_response_untrusted``), checked against
-the declared codecs by tests; ``api_versions.SERVED`` is the table of served versions.
+the declared codecs by tests, and so do the transaction requests and responses (``txn_fast``,
+registered with their schemas: ``decode_request`` / ``encode_response`` use them);
+``api_versions.SERVED`` is the table of served versions.
 """
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)

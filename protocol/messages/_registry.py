@@ -5,29 +5,43 @@ for every version at import; each codec is compiled once, on first use (compilin
 import would cost every process start about a second). Decoded messages are construct ``Container``s
 (attribute access, like a frozen record; they are never mutated by our code). To encode, pass a
 dict or Container with every field.
+
+A few (api_key, version)s also have hand-written codecs (``register_fast``: the transaction requests
+and responses of ``txn_fast``), which ``decode_request`` and ``encode_response`` use instead for
+every caller; the declared codec stays the specification (``decode_request_declared``,
+``encode_response_declared``), and tests hold the two to the same values and bytes.
 """
 
 from __future__ import annotations
 
 import io
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from construct import Compiled, Construct, ConstructError, Container
 
 from protocol.errors import CorruptFrameError
 
+FastDecoder = Callable[[Any, int, int], Container]
+FastEncoder = Callable[[Any, int], "bytes | None"]
+
 
 class Schema:
     """The request and response codecs (construct ``Compiled``) of one (api_key, version)."""
 
-    __slots__ = ("api_key", "version", "_request", "_response")
+    __slots__ = ("api_key", "version", "_request", "_response", "fast_request", "fast_response")
 
     def __init__(self, api_key: int, version: int, request: Any, response: Any) -> None:
         self.api_key = api_key
         self.version = version
         self._request = request
         self._response = response
+        # Hand-written codecs (``register_fast``): ``fast_request(frame, offset, version)`` decodes
+        # an untrusted request as the declared codec does; ``fast_response(obj, version)`` encodes
+        # a response to the same bytes, or returns None to leave it to the declared codec.
+        self.fast_request: FastDecoder | None = None
+        self.fast_response: FastEncoder | None = None
 
     @property
     def request(self) -> Any:
@@ -72,6 +86,23 @@ def register(api_key: int, version: int, request: Any, response: Any) -> Schema:
     return schema
 
 
+def register_fast(
+    api_key: int, version: int, *, decode_request: FastDecoder | None = None,
+    encode_response: FastEncoder | None = None,
+) -> None:
+    """Give the registered (api_key, version) a hand-written request decoder and/or response
+    encoder, used by ``decode_request`` / ``encode_response`` in place of the declared codec.
+
+    The decoder must accept exactly what the declared codec accepts (the array-element budget
+    below included), return an equal value and raise only ``CorruptFrameError``; the encoder must
+    return the declared codec's bytes (or None: the declared codec encodes that value)."""
+    schema = _schema(int(api_key), version)
+    if decode_request is not None:
+        schema.fast_request = decode_request
+    if encode_response is not None:
+        schema.fast_response = encode_response
+
+
 # The most array elements one request may hold, all arrays together: decoding costs a few
 # microseconds per element, so this bounds the work (and memory) one request can cause (a
 # Metadata request naming 2 million topics fits in 4 MB). Kafka clients stay far below it.
@@ -105,6 +136,14 @@ def _schema(api_key: int, version: int) -> Schema:
 def decode_request(api_key: int, version: int, data, offset: int = 0) -> Container:
     """Decode a request body (bytes after the header). Raises only CorruptFrameError on bad bytes,
     also for more than ``MAX_REQUEST_ARRAY_ELEMENTS`` array elements in all."""
+    schema = SCHEMAS.get((api_key, version)) or _schema(api_key, version)
+    if schema.fast_request is not None:
+        return schema.fast_request(data, offset, version)
+    return _parse_untrusted(schema.request, data, offset, budgeted=True)
+
+
+def decode_request_declared(api_key: int, version: int, data, offset: int = 0) -> Container:
+    """``decode_request`` with the declared codec, whether or not a hand-written one exists."""
     return _parse_untrusted(_schema(api_key, version).request, data, offset, budgeted=True)
 
 
@@ -118,4 +157,17 @@ def encode_request(api_key: int, version: int, obj: Any) -> bytes:
 
 
 def encode_response(api_key: int, version: int, obj: Any) -> bytes:
+    schema = SCHEMAS.get((api_key, version)) or _schema(api_key, version)
+    if schema.fast_response is not None:
+        try:
+            data = schema.fast_response(obj, version)
+        except Exception:  # an invalid value: the declared codec raises what it always raised
+            data = None
+        if data is not None:
+            return data
+    return schema.response.build(obj)
+
+
+def encode_response_declared(api_key: int, version: int, obj: Any) -> bytes:
+    """``encode_response`` with the declared codec, whether or not a hand-written one exists."""
     return _schema(api_key, version).response.build(obj)

@@ -298,6 +298,20 @@ def test_verify_produce() -> None:
     assert code(lambda: c.verify_produce("tx", 1000, 0, TP)) == ErrorCode.INVALID_TXN_STATE
 
 
+def test_verify_produce_refuses_a_batch_while_the_end_is_pending() -> None:
+    """Between EndTxn's Prepare record being appended and its being durable the state is still
+    Ongoing: a batch then must not be answered as part of the transaction (the record's end
+    offsets, and so the commit, do not cover it)."""
+    c = make()
+    init(c)
+    begin(c)
+    for commit in (True, False):
+        prepare = c.prepare_end_txn("tx", 1000, 0, commit, NOW)
+        assert code(lambda: c.verify_produce("tx", 1000, 0, TP)) == ErrorCode.INVALID_TXN_STATE
+        c.abandon(prepare)  # the record could not be persisted: Ongoing again, nothing pending
+        c.verify_produce("tx", 1000, 0, TP)
+
+
 def test_replay_keeps_the_last_record_and_tombstones_remove() -> None:
     c = make()
     base = TxnTransition("tx", 1, 1, 0, -1, TIMEOUT, TxnState.EMPTY, frozenset(), -1, NOW)
