@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import gc
 import logging
 import resource
 import signal
@@ -587,6 +588,25 @@ def _nothing() -> None:
     pass
 
 
+# Young-generation threshold of the cyclic garbage collector while serving (Python's default:
+# 700). Each request allocates a few dozen containers that reference counting frees; at the
+# default the collector ran about every dozen requests and, through the full collections, kept
+# walking every object recovery built (indexes, producer states, partitions): 3.8% of the broker's
+# CPU samples at 50 transactional producers (perf, cpu-clock), 1.0% with this and ``gc.freeze``.
+# The garbage cycles it collects (exceptions with their tracebacks, finished coroutines) wait at
+# most this many allocations more: a few MB.
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def settle_garbage_collector() -> None:
+    """After recovery, before serving: what start built is kept for good (``gc.freeze``: the
+    collector no longer walks it), and young collections run less often."""
+    gc.collect()
+    gc.freeze()
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
+
+
 async def _serve_with(config: BrokerConfig, broker: Broker, metrics: Metrics | None,
                       task_status=trio.TASK_STATUS_IGNORED):
     await serve(config, broker=broker, metrics=metrics, task_status=task_status)
@@ -602,6 +622,7 @@ async def run_until_signal(
     """
     metrics = build_metrics(config)
     broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
+    settle_garbage_collector()
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
             async with trio.open_nursery() as nursery:

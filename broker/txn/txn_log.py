@@ -109,6 +109,8 @@ _I32 = struct.Struct(">i")
 _VALUE_HEAD = struct.Struct(">hqqhhib")  # version .. state
 _TIMES = struct.Struct(">qq")
 _TV2 = struct.Struct(">qb")  # value version 1: next_producer_id, txn_version
+_TIMES_TV2 = struct.Struct(">qqqb")  # _TIMES then _TV2, as encode_value writes them
+_ONE = _I32.pack(1)
 _END_OFFSET = struct.Struct(">iq")  # tagged field 0: partition, end offset
 _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
 
@@ -131,6 +133,9 @@ def encode_key(transactional_id: str) -> bytes:
 
 
 def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) -> bytes:
+    if len(end_offsets) == 1:  # the usual case, without the grouping
+        ((topic, partition), offset), = end_offsets
+        return b"".join((_ONE, _string(topic), _ONE, _END_OFFSET.pack(partition, offset)))
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in sorted(end_offsets):
         by_topic.setdefault(topic, []).append((partition, offset))
@@ -142,6 +147,21 @@ def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) ->
     return b"".join(parts)
 
 
+def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
+    if len(partitions) == 1:  # the usual case, without the grouping
+        (topic, partition), = partitions
+        return b"".join((_ONE, _string(topic), _ONE, _I32.pack(partition)))
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    parts = [_I32.pack(len(by_topic))]
+    for topic, ids in by_topic.items():
+        parts.append(_string(topic))
+        parts.append(_I32.pack(len(ids)))
+        parts.append(struct.pack(f">{len(ids)}i", *ids))
+    return b"".join(parts)
+
+
 def encode_value(t: TxnTransition) -> bytes | None:
     """The record value of a transition; None (a tombstone) for Dead. Version 2 only when a
     tagged field is present (a PrepareCommit's end offsets), else version 1."""
@@ -149,27 +169,18 @@ def encode_value(t: TxnTransition) -> bytes | None:
         return None
     if t.state not in _STORED_STATES:
         raise ValueError(f"state {t.state.display_name} is never stored")
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in sorted(t.partitions):
-        by_topic.setdefault(topic, []).append(partition)
-    tagged = [(_TAG_END_OFFSETS, _encode_end_offsets(t.end_offsets))] if t.end_offsets else []
     parts = [
-        _VALUE_HEAD.pack(VALUE_VERSION if tagged else 1, t.producer_id, t.last_producer_id,
-                         t.producer_epoch, t.last_producer_epoch, t.txn_timeout_ms, int(t.state)),
-        _I32.pack(len(by_topic)),
+        _VALUE_HEAD.pack(VALUE_VERSION if t.end_offsets else 1, t.producer_id,
+                         t.last_producer_id, t.producer_epoch, t.last_producer_epoch,
+                         t.txn_timeout_ms, t.state),
+        _encode_partitions(t.partitions),
+        _TIMES_TV2.pack(t.txn_start_ms, t.txn_last_update_ms, t.next_producer_id,
+                        t.txn_version),
     ]
-    for topic, partitions in by_topic.items():
-        parts.append(_string(topic))
-        parts.append(_I32.pack(len(partitions)))
-        parts.append(struct.pack(f">{len(partitions)}i", *partitions))
-    parts.append(_TIMES.pack(t.txn_start_ms, t.txn_last_update_ms))
-    parts.append(_TV2.pack(t.next_producer_id, t.txn_version))
-    if tagged:
-        parts.append(encode_uvarint(len(tagged)))
-        for tag, data in tagged:
-            parts.append(encode_uvarint(tag))
-            parts.append(encode_uvarint(len(data)))
-            parts.append(data)
+    if t.end_offsets:  # the tagged-field section: one field
+        data = _encode_end_offsets(t.end_offsets)
+        parts += (encode_uvarint(1), encode_uvarint(_TAG_END_OFFSETS), encode_uvarint(len(data)),
+                  data)
     return b"".join(parts)
 
 

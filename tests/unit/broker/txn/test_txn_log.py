@@ -91,6 +91,20 @@ def test_golden_record_version_2_with_end_offsets() -> None:
         decode_value("tx-1", b"\x00\x03" + encode_value(without)[2:])  # unknown version
 
 
+def test_golden_record_of_one_partition() -> None:
+    """One partition (a librdkafka transaction's usual shape) has its own short path in the
+    encoder: the same layout, one topic with one partition, and one end offset."""
+    t = replace(transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2)}),
+                end_offsets=((("orders", 2), 300),))
+    end_offsets = struct.pack(">i", 1) + b"\x00\x06orders" + struct.pack(">iiq", 1, 2, 300)
+    assert encode_value(t) == (
+        struct.pack(">hqqhhib", 2, 4000, 3999, 7, 6, 60_000, int(TxnState.PREPARE_COMMIT))
+        + struct.pack(">i", 1) + b"\x00\x06orders" + struct.pack(">ii", 1, 2)
+        + struct.pack(">qq", NOW, NOW + 5) + struct.pack(">qb", -1, 1)
+        + bytes([1, 0, len(end_offsets)]) + end_offsets)
+    assert decode_value("tx-1", encode_value(t)) == t
+
+
 _stored = st.sampled_from([s for s in TxnState
                            if s not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)])
 
