@@ -919,6 +919,9 @@ _DELTA_WIDTH_STARTS = (0, 64, 8192, 1 << 20)
 # _LEAF_RUN records, and those are checked record by record.
 _RUN = 4096
 _LEAF_RUN = 64
+# A batch of fewer records is checked record by record: the column slices cost about as much as
+# parsing 8 records (timeit: 1 record of 1 KiB 4.2 us by columns, 0.7 us alone).
+_FEW_RECORDS = 8
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
@@ -955,6 +958,9 @@ def _check_records(data: Any, p: int, n: int, count: int) -> None:
     if count > (n - p) // _MIN_RECORD_SIZE:
         raise CorruptFrameError(f"records count {count} does not fit in {n - p} bytes of records")
     j = 0
+    if count < _FEW_RECORDS:
+        p = _check_each_record(data, p, n, 0, count)
+        j = count
     while j < count:
         # A run never spans a change in the width of the offset delta.
         width = 1 if j < 64 else 2 if j < 8192 else 3 if j < 1 << 20 else 0

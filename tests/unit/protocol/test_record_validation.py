@@ -99,7 +99,7 @@ def slow_runs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
     return runs
 
 
-@pytest.mark.parametrize("count", [1, 2, 63, 64, 65, 200, 8192, 8193, 9500, 16385])
+@pytest.mark.parametrize("count", [8, 9, 63, 64, 65, 200, 8192, 8193, 9500, 16385])
 @pytest.mark.parametrize("key", [None, b"", b"k" * 70])
 def test_records_of_one_shape_take_the_fast_path(count: int, key: bytes | None,
                                                  slow_runs: list) -> None:
@@ -107,6 +107,13 @@ def test_records_of_one_shape_take_the_fast_path(count: int, key: bytes | None,
     # values hold about 9,000 records)
     _validate(encode_batch([(key, b"v" * 60, [], TS + i % 50) for i in range(count)]))
     assert slow_runs == []
+
+
+@pytest.mark.parametrize("count", [1, 2, 7])
+def test_a_batch_of_few_records_is_checked_one_by_one(count: int, slow_runs: list) -> None:
+    # cheaper than the column slices below _FEW_RECORDS records
+    _validate(encode_batch([(None, b"v" * 60, [], TS) for _ in range(count)]))
+    assert slow_runs == [(0, count)]
 
 
 def test_a_run_of_another_shape_is_checked_alone(slow_runs: list) -> None:
@@ -130,7 +137,7 @@ def test_records_of_other_shapes_are_checked_one_by_one(records: list, slow_runs
     assert slow_runs == [(0, 10)]
 
 
-@given(count=st.sampled_from([1, 2, 63, 64, 65, 140, 300, 8191, 8192, 8193, 8300]),
+@given(count=st.sampled_from([1, 2, 8, 9, 63, 64, 65, 140, 300, 8191, 8192, 8193, 8300]),
        key_len=st.integers(-1, 200), value_len=st.integers(-1, 200),
        ts_step=st.sampled_from([0, 1, 70, 9000]), data=st.data())
 @settings(max_examples=300, deadline=None)
