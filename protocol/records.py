@@ -518,7 +518,7 @@ def _build_batch(
     producer_epoch: int,
     base_sequence: int,
     partition_leader_epoch: int,
-) -> bytes:
+) -> tuple[bytearray, BatchHeader]:
     if not records:
         raise ValueError("a record batch needs at least one record")
     codec = attributes & COMPRESSION_MASK  # (an int: no enum lookup per batch)
@@ -591,8 +591,14 @@ def _build_batch(
         )
     except struct.error as exc:
         raise ValueError(f"record batch field out of range: {exc}") from exc
-    _UINT32.pack_into(out, CRC_OFFSET, _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
+    crc = _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])
+    _UINT32.pack_into(out, CRC_OFFSET, crc)
+    header = _tuple_new(BatchHeader, (
+        base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, 2, crc, attributes,
+        offset_delta - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+        offset_delta,
+    ))
+    return out, header
 
 
 def encode_batch(
@@ -614,6 +620,31 @@ def encode_batch(
     without a producer id, or a codec whose optional package (python-snappy, lz4, zstandard) is
     not installed.
     """
+    attributes = _batch_attributes(compression, timestamp_type, transactional, producer_id)
+    out, _ = _build_batch(records, attributes, base_offset, producer_id, producer_epoch,
+                          base_sequence, partition_leader_epoch)
+    return bytes(out)
+
+
+def build_batch(
+    records: Sequence[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]],
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    transactional: bool = False,
+    compression: Compression = Compression.NONE,
+    timestamp_type: int = 0,
+) -> tuple[bytearray, BatchHeader]:
+    """``encode_batch``'s batch (base offset 0, no leader epoch) as a bytearray, with its header:
+    what the broker's own writers hand to ``Partition.append_built_batch``, which patches the
+    base offset in place and needs no parse of the header it would read back."""
+    attributes = _batch_attributes(compression, timestamp_type, transactional, producer_id)
+    return _build_batch(records, attributes, 0, producer_id, producer_epoch, base_sequence, -1)
+
+
+def _batch_attributes(compression: Compression, timestamp_type: int, transactional: bool,
+                      producer_id: int) -> int:
     codec = Compression(compression)
     if timestamp_type not in (0, 1):
         raise ValueError(
@@ -626,15 +657,7 @@ def encode_batch(
         if producer_id < 0:
             raise ValueError("a transactional batch needs a producer id")
         attributes |= TRANSACTIONAL_BIT
-    return _build_batch(
-        records,
-        attributes,
-        base_offset,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        partition_leader_epoch,
-    )
+    return attributes
 
 
 def encode_control_batch(
@@ -648,6 +671,21 @@ def encode_control_batch(
     partition_leader_epoch: int = -1,
 ) -> bytes:
     """Build a transaction marker batch (COMMIT or ABORT) for ``producer_id``/``producer_epoch``."""
+    out, _ = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                 timestamp_ms, base_offset, partition_leader_epoch)
+    return bytes(out)
+
+
+def build_control_batch(
+    producer_id: int,
+    producer_epoch: int,
+    commit: bool,
+    coordinator_epoch: int,
+    timestamp_ms: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+) -> tuple[bytearray, BatchHeader]:
+    """``encode_control_batch``'s marker as a bytearray, with its header (see ``build_batch``)."""
     key = _CONTROL_KEY.pack(0, ControlType.COMMIT if commit else ControlType.ABORT)
     try:
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)

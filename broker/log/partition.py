@@ -81,8 +81,8 @@ from protocol.records import (
     LOG_OVERHEAD,
     BatchHeader,
     batch_crc_ok,
+    build_control_batch,
     decode_records_untrusted,
-    encode_control_batch,
     parse_header_untrusted,
     patch_base_offset,
     stamp_log_append_time,
@@ -174,7 +174,7 @@ class Partition:
         self.topic = topic
         self.index = index
         self.dir = directory
-        self.config = config
+        self.config = config  # (the setter below derives what every append reads)
         created = not directory.exists()
         directory.mkdir(exist_ok=True)
         loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
@@ -219,6 +219,29 @@ class Partition:
             f"Partition({self.topic}-{self.index}, start={self.log_start_offset}, "
             f"hw={self.high_watermark}, leo={self.log_end_offset})"
         )
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: LogConfig) -> None:
+        """The topic's settings (AlterConfigs replaces them), and what the append path reads of
+        them, computed once here instead of on every append."""
+        self._config = config
+        # max.message.bytes is a limit for clients; only the broker's own services write into
+        # the internal topics (every client path refuses them), and nothing may stop them.
+        self._max_batch_size = (
+            INT32_MAX if self.topic in INTERNAL_TOPICS else config.max_message_bytes
+        )
+        self._compact = config.compact
+        self._log_append_time = config.log_append_time
+        self._segment_bytes = config.segment_bytes
+        self._roll_ms = config.roll_ms
+        self._index_interval = config.index_interval_bytes
+        # Only fdatasync profits from preallocated blocks (see segment.PREALLOCATE_METHOD).
+        self._reserve = config.preallocate and config.flush == "always"
+        self._hw_follows_leo = config.flush == "never"
 
     @property
     def last_stable_offset(self) -> int:
@@ -274,9 +297,7 @@ class Partition:
         n = mv.nbytes
         if n == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches")
-        # max.message.bytes is a limit for clients; only the broker's own services write into
-        # the internal topics (every client path refuses them), and nothing may stop them.
-        max_size = INT32_MAX if self.topic in INTERNAL_TOPICS else self.config.max_message_bytes
+        max_size = self._max_batch_size
         batches: list[tuple[int, BatchHeader]] = []
         pos = 0
         while pos < n:
@@ -321,7 +342,7 @@ class Partition:
             batches.append((pos, header))
             pos += size
 
-        if self.config.compact:
+        if self._compact:
             self._check_keys(mv, batches)
         producers = self.producers
         if len(batches) == 1:
@@ -332,7 +353,7 @@ class Partition:
         if dup is not None:
             return AppendResult(dup.base_offset, dup.last_offset, True)
         log_append_time = -1
-        if self.config.log_append_time:
+        if self._log_append_time:
             log_append_time = now_ms
             batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
                        for pos, header in batches]
@@ -365,8 +386,14 @@ class Partition:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, str(exc)) from None
         if header.length + LOG_OVERHEAD != len(buf):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "expected exactly one whole batch")
+        return self.append_built_batch(buf, header, now_ms)
+
+    def append_built_batch(self, buf: bytearray, header: BatchHeader, now_ms: int) -> int:
+        """Append one batch the broker built itself with its header as built
+        (``records.build_batch`` / ``build_control_batch``): nothing to copy or parse back. Its
+        base offset is patched into ``buf``. Otherwise as ``append_control_batch``."""
         base_offset = self.log_end_offset
-        self._write(memoryview(buf), [(0, header)], now_ms)
+        self._write(buf, [(0, header)], now_ms)
         return base_offset
 
     def append_marker(
@@ -392,11 +419,9 @@ class Partition:
                 f"marker epoch {producer_epoch} is older than producer {producer_id}'s epoch "
                 f"{entry.producer_epoch} in {self.topic}-{self.index}",
             )
-        batch = encode_control_batch(
-            producer_id=producer_id, producer_epoch=producer_epoch, commit=commit,
-            coordinator_epoch=coordinator_epoch, timestamp_ms=now_ms,
-        )
-        offset = self.append_control_batch(batch, now_ms)
+        buf, header = build_control_batch(producer_id, producer_epoch, commit, coordinator_epoch,
+                                          now_ms)
+        offset = self.append_built_batch(buf, header, now_ms)
         marked = self.producers.get(producer_id)
         if marked is not None:
             marked.coordinator_epoch = coordinator_epoch
@@ -419,39 +444,38 @@ class Partition:
         ``[fetch_offset, upper_bound)``: the list a read_committed Fetch returns."""
         return self.txn_index.collect(fetch_offset, upper_bound)
 
-    def _write(self, mv: memoryview, batches: list[tuple[int, BatchHeader]], now_ms: int) -> int:
-        """Assign offsets, patch them in, write ``mv`` with one pwrite, index, update producers.
-        Returns the last offset written."""
-        config = self.config
-        n = mv.nbytes
+    def _write(self, buf: bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
+               now_ms: int) -> int:
+        """Assign offsets, patch them in, write ``buf`` (bytes, a flat memoryview) with one
+        pwrite, index, update producers. Returns the last offset written."""
+        n = len(buf)
         seg = self.segments[-1]
         if seg.size and (
-            seg.size + n > config.segment_bytes or now_ms - seg.roll_base_ms >= config.roll_ms
+            seg.size + n > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms
         ):
             try:
                 seg = self._roll()
             except OSError as exc:  # disk full, out of descriptors: nothing appended
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
-        if config.preallocate and config.flush == "always":
-            # Only fdatasync profits from preallocated blocks (see segment.PREALLOCATE_METHOD).
+        if self._reserve:
             try:
-                seg.reserve(n, config.segment_bytes)
+                seg.reserve(n, self._segment_bytes)
             except OSError:
                 # No room to preallocate ahead (a nearly full disk): a write that fits must
                 # still succeed, so go on without; the write itself says whether it fits.
                 pass
         offset = self.log_end_offset
         for pos, header in batches:
-            patch_base_offset(mv, pos, offset)
+            patch_base_offset(buf, pos, offset)
             offset += header.last_offset_delta + 1
         position = seg.size
         try:
-            seg.write(mv)
+            seg.write(buf)
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
         if seg.roll_base_ms < 0:
             seg.roll_base_ms = now_ms
-        interval = config.index_interval_bytes
+        interval = self._index_interval
         producers = self.producers
         offset = self.log_end_offset
         for pos, header in batches:
@@ -464,7 +488,7 @@ class Partition:
         self.log_end_offset = offset
         self._dirty = True
         self.unsynced_bytes += n
-        if config.flush == "never":
+        if self._hw_follows_leo:
             self.high_watermark = offset
         return offset - 1
 
@@ -476,7 +500,7 @@ class Partition:
         active = self.segments[-1]
         if not active.size or active.roll_base_ms < 0 or self.cleaning:
             return False
-        if now_ms - active.roll_base_ms < self.config.roll_ms:
+        if now_ms - active.roll_base_ms < self._roll_ms:
             return False
         self._roll()
         return True

@@ -766,3 +766,24 @@ def test_a_missing_codec_names_its_pypi_package_and_the_extra():
     extra = " ".join(pyproject["project"]["optional-dependencies"]["compression"])
     for codec in ("snappy", "lz4", "zstd"):
         assert codec_import(codec)[1] in extra
+
+
+@pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP])
+@pytest.mark.parametrize("producer", [(-1, -1, -1, False), (7, 2, 40, True)])
+def test_build_batch_returns_encode_batch_bytes_and_their_header(codec, producer) -> None:
+    pid, epoch, seq, transactional = producer
+    records = [(b"k", b"v" * 30, [("h", b"x")], 1_700_000_000_000 + i) for i in range(3)]
+    options = dict(producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                   transactional=transactional, compression=codec)
+    buf, header = rec.build_batch(records, **options)
+    assert isinstance(buf, bytearray)
+    assert bytes(buf) == encode_batch(records, **options)
+    assert header == parse_header_untrusted(buf)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_build_control_batch_returns_encode_control_batch_bytes_and_their_header(commit) -> None:
+    buf, header = rec.build_control_batch(9, 3, commit, 17, 1_700_000_000_000)
+    assert bytes(buf) == encode_control_batch(producer_id=9, producer_epoch=3, commit=commit,
+                                              coordinator_epoch=17, timestamp_ms=1_700_000_000_000)
+    assert header == parse_header_untrusted(buf)

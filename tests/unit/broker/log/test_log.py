@@ -17,6 +17,7 @@ from broker.log.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
     Compression,
+    build_batch,
     decode_batches_untrusted,
     encode_batch,
     encode_control_batch,
@@ -338,6 +339,20 @@ def test_append_control_batch(mgr: LogManager) -> None:
     p.flush()
     headers = [h for h, _ in decode_batches_untrusted(p.read(0, 1 << 20, 3))]
     assert headers[-1].is_control and headers[-1].base_offset == 2
+
+
+def test_append_built_batch_writes_the_bytes_append_control_batch_writes(mgr: LogManager) -> None:
+    records = [(b"key", b"value", (), NOW)]
+    mgr.create_topic("u", 1)
+    p = mgr.partition("t", 0)
+    q = mgr.partition("u", 0)
+    for _ in range(2):
+        assert p.append_control_batch(encode_batch(records), NOW) == \
+            q.append_built_batch(*build_batch(records), NOW)
+    p.flush()
+    q.flush()
+    assert p.read(0, 1 << 20, 2) == q.read(0, 1 << 20, 2)
+    assert base_offsets(q.read(0, 1 << 20, 2)) == [0, 1]
 
 
 # -- idempotence through the partition ------------------------------------------------------
