@@ -11,7 +11,7 @@ and the replay at start follow the live ids, not the history. Its segments are
 never touches the active segment, so the segment size bounds what is left uncleaned).
 
 Every transition is one RecordBatch v2 (magic 2, no compression, producerId -1, one record whose
-timestamp is the transition time), appended with ``Partition.append_control_batch``. The caller
+timestamp is the transition time), appended with ``Partition.append_built_batch``. The caller
 decides when it must be durable (``broker/txn/manager.py``: a Prepare record before its markers,
 an add or Complete record with the next committed record of its partition). Record layout,
 big-endian::
@@ -88,7 +88,7 @@ from broker.log.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.primitives import encode_uvarint
-from protocol.records import NO_PRODUCER_EPOCH, encode_batch
+from protocol.records import NO_PRODUCER_EPOCH, BatchHeader, build_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
@@ -300,8 +300,8 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
                          end_offsets)
 
 
-def encode_transition_batch(t: TxnTransition, now_ms: int) -> bytes:
-    return encode_batch([(encode_key(t.transactional_id), encode_value(t), (), now_ms)])
+def build_transition_batch(t: TxnTransition, now_ms: int) -> tuple[bytearray, BatchHeader]:
+    return build_batch([(encode_key(t.transactional_id), encode_value(t), (), now_ms)])
 
 
 class TxnLog:
@@ -331,7 +331,8 @@ class TxnLog:
         """Write the transition (not yet durable); returns the partition to flush.
         Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
         partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
-        partition.append_control_batch(encode_transition_batch(transition, now_ms), now_ms)
+        buf, header = build_transition_batch(transition, now_ms)
+        partition.append_built_batch(buf, header, now_ms)
         return partition
 
     def replay(self) -> Iterator[tuple[str, TxnTransition | None]]:
