@@ -30,8 +30,8 @@ the new epoch), so that the old instance can no longer write or commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 from broker.log.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
@@ -49,9 +49,10 @@ class TxnConfig:
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
 
-@dataclass(frozen=True)
-class TxnTransition:
-    """The complete metadata of a transactional id after a transition (what the log stores)."""
+class TxnTransition(NamedTuple):
+    """The complete metadata of a transactional id after a transition (what the log stores).
+    Immutable; a NamedTuple rather than a frozen dataclass because three are made per
+    transaction (0.3 against 1.5 us each)."""
 
     transactional_id: str
     producer_id: int
@@ -108,25 +109,23 @@ class TxnMetadata:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
     def _target(self, state: TxnState, now_ms: int, **changes: Any) -> TxnTransition:
-        values: dict[str, Any] = dict(
-            transactional_id=self.transactional_id,
-            producer_id=self.producer_id,
+        target = TxnTransition(
+            self.transactional_id,
+            self.producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
-            last_producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            last_producer_epoch=self.last_producer_epoch,
-            txn_timeout_ms=self.txn_timeout_ms,
-            state=state,
-            partitions=self.partitions,
-            txn_start_ms=self.txn_start_ms,
-            txn_last_update_ms=now_ms,
-            next_producer_id=self.next_producer_id,
-            txn_version=self.txn_version,
-            # Not carried over: only a Prepare record has them (``record_end_offsets``).
-            end_offsets=(),
+            self.producer_id,
+            self.producer_epoch,
+            self.last_producer_epoch,
+            self.txn_timeout_ms,
+            state,
+            self.partitions,
+            self.txn_start_ms,
+            now_ms,  # txn_last_update_ms
+            self.next_producer_id,
+            self.txn_version,
+            (),  # end_offsets: not carried over, only a Prepare record has them
         )
-        values.update(changes)
-        return TxnTransition(**values)
+        return target._replace(**changes) if changes else target
 
 
 @dataclass(frozen=True)
@@ -420,7 +419,7 @@ class TransactionCoordinator:
                 transition.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise RuntimeError(f"end offsets for a transition that is not a pending "
                                f"PrepareCommit or PrepareAbort: {transition}")
-        t = transition  # (built field by field: ``replace`` costs several times more)
+        t = transition  # (built field by field: ``_replace`` costs three times more)
         md.pending = TxnTransition(
             t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
             t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions, t.txn_start_ms,
@@ -463,7 +462,7 @@ class TransactionCoordinator:
                            last_producer_epoch=NO_PRODUCER_EPOCH)
         # The fence itself is never stored: the abort continues from it with the new epoch.
         check_transition(transactional_id, fence.state, TxnState.PREPARE_ABORT)
-        md.pending = replace(fence, state=TxnState.PREPARE_ABORT)
+        md.pending = fence._replace(state=TxnState.PREPARE_ABORT)
         return md.pending
 
     def prepare_abort_of_lost_commit(
@@ -488,7 +487,7 @@ class TransactionCoordinator:
                            last_producer_epoch=NO_PRODUCER_EPOCH,
                            next_producer_id=NO_PRODUCER_ID)
         check_transition(transactional_id, fence.state, TxnState.PREPARE_ABORT)
-        md.pending = replace(fence, state=TxnState.PREPARE_ABORT)
+        md.pending = fence._replace(state=TxnState.PREPARE_ABORT)
         return md.pending
 
     def prepare_complete(self, transactional_id: str, now_ms: int) -> TxnTransition:

@@ -78,7 +78,6 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
-from dataclasses import replace
 
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
@@ -395,4 +394,4 @@ def _fence_unknown_epoch(last: TxnTransition | None) -> TxnTransition | None:
     if last is None or last.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
                                           TxnState.COMPLETE_ABORT):
         return None
-    return replace(last, producer_epoch=EPOCH_EXHAUSTED, last_producer_epoch=NO_PRODUCER_EPOCH)
+    return last._replace(producer_epoch=EPOCH_EXHAUSTED, last_producer_epoch=NO_PRODUCER_EPOCH)

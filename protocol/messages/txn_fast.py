@@ -270,22 +270,22 @@ def _add_partitions_flexible(frame, offset: int) -> Container:
     return r
 
 
-def encode_add_partitions_to_txn_response(obj: Any, version: int) -> bytes | None:
-    """``{"throttle_time_ms", "results": [{"name", "results": [{"partition_index",
-    "error_code"}]}]}``"""
-    flexible = version >= ADD_PARTITIONS_FIRST_FLEXIBLE
+def _encode_errors_by_topic(obj: Any, flexible: bool, topics_key: str,
+                            partitions_key: str) -> bytes | None:
+    """``{"throttle_time_ms", topics_key: [{"name", partitions_key: [{"partition_index",
+    "error_code"}]}]}``: the answer of AddPartitionsToTxn and of TxnOffsetCommit."""
     if flexible and obj.get("tagged_fields"):
         return None
-    results = obj.get("results", ())
+    topics = obj.get(topics_key, ())
     parts = [_I32.pack(obj.get("throttle_time_ms", 0))]
     if flexible:
-        n = len(results) + 1
+        n = len(topics) + 1
         parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-        for topic in results:
+        for topic in topics:
             if topic.get("tagged_fields"):
                 return None
             name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get("results", ())
+            partitions = topic.get(partitions_key, ())
             n = len(name) + 1
             parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
             parts.append(name)
@@ -299,16 +299,23 @@ def encode_add_partitions_to_txn_response(obj: Any, version: int) -> bytes | Non
             parts.append(b"\x00")
         parts.append(b"\x00")
     else:
-        parts.append(_I32.pack(len(results)))
-        for topic in results:
+        parts.append(_I32.pack(len(topics)))
+        for topic in topics:
             name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get("results", ())
+            partitions = topic.get(partitions_key, ())
             parts.append(_I16.pack(len(name)))
             parts.append(name)
             parts.append(_I32.pack(len(partitions)))
             for p in partitions:
                 parts.append(_I32_I16.pack(p.get("partition_index", 0), p.get("error_code", 0)))
     return b"".join(parts)
+
+
+def encode_add_partitions_to_txn_response(obj: Any, version: int) -> bytes | None:
+    """``{"throttle_time_ms", "results": [{"name", "results": [{"partition_index",
+    "error_code"}]}]}``"""
+    return _encode_errors_by_topic(obj, version >= ADD_PARTITIONS_FIRST_FLEXIBLE, "results",
+                                   "results")
 
 
 # -- AddOffsetsToTxn v0-4 ---------------------------------------------------------------------------
@@ -478,42 +485,8 @@ def _txn_offset_commit_flexible(frame, offset: int) -> Container:
 def encode_txn_offset_commit_response(obj: Any, version: int) -> bytes | None:
     """``{"throttle_time_ms", "topics": [{"name", "partitions": [{"partition_index",
     "error_code"}]}]}`` (the layout of AddPartitionsToTxn's answer under other names)."""
-    flexible = version >= TXN_OFFSET_COMMIT_FIRST_FLEXIBLE
-    if flexible and obj.get("tagged_fields"):
-        return None
-    topics = obj.get("topics", ())
-    parts = [_I32.pack(obj.get("throttle_time_ms", 0))]
-    if flexible:
-        n = len(topics) + 1
-        parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-        for topic in topics:
-            if topic.get("tagged_fields"):
-                return None
-            name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get("partitions", ())
-            n = len(name) + 1
-            parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-            parts.append(name)
-            n = len(partitions) + 1
-            parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-            for p in partitions:
-                if p.get("tagged_fields"):
-                    return None
-                parts.append(
-                    _I32_I16_NO_TAGS.pack(p.get("partition_index", 0), p.get("error_code", 0)))
-            parts.append(b"\x00")
-        parts.append(b"\x00")
-    else:
-        parts.append(_I32.pack(len(topics)))
-        for topic in topics:
-            name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get("partitions", ())
-            parts.append(_I16.pack(len(name)))
-            parts.append(name)
-            parts.append(_I32.pack(len(partitions)))
-            for p in partitions:
-                parts.append(_I32_I16.pack(p.get("partition_index", 0), p.get("error_code", 0)))
-    return b"".join(parts)
+    return _encode_errors_by_topic(obj, version >= TXN_OFFSET_COMMIT_FIRST_FLEXIBLE, "topics",
+                                   "partitions")
 
 
 # -- registration ---------------------------------------------------------------------------------

@@ -4,7 +4,6 @@ EndTxn outcomes and retries, timeouts and expiry with a driven clock, the KIP-89
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import pytest
 
@@ -335,7 +334,7 @@ def test_a_prepare_commit_not_whole_is_listed_and_aborted_with_an_epoch_bump() -
     begin(c, partitions=(TP, other))
     prepared = c.prepare_end_txn("tx", 1000, 0, True, NOW)
     with pytest.raises(RuntimeError):  # only the pending transition gets them
-        c.record_end_offsets(replace(prepared), {TP: 5})
+        c.record_end_offsets(prepared._replace(), {TP: 5})
     done(c, c.record_end_offsets(prepared, {TP: 5, other: 3}))
     md = c.get("tx")
     assert md.end_offsets == ((TP, 5), (other, 3))
@@ -349,7 +348,7 @@ def test_a_prepare_commit_not_whole_is_listed_and_aborted_with_an_epoch_bump() -
     assert c.lost_commits(ends.get) == {"tx": [(TP, 5, 4), (other, 3, 2)]}
     # A record replayed carries them (load), and the complete record drops them.
     c2 = make()
-    c2.load("tx", replace(prepared, end_offsets=md.end_offsets))
+    c2.load("tx", prepared._replace(end_offsets=md.end_offsets))
     assert c2.get("tx").end_offsets == md.end_offsets
     assert c2.lost_commits(ends.get) == {"tx": [(TP, 5, 4), (other, 3, 2)]}
 

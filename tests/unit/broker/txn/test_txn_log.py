@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import struct
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -49,7 +48,7 @@ def test_golden_record() -> None:
     # Version 1 appends next_producer_id and the transaction version.
     assert encode_value(t) == b"\x00\x01" + version_0[2:] + struct.pack(">qb", -1, 1)
     assert decode_value("tx-1", version_0) == t  # records written before version 1 still load
-    tv2 = replace(t, next_producer_id=5000, txn_version=2)
+    tv2 = t._replace(next_producer_id=5000, txn_version=2)
     assert encode_value(tv2)[-9:] == struct.pack(">qb", 5000, 2)
     assert decode_value("tx-1", encode_value(tv2)) == tv2
     with pytest.raises(CorruptTxnLogError):
@@ -60,11 +59,11 @@ def test_golden_record() -> None:
 def test_golden_record_version_2_with_end_offsets() -> None:
     """A PrepareCommit with end offsets is version 2: version 1's fields, then the tagged
     fields (uvarint count, tag, size), tag 0 the end offsets grouped by topic."""
-    t = replace(transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2), ("a", 1)}),
-                end_offsets=((("a", 1), 7), (("orders", 2), 300)))
+    t = transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2), ("a", 1)})._replace(
+        end_offsets=((("a", 1), 7), (("orders", 2), 300)))
     end_offsets = (struct.pack(">i", 2) + b"\x00\x01a" + struct.pack(">iiq", 1, 1, 7)
                    + b"\x00\x06orders" + struct.pack(">iiq", 1, 2, 300))
-    without = replace(t, end_offsets=())
+    without = t._replace(end_offsets=())
     assert encode_value(without)[:2] == b"\x00\x01"  # no tagged field: version 1, as before
     assert encode_value(t) == (b"\x00\x02" + encode_value(without)[2:]
                                + bytes([1, 0, len(end_offsets)]) + end_offsets)
@@ -94,8 +93,8 @@ def test_golden_record_version_2_with_end_offsets() -> None:
 def test_golden_record_of_one_partition() -> None:
     """One partition (a librdkafka transaction's usual shape) has its own short path in the
     encoder: the same layout, one topic with one partition, and one end offset."""
-    t = replace(transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2)}),
-                end_offsets=((("orders", 2), 300),))
+    t = transition(state=TxnState.PREPARE_COMMIT, partitions={("orders", 2)})._replace(
+        end_offsets=((("orders", 2), 300),))
     end_offsets = struct.pack(">i", 1) + b"\x00\x06orders" + struct.pack(">iiq", 1, 2, 300)
     assert encode_value(t) == (
         struct.pack(">hqqhhib", 2, 4000, 3999, 7, 6, 60_000, int(TxnState.PREPARE_COMMIT))
@@ -245,14 +244,14 @@ def test_compaction_keeps_the_latest_record_of_each_id_and_drops_expired_ones(
     log = TxnLog(logs, 1, segment_bytes=1024)
     for i in range(60):  # many transitions of two ids: several closed segments
         for tid in ("keep", "expire"):
-            log.append(replace(transition(tid=tid), txn_last_update_ms=NOW + i), NOW).flush()
+            log.append(transition(tid=tid)._replace(txn_last_update_ms=NOW + i), NOW).flush()
     log.append(transition(state=TxnState.DEAD, tid="expire"), NOW).flush()
     partition = logs.partition(TOPIC, 0)
 
     def roll(now_ms: int) -> None:  # only closed segments are cleaned: start a new one
         base = partition.segments[-1].base_offset
         while partition.segments[-1].base_offset == base:
-            log.append(replace(transition(tid="keep"), txn_last_update_ms=now_ms), now_ms).flush()
+            log.append(transition(tid="keep")._replace(txn_last_update_ms=now_ms), now_ms).flush()
 
     roll(NOW)
     before = partition.size_bytes
