@@ -130,6 +130,11 @@ class ControlType(enum.IntEnum):
     COMMIT = 1
 
 
+# The key of a marker's one record (control record version 0).
+_COMMIT_KEY = _CONTROL_KEY.pack(0, ControlType.COMMIT)
+_ABORT_KEY = _CONTROL_KEY.pack(0, ControlType.ABORT)
+
+
 class BatchHeader(NamedTuple):
     """The 61-byte header of a magic-2 batch, as on the wire."""
 
@@ -530,7 +535,7 @@ def _build_batch(
     join = b"".join
     # Uncompressed records go straight after a placeholder header; compressed ones are built
     # alone, then compressed.
-    out = bytearray(HEADER_SIZE) if codec == Compression.NONE else bytearray()
+    out = bytearray() if codec else bytearray(HEADER_SIZE)
     offset_delta = 0
     for key, value, headers, ts in records:
         if ts > max_ts:
@@ -567,7 +572,7 @@ def _build_batch(
         out += body
         offset_delta += 1
 
-    if codec != Compression.NONE:
+    if codec:
         compressed = _compress(Compression(codec), out)
         out = bytearray(HEADER_SIZE)
         out += compressed
@@ -645,7 +650,8 @@ def build_batch(
 
 def _batch_attributes(compression: Compression, timestamp_type: int, transactional: bool,
                       producer_id: int) -> int:
-    codec = Compression(compression)
+    # A member needs no conversion (the enum call costs 0.5 us); an int is checked by it.
+    codec = compression if type(compression) is Compression else Compression(compression)
     if timestamp_type not in (0, 1):
         raise ValueError(
             f"timestamp_type must be 0 (CreateTime) or 1 (LogAppendTime), not {timestamp_type}"
@@ -686,7 +692,7 @@ def build_control_batch(
     partition_leader_epoch: int = -1,
 ) -> tuple[bytearray, BatchHeader]:
     """``encode_control_batch``'s marker as a bytearray, with its header (see ``build_batch``)."""
-    key = _CONTROL_KEY.pack(0, ControlType.COMMIT if commit else ControlType.ABORT)
+    key = _COMMIT_KEY if commit else _ABORT_KEY
     try:
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     except struct.error as exc:
