@@ -457,7 +457,7 @@ class Partition:
                 seg = self._roll()
             except OSError as exc:  # disk full, out of descriptors: nothing appended
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
-        if self._reserve:
+        if self._reserve and seg.size + n > seg.allocated:
             try:
                 seg.reserve(n, self._segment_bytes)
             except OSError:

@@ -51,7 +51,7 @@ import crc32c
 
 from broker.log.segment import atomic_write
 from protocol.errors import ErrorCode, KafkaError
-from protocol.records import INT32_MAX, BatchHeader
+from protocol.records import CONTROL_BIT, INT32_MAX, TRANSACTIONAL_BIT, BatchHeader
 
 # Kafka's ProducerStateEntry.NumBatchesToRetain; clients keep max.in.flight <= 5 for this reason.
 BATCHES_TO_RETAIN = 5
@@ -167,7 +167,8 @@ def _apply(entry: ProducerStateEntry | None, header: BatchHeader, first_offset: 
         entry.producer_epoch = epoch
         entry.batches = []
     entry.last_timestamp = now_ms
-    if header.is_control:
+    attributes = header.attributes  # (the bits, not the properties: no call per test)
+    if attributes & CONTROL_BIT:
         # A marker carries no sequence; a marker with a newer epoch (an abort after an epoch bump)
         # fences the older epoch and empties the cache, as the epoch change above did.
         return entry
@@ -178,7 +179,7 @@ def _apply(entry: ProducerStateEntry | None, header: BatchHeader, first_offset: 
     )
     if len(batches) > BATCHES_TO_RETAIN:
         del batches[0]
-    if header.is_transactional and entry.current_txn_first_offset is None:
+    if attributes & TRANSACTIONAL_BIT and entry.current_txn_first_offset is None:
         entry.current_txn_first_offset = first_offset
     return entry
 
