@@ -5,6 +5,7 @@ PrepareCommit), and readers never see it before it is synced."""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from pathlib import Path
@@ -58,10 +59,31 @@ async def test_a_lone_acks_all_write_is_synced_by_its_request(tmp_path: Path) ->
     assert commit is not None and not commit.done and p1.high_watermark == 0
     s.settle()
     assert commit.done and commit.ok and p1.high_watermark == 1
-    # A coordinator's commit (one request at a time per producer) is inline all the same.
+    # A coordinator's commit right after an inline one is inline too when the same connection
+    # (task) made both: one producer, one request at a time. Another connection's goes to a
+    # round (many producers' EndTxn: inline fsyncs would keep the loop from their requests),
+    # unless its answer was already sent.
+    seconds.now += 1.0  # quiet again
     p1.append_untrusted(record(), NOW)
-    done = s.commit([p1])
-    assert done.done and done.ok and p1.high_watermark == 2
+    assert s.commit([p1]).done and p1.high_watermark == 2  # alone: inline
+    p1.append_untrusted(record(), NOW)
+    assert s.commit([p1]).done and p1.high_watermark == 3  # the same task again: inline
+    commits = []
+
+    async def another_connection(**kwargs) -> None:
+        p1.append_untrusted(record(), NOW)
+        commits.append(s.commit([p1], **kwargs))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(another_connection)
+    assert not commits[0].done and p1.high_watermark == 3
+    s.settle()
+    assert commits[0].done and commits[0].ok and p1.high_watermark == 4
+    p1.append_untrusted(record(), NOW)
+    assert s.commit([p1]).done and p1.high_watermark == 5  # inline: it opens the window again
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(functools.partial(another_connection, answered=True))
+    assert commits[1].done and commits[1].ok and p1.high_watermark == 6
 
     seconds.now += 1.0  # quiet again
     _, commit = s.append(p2, record(), NOW, acks=1)  # nobody waits, the round syncs
