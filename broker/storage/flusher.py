@@ -142,7 +142,7 @@ class FlushScheduler:
         requests read in the same pass append too and share a round (50 producers, durable,
         2.2-2.4x the transactions/s), and inline fsyncs take at most about a fifth of the
         loop's time (at 50 transactional producers the loop had spent about a fifth of its time
-        in 500 inline fsyncs a second; with the window, 1,658-1,719 became 1,924-2,147
+        in 500 inline fsyncs a second; with the window, 1,640-1,857 became 2,034-2,178
         transactions/s). ``pipelined`` (a client's data: Produce, OffsetCommit, with up to five
         requests in flight behind it on the same connection): the window holds for the same
         connection too (measured: syncing each pipelined 4 KB Produce inline cut durable
