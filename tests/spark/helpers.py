@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from client import Admin, Consumer, ConsumerRecord, Producer
+from client.errors import BrokerConnectionError
 from client.structs import TopicDescription
 
 
@@ -51,7 +52,14 @@ def wait_for_decided_transactions(bootstrap: str, timeout: float = 30.0) -> None
     commit can still stop at the transaction there."""
     with Admin({"bootstrap.servers": bootstrap}) as admin:
         deadline = time.monotonic() + timeout
-        while admin.list_transactions(states=["PrepareCommit", "PrepareAbort"]):
+        while True:
+            try:
+                if not admin.list_transactions(states=["PrepareCommit", "PrepareAbort"]):
+                    return
+            except BrokerConnectionError:
+                # ListTransactions asks every node; the tests that kill one ask while it is down
+                # (Kafka's admin client fails the same way): ask again.
+                pass
             if time.monotonic() > deadline:
                 raise TimeoutError(f"transactions still completing after {timeout} s")
             time.sleep(0.05)
