@@ -644,7 +644,10 @@ def build_batch(
     """``encode_batch``'s batch (base offset 0, no leader epoch) as a bytearray, with its header:
     what the broker's own writers hand to ``Partition.append_built_batch``, which patches the
     base offset in place and needs no parse of the header it would read back."""
-    attributes = _batch_attributes(compression, timestamp_type, transactional, producer_id)
+    if not compression and not timestamp_type and not transactional:
+        attributes = 0  # a coordinator record (Compression.NONE is 0): nothing to check
+    else:
+        attributes = _batch_attributes(compression, timestamp_type, transactional, producer_id)
     return _build_batch(records, attributes, 0, producer_id, producer_epoch, base_sequence, -1)
 
 
