@@ -19,6 +19,10 @@ from broker.network.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
+from protocol.messages.txn_fast import (
+    encode_add_partitions_to_txn_response,
+    encode_end_txn_response,
+)
 
 COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 
@@ -68,8 +72,8 @@ def add_partitions_to_txn(broker: Broker, header, request):
         except KafkaError:
             unknown.add((topic, index))
 
-    def encode(code_for) -> dict:
-        return {
+    def encode(code_for) -> bytes | dict:
+        response = {
             "throttle_time_ms": 0,
             "results": [
                 {
@@ -82,6 +86,8 @@ def add_partitions_to_txn(broker: Broker, header, request):
                 for t in request.topics
             ],
         }
+        # The codec straight away (once per transaction): the same bytes encode_response makes.
+        return encode_add_partitions_to_txn_response(response, header.api_version) or response
 
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                    request.transactional_id):
@@ -145,13 +151,13 @@ def end_txn(broker: Broker, header, request):
         request.committed, broker.clock.now_ms(), bump_epoch=tv2, answer_first=True,
     )
 
-    def encode(code: ErrorCode) -> dict:
+    def encode(code: ErrorCode) -> bytes | dict:
         response = {"throttle_time_ms": 0, "error_code": producer_fenced(code, version, 2)}
         if tv2 and code == ErrorCode.NONE:
             producer_id, epoch = transactions.producer_after_end(
                 request.transactional_id)
             response.update(producer_id=producer_id, producer_epoch=epoch)
-        return response
+        return encode_end_txn_response(response, version) or response  # (as above)
 
     return reply(result, encode)
 

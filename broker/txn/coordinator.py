@@ -108,24 +108,31 @@ class TxnMetadata:
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
-    def _target(self, state: TxnState, now_ms: int, **changes: Any) -> TxnTransition:
-        target = TxnTransition(
+    def _target(
+        self, state: TxnState, now_ms: int, *, producer_id: int | None = None,
+        last_producer_id: int | None = None, producer_epoch: int | None = None,
+        last_producer_epoch: int | None = None, txn_timeout_ms: int | None = None,
+        partitions: frozenset[TopicPartition] | None = None, txn_start_ms: int | None = None,
+        next_producer_id: int | None = None, txn_version: int | None = None,
+    ) -> TxnTransition:
+        """The metadata in ``state`` at ``now_ms`` with the fields given changed (None: kept;
+        named parameters rather than ``_replace(**changes)``, which costs as much again)."""
+        return TxnTransition(
             self.transactional_id,
-            self.producer_id,
+            self.producer_id if producer_id is None else producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
+            self.producer_id if last_producer_id is None else last_producer_id,
+            self.producer_epoch if producer_epoch is None else producer_epoch,
+            self.last_producer_epoch if last_producer_epoch is None else last_producer_epoch,
+            self.txn_timeout_ms if txn_timeout_ms is None else txn_timeout_ms,
             state,
-            self.partitions,
-            self.txn_start_ms,
+            self.partitions if partitions is None else partitions,
+            self.txn_start_ms if txn_start_ms is None else txn_start_ms,
             now_ms,  # txn_last_update_ms
-            self.next_producer_id,
-            self.txn_version,
+            self.next_producer_id if next_producer_id is None else next_producer_id,
+            self.txn_version if txn_version is None else txn_version,
             (),  # end_offsets: not carried over, only a Prepare record has them
         )
-        return target._replace(**changes) if changes else target
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ from broker.txn.txn_log import TxnLog
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
     ATTRIBUTES_LOW_BYTE_OFFSET,
+    CONTROL_BIT,
     HEADER_SIZE,
     LOG_OVERHEAD,
     TRANSACTIONAL_BIT,
@@ -118,6 +119,7 @@ from protocol.records import (
 )
 
 log = logging.getLogger("minibroker.txn")
+_TRANSACTIONAL_NOT_CONTROL = TRANSACTIONAL_BIT | CONTROL_BIT
 
 CRASH_POINTS = frozenset({"after_prepare_commit", "after_prepare_abort", "after_markers"})
 # Called with a point of CRASH_POINTS when EndTxn passes it; tests only.
@@ -192,8 +194,9 @@ class TransactionManager:
         )
         self.log = TxnLog(storage.logs, config.transaction_state_log_num_partitions,
                           config.transaction_state_log_segment_bytes)
-        # ids whose markers are being written right now -> set once they are complete
-        self._completing: dict[str, trio.Event] = {}
+        # ids whose markers are being written right now -> the event set once they are complete,
+        # made when someone waits (``_completion``): most transactions complete unwaited for
+        self._completing: dict[str, trio.Event | None] = {}
         self._crash_hook = crash_hook
         self.recovery: TxnRecovery | None = None
         # id -> its __transaction_state partition, for the ids that wrote a record since start
@@ -205,7 +208,7 @@ class TransactionManager:
     ) -> Deferred[Any] | None:
         """A coordinator request for an id whose last transaction is still completing waits for
         that (instead of CONCURRENT_TRANSACTIONS and a client-side retry), then runs again."""
-        done = self._completing.get(transactional_id)
+        done = self._completion(transactional_id)
         if done is None:
             return None
 
@@ -478,7 +481,7 @@ class TransactionManager:
         if (transactional_id in self._completing or md is None or md.pending is not None
                 or md.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)):
             return None
-        self._completing[transactional_id] = trio.Event()
+        self._completing[transactional_id] = None
         try:
             return self.markers.write(
                 md.producer_id, md.producer_epoch, md.state is TxnState.PREPARE_COMMIT,
@@ -517,6 +520,16 @@ class TransactionManager:
         finally:
             self._completed(transactional_id)
 
+    def _completion(self, transactional_id: str) -> trio.Event | None:
+        """The event set once the markers of ``transactional_id`` are complete; None if none
+        are being written."""
+        if transactional_id not in self._completing:
+            return None
+        done = self._completing[transactional_id]
+        if done is None:
+            done = self._completing[transactional_id] = trio.Event()
+        return done
+
     def _completed(self, transactional_id: str) -> None:
         done = self._completing.pop(transactional_id, None)
         if done is not None:
@@ -548,7 +561,7 @@ class TransactionManager:
         itself is not durable."""
         if not await prepared.wait():
             return False
-        done = self._completing.get(transactional_id)
+        done = self._completion(transactional_id)
         if done is not None:
             await done.wait()
         return True
@@ -884,7 +897,9 @@ class TransactionManager:
                 header = parse_header_untrusted(records, pos)
             except CorruptFrameError:
                 return
-            if header.is_transactional and not header.is_control:  # control: the log refuses it
+            # Transactional and not control (the log refuses a control batch); the bits, not the
+            # BatchHeader properties: no call per batch.
+            if header.attributes & _TRANSACTIONAL_NOT_CONTROL == TRANSACTIONAL_BIT:
                 if transactional_id is None:
                     raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                                      "a transactional batch needs a transactional id")

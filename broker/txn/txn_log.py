@@ -78,6 +78,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
+from functools import lru_cache
 
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_config
@@ -86,6 +87,7 @@ from broker.log.partition import Partition
 from broker.log.topics import TRANSACTION_STATE_TOPIC, partition_for
 from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
+from protocol.errors import KafkaError
 from protocol.primitives import encode_uvarint
 from protocol.records import NO_PRODUCER_EPOCH, BatchHeader, build_batch
 
@@ -127,6 +129,9 @@ def _string(s: str) -> bytes:
     return _I16.pack(len(data)) + data
 
 
+# The key of an id and the partitions of a transaction are the same bytes in each of its records
+# (Ongoing and PrepareCommit share the frozenset, Complete has the empty one): encoded once.
+@lru_cache(maxsize=1024)
 def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
@@ -146,6 +151,7 @@ def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) ->
     return b"".join(parts)
 
 
+@lru_cache(maxsize=1024)
 def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
     if len(partitions) == 1:  # the usual case, without the grouping
         (topic, partition), = partitions
@@ -321,9 +327,13 @@ class TxnLog:
         return partition_for(transactional_id, self.num_partitions)
 
     def _partition(self, index: int, now_ms: int) -> Partition:
-        if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is None:
-            self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.topic_config,
-                                   now_ms)
+        try:
+            return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
+        except KafkaError:
+            if self.logs.partition_count(TRANSACTION_STATE_TOPIC) is not None:
+                raise
+        self.logs.create_topic(TRANSACTION_STATE_TOPIC, self.num_partitions, self.topic_config,
+                               now_ms)
         return self.logs.partition(TRANSACTION_STATE_TOPIC, index)
 
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:

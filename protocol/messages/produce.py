@@ -117,11 +117,16 @@ def _string_at(frame, pos: int, end: int, nullable: bool) -> tuple[str | None, i
 
 def uvarint_at(frame, pos: int) -> tuple[int, int]:
     """An unsigned varint at ``pos``: ``(value, position after it)``."""
-    if pos < len(frame) and frame[pos] < 0x80:  # one byte: counts, lengths, empty tag sections
-        return frame[pos], pos + 1
+    n = len(frame)
+    if pos < n:
+        first = frame[pos]
+        if first < 0x80:  # one byte: counts, lengths, empty tag sections
+            return first, pos + 1
+        if pos + 1 < n and frame[pos + 1] < 0x80:  # two: a record batch's size up to 16 KiB
+            return (first & 0x7F) | (frame[pos + 1] << 7), pos + 2
     result = 0
     for shift in range(0, 35, 7):
-        if pos >= len(frame):
+        if pos >= n:
             raise CorruptFrameError("truncated varint")
         byte = frame[pos]
         pos += 1
@@ -132,7 +137,11 @@ def uvarint_at(frame, pos: int) -> tuple[int, int]:
 
 
 def compact_nullable_string_at(frame, pos: int, end: int) -> tuple[str | None, int]:
-    n, pos = uvarint_at(frame, pos)
+    if pos < end and frame[pos] < 0x80:  # one byte: shorter than 127 bytes
+        n = frame[pos]
+        pos += 1
+    else:
+        n, pos = uvarint_at(frame, pos)
     if n == 0:
         return None, pos
     n -= 1
@@ -142,16 +151,23 @@ def compact_nullable_string_at(frame, pos: int, end: int) -> tuple[str | None, i
 
 
 def compact_string_at(frame, pos: int, end: int) -> tuple[str, int]:
-    text, pos = compact_nullable_string_at(frame, pos, end)
-    if text is None:
+    if pos < end and frame[pos] < 0x80:  # one byte: shorter than 127 bytes
+        n = frame[pos]
+        pos += 1
+    else:
+        n, pos = uvarint_at(frame, pos)
+    if n == 0:
         raise CorruptFrameError("null for a non-nullable compact string")
-    return text, pos
+    n -= 1
+    if pos + n > end:
+        raise CorruptFrameError("string runs past the end of the frame")
+    return str(frame[pos : pos + n], "utf-8"), pos + n
 
 
 def skip_tagged_fields_at(frame, pos: int, end: int) -> int:
+    if pos < end and frame[pos] == 0:  # what clients send
+        return pos + 1
     count, pos = uvarint_at(frame, pos)
-    if not count:  # what clients send
-        return pos
     for _ in range(count):
         _, pos = uvarint_at(frame, pos)
         size, pos = uvarint_at(frame, pos)

@@ -218,6 +218,51 @@ async def test_a_commit_waits_for_a_round_while_other_requests_are_ready(tmp_pat
     s.close()
 
 
+async def test_the_round_a_round_asked_for_starts_before_the_loop_runs_again(
+    tmp_path: Path, nursery, monkeypatch
+) -> None:
+    """Commits made by a round's callbacks (a Prepare round's markers), or while it synced, are
+    taken by the next round at once, not after the batch of requests the round released (two
+    passes of the event loop; at 50 producers a few milliseconds each, twice per EndTxn). A
+    round synced inline never yields, so the round after a chained one waits for the loop."""
+    from broker.storage import flusher
+
+    monkeypatch.setattr(flusher, "_others_ready", lambda: True)  # many producers: rounds
+    s = storage(tmp_path, Seconds())
+    nursery.start_soon(s.flusher.run)
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+    passes = 0  # how often the other requests ran
+    seen: list[tuple[str, int]] = []
+
+    async def other_requests() -> None:
+        nonlocal passes
+        while True:
+            passes += 1
+            await trio.lowlevel.checkpoint()
+
+    def prepared(ok: bool) -> None:  # the Prepare round decided: the markers now
+        seen.append(("prepared", passes))
+        p1.append_untrusted(record(), NOW)
+        s.commit([p1], marked)
+
+    def marked(ok: bool) -> None:  # decided by the chained round: it asks for a third
+        seen.append(("marked", passes))
+        p2.append_untrusted(record(), NOW)
+        s.commit([p2], lambda ok: seen.append(("third", passes)))
+
+    nursery.start_soon(other_requests)
+    p0.append_untrusted(record(), NOW)
+    commit = s.commit([p0], prepared)
+    assert not commit.done  # the other requests are ready: a round
+    while len(seen) < 3:
+        await trio.lowlevel.checkpoint()
+    (_, prepared_at), (_, marked_at), (_, third_at) = seen
+    assert marked_at == prepared_at  # the markers' round followed at once
+    assert third_at > marked_at  # the loop ran before the next one
+    assert p0.high_watermark == p1.high_watermark == p2.high_watermark == 1
+    nursery.cancel_scope.cancel()
+
+
 async def test_what_a_roll_leaves_is_synced_by_a_round_off_the_loop(
     tmp_path: Path, monkeypatch
 ) -> None:
