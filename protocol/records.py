@@ -61,6 +61,7 @@ import importlib
 import struct
 import zlib
 from collections.abc import Iterator, Sequence
+from functools import lru_cache
 from typing import Any, NamedTuple
 
 import crc32c as _crc32c
@@ -576,6 +577,18 @@ def _build_batch(
         compressed = _compress(Compression(codec), out)
         out = bytearray(HEADER_SIZE)
         out += compressed
+    return out, _finish_batch(out, attributes, base_offset, producer_id, producer_epoch,
+                              base_sequence, partition_leader_epoch, offset_delta, base_ts,
+                              max_ts)
+
+
+def _finish_batch(
+    out: bytearray, attributes: int, base_offset: int, producer_id: int, producer_epoch: int,
+    base_sequence: int, partition_leader_epoch: int, records_count: int, base_ts: int,
+    max_ts: int,
+) -> BatchHeader:
+    """Write the header of the batch in ``out`` (its records after ``HEADER_SIZE`` bytes), the
+    CRC last; returns it."""
     try:
         _HEADER.pack_into(
             out,
@@ -586,24 +599,23 @@ def _build_batch(
             2,
             0,  # crc, set below
             attributes,
-            offset_delta - 1,
+            records_count - 1,  # last offset delta
             base_ts,
             max_ts,
             producer_id,
             producer_epoch,
             base_sequence,
-            offset_delta,
+            records_count,
         )
     except struct.error as exc:
         raise ValueError(f"record batch field out of range: {exc}") from exc
     crc = _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(out, CRC_OFFSET, crc)
-    header = _tuple_new(BatchHeader, (
+    return _tuple_new(BatchHeader, (
         base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, 2, crc, attributes,
-        offset_delta - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
-        offset_delta,
+        records_count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
+        records_count,
     ))
-    return out, header
 
 
 def encode_batch(
@@ -695,20 +707,25 @@ def build_control_batch(
     partition_leader_epoch: int = -1,
 ) -> tuple[bytearray, BatchHeader]:
     """``encode_control_batch``'s marker as a bytearray, with its header (see ``build_batch``)."""
+    out = bytearray(HEADER_SIZE)
+    out += _control_record(commit, coordinator_epoch)
+    return out, _finish_batch(out, TRANSACTIONAL_BIT | CONTROL_BIT, base_offset, producer_id,
+                              producer_epoch, NO_SEQUENCE, partition_leader_epoch, 1,
+                              timestamp_ms, timestamp_ms)
+
+
+@lru_cache(maxsize=64)
+def _control_record(commit: bool, coordinator_epoch: int) -> bytes:
+    """The one record of a marker, length prefix included: the same bytes in every marker of
+    that outcome and coordinator epoch (its timestamp and offset deltas are 0)."""
     key = _COMMIT_KEY if commit else _ABORT_KEY
     try:
         value = _CONTROL_VALUE.pack(0, coordinator_epoch)
     except struct.error as exc:
         raise ValueError(f"coordinator_epoch out of range: {exc}") from exc
-    return _build_batch(
-        [(key, value, (), timestamp_ms)],
-        TRANSACTIONAL_BIT | CONTROL_BIT,
-        base_offset,
-        producer_id,
-        producer_epoch,
-        NO_SEQUENCE,
-        partition_leader_epoch,
-    )
+    out, _ = _build_batch([(key, value, (), 0)], TRANSACTIONAL_BIT | CONTROL_BIT, 0,
+                          NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, -1)
+    return bytes(out[HEADER_SIZE:])
 
 
 # ---------------------------------------------------------------------------------------------
