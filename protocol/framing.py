@@ -60,6 +60,14 @@ class FrameDecoder:
         have to grow, which a live export forbids. Raises ``FrameTooLargeError`` when the
         buffer is full of a frame over the limit (only if ``next_frame`` was not called since).
         """
+        if self._frame is None and self._end != len(self._buf):  # the usual case
+            if self._start == self._end and len(self._buf) > _INITIAL_BUFFER and (
+                self._last_receive < len(self._buf) // 4
+            ):
+                # Quiet again: give the large receive buffer back.
+                self._buf = bytearray(_INITIAL_BUFFER)
+                self._start = self._end = 0
+            return memoryview(self._buf)[self._end :]
         if not self._filling_frame() and self._end == len(self._buf):
             # May move a partial large frame into a buffer of its own: check again below.
             self._compact()
@@ -82,7 +90,7 @@ class FrameDecoder:
 
     def advance(self, n: int) -> None:
         self._last_receive = n
-        if self._filling_frame():
+        if self._frame is not None and self._filling_frame():
             self._frame_filled += n
         else:
             self._end += n

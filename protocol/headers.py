@@ -14,13 +14,26 @@ import io
 import struct
 from typing import NamedTuple
 
-from protocol.api_keys import request_header_version, response_header_version
+from protocol.api_keys import (
+    FIRST_FLEXIBLE_VERSION,
+    ApiKey,
+    request_header_version,
+    response_header_version,
+)
 from protocol.errors import CorruptFrameError
 from protocol.primitives import read_tagged_fields
 
 _FIXED = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+_FIXED_AND_LENGTH = struct.Struct(">hhih")  # the fixed fields, then client_id's length
+_new_tuple = tuple.__new__
+_HEAD_V0 = struct.Struct(">ii")  # size prefix, correlation_id
+_HEAD_V1 = struct.Struct(">iiB")  # size prefix, correlation_id, no tagged fields
+_API_VERSIONS = int(ApiKey.API_VERSIONS)
+# The first flexible version of each API by its int (an IntEnum key finds an int too, but the
+# plain dict is what this per-request lookup wants).
+_FIRST_FLEXIBLE: dict[int, int] = {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items()}
 
 
 class RequestHeader(NamedTuple):
@@ -35,25 +48,29 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
 
     Unknown api keys are returned as they are (the caller decides to close the connection).
     """
-    if len(frame) < _FIXED.size + 2:
-        raise CorruptFrameError("request shorter than its header")
-    api_key, api_version, correlation_id = _FIXED.unpack_from(frame, 0)
+    try:
+        api_key, api_version, correlation_id, n = _FIXED_AND_LENGTH.unpack_from(frame, 0)
+    except struct.error:
+        raise CorruptFrameError("request shorter than its header") from None
     # client_id is short and almost always present: parse it without a stream object.
-    (n,) = _I16.unpack_from(frame, _FIXED.size)
-    pos = _FIXED.size + 2
-    if n == -1:
-        client_id = None
-    elif n < 0 or pos + n > len(frame):
-        raise CorruptFrameError(f"bad client_id length {n}")
-    else:
+    pos = _FIXED_AND_LENGTH.size
+    if n >= 0:
+        if pos + n > len(frame):
+            raise CorruptFrameError(f"bad client_id length {n}")
         try:
-            client_id = bytes(frame[pos : pos + n]).decode("utf-8")
+            client_id: str | None = str(frame[pos : pos + n], "utf-8")
         except UnicodeDecodeError as exc:
             raise CorruptFrameError("client_id is not UTF-8") from exc
         pos += n
-    if api_key >= 0 and request_header_version(api_key, api_version) >= 2:
+    elif n == -1:
+        client_id = None
+    else:
+        raise CorruptFrameError(f"bad client_id length {n}")
+    first_flexible = _FIRST_FLEXIBLE.get(api_key)
+    if first_flexible is not None and api_version >= first_flexible:  # request header v2
         pos = _after_tagged_fields(frame, pos)
-    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+    # tuple.__new__: a NamedTuple's own __new__ is a Python function (a frame per request).
+    return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id)), pos
 
 
 def _after_tagged_fields(frame, pos: int) -> int:
@@ -80,6 +97,17 @@ def encode_response_header(api_key: int, api_version: int, correlation_id: int) 
     if response_header_version(api_key, api_version) >= 1:
         head += b"\x00"
     return head
+
+
+def encode_response_head(api_key: int, api_version: int, correlation_id: int,
+                         body_size: int) -> bytes:
+    """The size prefix and the response header of a response whose body has ``body_size``
+    bytes: what goes before the body on the wire (``encode_response_header`` with the frame's
+    size in front, in one pack)."""
+    first_flexible = _FIRST_FLEXIBLE.get(api_key)
+    if first_flexible is not None and api_version >= first_flexible and api_key != _API_VERSIONS:
+        return _HEAD_V1.pack(body_size + 5, correlation_id, 0)  # response header v1
+    return _HEAD_V0.pack(body_size + 4, correlation_id)
 
 
 def parse_response_header_untrusted(frame, api_key: int, api_version: int) -> tuple[int, int]:

@@ -21,6 +21,7 @@ records without copying them). A handler returns one of:
 
 from __future__ import annotations
 
+import functools
 import logging
 import struct
 import time
@@ -36,7 +37,7 @@ from broker.network.reply import AnswerFirst, Deferred
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
-from protocol.headers import RequestHeader, encode_response_header, parse_request_header_untrusted
+from protocol.headers import RequestHeader, encode_response_head, parse_request_header_untrusted
 from protocol.messages import SCHEMAS, decode_request, encode_response
 from protocol.messages.api_versions import (
     API_VERSIONS_FALLBACK_BODY,
@@ -122,11 +123,11 @@ class Dispatcher:
         self.table = table
         self.context = context
         self.metrics = metrics
-        if metrics is not None:
-            self.dispatch = self._dispatch_counted  # type: ignore[method-assign]
-
-    def dispatch(self, frame: bytearray) -> tuple[RequestHeader | None, Any]:
-        return dispatch(self.table, self.context, frame)
+        # ``dispatch(frame)``: the module's function with the table and context bound (a
+        # partial: no Python frame of its own, on the path of every request).
+        self.dispatch: Callable[[bytearray], tuple[RequestHeader | None, Any]] = (
+            self._dispatch_counted if metrics is not None
+            else functools.partial(dispatch, table, context))
 
     def _dispatch_counted(self, frame: bytearray) -> tuple[RequestHeader | None, Any]:
         metrics: Metrics = self.metrics  # type: ignore[assignment]  # set when counting
@@ -228,12 +229,14 @@ def encode_reply(header: RequestHeader | None, result: Any) -> Chunks | None:
         return None
     if header is None:
         return [len(result).to_bytes(4, "big") + result]
-    if isinstance(result, bytes | bytearray | memoryview):
-        chunks: Chunks = [result]
-    elif isinstance(result, list):
-        chunks = result
-    else:
-        chunks = [encode_response(header.api_key, header.api_version, result)]
-    head = encode_response_header(header.api_key, header.api_version, header.correlation_id)
-    size = len(head) + sum(len(c) for c in chunks)
-    return [size.to_bytes(4, "big") + head, *chunks]
+    key, version, correlation_id, _ = header
+    if isinstance(result, _BODY_TYPES):
+        return [encode_response_head(key, version, correlation_id, len(result)), result]
+    if isinstance(result, list):
+        return [encode_response_head(key, version, correlation_id, sum(map(len, result))),
+                *result]
+    body = encode_response(key, version, result)
+    return [encode_response_head(key, version, correlation_id, len(body)), body]
+
+
+_BODY_TYPES = (bytes, bytearray, memoryview)

@@ -67,6 +67,8 @@ SASL_MAX_RECEIVE_SIZE = 524_288
 # Descriptors kept free for segments, indexes, snapshots and the flusher's duplicates.
 _RESERVED_FDS = 128
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+# Buffers per sendmsg (the system's IOV_MAX is 1024).
+_IOV_MAX = 512
 
 
 class RequestMemory:
@@ -345,7 +347,10 @@ class _Socket:
         self.raw = raw
         self.metrics = metrics  # bytes in/out, connections (None: not counted)
         self._streak = 0
-        self.on_sent = _nothing  # called after bytes were sent (idle deadline)
+        # Called when a send that had to wait for the socket made progress (the idle deadline:
+        # a peer reading a large reply slowly is not idle). A send that completes at once is
+        # the caller's to account for.
+        self.on_sent = _nothing
 
     async def recv_into(self, buffer) -> int:
         while True:
@@ -363,19 +368,32 @@ class _Socket:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             return n
 
+    async def recv_into_after_wait(self, buffer) -> int:
+        """``recv_into`` for when the socket is most likely empty (a request/response peer we
+        just answered): wait for readability first instead of a receive that would raise
+        BlockingIOError (a system call and an exception per request)."""
+        self._streak = 0
+        await trio.lowlevel.wait_readable(self.raw)
+        return await self.recv_into(buffer)
+
     async def send_chunks(self, chunks: Sequence) -> None:
         """Send every chunk (gather write), handling partial sends."""
-        views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
+        total = sum(map(len, chunks))
         if self.metrics is not None:
-            self.metrics.bytes_out += sum(v.nbytes for v in views)
-        while views:
+            self.metrics.bytes_out += total
+        sent = 0
+        if len(chunks) <= _IOV_MAX:
             try:
-                sent = self.raw.sendmsg(views[:512])
+                sent = self.raw.sendmsg(chunks)  # the usual case: everything at once
             except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.raw)
-                continue
-            if sent:
-                self.on_sent()
+                pass
+            if sent == total:
+                return
+        await self._send_rest(chunks, sent)
+
+    async def _send_rest(self, chunks: Sequence, sent: int) -> None:
+        views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
+        while True:
             while sent:
                 first = views[0]
                 if sent >= len(first):
@@ -384,6 +402,15 @@ class _Socket:
                 else:
                     views[0] = first[sent:]
                     sent = 0
+            if not views:
+                return
+            try:
+                sent = self.raw.sendmsg(views[:_IOV_MAX])
+            except BlockingIOError:
+                await trio.lowlevel.wait_writable(self.raw)
+                continue
+            if sent:
+                self.on_sent()
 
     def peer_name(self) -> str:
         try:
@@ -415,18 +442,20 @@ class _Connection:
         self.session = peer_session()
         self.queue: deque = deque()
         self.unsent = 0  # bytes of ready replies in ``queue``
-        self._queued = trio.Event()
+        self._writer: trio.lowlevel.Task | None = None  # write_queued, while the queue is empty
         self._drained = trio.Event()
         self._reserved = 0  # bytes of queued.max.request.bytes held for the frame being received
         self._idle_s = shared.idle_s
         self._receive_timeout_s = shared.receive_timeout_s
         self._request_started: float | None = None  # when the partial request began to arrive
-        self._deadline = trio.current_time() + self._idle_s
+        self._now = trio.lowlevel.current_clock().current_time  # trio.current_time, one call less
+        self._deadline = self._now() + self._idle_s
         self.deadline = trio.CancelScope(deadline=self._deadline)
         sock.on_sent = self._active
 
     def _active(self) -> None:
-        deadline = trio.current_time() + self._idle_s
+        """Bytes moved: push the idle deadline (and keep the request-assembly one)."""
+        deadline = self._now() + self._idle_s
         if self._request_started is not None:
             deadline = min(deadline, self._request_started + self._receive_timeout_s)
         # Moving a cancel scope's deadline costs a heap update: later only by whole seconds.
@@ -447,57 +476,75 @@ class _Connection:
     async def read_requests(self) -> None:
         max_bytes = self.broker.config.socket_request_max_bytes
         session = self.session
+        sock = self.sock
+        dispatch = self.dispatch
         # Before SASL authentication only small frames (Kafka's sasl.server.max.receive.size):
         # an unauthenticated peer cannot make the broker hold a large request.
         decoder = FrameDecoder(max_bytes if session.sasl_state == "done"
                                else min(max_bytes, SASL_MAX_RECEIVE_SIZE))
+        next_frame = decoder.next_frame
+        limited = decoder.max_frame_size != max_bytes  # until authenticated
+        # A plain socket can skip the receive that would find nothing: after a receive that
+        # emptied the socket (fewer bytes than room) and held whole requests, a request/response
+        # client waits for its answers before it sends more. A pipelining client's next bytes
+        # are then found by the run loop's epoll instead (ready at once if they have arrived).
+        plain = isinstance(sock, _Socket)
+        recv_into = sock.recv_into
+        recv_after_wait = sock.recv_into_after_wait if isinstance(sock, _Socket) else recv_into
+        receive = recv_into
         while True:
             with decoder.get_buffer() as buffer:
-                n = await self.sock.recv_into(buffer)
+                room = len(buffer)
+                n = await receive(buffer)
             if n == 0:
                 return
             decoder.advance(n)
             ready: list = []  # chunks of replies nothing queued is ahead of
             ready_bytes = 0
+            handled = False
             while True:
                 try:
-                    frame = decoder.next_frame()
+                    frame = next_frame()
                 except FrameTooLargeError as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
                 if not isinstance(frame, bytearray):  # NEED_DATA
                     break
+                handled = True
                 try:
-                    header, result = self.dispatch(frame)
+                    header, result = dispatch(frame)
                 except CloseConnection as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
                 finally:
                     del frame
-                    self.release_memory()
-                if session.sasl_state == "done" and decoder.max_frame_size != max_bytes:
+                    if self._reserved:
+                        self.release_memory()
+                if limited and session.sasl_state == "done":
                     decoder.max_frame_size = max_bytes  # authenticated
-                if isinstance(result, AnswerFirst):
-                    answer = encode_reply(header, result.value) or []
-                    if self.queue:  # the answer waits behind another: finish, then queue it
-                        _finish(result)
-                        self._enqueue(answer, _size(answer))
+                    limited = False
+                if isinstance(result, _NOT_READY) or session.close_after_reply:
+                    if isinstance(result, AnswerFirst):
+                        answer = encode_reply(header, result.value) or []
+                        if self.queue:  # the answer waits behind another: finish, then queue it
+                            _finish(result)
+                            self._enqueue(answer, _size(answer))
+                            continue
+                        ready.extend(answer)
+                        try:
+                            await sock.send_chunks(ready)
+                        finally:  # even for a peer that is gone: the work is the broker's
+                            _finish(result)  # no checkpoint since the send: nothing ran between
+                        ready, ready_bytes = [], 0
                         continue
-                    ready.extend(answer)
-                    try:
-                        await self.sock.send_chunks(ready)
-                    finally:  # even for a peer that is gone: the work is the broker's
-                        _finish(result)  # no checkpoint since the send: nothing ran between
-                    ready, ready_bytes = [], 0
-                    continue
-                if session.close_after_reply:
-                    # A failed authentication: its answer is the last thing sent.
-                    if ready:
-                        self._enqueue(ready, ready_bytes)
-                    self._enqueue((header, result) if isinstance(result, Deferred)
-                                  else encode_reply(header, result), 0)
-                    return
-                if isinstance(result, Deferred):
+                    if session.close_after_reply:
+                        # A failed authentication: its answer is the last thing sent.
+                        if ready:
+                            self._enqueue(ready, ready_bytes)
+                        self._enqueue((header, result) if isinstance(result, Deferred)
+                                      else encode_reply(header, result), 0)
+                        return
+                    # Deferred
                     if ready:
                         self._enqueue(ready, ready_bytes)
                         ready, ready_bytes = [], 0
@@ -506,37 +553,43 @@ class _Connection:
                 chunks = encode_reply(header, result)
                 if chunks is None:
                     continue
-                size = _size(chunks)
                 if self.queue:
-                    self._enqueue(chunks, size)
-                else:
-                    ready.extend(chunks)
-                    ready_bytes += size
-                    if ready_bytes > _MAX_UNSENT_REPLY_BYTES:
-                        # Many requests in one receive: send before answering more.
-                        await self.sock.send_chunks(ready)
-                        ready, ready_bytes = [], 0
+                    self._enqueue(chunks, _size(chunks))
+                    continue
+                ready += chunks
+                ready_bytes += _size(chunks)
+                if ready_bytes > _MAX_UNSENT_REPLY_BYTES:
+                    # Many requests in one receive: send before answering more.
+                    await sock.send_chunks(ready)
+                    ready, ready_bytes = [], 0
             if ready:
-                await self.sock.send_chunks(ready)
-            # Idle and request-assembly deadlines.
-            if decoder.buffered:
+                await sock.send_chunks(ready)
+            # Idle and request-assembly deadlines (also for what was just sent: a send that had
+            # to wait pushes them itself, through on_sent).
+            buffered = decoder.buffered
+            if buffered:
                 if self._request_started is None:
-                    self._request_started = trio.current_time()
+                    self._request_started = self._now()
             else:
                 self._request_started = None
             self._active()
-            pending = decoder.pending_frame_size
-            if pending >= _POOLED_FRAME_MIN and not self._reserved:
-                await self.memory.reserve(pending)  # stop reading until the budget allows
-                self._reserved = pending
+            if buffered:
+                pending = decoder.pending_frame_size
+                if pending >= _POOLED_FRAME_MIN and not self._reserved:
+                    await self.memory.reserve(pending)  # stop reading until the budget allows
+                    self._reserved = pending
             # Backpressure: stop reading while replies wait.
             while len(self.queue) >= MAX_IN_FLIGHT or self.unsent > _MAX_UNSENT_REPLY_BYTES:
                 await self._wait_drained()
+            receive = recv_after_wait if handled and n < room and plain else recv_into
 
     def _enqueue(self, item, size: int) -> None:
         self.queue.append((item, size))
         self.unsent += size
-        self._queued.set()
+        writer = self._writer
+        if writer is not None:  # waiting for work
+            self._writer = None
+            trio.lowlevel.reschedule(writer)
 
     async def _wait_drained(self) -> None:
         self._drained = trio.Event()
@@ -547,19 +600,26 @@ class _Connection:
         while self.queue:
             await self._wait_drained()
 
+    def _abort_writer_wait(self, _) -> trio.lowlevel.Abort:
+        self._writer = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
     async def write_queued(self, cancel_scope: trio.CancelScope) -> None:
         try:
             while True:
-                while not self.queue:
+                if not self.queue:
                     self._drained.set()
-                    self._queued = trio.Event()
-                    await self._queued.wait()
+                    # Wait for _enqueue (a parked task rather than an Event per wait).
+                    self._writer = trio.lowlevel.current_task()
+                    await trio.lowlevel.wait_task_rescheduled(self._abort_writer_wait)
+                    continue
                 item, size = self.queue[0]
                 if isinstance(item, tuple):
                     header, pending = item
                     item = encode_reply(header, await pending.wait())
                 if item:
                     await self.sock.send_chunks(item)
+                    self._active()
                 self.queue.popleft()  # only now: the reader must not send while this one is out
                 self.unsent -= size
                 self._drained.set()
@@ -569,6 +629,9 @@ class _Connection:
             # A bug must cost one connection, never the broker.
             log.exception("closing %s after an internal error while replying", self.peer)
             cancel_scope.cancel()
+
+
+_NOT_READY = (AnswerFirst, Deferred)  # results the reader does not just encode and send
 
 
 def _finish(result: AnswerFirst) -> None:
@@ -581,7 +644,7 @@ def _finish(result: AnswerFirst) -> None:
 
 
 def _size(chunks: list) -> int:
-    return sum(len(c) for c in chunks)
+    return sum(map(len, chunks))
 
 
 def _nothing() -> None:

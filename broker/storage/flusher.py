@@ -32,6 +32,13 @@ import trio
 
 from broker.log.partition import FlushTicket, Partition
 
+try:  # the run loop's state, for ``_others_ready`` (private to trio: guarded)
+    from trio._core import _run as _trio_run
+
+    _RUN_CONTEXT: object = _trio_run.GLOBAL_RUN_CONTEXT
+except (ImportError, AttributeError):  # pragma: no cover
+    _RUN_CONTEXT = None
+
 log = logging.getLogger("minibroker")
 
 # What a commit calls once it is decided: True when durable, False when a sync failed.
@@ -391,7 +398,18 @@ _INLINE_BYTES = 8 * 1024
 def _others_ready() -> bool:
     """Other tasks are ready to run (requests of other connections, read in this pass of the
     event loop): they may append too, so the commit waits for a round they can share instead of
-    blocking them behind an inline fsync. False outside the event loop (recovery at start)."""
+    blocking them behind an inline fsync. False outside the event loop (recovery at start).
+
+    The length of trio's run queue, read directly: ``current_statistics().tasks_runnable`` is
+    the same number, but the statistics also count the I/O registrations one by one (4.3 us
+    with 100 connections, 0.07 us read directly; up to two calls per transaction). If trio's
+    internals ever move, the public call serves (the flusher test pins both)."""
+    runner = getattr(_RUN_CONTEXT, "runner", None)
+    if runner is not None:
+        try:
+            return len(runner.runq) > 0
+        except AttributeError:
+            pass
     try:
         return trio.lowlevel.current_statistics().tasks_runnable > 0
     except RuntimeError:

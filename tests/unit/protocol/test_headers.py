@@ -21,6 +21,7 @@ from protocol.errors import CorruptFrameError
 from protocol.headers import (
     RequestHeader,
     encode_request_header,
+    encode_response_head,
     encode_response_header,
     parse_request_header_untrusted,
     parse_response_header_untrusted,
@@ -84,6 +85,30 @@ def test_response_header_v0_and_v1_golden() -> None:
     assert parse_response_header_untrusted(
         b"\xff\xff\xff\xff\x01\x00\x01Xbody", ApiKey.INIT_PRODUCER_ID, 3
     ) == (-1, 8)
+
+
+def test_response_head_is_size_prefix_and_header() -> None:
+    # What the broker sends before a body: the frame size (header + body) and the header.
+    for key in [*ApiKey, 99]:
+        for version in range(0, 16):
+            for body_size in (0, 1, 70_000):
+                header = encode_response_header(key, version, -7)
+                assert encode_response_head(key, version, -7, body_size) == (
+                    struct.pack(">i", len(header) + body_size) + header
+                ), (key, version)
+
+
+def test_request_header_bad_client_id_lengths() -> None:
+    with pytest.raises(CorruptFrameError):
+        parse_request_header_untrusted(struct.pack(">hhih", 0, 3, 7, -2))
+    with pytest.raises(CorruptFrameError):
+        parse_request_header_untrusted(struct.pack(">hhih", 0, 3, 7, 4) + b"abc")
+    with pytest.raises(CorruptFrameError):
+        parse_request_header_untrusted(struct.pack(">hhi", 0, 3, 7) + b"\x00")
+    with pytest.raises(CorruptFrameError):
+        parse_request_header_untrusted(struct.pack(">hhih", 0, 3, 7, 2) + b"\xff\xfe")
+    header, offset = parse_request_header_untrusted(bytearray(V1_BYTES))
+    assert (header, offset) == (V1, len(V1_BYTES)) and type(header) is RequestHeader
 
 
 def test_header_versions() -> None:
