@@ -663,6 +663,32 @@ def build_batch(
     return _build_batch(records, attributes, 0, producer_id, producer_epoch, base_sequence, -1)
 
 
+def build_record_batch(key: bytes | None, value: bytes | None,
+                       timestamp_ms: int) -> tuple[bytearray, BatchHeader]:
+    """``build_batch([(key, value, (), timestamp_ms)])``: the batch of one record without
+    headers, compression or producer that a coordinator appends (a ``__transaction_state``
+    record, three per transaction), built without the loop over records."""
+    small, n_small = _SMALL_VARINT, _N_SMALL
+    if key is None:
+        key, key_len = b"", b"\x01"  # -1: null
+    else:
+        n = len(key)
+        key_len = small[n] if n < n_small else encode_varint(n)
+    if value is None:
+        value, value_len = b"", b"\x01"
+    else:
+        n = len(value)
+        value_len = small[n] if n < n_small else encode_varint(n)
+    # attributes, timestamp delta, offset delta; the key; the value; no headers
+    body = b"".join((b"\x00\x00\x00", key_len, key, value_len, value, b"\x00"))
+    n = len(body)
+    out = bytearray(HEADER_SIZE)
+    out += small[n] if n < n_small else encode_varint(n)
+    out += body
+    return out, _finish_batch(out, 0, 0, NO_PRODUCER_ID, NO_PRODUCER_EPOCH, NO_SEQUENCE, -1, 1,
+                              timestamp_ms, timestamp_ms)
+
+
 def _batch_attributes(compression: Compression, timestamp_type: int, transactional: bool,
                       producer_id: int) -> int:
     # A member needs no conversion (the enum call costs 0.5 us); an int is checked by it.

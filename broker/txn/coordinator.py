@@ -182,18 +182,11 @@ class TransactionCoordinator:
         if transition.state is TxnState.DEAD:
             del self._txns[transition.transactional_id]
             return
-        md.producer_id = transition.producer_id
-        md.last_producer_id = transition.last_producer_id
-        md.producer_epoch = transition.producer_epoch
-        md.last_producer_epoch = transition.last_producer_epoch
-        md.txn_timeout_ms = transition.txn_timeout_ms
-        md.state = transition.state
-        md.partitions = transition.partitions
-        md.txn_start_ms = transition.txn_start_ms
-        md.txn_last_update_ms = transition.txn_last_update_ms
-        md.next_producer_id = transition.next_producer_id
-        md.txn_version = transition.txn_version
-        md.end_offsets = transition.end_offsets
+        # Every field but the id, in the order both declare them (one unpacking: a NamedTuple's
+        # field read by name is a descriptor call each).
+        (_, md.producer_id, md.last_producer_id, md.producer_epoch, md.last_producer_epoch,
+         md.txn_timeout_ms, md.state, md.partitions, md.txn_start_ms, md.txn_last_update_ms,
+         md.next_producer_id, md.txn_version, md.end_offsets) = transition
 
     def abandon(self, transition: TxnTransition) -> None:
         """Drop a pending transition that could not be persisted; the metadata is unchanged."""

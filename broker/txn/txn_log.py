@@ -89,7 +89,7 @@ from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import KafkaError
 from protocol.primitives import encode_uvarint
-from protocol.records import NO_PRODUCER_EPOCH, BatchHeader, build_batch
+from protocol.records import NO_PRODUCER_EPOCH, BatchHeader, build_record_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
@@ -170,20 +170,22 @@ def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
 def encode_value(t: TxnTransition) -> bytes | None:
     """The record value of a transition; None (a tombstone) for Dead. Version 2 only when a
     tagged field is present (a PrepareCommit's end offsets), else version 1."""
-    if t.state is TxnState.DEAD:
+    # (one unpacking: a NamedTuple's field read by name is a descriptor call each)
+    (_, producer_id, last_producer_id, producer_epoch, last_producer_epoch, txn_timeout_ms, state,
+     partitions, txn_start_ms, txn_last_update_ms, next_producer_id, txn_version,
+     end_offsets) = t
+    if state is TxnState.DEAD:
         return None
-    if t.state not in _STORED_STATES:
-        raise ValueError(f"state {t.state.display_name} is never stored")
+    if state not in _STORED_STATES:
+        raise ValueError(f"state {state.display_name} is never stored")
     parts = [
-        _VALUE_HEAD.pack(VALUE_VERSION if t.end_offsets else 1, t.producer_id,
-                         t.last_producer_id, t.producer_epoch, t.last_producer_epoch,
-                         t.txn_timeout_ms, t.state),
-        _encode_partitions(t.partitions),
-        _TIMES_TV2.pack(t.txn_start_ms, t.txn_last_update_ms, t.next_producer_id,
-                        t.txn_version),
+        _VALUE_HEAD.pack(VALUE_VERSION if end_offsets else 1, producer_id, last_producer_id,
+                         producer_epoch, last_producer_epoch, txn_timeout_ms, state),
+        _encode_partitions(partitions),
+        _TIMES_TV2.pack(txn_start_ms, txn_last_update_ms, next_producer_id, txn_version),
     ]
-    if t.end_offsets:  # the tagged-field section: one field
-        data = _encode_end_offsets(t.end_offsets)
+    if end_offsets:  # the tagged-field section: one field
+        data = _encode_end_offsets(end_offsets)
         parts += (encode_uvarint(1), encode_uvarint(_TAG_END_OFFSETS), encode_uvarint(len(data)),
                   data)
     return b"".join(parts)
@@ -306,7 +308,7 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
 
 
 def build_transition_batch(t: TxnTransition, now_ms: int) -> tuple[bytearray, BatchHeader]:
-    return build_batch([(encode_key(t.transactional_id), encode_value(t), (), now_ms)])
+    return build_record_batch(encode_key(t.transactional_id), encode_value(t), now_ms)
 
 
 class TxnLog:

@@ -781,6 +781,17 @@ def test_build_batch_returns_encode_batch_bytes_and_their_header(codec, producer
     assert header == parse_header_untrusted(buf)
 
 
+@pytest.mark.parametrize("key", [None, b"", b"\x00\x00\x00\x01x", b"k" * 200])
+@pytest.mark.parametrize("value", [None, b"", b"v" * 60, b"v" * 9000])
+def test_build_record_batch_is_build_batch_of_one_record(key, value) -> None:
+    """The one-record builder (coordinator records) makes build_batch's bytes and header, varint
+    lengths of one, two and three bytes and null keys and values included."""
+    built = rec.build_record_batch(key, value, 1_700_000_000_000)
+    assert built == rec.build_batch([(key, value, (), 1_700_000_000_000)])
+    assert built[1] == parse_header_untrusted(built[0])
+    assert decode_records_untrusted(built[0])[0].key == key
+
+
 @pytest.mark.parametrize("commit", [True, False])
 def test_build_control_batch_returns_encode_control_batch_bytes_and_their_header(commit) -> None:
     buf, header = rec.build_control_batch(9, 3, commit, 17, 1_700_000_000_000)

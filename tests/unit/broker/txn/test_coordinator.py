@@ -99,6 +99,20 @@ def test_completing_something_not_pending_is_a_bug() -> None:
         c.complete(t)
 
 
+def test_complete_applies_every_field_of_the_transition() -> None:
+    """``complete`` copies the transition field by field in declaration order: a value distinct
+    per field catches a field applied to another one."""
+    c = make()
+    c.load("tx", TxnTransition("tx", 1, 2, 3, 4, 5, TxnState.ONGOING, frozenset({TP}), 6, 7))
+    target = TxnTransition("tx", 11, 12, 13, 14, 15, TxnState.PREPARE_COMMIT,
+                           frozenset({TP, ("orders", 1)}), 16, 17, 18, 2, ((TP, 19),))
+    c.get("tx").pending = target
+    c.complete(target)
+    md = c.get("tx")
+    assert md.pending is None
+    assert {f: getattr(md, f) for f in TxnTransition._fields} == target._asdict()
+
+
 @pytest.mark.parametrize("timeout", [0, -1, 900_001])
 def test_timeout_outside_the_maximum_is_invalid(timeout: int) -> None:
     assert code(lambda: make().prepare_init_producer_id("tx", timeout, None, NOW)) == \
