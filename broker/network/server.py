@@ -338,7 +338,10 @@ class _Socket:
     Trio's own socket methods yield to the scheduler on every call, which cost about three run
     loop passes (each with an epoll_wait) per request. These try the system call first and only
     wait when it would block; a connection that always has data yields every few receives so
-    that it cannot starve the others.
+    that it cannot starve the others. The exception is the receive after the reader answered
+    everything a short receive brought (``recv_into_after_wait``): a request/response client
+    sends nothing more until it reads the answers, so that receive would only raise
+    BlockingIOError, and it waits for readability first.
     """
 
     _FAIRNESS = 16  # receives in a row without waiting before we yield anyway
