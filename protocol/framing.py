@@ -60,14 +60,16 @@ class FrameDecoder:
         have to grow, which a live export forbids. Raises ``FrameTooLargeError`` when the
         buffer is full of a frame over the limit (only if ``next_frame`` was not called since).
         """
-        if self._frame is None and self._end != len(self._buf):  # the usual case
-            if self._start == self._end and len(self._buf) > _INITIAL_BUFFER and (
-                self._last_receive < len(self._buf) // 4
-            ):
+        buf, end = self._buf, self._end
+        if self._frame is None and end != len(buf):  # the usual case
+            if end:
+                return memoryview(buf)[end:]
+            # Empty (next_frame rewinds an emptied buffer to 0).
+            if len(buf) > _INITIAL_BUFFER and self._last_receive < len(buf) // 4:
                 # Quiet again: give the large receive buffer back.
-                self._buf = bytearray(_INITIAL_BUFFER)
-                self._start = self._end = 0
-            return memoryview(self._buf)[self._end :]
+                self._buf = buf = bytearray(_INITIAL_BUFFER)
+                self._start = 0
+            return memoryview(buf)
         if not self._filling_frame() and self._end == len(self._buf):
             # May move a partial large frame into a buffer of its own: check again below.
             self._compact()
@@ -140,18 +142,19 @@ class FrameDecoder:
                 return NEED_DATA
             frame, self._frame = self._frame, None
             return frame
-        available = self._end - self._start
-        if available < 4:
+        start, end = self._start, self._end
+        if end - start < 4:
             return NEED_DATA
-        (size,) = _SIZE.unpack_from(self._buf, self._start)
+        size = _SIZE.unpack_from(self._buf, start)[0]
         if size < 0 or size > self.max_frame_size:
             raise FrameTooLargeError(f"frame size {size} outside [0, {self.max_frame_size}]")
-        if available >= 4 + size:
-            begin = self._start + 4
-            self._start = begin + size
-            frame = self._buf[begin : self._start]
-            if self._start == self._end:
+        stop = start + 4 + size
+        if stop <= end:
+            frame = self._buf[start + 4 : stop]
+            if stop == end:
                 self._start = self._end = 0
+            else:
+                self._start = stop
             return frame
         if size >= _DEDICATED_FRAME_MIN or 4 + size > _MAX_BUFFER:
             self._start_dedicated_frame()

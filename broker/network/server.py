@@ -374,24 +374,38 @@ class _Socket:
         BlockingIOError (a system call and an exception per request)."""
         self._streak = 0
         await trio.lowlevel.wait_readable(self.raw)
-        return await self.recv_into(buffer)
+        try:
+            n = self.raw.recv_into(buffer)
+        except BlockingIOError:
+            return await self.recv_into(buffer)  # woken for nothing: wait again
+        if self.metrics is not None:
+            self.metrics.bytes_in += n
+        self._streak = 1
+        return n
 
     async def send_chunks(self, chunks: Sequence) -> None:
         """Send every chunk (gather write), handling partial sends."""
+        sent = self.send_now(chunks)
+        if sent is not None:
+            await self.send_rest(chunks, sent)
+
+    def send_now(self, chunks: Sequence) -> int | None:
+        """Send what the socket takes without waiting: None if that was everything, else the
+        bytes sent (``send_rest`` sends the rest). No checkpoint: the caller's own awaits are
+        the only ones (the usual reply leaves without a coroutine of its own)."""
         total = sum(map(len, chunks))
         if self.metrics is not None:
             self.metrics.bytes_out += total
-        sent = 0
-        if len(chunks) <= _IOV_MAX:
-            try:
-                sent = self.raw.sendmsg(chunks)  # the usual case: everything at once
-            except BlockingIOError:
-                pass
-            if sent == total:
-                return
-        await self._send_rest(chunks, sent)
+        if len(chunks) > _IOV_MAX:
+            return 0
+        try:
+            sent = self.raw.sendmsg(chunks)
+        except BlockingIOError:
+            return 0
+        return None if sent == total else sent
 
-    async def _send_rest(self, chunks: Sequence, sent: int) -> None:
+    async def send_rest(self, chunks: Sequence, sent: int) -> None:
+        """Send ``chunks`` but their first ``sent`` bytes, waiting for the socket as needed."""
         views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
         while True:
             while sent:
@@ -488,9 +502,9 @@ class _Connection:
         # emptied the socket (fewer bytes than room) and held whole requests, a request/response
         # client waits for its answers before it sends more. A pipelining client's next bytes
         # are then found by the run loop's epoll instead (ready at once if they have arrived).
-        plain = isinstance(sock, _Socket)
+        plain = sock if isinstance(sock, _Socket) else None
         recv_into = sock.recv_into
-        recv_after_wait = sock.recv_into_after_wait if isinstance(sock, _Socket) else recv_into
+        recv_after_wait = plain.recv_into_after_wait if plain is not None else recv_into
         receive = recv_into
         while True:
             with decoder.get_buffer() as buffer:
@@ -532,7 +546,12 @@ class _Connection:
                             continue
                         ready.extend(answer)
                         try:
-                            await sock.send_chunks(ready)
+                            if plain is None:
+                                await sock.send_chunks(ready)
+                            else:
+                                sent = plain.send_now(ready)
+                                if sent is not None:
+                                    await plain.send_rest(ready, sent)
                         finally:  # even for a peer that is gone: the work is the broker's
                             _finish(result)  # no checkpoint since the send: nothing ran between
                         ready, ready_bytes = [], 0
@@ -563,7 +582,12 @@ class _Connection:
                     await sock.send_chunks(ready)
                     ready, ready_bytes = [], 0
             if ready:
-                await sock.send_chunks(ready)
+                if plain is None:
+                    await sock.send_chunks(ready)
+                else:
+                    sent = plain.send_now(ready)
+                    if sent is not None:  # the socket is full: wait for the peer to read
+                        await plain.send_rest(ready, sent)
             # Idle and request-assembly deadlines (also for what was just sent: a send that had
             # to wait pushes them itself, through on_sent).
             buffered = decoder.buffered
@@ -579,9 +603,10 @@ class _Connection:
                     await self.memory.reserve(pending)  # stop reading until the budget allows
                     self._reserved = pending
             # Backpressure: stop reading while replies wait.
-            while len(self.queue) >= MAX_IN_FLIGHT or self.unsent > _MAX_UNSENT_REPLY_BYTES:
+            while self.queue and (len(self.queue) >= MAX_IN_FLIGHT
+                                  or self.unsent > _MAX_UNSENT_REPLY_BYTES):
                 await self._wait_drained()
-            receive = recv_after_wait if handled and n < room and plain else recv_into
+            receive = recv_after_wait if handled and n < room else recv_into
 
     def _enqueue(self, item, size: int) -> None:
         self.queue.append((item, size))
