@@ -35,6 +35,8 @@ TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 def produce(broker: Broker, header, frame: bytearray, offset: int):
     version = header.api_version
     request = decode_produce_request_untrusted(frame, offset, version)
+    # (the request's fields in locals: a NamedTuple's field read by name is a descriptor call)
+    transactional_id, acks, _, topics = request
     now = broker.clock.now_ms()
     transactions = broker.transactions
     commits = []
@@ -42,51 +44,50 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     # Authorization (the seeds' checks, as Kafka makes them): Write on the transactional id for
     # a transactional produce (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # and Write on each topic. Nothing of a refused partition is written.
-    txn_refused = request.transactional_id is not None and not allowed(
-        broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id)
-    if request.transactional_id is None and any(
-            part.records is not None and transactions.needs_verification(part.records, None)
-            for topic in request.topics for part in topic.partitions):
+    txn_refused = transactional_id is not None and not allowed(
+        broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if transactional_id is None and any(
+            records is not None and transactions.needs_verification(records, None)
+            for topic in topics for _, records in topic.partitions):
         # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
         # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
         txn_refused = True
-    for topic in request.topics:
+    for topic in topics:
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
                    else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                    if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic.name)
                    else None)
-        for part in topic.partitions:
+        for index, records in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
             appending = None
             try:
                 if refused is not None:
                     raise KafkaError(refused)
-                if request.acks not in VALID_ACKS:
+                if acks not in VALID_ACKS:
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
-                if part.records is None or len(part.records) == 0:
+                if records is None or len(records) == 0:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
                 if topic.name in INTERNAL_TOPICS:
                     # Only the coordinators write there (Kafka refuses it the same way).
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
-                partition = broker.partition(topic.name, part.index)
-                if len(part.records) > MAGIC_OFFSET and part.records[MAGIC_OFFSET] in (0, 1):
+                partition = broker.partition(topic.name, index)
+                if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
                     # Kafka's ProduceRequest.validateRecords, before the log: v3+ carries
                     # RecordBatch v2 only (InvalidRecordException, answered without offsets).
                     raise KafkaError(ErrorCode.INVALID_RECORD,
                                      f"Produce requests with version {version} are only allowed"
                                      " to contain record batches with magic version 2")
-                if transactions.needs_verification(part.records, request.transactional_id):
+                if transactions.needs_verification(records, transactional_id):
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction;
                     # part 2 (v12, transaction version 2): the partition joins it here.
-                    transactions.verify_produce(partition, part.records, request.transactional_id,
+                    transactions.verify_produce(partition, records, transactional_id,
                                                 now, add_partition=version >= TV2_PRODUCE)
                 appending = partition
                 # A transactional batch is answered once appended: durable by its transaction's
                 # PrepareCommit (broker/storage/store.py).
-                result, commit = broker.storage.append(partition, part.records, now,
-                                                       request.acks,
-                                                       transactions.is_transactional(part.records))
+                result, commit = broker.storage.append(partition, records, now, acks,
+                                                       transactions.is_transactional(records))
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset
@@ -97,10 +98,10 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                 if appending is not None and error not in NO_LOG_START:
                     log_start = appending.log_start_offset
             partition_responses.append(
-                (part.index, error, base_offset, log_append_time, log_start)
+                (index, error, base_offset, log_append_time, log_start)
             )
         responses.append((topic.name, partition_responses))
-    if request.acks == 0:
+    if acks == 0:
         return NO_RESPONSE
     if commits:
 

@@ -143,10 +143,11 @@ def _check_entry(entry: ProducerStateEntry | None, header: BatchHeader) -> Dupli
     batches = entry.batches
     if batches:
         last_seq = header.last_sequence
-        for b in batches:
-            if b.first_seq == first_seq and b.last_seq == last_seq:
-                return Duplicate(b.first_offset, b.last_offset)
-        expected = _next_seq(batches[-1].last_seq)
+        # (unpacked: a NamedTuple's field read by name is a descriptor call each)
+        for cached_first, cached_last, first_offset, last_offset in batches:
+            if cached_first == first_seq and cached_last == last_seq:
+                return Duplicate(first_offset, last_offset)
+        expected = _next_seq(cached_last)  # the newest batch's
     else:
         expected = 0
     if first_seq != expected:

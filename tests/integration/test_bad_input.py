@@ -271,3 +271,16 @@ def test_produce_to_an_internal_topic_is_refused(broker):
     with RawConnection(broker.port) as conn:
         reply = produce(conn, "__consumer_offsets", 0, encode_batch([(b"k", b"forged", [], 1)]))
         assert reply.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+def test_transactional_batch_without_a_transactional_id_is_refused(broker):
+    """Kafka's handleProduceRequest: transactional batches with no id to authorize refuse the
+    request on every partition (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), nothing written."""
+    batch = encode_batch([(None, b"x", [], 1)], producer_id=5, producer_epoch=0,
+                         base_sequence=0, transactional=True)
+    with RawConnection(broker.port) as conn:
+        end = fetch_all(conn, TOPIC)
+        assert produce(conn, TOPIC, 0, batch).error_code == \
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert fetch_all(conn, TOPIC) == end
+    assert_still_serving(broker)
