@@ -130,8 +130,14 @@ def _string(s: str) -> bytes:
 
 
 # The key of an id and the partitions of a transaction are the same bytes in each of its records
-# (Ongoing and PrepareCommit share the frozenset, Complete has the empty one): encoded once.
-@lru_cache(maxsize=1024)
+# (Ongoing and PrepareCommit share the frozenset, Complete has the empty one): encoded once, for
+# the last few hundred ids and partition sets. Only small sets are cached: an entry holds its
+# key, so what the caches hold stays small whatever ids and transactions clients send.
+_CACHED = 256
+_CACHED_PARTITIONS = 16
+
+
+@lru_cache(maxsize=_CACHED)
 def encode_key(transactional_id: str) -> bytes:
     return _I16.pack(KEY_VERSION) + _string(transactional_id)
 
@@ -151,8 +157,13 @@ def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) ->
     return b"".join(parts)
 
 
-@lru_cache(maxsize=1024)
 def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
+    if len(partitions) <= _CACHED_PARTITIONS:
+        return _encode_few_partitions(partitions)
+    return _group_partitions(partitions)
+
+
+def _group_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
     if len(partitions) == 1:  # the usual case, without the grouping
         (topic, partition), = partitions
         return b"".join((_ONE, _string(topic), _ONE, _I32.pack(partition)))
@@ -165,6 +176,9 @@ def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
         parts.append(_I32.pack(len(ids)))
         parts.append(struct.pack(f">{len(ids)}i", *ids))
     return b"".join(parts)
+
+
+_encode_few_partitions = lru_cache(maxsize=_CACHED)(_group_partitions)
 
 
 def encode_value(t: TxnTransition) -> bytes | None:

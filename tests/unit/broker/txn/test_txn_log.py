@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from broker.log.manager import LogConfig, LogManager
 from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
 from broker.log.topics import partition_for
+from broker.txn import txn_log
 from broker.txn.coordinator import TransactionCoordinator, TxnConfig, TxnTransition
 from broker.txn.state import TxnState
 from broker.txn.txn_log import (
@@ -126,6 +127,17 @@ def test_round_trip(tid, state, partitions, pid, epoch, next_pid, txn_version,
                       txn_version, tuple(sorted(end_offsets.items())))
     assert decode_key(encode_key(tid)) == tid
     assert decode_value(tid, encode_value(t)) == t
+
+
+def test_a_large_partition_set_round_trips_and_is_not_cached() -> None:
+    """The encoder caches small partition sets only (memory stays bounded whatever sets clients
+    build): a transaction over 40 partitions of three topics encodes, decodes, and stays out of
+    the cache."""
+    many = frozenset((f"t{i % 3}", i) for i in range(40))
+    cached = txn_log._encode_few_partitions.cache_info().currsize
+    t = transition(partitions=many)
+    assert decode_value("tx-1", encode_value(t)) == t
+    assert txn_log._encode_few_partitions.cache_info().currsize == cached
 
 
 @pytest.mark.parametrize("bad", [
