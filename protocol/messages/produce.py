@@ -151,17 +151,10 @@ def compact_nullable_string_at(frame, pos: int, end: int) -> tuple[str | None, i
 
 
 def compact_string_at(frame, pos: int, end: int) -> tuple[str, int]:
-    if pos < end and frame[pos] < 0x80:  # one byte: shorter than 127 bytes
-        n = frame[pos]
-        pos += 1
-    else:
-        n, pos = uvarint_at(frame, pos)
-    if n == 0:
+    value, pos = compact_nullable_string_at(frame, pos, end)
+    if value is None:
         raise CorruptFrameError("null for a non-nullable compact string")
-    n -= 1
-    if pos + n > end:
-        raise CorruptFrameError("string runs past the end of the frame")
-    return str(frame[pos : pos + n], "utf-8"), pos + n
+    return value, pos
 
 
 def skip_tagged_fields_at(frame, pos: int, end: int) -> int:
