@@ -32,7 +32,7 @@ import signal
 import socket as stdsocket
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
@@ -508,6 +508,7 @@ class _Connection:
         plain = sock if isinstance(sock, _Socket) else None
         recv_into = sock.recv_into
         recv_after_wait = plain.recv_into_after_wait if plain is not None else recv_into
+        send = _send_now_or_later(sock)
         receive = recv_into
         while True:
             with decoder.get_buffer() as buffer:
@@ -549,12 +550,9 @@ class _Connection:
                             continue
                         ready.extend(answer)
                         try:
-                            if plain is None:
-                                await sock.send_chunks(ready)
-                            else:
-                                sent = plain.send_now(ready)
-                                if sent is not None:
-                                    await plain.send_rest(ready, sent)
+                            rest = send(ready)
+                            if rest is not None:
+                                await rest
                         finally:  # even for a peer that is gone: the work is the broker's
                             _finish(result)  # no checkpoint since the send: nothing ran between
                         ready, ready_bytes = [], 0
@@ -585,12 +583,9 @@ class _Connection:
                     await sock.send_chunks(ready)
                     ready, ready_bytes = [], 0
             if ready:
-                if plain is None:
-                    await sock.send_chunks(ready)
-                else:
-                    sent = plain.send_now(ready)
-                    if sent is not None:  # the socket is full: wait for the peer to read
-                        await plain.send_rest(ready, sent)
+                rest = send(ready)
+                if rest is not None:  # the socket is full: wait for the peer to read
+                    await rest
             # Idle and request-assembly deadlines (also for what was just sent: a send that had
             # to wait pushes them itself, through on_sent).
             buffered = decoder.buffered
@@ -660,6 +655,19 @@ class _Connection:
 
 
 _NOT_READY = (AnswerFirst, Deferred)  # results the reader does not just encode and send
+
+
+def _send_now_or_later(sock: _Socket | TlsSocket) -> Callable[[list], Awaitable[None] | None]:
+    """``send(chunks)``: sends what the socket takes at once and returns None, or the awaitable
+    that sends the rest (a plain socket's usual reply leaves without a coroutine of its own)."""
+    if not isinstance(sock, _Socket):
+        return sock.send_chunks
+
+    def send(chunks: list) -> Awaitable[None] | None:
+        sent = sock.send_now(chunks)
+        return None if sent is None else sock.send_rest(chunks, sent)
+
+    return send
 
 
 def _finish(result: AnswerFirst) -> None:
