@@ -107,9 +107,14 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
 }
 
 
+# The same table keyed by plain ints: every request's header asks it, and a plain int looks up
+# an int key faster than an IntEnum member (which it finds too, through the enum's __eq__).
+_FIRST_FLEXIBLE: dict[int, int] = {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items()}
+_API_VERSIONS = int(ApiKey.API_VERSIONS)
+
+
 def is_flexible(api_key: int, api_version: int) -> bool:
-    # ApiKey is an IntEnum: a plain int finds its member's entry (no enum lookup per request).
-    first = FIRST_FLEXIBLE_VERSION.get(api_key)  # type: ignore[call-overload]
+    first = _FIRST_FLEXIBLE.get(api_key)
     return first is not None and api_version >= first
 
 
@@ -118,6 +123,6 @@ def request_header_version(api_key: int, api_version: int) -> int:
 
 
 def response_header_version(api_key: int, api_version: int) -> int:
-    if api_key == ApiKey.API_VERSIONS:
+    if api_key == _API_VERSIONS:
         return 0
     return 1 if is_flexible(api_key, api_version) else 0

@@ -14,12 +14,7 @@ import io
 import struct
 from typing import NamedTuple
 
-from protocol.api_keys import (
-    FIRST_FLEXIBLE_VERSION,
-    ApiKey,
-    request_header_version,
-    response_header_version,
-)
+from protocol.api_keys import is_flexible, request_header_version, response_header_version
 from protocol.errors import CorruptFrameError
 from protocol.primitives import read_tagged_fields
 
@@ -30,10 +25,6 @@ _FIXED_AND_LENGTH = struct.Struct(">hhih")  # the fixed fields, then client_id's
 _new_tuple = tuple.__new__
 _HEAD_V0 = struct.Struct(">ii")  # size prefix, correlation_id
 _HEAD_V1 = struct.Struct(">iiB")  # size prefix, correlation_id, no tagged fields
-_API_VERSIONS = int(ApiKey.API_VERSIONS)
-# The first flexible version of each API by its int (an IntEnum key finds an int too, but the
-# plain dict is what this per-request lookup wants).
-_FIRST_FLEXIBLE: dict[int, int] = {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items()}
 
 
 class RequestHeader(NamedTuple):
@@ -66,8 +57,7 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
         client_id = None
     else:
         raise CorruptFrameError(f"bad client_id length {n}")
-    first_flexible = _FIRST_FLEXIBLE.get(api_key)
-    if first_flexible is not None and api_version >= first_flexible:  # request header v2
+    if is_flexible(api_key, api_version):  # request header v2
         pos = _after_tagged_fields(frame, pos)
     # tuple.__new__: a NamedTuple's own __new__ is a Python function (a frame per request).
     return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id)), pos
@@ -104,9 +94,8 @@ def encode_response_head(api_key: int, api_version: int, correlation_id: int,
     """The size prefix and the response header of a response whose body has ``body_size``
     bytes: what goes before the body on the wire (``encode_response_header`` with the frame's
     size in front, in one pack)."""
-    first_flexible = _FIRST_FLEXIBLE.get(api_key)
-    if first_flexible is not None and api_version >= first_flexible and api_key != _API_VERSIONS:
-        return _HEAD_V1.pack(body_size + 5, correlation_id, 0)  # response header v1
+    if response_header_version(api_key, api_version):  # v1: an empty tagged-field section
+        return _HEAD_V1.pack(body_size + 5, correlation_id, 0)
     return _HEAD_V0.pack(body_size + 4, correlation_id)
 
 
