@@ -127,8 +127,12 @@ def write_array_count(io, obj, nullable: bool) -> None:
 
 # -- unsigned varints (flexible versions) -----------------------------------------------------------
 
+_UVARINT1 = tuple(bytes((n,)) for n in range(0x80))
+
 
 def encode_uvarint(value: int) -> bytes:
+    if 0 <= value < 0x80:  # one byte: counts, lengths, tags (most of what is encoded)
+        return _UVARINT1[value]
     if value < 0:
         raise ValueError("unsigned varint must be >= 0")
     out = bytearray()

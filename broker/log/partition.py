@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -84,7 +85,6 @@ from protocol.records import (
     build_control_batch,
     decode_records_untrusted,
     parse_header_untrusted,
-    patch_base_offset,
     stamp_log_append_time,
     validate_records_untrusted,
 )
@@ -95,6 +95,7 @@ LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 # the fallback if the newest turns out to lie beyond the recovered log.
 SNAPSHOTS_RETAINED = 2
 _MAGIC_POS = 16
+_BASE_OFFSET = struct.Struct(">q")  # a batch's first field
 
 
 @dataclass
@@ -358,7 +359,8 @@ class Partition:
             batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
                        for pos, header in batches]
         base_offset = self.log_end_offset
-        last_offset = self._write(mv, batches, now_ms)
+        last_offset = (self._write_one(mv, batches[0][1], now_ms) if len(batches) == 1
+                       else self._write(mv, batches, now_ms))
         return AppendResult(base_offset, last_offset, False, log_append_time)
 
     def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
@@ -393,7 +395,7 @@ class Partition:
         (``records.build_batch`` / ``build_control_batch``): nothing to copy or parse back. Its
         base offset is patched into ``buf``. Otherwise as ``append_control_batch``."""
         base_offset = self.log_end_offset
-        self._write(buf, [(0, header)], now_ms)
+        self._write_one(buf, header, now_ms)
         return base_offset
 
     def append_marker(
@@ -447,26 +449,17 @@ class Partition:
     def _write(self, buf: bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
                now_ms: int) -> int:
         """Assign offsets, patch them in, write ``buf`` (bytes, a flat memoryview) with one
-        pwrite, index, update producers. Returns the last offset written."""
+        pwrite, index, update producers. Returns the last offset written. (``_write_one``
+        writes a single batch.)"""
         n = len(buf)
         seg = self.segments[-1]
-        if seg.size and (
-            seg.size + n > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms
-        ):
-            try:
-                seg = self._roll()
-            except OSError as exc:  # disk full, out of descriptors: nothing appended
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
-        if self._reserve and seg.size + n > seg.allocated:
-            try:
-                seg.reserve(n, self._segment_bytes)
-            except OSError:
-                # No room to preallocate ahead (a nearly full disk): a write that fits must
-                # still succeed, so go on without; the write itself says whether it fits.
-                pass
+        size = seg.size
+        if (size and (size + n > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms)
+                or self._reserve and size + n > seg.allocated):
+            seg = self._make_room(n, now_ms)
         offset = self.log_end_offset
         for pos, header in batches:
-            patch_base_offset(buf, pos, offset)
+            _BASE_OFFSET.pack_into(buf, pos, offset)  # records.patch_base_offset
             offset += header.last_offset_delta + 1
         position = seg.size
         try:
@@ -491,6 +484,55 @@ class Partition:
         if self._hw_follows_leo:
             self.high_watermark = offset
         return offset - 1
+
+    def _write_one(self, buf: bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
+        """``_write`` of ``buf`` holding exactly one batch, ``header``'s (every batch the
+        broker builds, and most Produce requests): the same steps without the loops, and the
+        segment's write and index entry in one call."""
+        n = len(buf)
+        seg = self.segments[-1]
+        size = seg.size
+        if (size and (size + n > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms)
+                or self._reserve and size + n > seg.allocated):
+            seg = self._make_room(n, now_ms)
+        offset = self.log_end_offset
+        _BASE_OFFSET.pack_into(buf, 0, offset)  # records.patch_base_offset
+        try:
+            seg.write_batch(buf, offset, header.max_timestamp, self._index_interval)
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        if seg.roll_base_ms < 0:
+            seg.roll_base_ms = now_ms
+        if header.producer_id >= 0:
+            self.producers.update(header, offset, now_ms)
+        offset += header.last_offset_delta + 1
+        seg.next_offset = offset
+        self.log_end_offset = offset
+        self._dirty = True
+        self.unsynced_bytes += n
+        if self._hw_follows_leo:
+            self.high_watermark = offset
+        return offset - 1
+
+    def _make_room(self, nbytes: int, now_ms: int) -> Segment:
+        """The segment a write of ``nbytes`` goes to when the active one is full or old (a
+        roll) or not preallocated far enough (``_write``'s test)."""
+        seg = self.segments[-1]
+        if seg.size and (
+            seg.size + nbytes > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms
+        ):
+            try:
+                seg = self._roll()
+            except OSError as exc:  # disk full, out of descriptors: nothing appended
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"segment roll: {exc}") from exc
+        if self._reserve and seg.size + nbytes > seg.allocated:
+            try:
+                seg.reserve(nbytes, self._segment_bytes)
+            except OSError:
+                # No room to preallocate ahead (a nearly full disk): a write that fits must
+                # still succeed, so go on without; the write itself says whether it fits.
+                pass
+        return seg
 
     def roll_if_idle(self, now_ms: int) -> bool:
         """Roll a non-empty active segment older than ``config.roll_ms`` although nothing is being

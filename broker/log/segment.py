@@ -252,6 +252,25 @@ class Segment:
         if self.size > self.allocated:
             self.allocated = self.size
 
+    def write_batch(self, batch: memoryview | bytes | bytearray, base_offset: int,
+                    max_timestamp: int, index_interval: int) -> None:
+        """``write(batch)`` then ``add_batch`` for it, when ``batch`` is one whole batch (the
+        usual append: one call)."""
+        n = len(batch)
+        position = self.size
+        written = os.pwrite(self.fd, batch, position)
+        if written != n:
+            raise OSError(f"short write to {self.log_path}: {written} of {n} bytes")  # (write)
+        self.size = position + n
+        if self.size > self.allocated:
+            self.allocated = self.size
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if position == 0 or self.bytes_since_index >= index_interval:
+            self.index.append(base_offset, position, self.max_timestamp)
+            self.bytes_since_index = 0
+        self.bytes_since_index += n
+
     def add_batch(self, position: int, base_offset: int, size: int, max_timestamp: int,
                   index_interval: int) -> None:
         """Account for a batch just written at ``position``: index entry and timestamps."""

@@ -113,6 +113,7 @@ _TV2 = struct.Struct(">qb")  # value version 1: next_producer_id, txn_version
 _TIMES_TV2 = struct.Struct(">qqqb")  # _TIMES then _TV2, as encode_value writes them
 _ONE = _I32.pack(1)
 _END_OFFSET = struct.Struct(">iq")  # tagged field 0: partition, end offset
+_ONE_END_OFFSETS_TAG = encode_uvarint(1) + encode_uvarint(_TAG_END_OFFSETS)  # count, tag
 _STORED_STATES = frozenset(TxnState) - {TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE}
 
 
@@ -200,8 +201,7 @@ def encode_value(t: TxnTransition) -> bytes | None:
     ]
     if end_offsets:  # the tagged-field section: one field
         data = _encode_end_offsets(end_offsets)
-        parts += (encode_uvarint(1), encode_uvarint(_TAG_END_OFFSETS), encode_uvarint(len(data)),
-                  data)
+        parts += (_ONE_END_OFFSETS_TAG, encode_uvarint(len(data)), data)
     return b"".join(parts)
 
 

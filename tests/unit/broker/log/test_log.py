@@ -355,6 +355,55 @@ def test_append_built_batch_writes_the_bytes_append_control_batch_writes(mgr: Lo
     assert base_offsets(q.read(0, 1 << 20, 2)) == [0, 1]
 
 
+def _segment_state(p: Partition) -> tuple:
+    seg = p.segments[-1]
+    return (bytes(p.read(0, 1 << 20, p.log_end_offset)), list(seg.index.offsets),
+            list(seg.index.positions), list(seg.index.max_timestamps), seg.max_timestamp,
+            seg.size, seg.next_offset, p.log_end_offset)
+
+
+def test_one_batch_appends_write_what_a_multi_batch_append_writes(tmp_path: Path) -> None:
+    """``_write_one`` (one batch: every built batch, most Produce requests) against ``_write``
+    (several): the same bytes, index entries, timestamps and producer state."""
+    m = make(tmp_path, index_interval_bytes=100)
+    m.create_topic("one", 1)
+    m.create_topic("many", 1)
+    one, many = m.partition("one", 0), m.partition("many", 0)
+    batches = [batch(1 + i % 3, value_size=40 + 30 * i, ts=NOW + 7 * i - (i % 2) * 20, pid=5,
+                     epoch=0, seq=sum(1 + j % 3 for j in range(i)), tag=i) for i in range(8)]
+    built = [build_batch([(b"k", b"v" * 50 * i, (), NOW + i)]) for i in range(1, 5)]
+    for b in batches:
+        one.append_untrusted(bytearray(b), NOW)
+    for buf, header in built:  # the built-batch path too
+        one.append_built_batch(bytearray(buf), header, NOW)
+    many.append_untrusted(bytearray(b"".join([*batches, *(buf for buf, _ in built)])), NOW)
+    assert _segment_state(one) == _segment_state(many)
+    assert one.producers.get(5).batches == many.producers.get(5).batches  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("path", ["untrusted", "built", "several"])
+def test_a_failed_write_appends_nothing(mgr: LogManager, monkeypatch: pytest.MonkeyPatch,
+                                        path: str) -> None:
+    p = mgr.partition("t", 0)
+    p.append_untrusted(batch(), NOW)
+    before = _segment_state(p)
+    real_pwrite = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, pos: real_pwrite(fd, data[:10], pos))
+    with pytest.raises(KafkaError) as err:
+        if path == "untrusted":
+            p.append_untrusted(batch(2, tag=1), NOW)
+        elif path == "built":
+            p.append_built_batch(*build_batch([(b"k", b"v", (), NOW)]), NOW)
+        else:
+            p.append_untrusted(batch(2, tag=1) + batch(1, tag=2), NOW)
+    assert err.value.code == ErrorCode.KAFKA_STORAGE_ERROR
+    monkeypatch.undo()
+    assert p.segments[-1].size == before[5] and p.log_end_offset == before[7]
+    p.append_untrusted(batch(1, tag=3), NOW)  # the torn bytes are overwritten
+    assert records(p.read(0, 1 << 20, p.log_end_offset)) == [(0, b"\x00" * 20 + b"0"),
+                                                              (1, b"\x03" * 20 + b"0")]
+
+
 # -- idempotence through the partition ------------------------------------------------------
 
 
