@@ -3,6 +3,7 @@ the same disk, the same client (confluent-kafka) with the same settings.
 
     .venv/bin/python bench/kafka_anchor.py               # 2 runs of each pair, ~20 min here
     .venv/bin/python bench/kafka_anchor.py --txn-only -X retry.backoff.ms=10   # transactions only
+    .venv/bin/python bench/kafka_anchor.py --txn-only --pair durable   # issue 29's durable anchor
     .venv/bin/python bench/kafka_anchor.py --report bench/results/kafka-anchor-<ts>.json
 
 Kafka runs through the reference harness (tests/kafka_ref: Kafka 4.4.0's jars from Maven Central,
@@ -428,14 +429,17 @@ def report(results: dict) -> str:
 @click.option("--history", "history_total", default=100_000, show_default=True,
               help="Past transactions for the start-time measurement (0: skip).")
 @click.option("--txn-only", is_flag=True,
-              help="Only the transaction workloads (1/10/50 producers), on the default pair.")
+              help="Only the transaction workloads (1/10/50 producers), on the default pair "
+                   "unless --pair says otherwise.")
+@click.option("--pair", "only_pair", type=click.Choice(["durable", "default"]), default=None,
+              help="Only this pair [default: both; the default pair with --txn-only].")
 @click.option("-X", "--client-config", multiple=True, metavar="KEY=VALUE",
               help="librdkafka setting for every transactional producer, on both brokers alike.")
 @click.option("--quick", is_flag=True, help="Smoke run: 1 run, small counts, no history.")
 @click.option("--report", "report_of", type=click.Path(exists=True, dir_okay=False),
               help="Only print the table of an earlier run's JSON.")
 def main(runs, records_100, records_1k, latency_records, txn_seconds, history_total, txn_only,
-         client_config, quick, report_of) -> None:
+         only_pair, client_config, quick, report_of) -> None:
     if report_of:
         click.echo(report(json.loads(Path(report_of).read_text())))
         return
@@ -453,15 +457,17 @@ def main(runs, records_100, records_1k, latency_records, txn_seconds, history_to
     settings = {"runs": runs, "records_100": records_100, "records_1k": records_1k,
                 "latency_records": latency_records, "txn_seconds": txn_seconds,
                 "history_transactions": history_total, "txn_only": txn_only,
+                "pair": only_pair,
                 "client_config": extra}
     results: dict = {"kafka_version": KAFKA_VERSION, "settings": settings,
                      "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg(),
                                  "host": socket.gethostname()},
                      "pairs": {"durable": {}, "default": {}}, "history": []}
+    pairs = {only_pair} if only_pair else {"default"} if txn_only else {"durable", "default"}
     with common.work_directory("kafka-anchor") as work:
         for run in range(runs):
             for pair, durable in (("durable", True), ("default", False)):
-                if txn_only and durable:
+                if pair not in pairs:
                     continue
                 brokers: list[Broker] = [Minibroker(work, flush_never=not durable),
                                          Kafka(work, durable)]
@@ -470,7 +476,7 @@ def main(runs, records_100, records_1k, latency_records, txn_seconds, history_to
                     out = one_run(broker, settings)
                     out["load"] = os.getloadavg()
                     results["pairs"][pair].setdefault(broker.label, []).append(out)
-        if history_total and not txn_only:
+        if history_total and not txn_only and "default" in pairs:
             for broker in (Minibroker(work, flush_never=True), Kafka(work, durable=False)):
                 log(f"start time with {history_total:,} past transactions: {broker.label}")
                 results["history"].append(history_start(broker, history_total, 2))
