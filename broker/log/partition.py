@@ -58,6 +58,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from broker.log.producer_state import (
     ProducerStateManager,
@@ -96,10 +97,10 @@ LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 SNAPSHOTS_RETAINED = 2
 _MAGIC_POS = 16
 _BASE_OFFSET = struct.Struct(">q")  # a batch's first field
+_new_tuple = tuple.__new__
 
 
-@dataclass
-class AppendResult:
+class AppendResult(NamedTuple):
     base_offset: int  # first offset of the append (the ORIGINAL one for a duplicate)
     last_offset: int
     duplicate: bool  # True: idempotent retry of batches already in the log; nothing appended
@@ -361,7 +362,8 @@ class Partition:
         base_offset = self.log_end_offset
         last_offset = (self._write_one(mv, batches[0][1], now_ms) if len(batches) == 1
                        else self._write(mv, batches, now_ms))
-        return AppendResult(base_offset, last_offset, False, log_append_time)
+        # (tuple.__new__: the NamedTuple's own __new__ is a Python frame)
+        return _new_tuple(AppendResult, (base_offset, last_offset, False, log_append_time))
 
     def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """A compacted topic keeps the latest record per key: a record without one is refused

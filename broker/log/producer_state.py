@@ -53,6 +53,8 @@ from broker.log.segment import atomic_write
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import CONTROL_BIT, INT32_MAX, TRANSACTIONAL_BIT, BatchHeader
 
+_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
+
 # Kafka's ProducerStateEntry.NumBatchesToRetain; clients keep max.in.flight <= 5 for this reason.
 BATCHES_TO_RETAIN = 5
 SNAPSHOT_SUFFIX = ".snapshot"
@@ -174,10 +176,9 @@ def _apply(entry: ProducerStateEntry | None, header: BatchHeader, first_offset: 
         # fences the older epoch and empties the cache, as the epoch change above did.
         return entry
     batches = entry.batches
-    batches.append(
-        BatchMetadata(header.base_sequence, header.last_sequence, first_offset,
-                      first_offset + header.last_offset_delta)
-    )
+    batches.append(_new_tuple(BatchMetadata, (
+        header.base_sequence, header.last_sequence, first_offset,
+        first_offset + header.last_offset_delta)))
     if len(batches) > BATCHES_TO_RETAIN:
         del batches[0]
     if attributes & TRANSACTIONAL_BIT and entry.current_txn_first_offset is None:

@@ -39,6 +39,7 @@ from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 INT16_MAX = 32767
+_new_tuple = tuple.__new__
 # Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
 EPOCH_EXHAUSTED = INT16_MAX - 1
 
@@ -117,7 +118,8 @@ class TxnMetadata:
     ) -> TxnTransition:
         """The metadata in ``state`` at ``now_ms`` with the fields given changed (None: kept;
         named parameters rather than ``_replace(**changes)``, which costs as much again)."""
-        return TxnTransition(
+        # (tuple.__new__: the NamedTuple's own __new__ is a Python frame)
+        return _new_tuple(TxnTransition, (
             self.transactional_id,
             self.producer_id if producer_id is None else producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
@@ -132,7 +134,7 @@ class TxnMetadata:
             self.next_producer_id if next_producer_id is None else next_producer_id,
             self.txn_version if txn_version is None else txn_version,
             (),  # end_offsets: not carried over, only a Prepare record has them
-        )
+        ))
 
 
 @dataclass(frozen=True)

@@ -94,6 +94,8 @@ class ProduceRequest(NamedTuple):
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+# Builds a NamedTuple without its Python-level __new__ (a frame per element of every Produce).
+_new = tuple.__new__
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # acks, timeout_ms, topic_data count
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _INDEX_SIZE = struct.Struct(">ii")  # partition index, records length
@@ -215,9 +217,9 @@ def _decode_v3(frame: bytearray, offset: int) -> ProduceRequest:
                     raise CorruptFrameError("records run past the end of the frame")
                 records = view[pos : pos + size]
                 pos += size
-            partitions.append(ProducePartition(index, records))
-        topics.append(ProduceTopic(name, partitions))
-    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
+            partitions.append(_new(ProducePartition, (index, records)))
+        topics.append(_new(ProduceTopic, (name, partitions)))
+    return _new(ProduceRequest, (transactional_id, acks, timeout_ms, topics))
 
 
 def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
@@ -247,11 +249,11 @@ def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
                 records = view[pos : pos + size]
                 pos += size
             pos = skip_tagged_fields_at(frame, pos, end)
-            partitions.append(ProducePartition(index, records))
+            partitions.append(_new(ProducePartition, (index, records)))
         pos = skip_tagged_fields_at(frame, pos, end)
-        topics.append(ProduceTopic(name, partitions))
+        topics.append(_new(ProduceTopic, (name, partitions)))
     skip_tagged_fields_at(frame, pos, end)
-    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
+    return _new(ProduceRequest, (transactional_id, acks, timeout_ms, topics))
 
 
 # Per partition after (index, error_code, base_offset, log_append_time_ms): what each version adds
