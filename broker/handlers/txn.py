@@ -20,8 +20,9 @@ from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.txn_fast import (
-    encode_add_partitions_to_txn_response,
-    encode_end_txn_response,
+    ADD_PARTITIONS_FIRST_FLEXIBLE,
+    encode_end_txn_answer,
+    encode_errors_by_topic,
 )
 
 COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
@@ -64,49 +65,49 @@ def producer_fenced(code: ErrorCode, version: int, first: int) -> ErrorCode:
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN)
 def add_partitions_to_txn(broker: Broker, header, request):
-    requested = [(t.name, p) for t in request.topics for p in t.partitions]
+    version = header.api_version
+    flexible = version >= ADD_PARTITIONS_FIRST_FLEXIBLE
+    # (topic, its partitions) once: the request's fields are properties
+    topics = [(t.name, t.partitions) for t in request.topics]
+    requested = []
     unknown = set()
-    for topic, index in requested:
-        try:
-            broker.partition(topic, index)
-        except KafkaError:
-            unknown.add((topic, index))
+    for topic, indexes in topics:
+        for index in indexes:
+            requested.append((topic, index))
+            try:
+                broker.partition(topic, index)
+            except KafkaError:
+                unknown.add((topic, index))
 
-    def encode(code_for) -> bytes | dict:
-        response = {
-            "throttle_time_ms": 0,
-            "results": [
-                {
-                    "name": t.name,
-                    "results": [
-                        {"partition_index": p, "error_code": code_for((t.name, p))}
-                        for p in t.partitions
-                    ],
-                }
-                for t in request.topics
-            ],
-        }
-        # The codec straight away (once per transaction): the same bytes encode_response makes.
-        return encode_add_partitions_to_txn_response(response, header.api_version) or response
+    def encode(code_for) -> bytes:
+        return encode_errors_by_topic(
+            [(topic, [(p, code_for((topic, p))) for p in indexes]) for topic, indexes in topics],
+            flexible)
 
-    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                   request.transactional_id):
+    transactional_id = request.transactional_id
+    if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
         return encode(lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
     # or not): the markers EndTxn writes would land in the broker's own logs.
-    refused = {t.name for t in request.topics if t.name in INTERNAL_TOPICS
-               or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, t.name)}
+    refused = {topic for topic, _ in topics if topic in INTERNAL_TOPICS
+               or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic)}
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
         return encode(lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
                       else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                       else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, requested,
+        transactional_id, request.producer_id, request.producer_epoch, requested,
         broker.clock.now_ms(),
     )
-    version = header.api_version
-    return reply(result, lambda code: encode(lambda tp: producer_fenced(code, version, 2)))
+
+    def answer(code: ErrorCode) -> bytes:
+        # one code for every partition: no function per partition
+        code = producer_fenced(code, version, 2)
+        return encode_errors_by_topic(
+            [(topic, [(p, code) for p in indexes]) for topic, indexes in topics], flexible)
+
+    return reply(result, answer)
 
 
 def add_group(broker: Broker, request):
@@ -151,13 +152,11 @@ def end_txn(broker: Broker, header, request):
         request.committed, broker.clock.now_ms(), bump_epoch=tv2, answer_first=True,
     )
 
-    def encode(code: ErrorCode) -> bytes | dict:
-        response = {"throttle_time_ms": 0, "error_code": producer_fenced(code, version, 2)}
+    def encode(code: ErrorCode) -> bytes:
         if tv2 and code == ErrorCode.NONE:
-            producer_id, epoch = transactions.producer_after_end(
-                request.transactional_id)
-            response.update(producer_id=producer_id, producer_epoch=epoch)
-        return encode_end_txn_response(response, version) or response  # (as above)
+            producer_id, epoch = transactions.producer_after_end(request.transactional_id)
+            return encode_end_txn_answer(version, code, producer_id, epoch)
+        return encode_end_txn_answer(version, producer_fenced(code, version, 2))
 
     return reply(result, encode)
 

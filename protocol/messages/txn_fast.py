@@ -45,6 +45,7 @@ _I64_I16_I32 = struct.Struct(">qhi")
 _I64_I16_BOOL = struct.Struct(">qhB")
 _I32_I64 = struct.Struct(">iq")
 _I32_I64_I32 = struct.Struct(">iqi")
+_I32_I16_I64_I16 = struct.Struct(">ihqh")
 
 _I32_I16_NO_TAGS = struct.Struct(">ihx")  # partition_index, error_code, empty tag section
 _VARINT1 = [bytes((i,)) for i in range(0x80)]  # the unsigned varints of one byte
@@ -270,45 +271,62 @@ def _add_partitions_flexible(frame, offset: int) -> Container:
     return r
 
 
-def _encode_errors_by_topic(obj: Any, flexible: bool, topics_key: str,
-                            partitions_key: str) -> bytes | None:
-    """``{"throttle_time_ms", topics_key: [{"name", partitions_key: [{"partition_index",
-    "error_code"}]}]}``: the answer of AddPartitionsToTxn and of TxnOffsetCommit."""
-    if flexible and obj.get("tagged_fields"):
-        return None
-    topics = obj.get(topics_key, ())
-    parts = [_I32.pack(obj.get("throttle_time_ms", 0))]
+ErrorsByTopic = list[tuple[str, list[tuple[int, int]]]]
+"""``[(topic, [(partition_index, error_code), ...]), ...]``: an answer's results, as
+``encode_errors_by_topic`` takes them."""
+
+_I32_I32 = struct.Struct(">ii")
+
+
+def encode_errors_by_topic(results: ErrorsByTopic, flexible: bool,
+                           throttle_time_ms: int = 0) -> bytes:
+    """The answer of AddPartitionsToTxn and of TxnOffsetCommit (their fields have the same
+    types and order) from plain tuples, no tagged fields: what the handler of
+    AddPartitionsToTxn calls, and ``_encode_errors_by_topic`` for the message as a dict."""
     if flexible:
-        n = len(topics) + 1
-        parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-        for topic in topics:
-            if topic.get("tagged_fields"):
-                return None
-            name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get(partitions_key, ())
-            n = len(name) + 1
+        n = len(results) + 1
+        parts = [_I32.pack(throttle_time_ms), _VARINT1[n] if n < 0x80 else encode_uvarint(n)]
+        for name, partitions in results:
+            encoded = name.encode("utf-8")
+            n = len(encoded) + 1
             parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-            parts.append(name)
+            parts.append(encoded)
             n = len(partitions) + 1
             parts.append(_VARINT1[n] if n < 0x80 else encode_uvarint(n))
-            for p in partitions:
-                if p.get("tagged_fields"):
-                    return None
-                parts.append(
-                    _I32_I16_NO_TAGS.pack(p.get("partition_index", 0), p.get("error_code", 0)))
+            for partition_index, error_code in partitions:
+                parts.append(_I32_I16_NO_TAGS.pack(partition_index, error_code))
             parts.append(b"\x00")
         parts.append(b"\x00")
     else:
-        parts.append(_I32.pack(len(topics)))
-        for topic in topics:
-            name = topic.get("name", "").encode("utf-8")
-            partitions = topic.get(partitions_key, ())
-            parts.append(_I16.pack(len(name)))
-            parts.append(name)
+        parts = [_I32_I32.pack(throttle_time_ms, len(results))]
+        for name, partitions in results:
+            encoded = name.encode("utf-8")
+            parts.append(_I16.pack(len(encoded)))
+            parts.append(encoded)
             parts.append(_I32.pack(len(partitions)))
-            for p in partitions:
-                parts.append(_I32_I16.pack(p.get("partition_index", 0), p.get("error_code", 0)))
+            for partition_index, error_code in partitions:
+                parts.append(_I32_I16.pack(partition_index, error_code))
     return b"".join(parts)
+
+
+def _encode_errors_by_topic(obj: Any, flexible: bool, topics_key: str,
+                            partitions_key: str) -> bytes | None:
+    """``{"throttle_time_ms", topics_key: [{"name", partitions_key: [{"partition_index",
+    "error_code"}]}]}``: ``encode_errors_by_topic`` of the message as a dict (None: tagged
+    fields to write, left to the declared codec)."""
+    results: ErrorsByTopic = []
+    for topic in obj.get(topics_key, ()):
+        if flexible and topic.get("tagged_fields"):
+            return None
+        partitions = []
+        for p in topic.get(partitions_key, ()):
+            if flexible and p.get("tagged_fields"):
+                return None
+            partitions.append((p.get("partition_index", 0), p.get("error_code", 0)))
+        results.append((topic.get("name", ""), partitions))
+    if flexible and obj.get("tagged_fields"):
+        return None
+    return encode_errors_by_topic(results, flexible, obj.get("throttle_time_ms", 0))
 
 
 def encode_add_partitions_to_txn_response(obj: Any, version: int) -> bytes | None:
@@ -389,14 +407,20 @@ def decode_end_txn_request_untrusted(frame, offset: int, version: int) -> Contai
 def encode_end_txn_response(obj: Any, version: int) -> bytes | None:
     """``{"throttle_time_ms", "error_code"}``, v5+ also ``"producer_id", "producer_epoch"``
     (-1 when absent)."""
+    if version >= END_TXN_FIRST_FLEXIBLE and obj.get("tagged_fields"):
+        return None
+    return encode_end_txn_answer(version, obj.get("error_code", 0), obj.get("producer_id", -1),
+                                 obj.get("producer_epoch", -1), obj.get("throttle_time_ms", 0))
+
+
+def encode_end_txn_answer(version: int, error_code: int, producer_id: int = -1,
+                          producer_epoch: int = -1, throttle_time_ms: int = 0) -> bytes:
+    """``encode_end_txn_response`` from the fields (what the EndTxn handler calls)."""
     if version >= END_TXN_WITH_PRODUCER:
-        data = _I32_I16.pack(obj.get("throttle_time_ms", 0), obj.get("error_code", 0)) + \
-            _I64_I16.pack(obj.get("producer_id", -1), obj.get("producer_epoch", -1))
+        data = _I32_I16_I64_I16.pack(throttle_time_ms, error_code, producer_id, producer_epoch)
     else:
-        data = _I32_I16.pack(obj.get("throttle_time_ms", 0), obj.get("error_code", 0))
+        data = _I32_I16.pack(throttle_time_ms, error_code)
     if version >= END_TXN_FIRST_FLEXIBLE:
-        if obj.get("tagged_fields"):
-            return None
         return data + b"\x00"
     return data
 

@@ -22,7 +22,7 @@ from protocol.messages._registry import (
     encode_response_declared,
 )
 from protocol.messages.api_versions import SERVED
-from protocol.messages.txn_fast import FAST_CODECS
+from protocol.messages.txn_fast import FAST_CODECS, encode_end_txn_answer, encode_errors_by_topic
 from tests.unit.protocol.messages.test_messages import values_for
 
 KEYS = (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
@@ -361,3 +361,24 @@ def test_handler_shaped_responses() -> None:
         ">ihqh", 0, 0, 12, 3) + b"\x00"
     assert encode_response(ApiKey.END_TXN, 5, cases[2][1]) == struct.pack(
         ">ihqh", 0, ErrorCode.INVALID_TXN_STATE, -1, -1) + b"\x00"
+
+
+@settings(max_examples=60, deadline=None)
+@given(results=st.lists(st.tuples(st.text(max_size=140), st.lists(st.tuples(
+    st.integers(-2**31, 2**31 - 1), st.sampled_from(list(ErrorCode))), max_size=130)),
+    max_size=3), throttle=st.integers(0, 2**31 - 1))
+def test_the_handlers_tuple_encoders_write_the_declared_bytes(results, throttle) -> None:
+    # what the AddPartitionsToTxn and EndTxn handlers call, without a dict
+    value = {"throttle_time_ms": throttle, "results": [
+        {"name": name, "results": [{"partition_index": p, "error_code": c} for p, c in parts]}
+        for name, parts in results]}
+    for version in APIS[ApiKey.ADD_PARTITIONS_TO_TXN].versions:
+        flexible = _flexible(ApiKey.ADD_PARTITIONS_TO_TXN, version)
+        assert encode_errors_by_topic(results, flexible, throttle) == encode_response_declared(
+            ApiKey.ADD_PARTITIONS_TO_TXN, version, value)
+    for version in APIS[ApiKey.END_TXN].versions:
+        for code, fields in [(ErrorCode.NONE, (12, 3)), (ErrorCode.PRODUCER_FENCED, ())]:
+            value = {"throttle_time_ms": throttle, "error_code": code,
+                     **dict(zip(("producer_id", "producer_epoch"), fields, strict=False))}
+            assert encode_end_txn_answer(version, code, *fields, throttle_time_ms=throttle) == \
+                encode_response_declared(ApiKey.END_TXN, version, value)
