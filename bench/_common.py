@@ -15,6 +15,7 @@ Run as a script (`python bench/_common.py sink`) it is the trio sink server used
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -729,6 +730,34 @@ class DiskResult:
     mb_per_s: float
     fdatasync_ms: float  # mean per chunk, write included
     fdatasync_cpu_ms: float  # this process's CPU time, mean per chunk, write included
+
+
+def round_wait_ms(directory: Path, rounds: int) -> float:
+    """The wall time of one durable EndTxn's round, in ms (the mean of ``rounds``): a 200-byte
+    append to one fresh file (the PrepareCommit record) and a 1,100-byte append to another (the
+    transaction's batch), then both fdatasynced side by side, one in this thread and one in a
+    worker thread, as broker/storage/flusher.py's ``_sync_all`` syncs a round. On a disk that
+    merges the two flushes this is one fdatasync wait; on one that does not, up to two."""
+    folder = Path(tempfile.mkdtemp(prefix="round-", dir=directory))
+    fds = [os.open(folder / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+           for name in ("record.log", "batch.log")]
+    record, batch = os.urandom(200), os.urandom(1100)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as worker:
+            worker.submit(int).result()  # the thread is up before the clock starts
+            started = time.perf_counter()
+            for _ in range(rounds):
+                os.write(fds[0], record)
+                os.write(fds[1], batch)
+                other = worker.submit(os.fdatasync, fds[1])
+                os.fdatasync(fds[0])
+                other.result()
+            elapsed = time.perf_counter() - started
+    finally:
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(folder, ignore_errors=True)
+    return elapsed / rounds * 1e3
 
 
 def disk_limit(

@@ -31,9 +31,11 @@ bench/results/transactions-<ts>.json:
 - ``--flush never`` (page cache, as the peers): back-to-back at least the faster peer, broker CPU
   per transaction at most 0.6 ms;
 - ``--flush always``: back-to-back at least 90% of the one-fsync bound, the faster peer's time per
-  transaction plus one fdatasync wait, both measured in this run (the wait: a 200-byte append and
-  fdatasync in the directory the broker writes to, as bench/floors.py measures it); broker CPU
-  per transaction at most 1.0 ms; 50 producers at once at least 2,000 transactions/s;
+  transaction plus the wait of the one round EndTxn waits for (PrepareCommit and the
+  transaction's batch: two files fdatasynced side by side, in the directory the broker writes to,
+  as bench/floors.py measures it), both measured in this run; the bound with a single file's
+  fdatasync is shown beside it; broker CPU per transaction at most 1.0 ms; 50 producers at once
+  at least 2,000 transactions/s;
 - both: commit latency p50 <= 1 ms and p99 <= 5 ms.
 """
 
@@ -335,7 +337,7 @@ class Targets:
 
     durable: bool
     back_to_back: float | None  # transactions/s; None without the peers
-    back_to_back_rule: str
+    back_to_back_rule: str  # how ``back_to_back`` was computed
     cpu_ms: float
     producers_50: float | None  # transactions/s at 50 producers, durable only
 
@@ -345,16 +347,22 @@ BOUND_SHARE = 0.9
 DURABLE_50_PRODUCERS = 2000.0
 
 
-def targets(durable: bool, fastest_peer: float | None, fdatasync_ms: float | None) -> Targets:
+def targets(durable: bool, fastest_peer: float | None, round_ms: float | None,
+            fdatasync_ms: float | None) -> Targets:
     if not durable:
         return Targets(False, fastest_peer, "the faster peer", 0.6, None)
-    if fastest_peer is None or fdatasync_ms is None:
+    if fastest_peer is None or round_ms is None or fdatasync_ms is None:
         return Targets(True, None, f"{BOUND_SHARE:.0%} of the one-fsync bound", 1.0,
                        DURABLE_50_PRODUCERS)
-    bound = 1 / (1 / fastest_peer + fdatasync_ms / 1e3)
-    return Targets(True, BOUND_SHARE * bound,
+
+    def bound(wait_ms: float) -> float:
+        return 1 / (1 / fastest_peer + wait_ms / 1e3)
+
+    return Targets(True, BOUND_SHARE * bound(round_ms),
                    f"{BOUND_SHARE:.0%} of the one-fsync bound, 1 / (1 / {_fmt(fastest_peer, 0)} "
-                   f"+ {fdatasync_ms * 1e3:.0f} us) = {_fmt(bound, 0)}", 1.0,
+                   f"+ {round_ms * 1e3:.0f} us round) = {_fmt(bound(round_ms), 0)} (with one "
+                   f"file's fdatasync, {fdatasync_ms * 1e3:.0f} us: {_fmt(bound(fdatasync_ms), 0)}"
+                   f", 90% {_fmt(BOUND_SHARE * bound(fdatasync_ms), 0)})", 1.0,
                    DURABLE_50_PRODUCERS)
 
 
@@ -465,13 +473,15 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
                     peers[label] = peer_back_to_back(spec, work_dir, seconds)
                 except Exception as exc:  # a peer that cannot run must not lose our figures
                     log(f"  {label} failed: {exc!r}")
-        fdatasync_ms = None
+        fdatasync_ms = round_ms = None
         if flush == "always":
-            log("the fdatasync wait of a 200-byte append, in the broker's directory")
+            log("the fdatasync wait of a 200-byte append, and of EndTxn's round, in the broker's "
+                "directory")
             fdatasync_ms = common.disk_limit(work_dir, 200 * FSYNC_CALLS, 200).fdatasync_ms
+            round_ms = common.round_wait_ms(work_dir, FSYNC_CALLS)
     goal = targets(flush == "always",
                    max((r.transactions_per_s for r in peers.values()), default=None),
-                   fdatasync_ms)
+                   round_ms, fdatasync_ms)
     click.echo(report(plain, txn, latency, rate, raw, peers, sweep, goal))
     payload = {
         "settings": {"seconds": seconds, "repeat": repeat, "value_size": VALUE_SIZE,
@@ -486,6 +496,7 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
         "back_to_back_peers": {label: asdict(r) for label, r in peers.items()},
         "concurrent_producers": [asdict(r) for r in sweep],
         "fdatasync_ms": fdatasync_ms,
+        "round_ms": round_ms,
         "targets": asdict(goal),
         "peers": list(common.PEER_PACKAGES),
     }
