@@ -7,6 +7,8 @@ into the request frame, whose baseOffset fields the log patches in place before 
 
 from __future__ import annotations
 
+from functools import partial
+
 from broker.handlers.authz import allowed
 from broker.log.topics import INTERNAL_TOPICS
 from broker.network.context import Broker
@@ -104,13 +106,16 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     if acks == 0:
         return NO_RESPONSE
     if commits:
+        # (a module function, not a closure: a closure would make these variables cells for
+        # the whole handler, on every request)
+        return Deferred(partial(_durable_answer, commits, version, responses))
+    return encode_produce_response(version, responses)
 
-        async def durable() -> bytes:
-            for commit, answers, i in commits:
-                if not await commit.wait():
-                    # The fsync failed (disk full, I/O error): not acknowledged.
-                    answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
-            return encode_produce_response(version, responses)
 
-        return Deferred(durable)
+async def _durable_answer(commits: list, version: int, responses: list) -> bytes:
+    """The answer once the acks=all appends are durable."""
+    for commit, answers, i in commits:
+        if not await commit.wait():
+            # The fsync failed (disk full, I/O error): not acknowledged.
+            answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
     return encode_produce_response(version, responses)

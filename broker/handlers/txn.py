@@ -10,7 +10,7 @@ durable).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
 from broker.handlers.authz import allowed
 from broker.log.topics import INTERNAL_TOPICS
@@ -82,35 +82,27 @@ def add_partitions_to_txn(broker: Broker, header, request):
                 unknown.add((topic, index))
 
     transactional_id = request.transactional_id
+    # (no closures in this function: they would make its variables cells on every request)
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return _each_partition(topics, flexible,
-                               lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return _every_partition(topics, flexible, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
     # or not): the markers EndTxn writes would land in the broker's own logs.
     refused = {topic for topic, _ in topics if topic in INTERNAL_TOPICS
                or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic)}
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
-        return _each_partition(
-            topics, flexible, lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
-            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-            else ErrorCode.OPERATION_NOT_ATTEMPTED)
+        return encode_errors_by_topic(
+            [(topic, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in refused
+                       else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (topic, p) in unknown
+                       else ErrorCode.OPERATION_NOT_ATTEMPTED) for p in indexes])
+             for topic, indexes in topics], flexible)
     result = broker.transactions.add_partitions(
         transactional_id, request.producer_id, request.producer_epoch, requested,
         broker.clock.now_ms(),
     )
-    if isinstance(result, ErrorCode):  # answered now (the usual case): no function for later
-        return _every_partition(topics, flexible, producer_fenced(result, version, 2))
-    return result.then(lambda code: _every_partition(topics, flexible,
-                                                     producer_fenced(code, version, 2)))
-
-
-def _each_partition(topics: list[tuple[str, list[int]]], flexible: bool,
-                    code_for: Callable[[tuple[str, int]], ErrorCode]) -> bytes:
-    """The AddPartitionsToTxn answer with ``code_for((topic, partition))`` for each."""
-    return encode_errors_by_topic(
-        [(topic, [(p, code_for((topic, p))) for p in indexes]) for topic, indexes in topics],
-        flexible)
+    if isinstance(result, Deferred):  # only while the previous transaction completes
+        return result.then(partial(_added, topics, flexible, version))
+    return _every_partition(topics, flexible, producer_fenced(result, version, 2))
 
 
 def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
@@ -118,6 +110,12 @@ def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
     """The AddPartitionsToTxn answer with ``code`` for every partition."""
     return encode_errors_by_topic(
         [(topic, [(p, code) for p in indexes]) for topic, indexes in topics], flexible)
+
+
+def _added(topics: list[tuple[str, list[int]]], flexible: bool, version: int,
+           code: ErrorCode) -> bytes:
+    """The answer once the transaction service decided (``code``: for every partition)."""
+    return _every_partition(topics, flexible, producer_fenced(code, version, 2))
 
 
 def add_group(broker: Broker, request):
@@ -157,18 +155,22 @@ def end_txn(broker: Broker, header, request):
         return {"throttle_time_ms": 0, "error_code": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
     tv2 = version >= TV2_END_TXN
     transactions = broker.transactions
+    transactional_id = request.transactional_id
     result = transactions.end_txn(
-        request.transactional_id, request.producer_id, request.producer_epoch,
+        transactional_id, request.producer_id, request.producer_epoch,
         request.committed, broker.clock.now_ms(), bump_epoch=tv2, answer_first=True,
     )
+    # (a partial, not a closure: see add_partitions_to_txn)
+    return reply(result, partial(_ended, transactions, transactional_id, version))
 
-    def encode(code: ErrorCode) -> bytes:
-        if tv2 and code == ErrorCode.NONE:
-            producer_id, epoch = transactions.producer_after_end(request.transactional_id)
-            return encode_end_txn_answer(version, code, producer_id, epoch)
-        return encode_end_txn_answer(version, producer_fenced(code, version, 2))
 
-    return reply(result, encode)
+def _ended(transactions, transactional_id: str, version: int, code: ErrorCode) -> bytes:
+    """The EndTxn answer for ``code``; from v5 (transaction version 2) with the producer id and
+    epoch to go on with."""
+    if version >= TV2_END_TXN and code == ErrorCode.NONE:
+        producer_id, epoch = transactions.producer_after_end(transactional_id)
+        return encode_end_txn_answer(version, code, producer_id, epoch)
+    return encode_end_txn_answer(version, producer_fenced(code, version, 2))
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS)
