@@ -10,6 +10,8 @@ durable).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from broker.handlers.authz import allowed
 from broker.log.topics import INTERNAL_TOPICS
 from broker.network import peer
@@ -79,35 +81,43 @@ def add_partitions_to_txn(broker: Broker, header, request):
             except KafkaError:
                 unknown.add((topic, index))
 
-    def encode(code_for) -> bytes:
-        return encode_errors_by_topic(
-            [(topic, [(p, code_for((topic, p))) for p in indexes]) for topic, indexes in topics],
-            flexible)
-
     transactional_id = request.transactional_id
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return encode(lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return _each_partition(topics, flexible,
+                               lambda tp: ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
     # or not): the markers EndTxn writes would land in the broker's own logs.
     refused = {topic for topic, _ in topics if topic in INTERNAL_TOPICS
                or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic)}
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
-        return encode(lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
-                      else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
-                      else ErrorCode.OPERATION_NOT_ATTEMPTED)
+        return _each_partition(
+            topics, flexible, lambda tp: ErrorCode.TOPIC_AUTHORIZATION_FAILED if tp[0] in refused
+            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+            else ErrorCode.OPERATION_NOT_ATTEMPTED)
     result = broker.transactions.add_partitions(
         transactional_id, request.producer_id, request.producer_epoch, requested,
         broker.clock.now_ms(),
     )
+    if isinstance(result, ErrorCode):  # answered now (the usual case): no function for later
+        return _every_partition(topics, flexible, producer_fenced(result, version, 2))
+    return result.then(lambda code: _every_partition(topics, flexible,
+                                                     producer_fenced(code, version, 2)))
 
-    def answer(code: ErrorCode) -> bytes:
-        # one code for every partition: no function per partition
-        code = producer_fenced(code, version, 2)
-        return encode_errors_by_topic(
-            [(topic, [(p, code) for p in indexes]) for topic, indexes in topics], flexible)
 
-    return reply(result, answer)
+def _each_partition(topics: list[tuple[str, list[int]]], flexible: bool,
+                    code_for: Callable[[tuple[str, int]], ErrorCode]) -> bytes:
+    """The AddPartitionsToTxn answer with ``code_for((topic, partition))`` for each."""
+    return encode_errors_by_topic(
+        [(topic, [(p, code_for((topic, p))) for p in indexes]) for topic, indexes in topics],
+        flexible)
+
+
+def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
+                     code: ErrorCode) -> bytes:
+    """The AddPartitionsToTxn answer with ``code`` for every partition."""
+    return encode_errors_by_topic(
+        [(topic, [(p, code) for p in indexes]) for topic, indexes in topics], flexible)
 
 
 def add_group(broker: Broker, request):

@@ -8,6 +8,7 @@ root as constructor arguments.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
@@ -50,6 +51,10 @@ class Broker:
         self.cross = cross  # the steps that join the group and transaction services
         self.cleaner = cleaner  # log compaction; its task runs in server.serve
         self.security = security  # SASL, SCRAM credentials, ACLs and the authorizer
+        # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
+        # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
+        # UNKNOWN_TOPIC_OR_PARTITION.
+        self.partition: Callable[[str, int], Partition] = storage.logs.partition
 
     @property
     def logs(self) -> LogManager:
@@ -63,8 +68,6 @@ class Broker:
     def data_arrived(self) -> DataArrived:
         return self.storage.data_arrived
 
-    def partition(self, topic: str, index: int) -> Partition:
-        return self.storage.logs.partition(topic, index)
 
     def ensure_topic(self, topic: str, allow_create: bool) -> int:
         """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""
