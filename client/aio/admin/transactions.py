@@ -25,6 +25,7 @@ from typing import Any
 from client.aio.admin.topics import TopicsAdmin
 from client.aio.cluster import TRANSACTION, is_coordinator_error
 from client.errors import (
+    CoordinatorLoadInProgressError,
     KafkaClientError,
     ProducerFencedError,
     TransactionalIdNotFoundError,
@@ -54,6 +55,11 @@ def runs(description: TransactionDescription, partition: TopicPartition,
     return (description.state in IN_PROGRESS and description.producer_id == state.producer_id
             and description.producer_epoch >= state.producer_epoch
             and partition in description.partitions)
+
+
+def _raise_unless_loading(exc: KafkaClientError) -> None:
+    if not isinstance(exc, CoordinatorLoadInProgressError):
+        raise exc
 
 
 class TransactionsAdmin(TopicsAdmin):
@@ -99,17 +105,30 @@ class TransactionsAdmin(TopicsAdmin):
         cluster = self._cluster
         await cluster.refresh_metadata([])
         result: dict[str, TransactionListing] = {}
+        request = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
+                   "duration_filter": -1 if duration_ms is None else duration_ms}
         for node in sorted(cluster.brokers):
-            conn = await cluster.connection(node)
-            request = {"state_filters": list(states), "producer_id_filters": list(producer_ids),
-                       "duration_filter": -1 if duration_ms is None else duration_ms}
-            if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
-                raise UnsupportedVersionError(
-                    f"broker {node} cannot filter transactions by duration (ListTransactions v0)"
-                )
-            response = await conn.request(ApiKey.LIST_TRANSACTIONS, request)
-            if response.error_code:
-                raise error_for(response.error_code, f"ListTransactions on broker {node}")
+
+            async def attempt(node: int = node) -> Any:
+                conn = await cluster.connection(node)
+                if duration_ms is not None and conn.version(ApiKey.LIST_TRANSACTIONS) < 1:
+                    raise UnsupportedVersionError(
+                        f"broker {node} cannot filter transactions by duration "
+                        "(ListTransactions v0)"
+                    )
+                response = await conn.request(ApiKey.LIST_TRANSACTIONS, request)
+                if response.error_code:
+                    raise error_for(response.error_code, f"ListTransactions on broker {node}")
+                return response
+
+            # A broker whose transaction coordinator is still loading its log (just started, or
+            # just took over partitions of __transaction_state) answers
+            # COORDINATOR_LOAD_IN_PROGRESS: retried after the backoff, as Kafka's admin client
+            # does (ListTransactionsHandler). Anything else is raised at once, a broker that
+            # cannot be reached included: the caller decides whether to ask again.
+            response = await retry(attempt, backoff=cluster.backoff, timeout=self._timeout,
+                                   what=f"ListTransactions on broker {node}",
+                                   on_error=_raise_unless_loading)
             for t in response.transaction_states:
                 result[t.transactional_id] = TransactionListing(
                     t.transactional_id, t.producer_id, t.transaction_state

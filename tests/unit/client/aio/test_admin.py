@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from client.aio import AsyncAdmin
-from client.errors import KafkaTimeoutError, ProducerFencedError
+from client.errors import ClusterAuthorizationFailedError, KafkaTimeoutError, ProducerFencedError
 from client.structs import TransactionHandle
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
@@ -62,3 +62,29 @@ async def test_end_transaction_gives_up_at_its_timeout(broker, clock, autojump_c
         assert trio.current_time() - start <= 5.0
     # COORDINATOR_NOT_AVAILABLE: the coordinator is looked up again before each retry
     assert len(broker.requests(ApiKey.FIND_COORDINATOR)) == len(broker.requests(ApiKey.END_TXN))
+
+
+async def test_list_transactions_waits_for_a_coordinator_still_loading(
+    broker, clock, autojump_clock
+):
+    """A broker whose coordinator is loading its log answers ListTransactions with
+    COORDINATOR_LOAD_IN_PROGRESS (a Kafka node just restarted): asked again after the backoff, as
+    Kafka's admin client does; any other error is raised at once."""
+    broker.script(
+        ApiKey.LIST_TRANSACTIONS,
+        {"error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS},
+        {"error_code": ErrorCode.COORDINATOR_LOAD_IN_PROGRESS},
+        {"error_code": 0, "transaction_states": [
+            {"transactional_id": "tx", "producer_id": 1000, "transaction_state": "Ongoing"}]},
+        {"error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED},
+    )
+    async with admin(broker, clock) as a:
+        listed = await a.list_transactions()
+        assert [(t.transactional_id, t.producer_id, t.state) for t in listed] == [
+            ("tx", 1000, "Ongoing")]
+        with pytest.raises(ClusterAuthorizationFailedError):
+            await a.list_transactions()
+    asked = broker.requests(ApiKey.LIST_TRANSACTIONS)
+    assert len(asked) == 4
+    gaps = [round((b.time - a.time) * 1000) for a, b in zip(asked, asked[1:3], strict=False)]
+    assert 80 <= gaps[0] <= 120 and 160 <= gaps[1] <= 240  # the backoff, doubling
