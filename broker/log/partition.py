@@ -359,9 +359,13 @@ class Partition:
             log_append_time = now_ms
             batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
                        for pos, header in batches]
-        base_offset = self.log_end_offset
-        last_offset = (self._write_one(mv, batches[0][1], now_ms) if len(batches) == 1
-                       else self._write(mv, batches, now_ms))
+        if len(batches) == 1:  # validated above: written as a built batch is
+            header = batches[0][1]
+            base_offset = self.append_built_batch(mv, header, now_ms)
+            last_offset = base_offset + header.last_offset_delta
+        else:
+            base_offset = self.log_end_offset
+            last_offset = self._write(mv, batches, now_ms)
         # (tuple.__new__: the NamedTuple's own __new__ is a Python frame)
         return _new_tuple(AppendResult, (base_offset, last_offset, False, log_append_time))
 
@@ -391,14 +395,6 @@ class Partition:
         if header.length + LOG_OVERHEAD != len(buf):
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "expected exactly one whole batch")
         return self.append_built_batch(buf, header, now_ms)
-
-    def append_built_batch(self, buf: bytearray, header: BatchHeader, now_ms: int) -> int:
-        """Append one batch the broker built itself with its header as built
-        (``records.build_batch`` / ``build_control_batch``): nothing to copy or parse back. Its
-        base offset is patched into ``buf``. Otherwise as ``append_control_batch``."""
-        base_offset = self.log_end_offset
-        self._write_one(buf, header, now_ms)
-        return base_offset
 
     def append_marker(
         self,
@@ -451,8 +447,8 @@ class Partition:
     def _write(self, buf: bytearray | memoryview, batches: list[tuple[int, BatchHeader]],
                now_ms: int) -> int:
         """Assign offsets, patch them in, write ``buf`` (bytes, a flat memoryview) with one
-        pwrite, index, update producers. Returns the last offset written. (``_write_one``
-        writes a single batch.)"""
+        pwrite, index, update producers. Returns the last offset written.
+        (``append_built_batch`` writes a single batch.)"""
         n = len(buf)
         seg = self.segments[-1]
         size = seg.size
@@ -487,17 +483,21 @@ class Partition:
             self.high_watermark = offset
         return offset - 1
 
-    def _write_one(self, buf: bytearray | memoryview, header: BatchHeader, now_ms: int) -> int:
-        """``_write`` of ``buf`` holding exactly one batch, ``header``'s (every batch the
-        broker builds, and most Produce requests): the same steps without the loops, and the
-        segment's write and index entry in one call."""
+    def append_built_batch(self, buf: bytearray | memoryview, header: BatchHeader,
+                           now_ms: int) -> int:
+        """Append one batch the broker built itself with its header as built
+        (``records.build_batch`` / ``build_control_batch``): nothing to copy or parse back. Its
+        base offset is patched into ``buf``; returns it. Otherwise as ``append_control_batch``.
+
+        Also what ``append_untrusted`` writes a single validated batch with: ``_write``'s steps
+        for one batch, without the loops, the segment's write and index entry in one call."""
         n = len(buf)
         seg = self.segments[-1]
         size = seg.size
         if (size and (size + n > self._segment_bytes or now_ms - seg.roll_base_ms >= self._roll_ms)
                 or self._reserve and size + n > seg.allocated):
             seg = self._make_room(n, now_ms)
-        offset = self.log_end_offset
+        offset = base_offset = self.log_end_offset
         _BASE_OFFSET.pack_into(buf, 0, offset)  # records.patch_base_offset
         try:
             seg.write_batch(buf, offset, header.max_timestamp, self._index_interval)
@@ -514,7 +514,7 @@ class Partition:
         self.unsynced_bytes += n
         if self._hw_follows_leo:
             self.high_watermark = offset
-        return offset - 1
+        return base_offset
 
     def _make_room(self, nbytes: int, now_ms: int) -> Segment:
         """The segment a write of ``nbytes`` goes to when the active one is full or old (a

@@ -25,7 +25,7 @@ import functools
 import logging
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
@@ -142,17 +142,20 @@ class Dispatcher:
             return header, result
         key, version = header.api_key, header.api_version
         if isinstance(result, Deferred):
-            wait = result.wait
-
-            async def timed() -> Any:
-                value = await wait()
-                metrics.request(key, version, time.perf_counter() - started, error_codes(value))
-                return value
-
-            return header, Deferred(timed)
+            # (a partial, not a closure: it would make this function's variables cells on
+            # every request)
+            return header, Deferred(functools.partial(_timed, metrics, key, version, started, result.wait))
         answer = result.value if isinstance(result, AnswerFirst) else result
         metrics.request(key, version, time.perf_counter() - started, error_codes(answer))
         return header, result
+
+
+async def _timed(metrics: Metrics, key: int, version: int, started: float,
+                 wait: Callable[[], Awaitable[Any]]) -> Any:
+    """A deferred result, counted once it is there."""
+    value = await wait()
+    metrics.request(key, version, time.perf_counter() - started, error_codes(value))
+    return value
 
 
 def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader | None, Any]:

@@ -89,7 +89,7 @@ from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.errors import KafkaError
 from protocol.primitives import encode_uvarint
-from protocol.records import NO_PRODUCER_EPOCH, BatchHeader, build_record_batch
+from protocol.records import NO_PRODUCER_EPOCH, build_record_batch
 
 SEGMENT_BYTES = 64 * 1024  # transaction.state.log.segment.bytes (BrokerConfig has the default)
 
@@ -321,10 +321,6 @@ def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
                          end_offsets)
 
 
-def build_transition_batch(t: TxnTransition, now_ms: int) -> tuple[bytearray, BatchHeader]:
-    return build_record_batch(encode_key(t.transactional_id), encode_value(t), now_ms)
-
-
 class TxnLog:
     """Appends transitions to, and replays, the partitions of ``__transaction_state``."""
 
@@ -355,8 +351,14 @@ class TxnLog:
     def append(self, transition: TxnTransition, now_ms: int) -> Partition:
         """Write the transition (not yet durable); returns the partition to flush.
         Raises KafkaError (KAFKA_STORAGE_ERROR) if the write fails."""
-        partition = self._partition(self.partition_of(transition.transactional_id), now_ms)
-        buf, header = build_transition_batch(transition, now_ms)
+        transactional_id = transition.transactional_id
+        index = self.partition_of(transactional_id)
+        try:
+            partition = self.logs.partition(TRANSACTION_STATE_TOPIC, index)
+        except KafkaError:  # the topic is created on first use
+            partition = self._partition(index, now_ms)
+        buf, header = build_record_batch(encode_key(transactional_id), encode_value(transition),
+                                         now_ms)
         partition.append_built_batch(buf, header, now_ms)
         return partition
 

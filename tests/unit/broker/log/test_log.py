@@ -363,7 +363,7 @@ def _segment_state(p: Partition) -> tuple:
 
 
 def test_one_batch_appends_write_what_a_multi_batch_append_writes(tmp_path: Path) -> None:
-    """``_write_one`` (one batch: every built batch, most Produce requests) against ``_write``
+    """``append_built_batch`` (one batch: every built batch, most Produce requests) against ``_write``
     (several): the same bytes, index entries, timestamps and producer state."""
     m = make(tmp_path, index_interval_bytes=100)
     m.create_topic("one", 1)
