@@ -55,10 +55,11 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
         # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
         txn_refused = True
     for topic in topics:
+        name = topic.name
         partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
                    else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                   if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic.name)
+                   if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, name)
                    else None)
         for index, records in topic.partitions:
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
@@ -70,10 +71,10 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                     raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
                 if records is None or len(records) == 0:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no records")
-                if topic.name in INTERNAL_TOPICS:
+                if name in INTERNAL_TOPICS:
                     # Only the coordinators write there (Kafka refuses it the same way).
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "internal topic")
-                partition = broker.partition(topic.name, index)
+                partition = broker.partition(name, index)
                 if len(records) > MAGIC_OFFSET and records[MAGIC_OFFSET] in (0, 1):
                     # Kafka's ProduceRequest.validateRecords, before the log: v3+ carries
                     # RecordBatch v2 only (InvalidRecordException, answered without offsets).
@@ -102,7 +103,7 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
             partition_responses.append(
                 (index, error, base_offset, log_append_time, log_start)
             )
-        responses.append((topic.name, partition_responses))
+        responses.append((name, partition_responses))
     if acks == 0:
         return NO_RESPONSE
     if commits:

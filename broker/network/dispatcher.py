@@ -170,7 +170,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
         header, offset = parse_request_header_untrusted(frame)
     except CorruptFrameError as exc:
         raise CloseConnection(f"bad request header: {exc}") from None
-    key, version = header.api_key, header.api_version
+    key, version, _, _ = header  # (one unpacking: a NamedTuple's field read is a call each)
     if session.sasl_state != "done" and key not in _SASL_EXCHANGE:
         # As Kafka: nothing but the SASL exchange (and ApiVersions) before authentication.
         name = ApiKey(key).name if key in _KNOWN_KEYS else str(key)

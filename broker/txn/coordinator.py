@@ -421,9 +421,10 @@ class TransactionCoordinator:
                 transition.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise RuntimeError(f"end offsets for a transition that is not a pending "
                                f"PrepareCommit or PrepareAbort: {transition}")
-        # (built again from its fields but the last: ``_replace``, or reading each field by
-        # name, costs more)
-        md.pending = TxnTransition._make((*transition[:-1], tuple(sorted(end_offsets.items()))))
+        # (built again from its fields but the last: ``_replace``, ``_make``, or reading each
+        # field by name, costs more)
+        md.pending = _new_tuple(TxnTransition,
+                                (*transition[:-1], tuple(sorted(end_offsets.items()))))
         return md.pending
 
     def _bumped(self, md: TxnMetadata) -> dict[str, Any]:

@@ -158,12 +158,6 @@ def _encode_end_offsets(end_offsets: tuple[tuple[tuple[str, int], int], ...]) ->
     return b"".join(parts)
 
 
-def _encode_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
-    if len(partitions) <= _CACHED_PARTITIONS:
-        return _encode_few_partitions(partitions)
-    return _group_partitions(partitions)
-
-
 def _group_partitions(partitions: frozenset[tuple[str, int]]) -> bytes:
     if len(partitions) == 1:  # the usual case, without the grouping
         (topic, partition), = partitions
@@ -196,7 +190,9 @@ def encode_value(t: TxnTransition) -> bytes | None:
     parts = [
         _VALUE_HEAD.pack(VALUE_VERSION if end_offsets else 1, producer_id, last_producer_id,
                          producer_epoch, last_producer_epoch, txn_timeout_ms, state),
-        _encode_partitions(partitions),
+        # (only small sets are cached, see above)
+        _encode_few_partitions(partitions) if len(partitions) <= _CACHED_PARTITIONS
+        else _group_partitions(partitions),
         _TIMES_TV2.pack(txn_start_ms, txn_last_update_ms, next_producer_id, txn_version),
     ]
     if end_offsets:  # the tagged-field section: one field
