@@ -50,12 +50,18 @@ class DataArrived:
 
     def __init__(self) -> None:
         self._event = trio.Event()
+        self._handed_out = False  # someone may wait on _event
 
     def notify(self) -> None:
-        self._event.set()
-        self._event = trio.Event()
+        # An event nobody took needs no replacing (most appends: no fetch is waiting).
+        if self._handed_out:
+            self._event.set()
+            self._event = trio.Event()
+            self._handed_out = False
 
     def event(self) -> trio.Event:
+        """The event the next ``notify`` sets."""
+        self._handed_out = True
         return self._event
 
 

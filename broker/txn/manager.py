@@ -643,10 +643,11 @@ class TransactionManager:
         partitions = list(partitions)
         if any(topic == TRANSACTION_STATE_TOPIC for topic, _ in partitions):
             return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
-        waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
-            transactional_id, producer_id, producer_epoch, partitions, now))
-        if waiting is not None:
-            return waiting
+        if transactional_id in self._completing:  # (else no function for later is made)
+            waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
+                transactional_id, producer_id, producer_epoch, partitions, now))
+            if waiting is not None:
+                return waiting
         try:
             transition = self.coordinator.prepare_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now_ms
@@ -684,10 +685,11 @@ class TransactionManager:
         at once, before anything else runs (``AnswerFirst``), while the producer prepares its
         next transaction. What the answer promises holds either way: the outcome is durable, and
         no request is handled between the answer and the markers."""
-        waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
-            transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
-        if waiting is not None:
-            return waiting
+        if transactional_id in self._completing:  # (else no function for later is made)
+            waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
+                transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
+            if waiting is not None:
+                return waiting
         in_request = True
         started: list[MarkerWrite | None] = []
 

@@ -357,3 +357,21 @@ async def test_others_ready_reads_the_run_queue_the_statistics_count(nursery) ->
     assert trio.lowlevel.current_statistics().tasks_runnable > 0
     assert flusher._others_ready() is True
     assert await trio.to_thread.run_sync(flusher._others_ready) is False  # no loop there
+
+
+def test_data_arrived_sets_every_event_it_handed_out() -> None:
+    # notify replaces the event only once someone took it (most appends: no fetch waits)
+    arrived = DataArrived()
+    first = arrived.event()
+    arrived.notify()
+    assert first.is_set()
+    second = arrived.event()
+    assert second is not first and not second.is_set()
+    assert arrived.event() is second  # the same until the next notify
+    arrived.notify()
+    arrived.notify()  # nobody took the new one
+    assert second.is_set()
+    third = arrived.event()
+    assert third is not second and not third.is_set()
+    arrived.notify()
+    assert third.is_set()
