@@ -69,11 +69,12 @@ def producer_fenced(code: ErrorCode, version: int, first: int) -> ErrorCode:
 def add_partitions_to_txn(broker: Broker, header, request):
     version = header.api_version
     flexible = version >= ADD_PARTITIONS_FIRST_FLEXIBLE
-    # (topic, its partitions) once: the request's fields are properties
-    topics = [(t.name, t.partitions) for t in request.topics]
+    topics = []  # (topic, its partitions) once: the request's fields are properties
     requested = []
     unknown = set()
-    for topic, indexes in topics:
+    for t in request.topics:
+        topic, indexes = t.name, t.partitions
+        topics.append((topic, indexes))
         for index in indexes:
             requested.append((topic, index))
             try:
@@ -108,8 +109,10 @@ def add_partitions_to_txn(broker: Broker, header, request):
 def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
                      code: ErrorCode) -> bytes:
     """The AddPartitionsToTxn answer with ``code`` for every partition."""
-    return encode_errors_by_topic(
-        [(topic, [(p, code) for p in indexes]) for topic, indexes in topics], flexible)
+    results = []
+    for topic, indexes in topics:
+        results.append((topic, [(p, code) for p in indexes]))
+    return encode_errors_by_topic(results, flexible)
 
 
 def _added(topics: list[tuple[str, list[int]]], flexible: bool, version: int,

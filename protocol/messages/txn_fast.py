@@ -25,6 +25,7 @@ tests check them against the declared codecs byte for byte and value for value.
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -271,7 +272,7 @@ def _add_partitions_flexible(frame, offset: int) -> Container:
     return r
 
 
-ErrorsByTopic = list[tuple[str, list[tuple[int, int]]]]
+ErrorsByTopic = Sequence[tuple[str, Sequence[tuple[int, int]]]]
 """``[(topic, [(partition_index, error_code), ...]), ...]``: an answer's results, as
 ``encode_errors_by_topic`` takes them."""
 
@@ -314,7 +315,7 @@ def _encode_errors_by_topic(obj: Any, flexible: bool, topics_key: str,
     """``{"throttle_time_ms", topics_key: [{"name", partitions_key: [{"partition_index",
     "error_code"}]}]}``: ``encode_errors_by_topic`` of the message as a dict (None: tagged
     fields to write, left to the declared codec)."""
-    results: ErrorsByTopic = []
+    results: list[tuple[str, list[tuple[int, int]]]] = []
     for topic in obj.get(topics_key, ()):
         if flexible and topic.get("tagged_fields"):
             return None
