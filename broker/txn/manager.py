@@ -503,8 +503,9 @@ class TransactionManager:
             md = self.coordinator.get(transactional_id)
             if md is None:
                 return
-            failed = {tp: code for tp, code in written.errors.items() if code not in _MARKER_DONE}
-            if failed:
+            if not _MARKER_DONE.issuperset(written.errors.values()):  # (no comprehension)
+                failed = {tp: code for tp, code in written.errors.items()
+                          if code not in _MARKER_DONE}
                 log.error("markers of %r not all written (%s); retrying later", transactional_id,
                           {f"{t}-{p}": c.name for (t, p), c in failed.items()})
                 return
@@ -641,8 +642,9 @@ class TransactionManager:
         (``_abort_hanging``). A Deferred only while the previous transaction completes.
         """
         partitions = list(partitions)
-        if any(topic == TRANSACTION_STATE_TOPIC for topic, _ in partitions):
-            return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
+        for topic, _ in partitions:  # (a loop: no generator per request)
+            if topic == TRANSACTION_STATE_TOPIC:
+                return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
         if transactional_id in self._completing:  # (else no function for later is made)
             waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now))
