@@ -88,8 +88,11 @@ def add_partitions_to_txn(broker: Broker, header, request):
         return _every_partition(topics, flexible, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
     # or not): the markers EndTxn writes would land in the broker's own logs.
-    refused = {topic for topic, _ in topics if topic in INTERNAL_TOPICS
-               or not allowed(broker, Operation.WRITE, ResourceType.TOPIC, topic)}
+    refused = set()  # (loops rather than comprehensions here: a frame each, per request)
+    for topic, _ in topics:
+        if topic in INTERNAL_TOPICS or not allowed(broker, Operation.WRITE, ResourceType.TOPIC,
+                                                   topic):
+            refused.add(topic)
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
         return encode_errors_by_topic(
@@ -111,7 +114,10 @@ def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
     """The AddPartitionsToTxn answer with ``code`` for every partition."""
     results = []
     for topic, indexes in topics:
-        results.append((topic, [(p, code) for p in indexes]))
+        answers = []
+        for p in indexes:
+            answers.append((p, code))
+        results.append((topic, answers))
     return encode_errors_by_topic(results, flexible)
 
 
