@@ -203,6 +203,7 @@ class Record(NamedTuple):
 # Batch header
 
 _tuple_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ frame
+_CRC_COPY_MAX = 1024  # _finish_batch: up to this size the CRC is taken over a copy
 
 
 def parse_header_untrusted(buf: Any, pos: int = 0) -> BatchHeader:
@@ -609,7 +610,9 @@ def _finish_batch(
         )
     except struct.error as exc:
         raise ValueError(f"record batch field out of range: {exc}") from exc
-    crc = _crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:])
+    # A small batch (a coordinator record, a marker) is cheaper to copy than to view twice.
+    crc = _crc32c.crc32c(out[ATTRIBUTES_OFFSET:] if len(out) <= _CRC_COPY_MAX
+                         else memoryview(out)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(out, CRC_OFFSET, crc)
     return _tuple_new(BatchHeader, (
         base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, 2, crc, attributes,

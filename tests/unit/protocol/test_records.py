@@ -798,3 +798,13 @@ def test_build_control_batch_returns_encode_control_batch_bytes_and_their_header
     assert bytes(buf) == encode_control_batch(producer_id=9, producer_epoch=3, commit=commit,
                                               coordinator_epoch=17, timestamp_ms=1_700_000_000_000)
     assert header == parse_header_untrusted(buf)
+
+
+@pytest.mark.parametrize("value_size", [0, 900, 950, 960, 970, 1000, 5000])
+def test_the_crc_is_the_same_whether_the_batch_is_copied_or_viewed(value_size: int) -> None:
+    # _finish_batch takes the CRC over a copy of a small batch and a view of a large one
+    value = bytes(range(256)) * (value_size // 256) + bytes(value_size % 256)
+    out = bytearray(encode_batch([(b"k", value, (), 1_700_000_000_000)]))
+    header = parse_header_untrusted(out)
+    assert batch_crc_ok(out, 0, header)
+    assert header.crc == crc32c.crc32c(bytes(out[21:]))
