@@ -475,12 +475,7 @@ class Partition:
             if header.producer_id >= 0:
                 producers.update(header, offset, now_ms)
             offset += header.last_offset_delta + 1
-        seg.next_offset = offset
-        self.log_end_offset = offset
-        self._dirty = True
-        self.unsynced_bytes += n
-        if self._hw_follows_leo:
-            self.high_watermark = offset
+        self._appended(seg, offset, n)
         return offset - 1
 
     def append_built_batch(self, buf: bytearray | memoryview, header: BatchHeader,
@@ -507,14 +502,18 @@ class Partition:
             seg.roll_base_ms = now_ms
         if header.producer_id >= 0:
             self.producers.update(header, offset, now_ms)
-        offset += header.last_offset_delta + 1
-        seg.next_offset = offset
-        self.log_end_offset = offset
-        self._dirty = True
-        self.unsynced_bytes += n
-        if self._hw_follows_leo:
-            self.high_watermark = offset
+        self._appended(seg, offset + header.last_offset_delta + 1, n)
         return base_offset
+
+    def _appended(self, seg: Segment, next_offset: int, nbytes: int) -> None:
+        """What every append moves once its ``nbytes`` are written to ``seg``: the log end
+        offset, the unsynced bytes, the high watermark where it follows the log end."""
+        seg.next_offset = next_offset
+        self.log_end_offset = next_offset
+        self._dirty = True
+        self.unsynced_bytes += nbytes
+        if self._hw_follows_leo:
+            self.high_watermark = next_offset
 
     def _make_room(self, nbytes: int, now_ms: int) -> Segment:
         """The segment a write of ``nbytes`` goes to when the active one is full or old (a
