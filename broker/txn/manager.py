@@ -205,12 +205,13 @@ class TransactionManager:
 
     def _after_completion(
         self, transactional_id: str, retry: Callable[[int], Any]
-    ) -> Deferred[Any] | None:
+    ) -> Deferred[Any]:
         """A coordinator request for an id whose last transaction is still completing waits for
-        that (instead of CONCURRENT_TRANSACTIONS and a client-side retry), then runs again."""
+        that (instead of CONCURRENT_TRANSACTIONS and a client-side retry), then runs again.
+        Only for an id in ``_completing``: the callers test that first, so that no ``retry``
+        function is made for the usual request."""
         done = self._completion(transactional_id)
-        if done is None:
-            return None
+        assert done is not None, "not completing"
 
         async def again() -> Any:
             await done.wait()
@@ -578,10 +579,9 @@ class TransactionManager:
     ) -> InitResult | Deferred[InitResult]:
         """The answer once the new epoch is durable (after the markers of an aborted
         transaction, if there was one)."""
-        waiting = self._after_completion(transactional_id, lambda now: self.init_producer_id(
-            transactional_id, transaction_timeout_ms, expected, now))
-        if waiting is not None:
-            return waiting
+        if transactional_id in self._completing:
+            return self._after_completion(transactional_id, lambda now: self.init_producer_id(
+                transactional_id, transaction_timeout_ms, expected, now))
         try:
             step = self.coordinator.prepare_init_producer_id(
                 transactional_id, transaction_timeout_ms, expected, now_ms
@@ -645,11 +645,9 @@ class TransactionManager:
         for topic, _ in partitions:  # (a loop: no generator per request)
             if topic == TRANSACTION_STATE_TOPIC:
                 return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
-        if transactional_id in self._completing:  # (else no function for later is made)
-            waiting = self._after_completion(transactional_id, lambda now: self.add_partitions(
+        if transactional_id in self._completing:
+            return self._after_completion(transactional_id, lambda now: self.add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now))
-            if waiting is not None:
-                return waiting
         try:
             transition = self.coordinator.prepare_add_partitions(
                 transactional_id, producer_id, producer_epoch, partitions, now_ms
@@ -687,11 +685,9 @@ class TransactionManager:
         at once, before anything else runs (``AnswerFirst``), while the producer prepares its
         next transaction. What the answer promises holds either way: the outcome is durable, and
         no request is handled between the answer and the markers."""
-        if transactional_id in self._completing:  # (else no function for later is made)
-            waiting = self._after_completion(transactional_id, lambda now: self.end_txn(
+        if transactional_id in self._completing:
+            return self._after_completion(transactional_id, lambda now: self.end_txn(
                 transactional_id, producer_id, producer_epoch, commit, now, bump_epoch))
-            if waiting is not None:
-                return waiting
         in_request = True
         started: list[MarkerWrite | None] = []
 
