@@ -143,6 +143,7 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
     INVALID_REGULAR_EXPRESSION = 128
+    SHARE_SESSION_LIMIT_REACHED = 133
 
 
 # Codes a client may retry as they are: those whose Kafka exception is a ``RetriableException``
