@@ -156,7 +156,32 @@ def incremental_alter_configs(broker: Broker, header, request) -> dict:
             request.validate_only,
         )
 
-    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+    groups = [r for r in request.resources if r.resource_type == GROUP_RESOURCE]
+    if groups:  # share-group configs (KIP-932): broker/share/service.py
+        request.resources = [r for r in request.resources if r.resource_type != GROUP_RESOURCE]
+    answer = _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+    for resource in groups:
+        code, message = ErrorCode.NONE, None
+        try:
+            if not allowed(broker, Operation.ALTER_CONFIGS, AclResource.GROUP,
+                           resource.resource_name):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            if any(c.config_operation not in (0, 1) for c in resource.configs):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, "only SET and DELETE apply to groups")
+            assert broker.share is not None
+            broker.share.alter_group_configs(
+                resource.resource_name,
+                [(c.name, c.value if c.config_operation == 0 else None)
+                 for c in resource.configs], request.validate_only)
+        except KafkaError as exc:
+            code, message = _error(exc)
+        answer["responses"].append({"error_code": code, "error_message": message,
+                                    "resource_type": GROUP_RESOURCE,
+                                    "resource_name": resource.resource_name})
+    return answer
+
+
+GROUP_RESOURCE = 32  # Kafka's ConfigResource.Type.GROUP
 
 
 # -- topics and records -------------------------------------------------------------------

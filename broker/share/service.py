@@ -21,10 +21,12 @@ this class gives them the outside world:
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -34,6 +36,7 @@ from broker.config import BrokerConfig
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches
 from broker.log.partition import Partition
+from broker.log.segment import atomic_write
 from broker.log.topics import partition_for
 from broker.share.group import HeartbeatResult, ShareGroup, ShareGroups
 from broker.share.partition_state import (
@@ -61,6 +64,9 @@ log = logging.getLogger("minibroker.share")
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
 GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
+GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
+                       ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+GROUP_CONFIGS_FILE = "share_group_configs.json"
 STATE_SEGMENT_BYTES = 1 << 20
 MAX_POLL_SLICE_S = 1.0
 
@@ -104,7 +110,10 @@ class ShareService:
         )
         self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
         self.states: dict[StateKey, SharePartitionState] = {}
-        self.group_configs: dict[str, dict[str, str]] = {}
+        # share.auto.offset.reset / share.isolation.level per group (IncrementalAlterConfigs
+        # on a GROUP resource), kept in data_dir/share_group_configs.json.
+        self._configs_path = Path(config.data_dir) / GROUP_CONFIGS_FILE
+        self.group_configs: dict[str, dict[str, str]] = self._read_group_configs()
         self._restored: dict[StateKey, Snapshot] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._released = trio.Event()
@@ -136,18 +145,46 @@ class ShareService:
     def group_config(self, group_id: str, key: str) -> str:
         return self.group_configs.get(group_id, {}).get(key, GROUP_CONFIG_DEFAULTS[key])
 
-    def set_group_config(self, group_id: str, key: str, value: str | None) -> None:
-        if key not in GROUP_CONFIG_DEFAULTS:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
-        allowed = {AUTO_OFFSET_RESET: ("latest", "earliest"),
-                   ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}[key]
-        if value is not None and value not in allowed:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for {key}")
-        configs = self.group_configs.setdefault(group_id, {})
-        if value is None:
-            configs.pop(key, None)
-        else:
-            configs[key] = value
+    def alter_group_configs(self, group_id: str, changes: Sequence[tuple[str, str | None]],
+                            validate_only: bool = False) -> None:
+        """Set (a value) or delete (None) group configs, durably; INVALID_CONFIG for an unknown
+        key or value (nothing changes then)."""
+        configs = dict(self.group_configs.get(group_id, {}))
+        for key, value in changes:
+            if key not in GROUP_CONFIG_VALUES:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
+            if value is not None and value not in GROUP_CONFIG_VALUES[key]:
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Invalid value {value} for configuration {key}")
+            if value is None:
+                configs.pop(key, None)
+            else:
+                configs[key] = value
+        if validate_only:
+            return
+        updated = {**self.group_configs, group_id: configs}
+        if not configs:
+            del updated[group_id]
+        try:
+            atomic_write(self._configs_path, json.dumps(updated, sort_keys=True).encode())
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        self.group_configs = updated
+
+    def _read_group_configs(self) -> dict[str, dict[str, str]]:
+        try:
+            doc = json.loads(self._configs_path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("%s unreadable (%s): share groups use the default configs",
+                      self._configs_path, exc)
+            return {}
+        if not isinstance(doc, dict):
+            return {}
+        return {g: {k: v for k, v in c.items() if k in GROUP_CONFIG_VALUES
+                    and v in GROUP_CONFIG_VALUES[k]}
+                for g, c in doc.items() if isinstance(c, dict)}
 
     # -- membership -------------------------------------------------------------------------
 
