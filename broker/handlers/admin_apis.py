@@ -27,6 +27,7 @@ from protocol.messages.api_versions import ADVERTISED
 INT32_MIN = -(1 << 31)
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type: 1 brokers, 2 controllers (KIP-919)
 CLASSIC = "classic"
+SHARE = "share"
 
 
 def _versions(api_key: ApiKey) -> range:
@@ -241,11 +242,16 @@ def delete_records(broker: Broker, header, request) -> dict:
 def delete_groups(broker: Broker, header, request):
     names = list(request.groups_names)
     refused = {g for g in names if not allowed(broker, Operation.DELETE, AclResource.GROUP, g)}
-    result = broker.groups.delete_groups([g for g in dict.fromkeys(names) if g not in refused],
-                                         broker.clock.now_ms())
+    share = broker.share
+    # Share groups (KIP-932) are deleted by the share service: their state goes too.
+    shared = {g: share.delete_group(g) for g in dict.fromkeys(names)
+              if g not in refused and share is not None and share.is_share_group(g)}
+    result = broker.groups.delete_groups(
+        [g for g in dict.fromkeys(names) if g not in refused and g not in shared],
+        broker.clock.now_ms())
 
     def encode(codes: dict[str, ErrorCode]) -> dict:
-        codes = {**codes, **{g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in refused}}
+        codes = {**codes, **shared, **{g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in refused}}
         return {
             "throttle_time_ms": 0,
             "results": [{"group_id": g, "error_code": codes[g]} for g in dict.fromkeys(names)],
@@ -302,6 +308,15 @@ def list_groups(broker: Broker, header, request) -> dict:
                 continue
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
                            "group_state": state, "group_type": CLASSIC})
+    if broker.share is not None and (not types or SHARE in types):  # KIP-932
+        for group_id, state in broker.share.list_groups():
+            if states and state.lower() not in states:
+                continue
+            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
+                                              group_id, log_refusal=False):
+                continue
+            groups.append({"group_id": group_id, "protocol_type": SHARE,
+                           "group_state": state, "group_type": SHARE})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
 
 

@@ -282,3 +282,97 @@ def share_acknowledge(broker: Broker, header, request):
                           for tid, parts in by_topic.items()],
             "node_endpoints": []}
     return _durable(share, dirty, body)
+
+
+# -- share-group offsets (admin) ---------------------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS)
+def describe_share_group_offsets(broker: Broker, header, request) -> dict:
+    """Kafka: DESCRIBE on the group, DESCRIBE on each topic (partitions of a refused topic are
+    answered TOPIC_AUTHORIZATION_FAILED); null topics = every topic the group has state on."""
+    share = _share(broker)
+    groups = []
+    for group in request.groups:
+        entry: dict[str, Any] = {"group_id": group.group_id, "topics": [], "error_code": 0}
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.GROUP, group.group_id):
+            entry["error_code"] = ErrorCode.GROUP_AUTHORIZATION_FAILED
+            groups.append(entry)
+            continue
+        wanted = ({t.topic_name: list(t.partitions) for t in group.topics}
+                  if group.topics is not None else share.group_topics(group.group_id))
+        for name, partitions in wanted.items():
+            ok = allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name)
+            rows = []
+            for index in partitions:
+                row = {"partition_index": index, "start_offset": -1, "leader_epoch": 0,
+                       "lag": -1, "error_code": 0}
+                try:
+                    if not ok:
+                        raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                    row["start_offset"], row["lag"] = share.start_offset(group.group_id, name,
+                                                                         index)
+                except KafkaError as exc:
+                    row["error_code"], row["error_message"] = exc.code, exc.message or None
+                rows.append(row)
+            topic_id = broker.logs.topic_id(name) if ok else None
+            entry["topics"].append({"topic_name": name, "partitions": rows,
+                                    **({"topic_id": topic_id} if topic_id else {})})
+        groups.append(entry)
+    return {"throttle_time_ms": 0, "groups": groups}
+
+
+@handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS)
+def alter_share_group_offsets(broker: Broker, header, request):
+    """Kafka: READ on the group and on each topic; the group must have no members."""
+    share = _share(broker)
+    if not allowed(broker, Operation.READ, ResourceType.GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "responses": []}
+    responses, commits = [], []
+    for topic in request.topics:
+        parts = [(p.partition_index, p.start_offset) for p in topic.partitions]
+        try:
+            if not allowed(broker, Operation.READ, ResourceType.TOPIC, topic.topic_name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            codes, waits = share.alter_offsets(request.group_id, topic.topic_name, parts)
+            commits += waits
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NON_EMPTY_GROUP:
+                return {"throttle_time_ms": 0, "error_code": exc.code,
+                        "error_message": exc.message, "responses": []}
+            codes = {index: exc.code for index, _ in parts}
+        topic_id = broker.logs.topic_id(topic.topic_name)
+        responses.append({"topic_name": topic.topic_name,
+                          **({"topic_id": topic_id} if topic_id else {}),
+                          "partitions": [{"partition_index": i, "error_code": c}
+                                         for i, c in codes.items()]})
+    body = {"throttle_time_ms": 0, "error_code": 0, "responses": responses}
+    return after(commits, body) if commits else body
+
+
+@handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS)
+def delete_share_group_offsets(broker: Broker, header, request):
+    """Kafka: DELETE on the group, READ on each topic; the group must have no members."""
+    share = _share(broker)
+    if not allowed(broker, Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "responses": []}
+    responses, commits = [], []
+    for topic in request.topics:
+        code, message = ErrorCode.NONE, None
+        try:
+            if not allowed(broker, Operation.READ, ResourceType.TOPIC, topic.topic_name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            commits += share.delete_offsets(request.group_id, topic.topic_name)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.NON_EMPTY_GROUP:
+                return {"throttle_time_ms": 0, "error_code": exc.code,
+                        "error_message": exc.message, "responses": []}
+            code, message = exc.code, exc.message or None
+        topic_id = broker.logs.topic_id(topic.topic_name)
+        responses.append({"topic_name": topic.topic_name, "error_code": code,
+                          "error_message": message,
+                          **({"topic_id": topic_id} if topic_id else {})})
+    body = {"throttle_time_ms": 0, "error_code": 0, "responses": responses}
+    return after(commits, body) if commits else body

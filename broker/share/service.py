@@ -43,6 +43,7 @@ from broker.share.partition_state import (
     NO_DEADLINE,
     Acquired,
     LogBatch,
+    RecordState,
     SharePartitionState,
 )
 from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionCache
@@ -245,6 +246,77 @@ class ShareService:
         self._tombstone(keys, self._clock.now_ms())
         self.group_configs.pop(group_id, None)
         return ErrorCode.NONE
+
+    # -- share-group offsets (admin) ---------------------------------------------------------
+
+    def group_topics(self, group_id: str) -> dict[str, list[int]]:
+        """Topic name -> partitions for which ``group_id`` has share state."""
+        out: dict[str, list[int]] = {}
+        for key in (*self.states, *self._restored):
+            if key.group_id == group_id:
+                name = self.topic_name(key.topic_id)
+                if name is not None:
+                    out.setdefault(name, []).append(key.partition)
+        return {t: sorted(set(p)) for t, p in sorted(out.items())}
+
+    def start_offset(self, group_id: str, topic: str, index: int) -> tuple[int, int]:
+        """``(share-partition start offset, lag)``, ``(-1, -1)`` without state; raises
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        partition = self._logs.partition(topic, index)
+        topic_id = self._logs.topic_id(topic)
+        assert topic_id is not None
+        key = StateKey(group_id, topic_id, index)
+        state = self.states.get(key)
+        if state is None:
+            snapshot = self._restored.get(key)
+            if snapshot is None:
+                return -1, -1
+            state = SharePartitionState(0, delivery_limit=1, lock_ms=1, max_in_flight=1)
+            state.restore(snapshot.start_offset, snapshot.batches)
+        finished = sum(r.last - r.first + 1 for r in state.runs
+                       if r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+        return state.start, max(0, partition.high_watermark - state.start - finished)
+
+    def _check_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                             f"The group {group_id} is not empty.")
+
+    def alter_offsets(self, group_id: str, topic: str, offsets: Sequence[tuple[int, int]]
+                      ) -> tuple[dict[int, ErrorCode], list[Commit]]:
+        """Move the start offsets of an empty group's share partitions (AlterShareGroupOffsets):
+        the in-flight state is dropped; a code per partition and the commits to wait for."""
+        self._check_empty(group_id)
+        codes: dict[int, ErrorCode] = {}
+        dirty: set[StateKey] = set()
+        topic_id = self._logs.topic_id(topic)
+        for index, offset in offsets:
+            try:
+                if topic_id is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                partition = self._logs.partition(topic, index)
+                if not partition.log_start_offset <= offset <= partition.high_watermark:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     f"offset {offset} is outside the log")
+                key = StateKey(group_id, topic_id, index)
+                self._state(key, partition, dirty).reset_start(offset)
+                dirty.add(key)
+                codes[index] = ErrorCode.NONE
+            except KafkaError as exc:
+                codes[index] = exc.code
+        self.groups.ensure(group_id)
+        return codes, self._persist(dirty, self._clock.now_ms())
+
+    def delete_offsets(self, group_id: str, topic: str) -> list[Commit]:
+        """Forget an empty group's share state on ``topic`` (DeleteShareGroupOffsets)."""
+        self._check_empty(group_id)
+        topic_id = self._logs.topic_id(topic)
+        if topic_id is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        keys = [k for k in (*self.states, *self._restored)
+                if k.group_id == group_id and k.topic_id == topic_id]
+        return self._tombstone(keys, self._clock.now_ms())
 
     # -- share partitions -------------------------------------------------------------------
 

@@ -140,6 +140,10 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.SHARE_FETCH: Served(VersionRange(1, 2),
         "Kafka 4.4's: v2 adds the acquire mode and Renew (KIP-1206, KIP-1222)"),
     ApiKey.SHARE_ACKNOWLEDGE: Served(VersionRange(1, 2), "Kafka 4.4's: v2 adds Renew"),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 1),
+        "Kafka 4.4's: v1 adds the lag"),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 0), "Kafka 4.4's only version"),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 0), "Kafka 4.4's only version"),
 }
 
 ADVERTISED: dict[ApiKey, VersionRange] = {key: s.versions for key, s in SERVED.items()}

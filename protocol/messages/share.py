@@ -1,5 +1,6 @@
 """Share groups (KIP-932, "queues for Kafka"): ShareGroupHeartbeat (76), ShareGroupDescribe (77),
-ShareFetch (78), ShareAcknowledge (79), at the versions Kafka 4.4 serves.
+ShareFetch (78), ShareAcknowledge (79), DescribeShareGroupOffsets (90, v1 adds the lag),
+AlterShareGroupOffsets (91), DeleteShareGroupOffsets (92), at the versions Kafka 4.4 serves.
 
 All four are flexible from their first version. v0 of each was Kafka 4.0's early access, removed in
 4.1; v1 is the stable KIP-932 version. ShareFetch v2 and ShareAcknowledge v2 (KIP-1206, KIP-1222)
@@ -163,5 +164,72 @@ SHARE_ACKNOWLEDGE = declare(
             ]),
         ]),
         _NODE_ENDPOINTS,
+    ],
+)
+
+_ERROR = [F("error_code", "int16"), F("error_message", "string", nullable="0+", default=None)]
+
+DESCRIBE_SHARE_GROUP_OFFSETS = declare(
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, valid="0-1", flexible="0+",
+    request=[
+        F("groups", "[]", fields=[
+            F("group_id", "string"),
+            F("topics", "[]", nullable="0+", fields=[
+                F("topic_name", "string"), F("partitions", "[]int32"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("groups", "[]", fields=[
+            F("group_id", "string"),
+            F("topics", "[]", fields=[
+                F("topic_name", "string"),
+                F("topic_id", "uuid"),
+                F("partitions", "[]", fields=[
+                    F("partition_index", "int32"),
+                    F("start_offset", "int64"),
+                    F("leader_epoch", "int32"),
+                    F("lag", "int64", "1+", default=-1),
+                    *_ERROR,
+                ]),
+            ]),
+            *_ERROR,
+        ]),
+    ],
+)
+
+ALTER_SHARE_GROUP_OFFSETS = declare(
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS, valid="0", flexible="0+",
+    request=[
+        F("group_id", "string"),
+        F("topics", "[]", fields=[
+            F("topic_name", "string"),
+            F("partitions", "[]", fields=[
+                F("partition_index", "int32"), F("start_offset", "int64"),
+            ]),
+        ]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        *_ERROR,
+        F("responses", "[]", fields=[
+            F("topic_name", "string"),
+            F("topic_id", "uuid"),
+            F("partitions", "[]", fields=[F("partition_index", "int32"), *_ERROR]),
+        ]),
+    ],
+)
+
+DELETE_SHARE_GROUP_OFFSETS = declare(
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS, valid="0", flexible="0+",
+    request=[
+        F("group_id", "string"),
+        F("topics", "[]", fields=[F("topic_name", "string")]),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        *_ERROR,
+        F("responses", "[]", fields=[F("topic_name", "string"), F("topic_id", "uuid"), *_ERROR]),
     ],
 )
