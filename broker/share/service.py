@@ -413,13 +413,20 @@ class ShareService:
         remaining = max_records if max_records > 0 else 500
         committed = self.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
         out = []
-        for topic_id, index in session.partitions:
+        for topic_id, index in list(session.partitions):
             result = PartitionFetch(topic_id, index)
             out.append(result)
+            try:
+                _, partition = self._partition(topic_id, index)
+            except KafkaError as exc:
+                # Answered once, then forgotten: a session holds only partitions that exist
+                # (a client naming random topic ids cannot grow it).
+                result.error = exc.code
+                del session.partitions[(topic_id, index)]
+                continue
             if remaining <= 0 or remaining_bytes <= 0:
                 continue
             try:
-                _, partition = self._partition(topic_id, index)
                 key = StateKey(group_id, topic_id, index)
                 state = self._state(key, partition, dirty)
                 data, acquired = self._acquire(state, partition, member_id, remaining,

@@ -254,3 +254,77 @@ def test_share_state_survives_a_restart(tmp_path, stop) -> None:
             assert acquired(m.fetch(max_wait_ms=200)) == []
         finally:
             m.close()
+
+
+def test_unknown_topics_are_answered_and_not_kept(broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    m = Member(port, "g", "q", tid)
+    try:
+        bogus = uuid.uuid4()
+        m.topic_id = bogus
+        answer = m.fetch()
+        codes = {(t.topic_id, p.partition_index): p.error_code
+                 for t in answer.responses for p in t.partitions}
+        assert codes[(bogus, 0)] == ErrorCode.UNKNOWN_TOPIC_ID
+        m.topic_id = tid
+        again = m.fetch()  # the session forgot the bogus topic: only q is answered
+        assert {t.topic_id for t in again.responses} == {tid}
+        # an acknowledgement range far outside what is in flight is refused, not looped over
+        bad = m.acknowledge([(0, 1 << 60, [ACCEPT])])
+        assert bad.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+        bad = m.acknowledge([(0, 3, [ACCEPT, ACCEPT])])  # neither one type nor one per offset
+        assert bad.responses[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        m.close()
+
+
+def test_acls_read_on_the_group_and_the_topic(tmp_path) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from tests.secured import USERS, sasl_plain, secured
+
+    config = "\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n"
+    with BrokerProcess.configured(tmp_path, config) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap,
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "admin", "sasl.password": USERS["admin"]})
+        for f in admin.create_topics([NewTopic(t, 1) for t in ("jobs", "secret")]).values():
+            f.result(15)
+        for rtype, name in ((ResourceType.GROUP, "g-alice"), (ResourceType.TOPIC, "jobs")):
+            for f in admin.create_acls([AclBinding(
+                    rtype, name, ResourcePatternType.LITERAL, "User:alice", "*",
+                    AclOperation.READ, AclPermissionType.ALLOW)]).values():
+                f.result(15)
+        with sasl_plain(RawConnection(broker.port), "admin") as conn:
+            meta = conn.request(ApiKey.METADATA, 12, {"topics": [{"name": "jobs"},
+                                                                {"name": "secret"}]})
+        ids = {t.name: t.topic_id for t in meta.topics}
+        with sasl_plain(RawConnection(broker.port), "alice") as conn:
+            def beat(group: str, topics: list[str]):
+                return conn.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                    "group_id": group, "member_id": "m1", "member_epoch": 0,
+                    "subscribed_topic_names": topics}).error_code
+
+            assert beat("g-other", ["jobs"]) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            assert beat("g-alice", ["secret"]) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            assert beat("g-alice", ["jobs"]) == ErrorCode.NONE
+
+            def fetch(group: str):
+                return conn.request(ApiKey.SHARE_FETCH, 1, {
+                    "group_id": group, "member_id": "m1", "share_session_epoch": 0,
+                    "max_wait_ms": 0, "min_bytes": 1, "max_records": 10, "batch_size": 10,
+                    "topics": [{"topic_id": ids[t], "partitions": [{"partition_index": 0}]}
+                               for t in ("jobs", "secret")]})
+
+            assert fetch("g-other").error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            answer = fetch("g-alice")
+            codes = {t.topic_id: t.partitions[0].error_code for t in answer.responses}
+            assert codes == {ids["jobs"]: ErrorCode.NONE,
+                             ids["secret"]: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
