@@ -148,6 +148,11 @@ def share_fetch(broker: Broker, header, request):
         session = share.open_request(group_id, member_id, epoch, bool(acks), fetching=True)
     except KafkaError as exc:
         return top_error(exc.code, exc.message)
+    if epoch == 0 and session is not None:  # released when this connection closes
+        on_close = peer.session().on_close
+        if "share" not in on_close:
+            on_close["share"] = share.connection_sessions()
+        on_close["share"].add(session)
     readable: dict[uuid.UUID, bool] = {}
     refused = {(tid, p) for tid, p, _ in acks if not _topic_read(broker, share, tid, readable)}
     dirty: set = set()
@@ -158,7 +163,7 @@ def share_fetch(broker: Broker, header, request):
     if session is None:  # epoch -1: acknowledge, then close
         share.close_session(group_id, member_id)
         results = [PartitionFetch(tid, p, ack_error=code) for (tid, p), code in ack_codes.items()]
-        return _fetch_answer(broker, share, results, dirty)
+        return _fetch_answer(broker, share, group_id, results, dirty)
     for forgotten in request.forgotten_topics_data:
         for p in forgotten.partitions:
             session.partitions.pop((forgotten.topic_id, p), None)
@@ -187,7 +192,7 @@ def share_fetch(broker: Broker, header, request):
     if _got_any(results) or max_wait_ms <= 0 or acks or dirty:
         # Acknowledgements (and new state) are answered without waiting for records: the
         # client waits for their outcome, and its next fetch waits instead.
-        return _fetch_answer(broker, share, results, dirty)
+        return _fetch_answer(broker, share, group_id, results, dirty)
 
     async def long_poll():
         deadline = trio.current_time() + max_wait_ms / 1000
@@ -199,7 +204,7 @@ def share_fetch(broker: Broker, header, request):
             if current is not session:
                 break  # closed or replaced meanwhile
             res = once()
-        answer = _fetch_answer(broker, share, res, dirty)
+        answer = _fetch_answer(broker, share, group_id, res, dirty)
         if isinstance(answer, Deferred):
             return await answer.wait()
         return answer
@@ -211,8 +216,8 @@ def _got_any(results: list[PartitionFetch]) -> bool:
     return any(r.acquired or r.error != ErrorCode.NONE for r in results)
 
 
-def _fetch_answer(broker: Broker, share: ShareService, results: list[PartitionFetch],
-                  dirty: set):
+def _fetch_answer(broker: Broker, share: ShareService, group_id: str,
+                  results: list[PartitionFetch], dirty: set):
     by_topic: dict[uuid.UUID, list] = {}
     for r in results:
         by_topic.setdefault(r.topic_id, []).append({
@@ -224,7 +229,7 @@ def _fetch_answer(broker: Broker, share: ShareService, results: list[PartitionFe
             "acquired_records": [a._asdict() for a in r.acquired],
         })
     body = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "acquisition_lock_timeout_ms": share.lock_ms,
+            "acquisition_lock_timeout_ms": share.lock_ms_for(group_id),
             "responses": [{"topic_id": tid, "partitions": parts}
                           for tid, parts in by_topic.items()],
             "node_endpoints": []}
@@ -277,7 +282,7 @@ def share_acknowledge(broker: Broker, header, request):
         by_topic.setdefault(tid, []).append({"partition_index": p, "error_code": code,
                                              "current_leader": _leader(broker)})
     body = {"throttle_time_ms": 0, "error_code": ErrorCode.NONE,
-            "acquisition_lock_timeout_ms": share.lock_ms,
+            "acquisition_lock_timeout_ms": share.lock_ms_for(group_id),
             "responses": [{"topic_id": tid, "partitions": parts}
                           for tid, parts in by_topic.items()],
             "node_endpoints": []}

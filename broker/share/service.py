@@ -65,8 +65,21 @@ log = logging.getLogger("minibroker.share")
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
 GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
+LOCK_DURATION = "share.record.lock.duration.ms"
 GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
                        ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+# Kafka bounds the group's lock duration by group.share.min/max.record.lock.duration.ms
+# (defaults 15 s and 60 s).
+LOCK_DURATION_RANGE = (15_000, 60_000)
+
+
+def valid_group_config(key: str, value: str) -> bool:
+    if key == LOCK_DURATION:
+        try:
+            return LOCK_DURATION_RANGE[0] <= int(value) <= LOCK_DURATION_RANGE[1]
+        except ValueError:
+            return False
+    return key in GROUP_CONFIG_VALUES and value in GROUP_CONFIG_VALUES[key]
 GROUP_CONFIGS_FILE = "share_group_configs.json"
 STATE_SEGMENT_BYTES = 1 << 20
 MAX_POLL_SLICE_S = 1.0
@@ -152,9 +165,9 @@ class ShareService:
         key or value (nothing changes then)."""
         configs = dict(self.group_configs.get(group_id, {}))
         for key, value in changes:
-            if key not in GROUP_CONFIG_VALUES:
+            if key not in GROUP_CONFIG_VALUES and key != LOCK_DURATION:
                 raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
-            if value is not None and value not in GROUP_CONFIG_VALUES[key]:
+            if value is not None and not valid_group_config(key, value):
                 raise KafkaError(ErrorCode.INVALID_CONFIG,
                                  f"Invalid value {value} for configuration {key}")
             if value is None:
@@ -171,6 +184,16 @@ class ShareService:
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
         self.group_configs = updated
+        lock_ms = self.lock_ms_for(group_id)
+        for state_key, state in self.states.items():
+            if state_key.group_id == group_id:
+                state.lock_ms = lock_ms
+
+    def lock_ms_for(self, group_id: str) -> int:
+        """The group's acquisition lock (its ``share.record.lock.duration.ms``, else the
+        broker's ``group.share.record.lock.duration.ms``)."""
+        value = self.group_configs.get(group_id, {}).get(LOCK_DURATION)
+        return int(value) if value is not None else self.lock_ms
 
     def _read_group_configs(self) -> dict[str, dict[str, str]]:
         try:
@@ -183,8 +206,8 @@ class ShareService:
             return {}
         if not isinstance(doc, dict):
             return {}
-        return {g: {k: v for k, v in c.items() if k in GROUP_CONFIG_VALUES
-                    and v in GROUP_CONFIG_VALUES[k]}
+        return {g: {k: v for k, v in c.items() if isinstance(k, str) and isinstance(v, str)
+                    and valid_group_config(k, v)}
                 for g, c in doc.items() if isinstance(c, dict)}
 
     # -- membership -------------------------------------------------------------------------
@@ -327,7 +350,7 @@ class ShareService:
             return state
         state = SharePartitionState(
             0, delivery_limit=self._config.group_share_delivery_count_limit,
-            lock_ms=self.lock_ms,
+            lock_ms=self.lock_ms_for(key.group_id),
             max_in_flight=self._config.group_share_partition_max_record_locks)
         snapshot = self._restored.pop(key, None)
         if snapshot is not None:
@@ -399,6 +422,16 @@ class ShareService:
         self._wake()
         return codes
 
+    def connection_sessions(self) -> ConnectionSessions:
+        return ConnectionSessions(self)
+
+    def connection_closed(self, session: ShareSession) -> None:
+        """The connection that opened ``session`` closed: if it is still the member's session,
+        close it and release what the member holds (Kafka does the same)."""
+        if self.sessions.get(session.group_id, session.member_id) is session:
+            self.sessions.close(session.group_id, session.member_id)
+            self._release(session)
+
     def close_session(self, group_id: str, member_id: str) -> None:
         """After the acknowledgements of a closing request (epoch -1)."""
         self._member_gone(group_id, member_id)
@@ -451,7 +484,17 @@ class ShareService:
         bound = partition.last_stable_offset if committed else partition.high_watermark
         if offset is None or offset >= bound:
             return b"", []
-        data = partition.read(offset, max_bytes, bound)
+        try:
+            data = partition.read(offset, max_bytes, bound)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            # The log no longer has the offset (records deleted, a tail lost at a power cut):
+            # the share partition starts again where the log is.
+            state.reset_start(min(max(offset, partition.log_start_offset),
+                                  partition.high_watermark))
+            dirty.add(key)
+            return b"", []
         if not data:
             return b"", []
         aborted = partition.aborted_transactions(offset, bound) if committed else []
@@ -599,3 +642,25 @@ def _classify(data: Any, aborted: list[tuple[int, int]]) -> tuple[list[LogBatch]
         ends.append(pos + header.size)
     return out, ends
 
+
+
+class ConnectionSessions:
+    """The share sessions one connection opened; called when it closes. Sessions since
+    replaced or closed are pruned as new ones come, so a connection holds no more entries than
+    the cache holds sessions opened on it (and at most ``MAX_PER_CONNECTION`` stale ones)."""
+
+    MAX_PER_CONNECTION = 64
+
+    def __init__(self, service: ShareService) -> None:
+        self._service = service
+        self._opened: dict[tuple[str, str], ShareSession] = {}
+
+    def add(self, session: ShareSession) -> None:
+        self._opened[(session.group_id, session.member_id)] = session
+        if len(self._opened) > self.MAX_PER_CONNECTION:
+            cache = self._service.sessions
+            self._opened = {k: s for k, s in self._opened.items() if cache.get(*k) is s}
+
+    def __call__(self) -> None:
+        for session in self._opened.values():
+            self._service.connection_closed(session)

@@ -187,3 +187,35 @@ def test_kafka_share_groups_tool(bootstrap) -> None:
     assert "Successful" in tool("--delete-offsets", "--group", group, "--topic", topic)
     assert "successful" in tool("--delete", "--group", group)
     assert group not in tool("--list").split()
+
+
+def test_a_vanished_member_s_records_come_back_counted(bootstrap) -> None:
+    """A member acquires records and its connection goes away without acknowledging or closing
+    its share session: another member gets them again with delivery count 2, at once (the
+    share session goes with its connection, on both brokers), not after the 15 s lock."""
+    from tests.integration.test_share_groups import Member, fetch_until, offsets
+
+    topic, group = fresh("vanish"), fresh("sg")
+    create_topic(bootstrap, topic)
+    set_group_config(bootstrap, group, "share.auto.offset.reset", "earliest")
+    set_group_config(bootstrap, group, "share.record.lock.duration.ms", "15000")
+    produce(bootstrap, topic, ["a", "b", "c"])
+    port = int(bootstrap.rsplit(":", 1)[1])
+    with RawConnection(port) as conn:
+        topic_id = conn.request(ApiKey.METADATA, 12, {"topics": [{"name": topic}]}) \
+            .topics[0].topic_id
+    gone = Member(port, group, topic, topic_id)
+    first = fetch_until(gone, 3, timeout=30)
+    assert offsets(first) == [0, 1, 2] and {d for *_, d in first} == {1}
+    gone.close()
+    started = time.monotonic()
+    survivor = Member(port, group, topic, topic_id)
+    try:
+        again = fetch_until(survivor, 3, timeout=40)
+        waited = time.monotonic() - started
+        assert offsets(again) == [0, 1, 2] and {d for *_, d in again} == {2}, again
+        assert waited < 10, waited
+        answer = survivor.acknowledge([(0, 2, [1])])
+        assert answer.responses[0].partitions[0].error_code == 0
+    finally:
+        survivor.close()
