@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from functools import partial
 
+from broker.handlers import peer
 from broker.handlers.authz import allowed
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred, reply
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
