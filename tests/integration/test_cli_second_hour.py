@@ -1,0 +1,148 @@
+"""Issue 39, a Kafka user's second hour: the console producer's reader properties, configs'
+sources and synonyms, Kafka's option names and the small things, in-process (click's runner)
+against a real broker subprocess shared by the module."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from broker.cli import main as minibroker
+from client import Admin, Consumer
+from client.structs import ConfigResource, TopicPartition
+from tests.broker_process import BrokerProcess
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("second-hour")
+    proc = BrokerProcess.configured(
+        tmp, "group.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n"
+             "log.retention.minutes=1\nlog.roll.hours=2\n", "--flush", "never").start()
+    yield proc
+    assert proc.stop() == 0
+
+
+def run(broker, *args: str, input: str | None = None, code: int = 0) -> str:
+    result = CliRunner().invoke(minibroker, [*args, "-b", broker.bootstrap], input=input)
+    assert result.exit_code == code, (args, result.output, result.exception)
+    return result.output
+
+
+def records(broker, topic: str, count: int):
+    config = {"bootstrap.servers": broker.bootstrap, "auto.offset.reset": "earliest"}
+    got = []
+    with Consumer(config) as consumer:
+        consumer.assign([TopicPartition(topic, 0)])
+        for _ in range(40):
+            got += consumer.poll(0.25)
+            if len(got) >= count:
+                break
+    return [(list(r.headers), r.key, r.value) for r in got]
+
+
+# -- item 1: the console producer's reader properties -----------------------------------------
+
+
+def test_parse_headers_as_kafkas_line_reader(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("hdr", 1)
+    run(broker, "produce", "hdr", "--property", "parse.key=true", "--property",
+        "parse.headers=true", input="h1:v1\tkk\tvv\nh1:a,h2:b\tk2\tv2\n")
+    assert records(broker, "hdr", 2) == [
+        ([("h1", b"v1")], b"kk", b"vv"),
+        ([("h1", b"a"), ("h2", b"b")], b"k2", b"v2"),
+    ]
+
+
+def test_reader_separators_and_null_marker(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("hdr2", 1)
+    run(broker, "produce", "--topic", "hdr2", "--reader-property", "parse.key=true",
+        "--property", "key.separator=|", "--property", "parse.headers=true",
+        "--property", "headers.delimiter=#", "--property", "headers.separator=;",
+        "--property", "headers.key.separator==", "--property", "null.marker=NULL",
+        input="a=1;b=NULL#NULL|v1\nNULL#k2|NULL\n")
+    assert records(broker, "hdr2", 2) == [
+        ([("a", b"1"), ("b", None)], None, b"v1"),
+        ([], b"k2", None),
+    ]
+
+
+def test_reader_errors_and_ignore_error(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("hdr3", 1)
+    output = run(broker, "produce", "hdr3", "--property", "parse.key=true",
+                 input="good\tone\nno-separator\n", code=1)
+    assert "No key separator found on line number 2: 'no-separator'" in output
+    output = run(broker, "produce", "hdr3", "--property", "parse.headers=true",
+                 input="novalue\tv\n", code=1)
+    assert "No header key separator found in pair 'novalue' on line number 1" in output
+    output = run(broker, "produce", "hdr3", "--property", "parse.headers=true",
+                 "--property", "headers.delimiter=,", input="x\n", code=2)
+    assert "headers.delimiter and headers.separator may not be equal" in output
+    run(broker, "produce", "hdr3", "--property", "parse.key=true", "--property",
+        "parse.headers=true", "--property", "ignore.error=true",
+        input="lonely\nh\tk\tv\n")
+    got = records(broker, "hdr3", 3)
+    # The first line of the failed run was sent before its second failed, as Kafka's does.
+    assert got[0] == ([], b"good", b"one")
+    assert got[1:] == [([], None, b"lonely"), ([("h", None)], b"k", b"v")]
+
+
+# -- item 2: DescribeConfigs' effective values, sources and synonyms ----------------------------
+
+
+def synonyms(entry):
+    return [(s.source, s.name, s.value) for s in entry.synonyms]
+
+
+def test_unit_keys_are_effective_values_with_kafkas_synonyms(broker):
+    topic = ConfigResource("topic", "units")
+    node = ConfigResource("broker", "0")
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("units", 1)
+        described = a.describe_configs([topic, node], include_synonyms=True)
+    retention = described[topic]["retention.ms"]
+    assert (retention.value, retention.source) == ("60000", "STATIC_BROKER_CONFIG")
+    assert synonyms(retention) == [("STATIC_BROKER_CONFIG", "log.retention.minutes", "1"),
+                                   ("DEFAULT_CONFIG", "log.retention.hours", "168")]
+    segment = described[topic]["segment.ms"]
+    assert (segment.value, segment.source) == ("7200000", "STATIC_BROKER_CONFIG")
+    assert synonyms(segment) == [("STATIC_BROKER_CONFIG", "log.roll.hours", "2"),
+                                 ("DEFAULT_CONFIG", "log.roll.hours", "168")]
+    policy = described[topic]["cleanup.policy"]
+    assert (policy.value, policy.source) == ("delete", "DEFAULT_CONFIG")
+    assert synonyms(policy) == [("DEFAULT_CONFIG", "log.cleanup.policy", "delete")]
+    brokers = described[node]
+    assert (brokers["log.retention.ms"].value, brokers["log.retention.ms"].source) == (
+        "60000", "STATIC_BROKER_CONFIG")
+    assert synonyms(brokers["log.retention.ms"]) == synonyms(retention)
+    assert (brokers["log.retention.minutes"].value,
+            brokers["log.retention.minutes"].source) == ("1", "STATIC_BROKER_CONFIG")
+    assert brokers["log.retention.hours"].value == "168"
+    assert (brokers["num.partitions"].source, synonyms(brokers["num.partitions"])) == (
+        "DEFAULT_CONFIG", [("DEFAULT_CONFIG", "num.partitions", "1")])
+    assert brokers["auto.create.topics.enable"].source == "STATIC_BROKER_CONFIG"
+
+
+def test_configs_describe_prints_kafka_configs_lines(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("units2", 1)
+    run(broker, "configs", "--alter", "--entity-type", "topics", "--entity-name", "units2",
+        "--add-config", "retention.ms=5000")
+    assert run(broker, "configs", "--describe", "--entity-type", "topics", "--entity-name",
+               "units2").splitlines() == [
+        "Dynamic configs for topic units2 are:",
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000, "
+        "STATIC_BROKER_CONFIG:log.retention.minutes=1, DEFAULT_CONFIG:log.retention.hours=168}",
+    ]
+    everything = run(broker, "configs", "describe", "--topic", "units2", "--all").splitlines()
+    assert everything[0] == "All configs for topic units2 are:"
+    assert ("  segment.ms=7200000 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.roll.hours=2,"
+            " DEFAULT_CONFIG:log.roll.hours=168}") in everything
+    assert run(broker, "configs", "--describe", "--entity-type", "brokers",
+               "--entity-default") == "Default configs for brokers in the cluster are:\n"
+    table = run(broker, "configs", "describe", "--topic", "units2", "--format", "table")
+    assert ["retention.ms", "5000", "DYNAMIC_TOPIC_CONFIG"] in [r.split() for r in
+                                                                table.splitlines()]
