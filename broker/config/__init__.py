@@ -311,6 +311,9 @@ _PROPERTIES: dict[str, Property] = {
 # replication, ZooKeeper, KRaft or SASL: accepted with one warning line each.
 IGNORED_KAFKA_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms", "controller.quorum.request.timeout.ms",
+    "controller.quorum.retry.backoff.ms", "metadata.log.segment.bytes",
     "controller.listener.names", "inter.broker.listener.name",
     "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "background.threads",
@@ -412,10 +415,12 @@ def _protocol_map(properties: dict[str, str]) -> dict[str, str]:
     return result
 
 
-def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None:
+def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> list[str]:
     """Kafka's ``listeners`` / ``advertised.listeners``: the first listener is host/port, the
     others become ``extra_listeners``; each is advertised as its ``advertised.listeners`` entry of
-    the same name and speaks its ``listener.security.protocol.map`` protocol."""
+    the same name and speaks its ``listener.security.protocol.map`` protocol. Controller listeners
+    (``controller.listener.names``, as in Kafka 4's stock KRaft file) are skipped: their names are
+    returned, for the warning about ignored keys."""
     listeners = parse_listeners(properties.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
     protocols = _protocol_map(properties)
     controller_names = {
@@ -425,9 +430,11 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
     if not listeners:
         raise ConfigError("invalid value for listeners: only controller listeners")
     advertised: dict[str, tuple[str, int]] = {}
-    if "advertised.listeners" in properties:
+    if properties.get("advertised.listeners", "").strip():  # blank: unset (the listeners)
         for name, host, port in parse_listeners(properties["advertised.listeners"],
                                                 "advertised.listeners"):
+            if name in controller_names:
+                continue
             if name not in {n for n, _, _ in listeners}:
                 raise ConfigError(
                     f"invalid value for advertised.listeners: {name} is not in listeners"
@@ -448,6 +455,9 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
         adv_host, adv_port = advertised.get(name, (None, None))
         extra.append(Listener(name, host, port, adv_host, adv_port, protocols[name]))
     top["extra_listeners"] = tuple(extra)
+    named = {n.strip().upper() for key in ("listeners", "advertised.listeners")
+             for n in re.findall(r"([A-Za-z0-9_]+)://", properties.get(key, ""))}
+    return sorted(named & controller_names)
 
 
 _JAAS_KEY = re.compile(r"^(listener\.name\.[a-z0-9_]+\.)?([a-z0-9-]+\.)?sasl\.jaas\.config$")
@@ -578,14 +588,17 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}
-    _apply_listeners(properties, top)
+    controllers = _apply_listeners(properties, top)
     top["security"] = _security(properties)
     units: dict[str, int] = {}  # ms key -> the unit of the value taken so far
     unit_values: list[tuple[str, str]] = []
     ignored = sorted(key for key in properties if key in IGNORED_KAFKA_KEYS)
+    ignored += [f"the {name} listener" for name in controllers]
     if ignored:
+        # One line for all of them (a KRaft file's process.roles, controller.quorum.*, its
+        # controller listeners, replication factors ...).
         _log.warning("ignored %d Kafka config key(s) that mean nothing to a single minibroker "
-                     "node: %s", len(ignored), ", ".join(ignored))
+                     "node without a controller quorum: %s", len(ignored), ", ".join(ignored))
     for key, raw in properties.items():
         if (key in ("listeners", "advertised.listeners", "listener.security.protocol.map")
                 or key in IGNORED_KAFKA_KEYS or is_security_key(key)):

@@ -146,3 +146,64 @@ def test_configs_describe_prints_kafka_configs_lines(broker):
     table = run(broker, "configs", "describe", "--topic", "units2", "--format", "table")
     assert ["retention.ms", "5000", "DYNAMIC_TOPIC_CONFIG"] in [r.split() for r in
                                                                 table.splitlines()]
+
+
+# -- item 3: Kafka 4's stock KRaft server.properties starts the broker ---------------------------
+
+# The keys and values of Kafka 4's config/server.properties (combined broker and controller
+# mode), comments left out.
+KAFKA4_SERVER_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.bootstrap.servers=localhost:9093
+listeners=PLAINTEXT://:9092,CONTROLLER://:9093
+inter.broker.listener.name=PLAINTEXT
+advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL,\\
+SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+log.dirs=/tmp/kraft-combined-logs
+num.partitions=1
+num.recovery.threads.per.data.dir=1
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+"""
+
+
+def test_kafka4_stock_server_properties_positional(tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text(KAFKA4_SERVER_PROPERTIES)
+    # Positional, as kafka-server-start.sh takes it; the flags put it on a free loopback port
+    # and a data dir under tmp_path (the file's listener and /tmp/kraft-combined-logs are not
+    # used).
+    proc = BrokerProcess(tmp_path / "data", str(config))
+    with proc:
+        warnings = [line for line in proc.output if "ignored" in line]
+        assert len(warnings) == 1, proc.output
+        for key in ("process.roles", "controller.quorum.bootstrap.servers",
+                    "controller.listener.names", "the CONTROLLER listener"):
+            assert key in warnings[0]
+        with Admin({"bootstrap.servers": proc.bootstrap}) as a:
+            # The file's node.id and PLAINTEXT advertised listener, as Kafka would tell clients.
+            assert a.describe_cluster()["brokers"] == [(1, "localhost", 9092)]
+    # kafka-server-start.sh's --override; a blank advertised.listeners is the listeners'.
+    proc = BrokerProcess(tmp_path / "data", str(config), "--override", "num.partitions=2",
+                         "--override", "advertised.listeners=")
+    with proc:
+        with Admin({"bootstrap.servers": proc.bootstrap}) as a:
+            a.create_topic("kraft")
+            (described,) = a.describe_topics(["kraft"])
+            assert len(described.partitions) == 2
+        run(proc, "produce", "kraft", "-p", "0", input="hello\n")
+        assert records(proc, "kraft", 1) == [([], None, b"hello")]
