@@ -24,7 +24,7 @@ from client.cli.common import (
     tool,
     with_defaults,
 )
-from client.errors import TransactionalIdNotFoundError
+from client.errors import TransactionalIdNotFoundError, TransactionCoordinatorFencedError
 from client.producer import Producer
 from client.structs import TransactionDescription
 
@@ -165,8 +165,18 @@ def abort_transaction(transactional_id, topic, partition, start_offset, producer
                 )
             producer_id, producer_epoch, coordinator_epoch = (
                 found[0].producer_id, found[0].producer_epoch, found[0].coordinator_epoch)
-        admin.abort_transaction((topic, partition), producer_id, producer_epoch,
-                                coordinator_epoch)
+        try:
+            admin.abort_transaction((topic, partition), producer_id, producer_epoch,
+                                    coordinator_epoch)
+        except TransactionCoordinatorFencedError as exc:
+            running = [t.transactional_id for t in admin.list_transactions(
+                producer_ids=[producer_id])]
+            how = (f"transactions abort --transactional-id {running[0]}" if running
+                   else "transactions abort --transactional-id ID")
+            raise click.ClickException(
+                f"{type(exc).__name__}: its coordinator still runs the transaction of producer "
+                f"{producer_id} on {topic}-{partition} (not hanging); end it with `{how}`"
+            ) from None
     result = {"topic": topic, "partition": partition, "producer_id": producer_id,
               "producer_epoch": producer_epoch, "coordinator_epoch": coordinator_epoch}
     if fmt == "json":

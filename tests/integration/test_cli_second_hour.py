@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from broker.cli import main as minibroker
-from client import Admin, Consumer
+from client import Admin, Consumer, Producer
 from client.structs import ConfigResource, TopicPartition
 from tests.broker_process import BrokerProcess
 
@@ -207,3 +207,26 @@ def test_kafka4_stock_server_properties_positional(tmp_path):
             assert len(described.partitions) == 2
         run(proc, "produce", "kraft", "-p", "0", input="hello\n")
         assert records(proc, "kraft", 1) == [([], None, b"hello")]
+
+
+# -- item 4: an ABORT marker for a transaction its coordinator still runs is refused -------------
+
+
+def test_partition_abort_of_a_running_transaction_is_refused(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        a.create_topic("running", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "runner"})
+    with producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("running", b"v")
+        producer.flush()
+        output = run(broker, "transactions", "abort", "--topic", "running", "--partition", "0",
+                     "--start-offset", "0", code=1)
+        assert "TransactionCoordinatorFencedError" in output
+        assert "transactions abort --transactional-id runner" in output
+        with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+            (state,) = a.describe_transactions(["runner"])
+        assert state.state == "Ongoing"  # untouched: the producer may still commit
+        producer.commit_transaction()
+    assert records(broker, "running", 1) == [([], None, b"v")]
