@@ -126,6 +126,8 @@ def friendly_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except BrokerConnectionError as exc:  # (a plaintext client at a TLS listener is told)
             raise click.ClickException(str(exc)) from None
+        except BrokenPipeError:
+            stdout_closed()
         except KafkaClientError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -134,6 +136,20 @@ def friendly_errors(fn: Callable) -> Callable:
             raise click.exceptions.Exit(130) from None  # Ctrl-C: no traceback
 
     return wrapper
+
+
+def stdout_closed() -> None:
+    """The reader of stdout went away (``minibroker topics list | head -1``): exit quietly, as a
+    tool killed by SIGPIPE does (status 141), with stdout pointed at /dev/null so that the
+    interpreter's last flush does not complain either."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # (no real stdout: nothing to silence)
+        pass
+    raise click.exceptions.Exit(141)
 
 
 def format_option(fn: Callable) -> Callable:

@@ -37,8 +37,9 @@ from client.cli.common import (
 )
 from client.config import consumer_config, producer_config
 from client.consumer import Consumer
+from client.errors import KafkaClientError, UnknownTopicOrPartitionError
 from client.producer import Producer
-from client.structs import ConsumerRecord, TopicPartition
+from client.structs import ConfigResource, ConsumerRecord, TopicPartition
 
 # -- produce --------------------------------------------------------------------------------------
 
@@ -203,7 +204,8 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
     config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
     producer_config(config)  # a bad key or value: its own message, before connecting
     with Admin(for_admin(conf)) as admin:
-        admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
+        cluster = admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
+        _refuse_unknown_topic(admin, topic, cluster)
     count = 0
     errors: list[BaseException] = []
     progress = Progress(2.0, lambda s: f"... {count} record(s) sent in {s:.0f} s")
@@ -244,6 +246,29 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
     if errors:
         raise click.ClickException(f"{len(errors)} of {count} records failed: {errors[0]}")
     click.echo(f"Produced {count} record(s) to {topic}.", err=True)
+
+
+def _refuse_unknown_topic(admin: Admin, topic: str, cluster: dict[str, Any]) -> None:
+    """A topic that does not exist, on a broker that will not create it, is an error at once
+    (the producer would wait max.block.ms, 60 s, before "not present in metadata")."""
+    try:
+        admin.describe_topics([topic])
+        return
+    except UnknownTopicOrPartitionError:
+        pass
+    except KafkaClientError:
+        return  # (not allowed to describe it, ...: the producer's own answer will say)
+    try:
+        resource = ConfigResource("broker", str(cluster["brokers"][0][0]))
+        entry = admin.describe_configs([resource])[resource].get("auto.create.topics.enable")
+    except (KafkaClientError, IndexError):
+        return
+    if entry is not None and (entry.value or "").lower() == "false":
+        raise click.ClickException(
+            f"Topic {topic} not present in metadata: it does not exist and the broker does not "
+            f"create topics (auto.create.topics.enable=false); create it with `minibroker topics "
+            f"create {topic}`"
+        )
 
 
 # -- consume --------------------------------------------------------------------------------------

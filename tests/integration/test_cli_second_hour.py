@@ -4,6 +4,11 @@ against a real broker subprocess shared by the module."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+
 import pytest
 from click.testing import CliRunner
 
@@ -230,3 +235,43 @@ def test_partition_abort_of_a_running_transaction_is_refused(broker):
         assert state.state == "Ongoing"  # untouched: the producer may still commit
         producer.commit_transaction()
     assert records(broker, "running", 1) == [([], None, b"v")]
+
+
+# -- item 7: missing commands, a closed pipe, an unknown topic -----------------------------------
+
+
+def test_produce_to_an_unknown_topic_without_auto_create_fails_at_once(broker):
+    started = time.monotonic()
+    output = run(broker, "produce", "nosuchtopic", input="hi\n", code=1)
+    assert time.monotonic() - started < 5
+    assert "Topic nosuchtopic not present in metadata" in output
+    assert "auto.create.topics.enable=false" in output
+
+
+def test_a_closed_stdout_is_not_an_error(broker):
+    with Admin({"bootstrap.servers": broker.bootstrap}) as a:
+        for i in range(3):
+            a.create_topic(f"piped-{i}", 1)
+    read, write = os.pipe()
+    os.close(read)  # `| head -0`: the reader is gone before the first line
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", "from broker.cli import main; main()", "topics", "list",
+             "-b", broker.bootstrap], stdout=write, stderr=subprocess.PIPE, text=True,
+            timeout=60)
+    finally:
+        os.close(write)
+    assert done.stderr == ""
+    assert done.returncode == 141  # as a tool killed by SIGPIPE
+
+
+def test_broker_api_versions_and_features(broker):
+    output = run(broker, "broker-api-versions")
+    head, *apis, tail = output.splitlines()
+    assert head == f"{broker.bootstrap} (id: 0 rack: null isFenced: false) -> ("
+    assert tail == ")"
+    assert "\tApiVersions(18): 0 to 4 [usable: 4]," in apis
+    assert any(line.startswith("\tInitProducerId(22): 0 to ") for line in apis)
+    features = run(broker, "features", "describe")
+    assert features == ("Feature: transaction.version\tSupportedMinVersion: 0\t"
+                        "SupportedMaxVersion: 2\tFinalizedVersionLevel: 2\tEpoch: 0\n")

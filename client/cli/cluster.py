@@ -1,0 +1,92 @@
+"""``broker-api-versions`` (kafka-broker-api-versions.sh) and ``features describe``
+(kafka-features.sh describe): what each broker's ApiVersions answer says.
+
+    minibroker broker-api-versions
+    minibroker features describe
+"""
+
+from __future__ import annotations
+
+import click
+
+from client.admin import Admin
+from client.cli.common import (
+    CONTEXT,
+    client_options,
+    echo_json,
+    for_admin,
+    format_option,
+    friendly_errors,
+    tool,
+)
+from protocol.api_keys import ApiKey
+from protocol.messages import SCHEMAS
+
+# The newest version of each API this software has a codec for (Kafka's tool: its client's).
+_LATEST: dict[int, int] = {}
+for _key, _version in SCHEMAS:
+    _LATEST[_key] = max(_version, _LATEST.get(_key, _version))
+
+
+def api_name(key: int) -> str:
+    """Kafka's name of an API key (``ApiVersions``, ``InitProducerId``), UNKNOWN for others."""
+    try:
+        return "".join(part.capitalize() for part in ApiKey(key).name.split("_"))
+    except ValueError:
+        return "UNKNOWN"
+
+
+def version_text(key: int, low: int, high: int) -> str:
+    """One API as kafka-broker-api-versions.sh prints it: ``Fetch(1): 4 to 17 [usable: 17]``."""
+    span = str(low) if low == high else f"{low} to {high}"
+    text = f"{api_name(key)}({key}): {span}"
+    latest = _LATEST.get(key)
+    if latest is None:
+        return text
+    if latest < low:
+        return text + " [unusable: node too new]"
+    return text + f" [usable: {min(latest, high)}]"
+
+
+@click.command("broker-api-versions", context_settings=CONTEXT)
+@format_option
+@client_options
+@friendly_errors
+def broker_api_versions(fmt, conf) -> None:
+    """Each broker's API versions (kafka-broker-api-versions.sh): the range it serves of each API
+    and the newest this tool can use."""
+    with Admin(for_admin(conf)) as admin:
+        answers = admin.api_versions()
+    if fmt == "json":
+        echo_json([{"node": a["node_id"], "host": a["host"], "port": a["port"],
+                    "apis": [{"key": k, "name": api_name(k), "min": lo, "max": hi}
+                             for k, lo, hi in sorted(a["api_keys"])]} for a in answers])
+        return
+    for a in answers:
+        lines = ",\n\t".join(version_text(k, lo, hi) for k, lo, hi in sorted(a["api_keys"]))
+        click.echo(f"{a['host']}:{a['port']} (id: {a['node_id']} rack: null isFenced: false) "
+                   f"-> (\n\t{lines}\n)")
+
+
+@click.group(context_settings=CONTEXT)
+def features() -> None:
+    """Feature levels (kafka-features.sh; one broker: describe only, the levels are set in
+    server.properties, e.g. transaction.version)."""
+
+
+@tool(features, "describe", formats=True)
+def features_describe(fmt, conf) -> None:
+    """Each feature's supported range and finalized level (kafka-features.sh describe)."""
+    with Admin(for_admin(conf)) as admin:
+        answer = admin.api_versions()[0]
+    finalized = {name: high for name, _, high in answer["finalized_features"]}
+    epoch = answer["finalized_features_epoch"]
+    rows = [(name, low, high, finalized.get(name, 0))
+            for name, low, high in sorted(answer["supported_features"])]
+    if fmt == "json":
+        echo_json([{"feature": n, "supported_min": lo, "supported_max": hi, "finalized": f,
+                    "epoch": epoch if epoch >= 0 else None} for n, lo, hi, f in rows])
+        return
+    for name, low, high, level in rows:
+        click.echo(f"Feature: {name}\tSupportedMinVersion: {low}\tSupportedMaxVersion: {high}"
+                   f"\tFinalizedVersionLevel: {level}\tEpoch: {epoch if epoch >= 0 else '-'}")
