@@ -28,12 +28,31 @@ for _key, _version in SCHEMAS:
     _LATEST[_key] = max(_version, _LATEST.get(_key, _version))
 
 
+# The APIs a Kafka 4.4 broker serves that this one does not: kafka-broker-api-versions.sh lists
+# each as UNSUPPORTED (its list is Kafka's client's, as it ran against minibroker).
+KAFKA_BROKER_APIS = {
+    23: "OffsetForLeaderEpoch", 34: "AlterReplicaLogDirs", 38: "CreateDelegationToken",
+    39: "RenewDelegationToken", 40: "ExpireDelegationToken", 41: "DescribeDelegationToken",
+    43: "ElectLeaders", 45: "AlterPartitionReassignments", 46: "ListPartitionReassignments",
+    49: "AlterClientQuotas", 55: "DescribeQuorum", 57: "UpdateFeatures", 64: "UnregisterBroker",
+    68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe", 71: "GetTelemetrySubscriptions",
+    72: "PushTelemetry", 74: "ListConfigResources", 75: "DescribeTopicPartitions",
+    76: "ShareGroupHeartbeat", 77: "ShareGroupDescribe", 78: "ShareFetch",
+    79: "ShareAcknowledge", 80: "AddRaftVoter", 81: "RemoveRaftVoter",
+    83: "InitializeShareGroupState", 84: "ReadShareGroupState", 85: "WriteShareGroupState",
+    86: "DeleteShareGroupState", 87: "ReadShareGroupStateSummary",
+    88: "StreamsGroupHeartbeat", 89: "StreamsGroupDescribe", 90: "DescribeShareGroupOffsets",
+    91: "AlterShareGroupOffsets", 92: "DeleteShareGroupOffsets",
+    93: "StreamsGroupTopologyDescriptionUpdate", 94: "UnregisterController",
+}
+
+
 def api_name(key: int) -> str:
     """Kafka's name of an API key (``ApiVersions``, ``InitProducerId``), UNKNOWN for others."""
     try:
         return "".join(part.capitalize() for part in ApiKey(key).name.split("_"))
     except ValueError:
-        return "UNKNOWN"
+        return KAFKA_BROKER_APIS.get(key, "UNKNOWN")
 
 
 def version_text(key: int, low: int, high: int) -> str:
@@ -63,7 +82,10 @@ def broker_api_versions(fmt, conf) -> None:
                              for k, lo, hi in sorted(a["api_keys"])]} for a in answers])
         return
     for a in answers:
-        lines = ",\n\t".join(version_text(k, lo, hi) for k, lo, hi in sorted(a["api_keys"]))
+        texts = {k: version_text(k, lo, hi) for k, lo, hi in a["api_keys"]}
+        for key, name in KAFKA_BROKER_APIS.items():
+            texts.setdefault(key, f"{name}({key}): UNSUPPORTED")
+        lines = ",\n\t".join(text for _, text in sorted(texts.items()))
         click.echo(f"{a['host']}:{a['port']} (id: {a['node_id']} rack: null isFenced: false) "
                    f"-> (\n\t{lines}\n)")
 

@@ -153,8 +153,10 @@ def stdout_closed() -> None:
 
 
 def format_option(fn: Callable) -> Callable:
-    return click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-                        show_default=True, help="Output as an aligned table or JSON.")(fn)
+    return click.option("--format", "fmt", type=click.Choice(["text", "table", "json"]),
+                        default="text", show_default=True,
+                        help="text: the Kafka tool's output (where the command stands for one); "
+                             "table: our aligned table, where it differs; json.")(fn)
 
 
 def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -22,8 +22,8 @@ from client.cli.common import (
     parse_datetime,
     tool,
 )
-from client.errors import TopicAlreadyExistsError
-from client.structs import NewTopic
+from client.errors import KafkaClientError, TopicAlreadyExistsError
+from client.structs import ConfigResource, NewTopic
 
 
 @click.group(context_settings=CONTEXT)
@@ -101,8 +101,11 @@ def topics_describe(names, exclude_internal, fmt, conf) -> None:
     """Show partitions, leaders and replicas (all topics without TOPIC)."""
     with Admin(for_admin(conf)) as admin:
         described = admin.describe_topics(names or None)
-    if exclude_internal:
-        described = [t for t in described if not t.is_internal]
+        if exclude_internal:
+            described = [t for t in described if not t.is_internal]
+        if fmt == "text":
+            _describe_text(admin, described)
+            return
     if fmt == "json":
         echo_json([
             {
@@ -117,16 +120,36 @@ def topics_describe(names, exclude_internal, fmt, conf) -> None:
             for t in described
         ])
         return
+
+
+def _describe_text(admin: Admin, described: list) -> None:
+    """kafka-topics.sh --describe's lines."""
     for topic in described:
-        internal = "\tInternal: true" if topic.is_internal else ""
-        click.echo(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}{internal}")
+        configs = _set_configs(admin, topic.name)
+        factor = len(topic.partitions[0].replicas) if topic.partitions else 0
+        click.echo(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}"
+                   f"\tReplicationFactor: {factor}\tConfigs: {configs}")
         for p in topic.partitions:
             replicas = ",".join(map(str, p.replicas))
             isr = ",".join(map(str, p.isr))
+            # Elr, LastKnownElr: N/A, as Kafka's tool prints them for a broker without
+            # DescribeTopicPartitions (eligible leader replicas need replication anyway).
             click.echo(
                 f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                f"\tReplicas: {replicas}\tIsr: {isr}"
+                f"\tReplicas: {replicas}\tIsr: {isr}\tElr: N/A\tLastKnownElr: N/A"
             )
+
+
+def _set_configs(admin: Admin, topic: str) -> str:
+    """kafka-topics.sh --describe's ``Configs:``: every config not at its default (the topic's
+    overrides and the values server.properties set), ``k=v`` comma-separated."""
+    resource = ConfigResource("topic", topic)
+    try:
+        entries = admin.describe_configs([resource])[resource]
+    except KafkaClientError:
+        return ""
+    return ",".join(f"{e.name}={e.value}" for e in sorted(entries.values(), key=lambda e: e.name)
+                    if not e.is_default)
 
 
 @tool(topics, "alter")

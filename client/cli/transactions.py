@@ -53,8 +53,40 @@ def _age_ms(t: TransactionDescription, now_ms: int) -> int | None:
     return None
 
 
-def _echo(described: list[TransactionDescription], fmt: str) -> None:
+def echo_kafka_table(headers: tuple[str, ...] | list[str], rows: list[tuple]) -> None:
+    """kafka-transactions.sh's tables: every cell padded to its column's width and followed by
+    a TAB; a missing value is ``None``."""
+    cells = [list(headers), *[["None" if c is None else str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        click.echo("".join(c.ljust(w) + "\t" for c, w in zip(row, widths, strict=True)))
+
+
+def _coordinator(admin: Admin) -> int | str:
+    """The coordinator column: this broker's id on a single broker ("-" on several, where each
+    id has its own coordinator and our listing does not carry it)."""
+    brokers = admin.describe_cluster()["brokers"]
+    return brokers[0][0] if len(brokers) == 1 else "-"
+
+
+KAFKA_DESCRIBE = ("CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch",
+                  "TransactionState", "TransactionTimeoutMs", "CurrentTransactionStartTimeMs",
+                  "TransactionDurationMs", "TopicPartitions")
+
+
+def _echo(described: list[TransactionDescription], fmt: str,
+          coordinator: int | str = "-") -> None:
     now = time.time_ns() // 1_000_000
+    if fmt == "text":  # kafka-transactions.sh describe's
+        rows = []
+        for t in described:
+            started = t.start_time_ms if t.start_time_ms >= 0 else None
+            rows.append((coordinator, t.transactional_id, t.producer_id, t.producer_epoch,
+                         t.state, t.timeout_ms, started,
+                         None if started is None else max(now - started, 0),
+                         ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(t.partitions))))
+        echo_kafka_table(KAFKA_DESCRIBE, rows)
+        return
     if fmt == "json":
         echo_json([
             {"transactional_id": t.transactional_id, "state": t.state,
@@ -93,6 +125,12 @@ def list_transactions(states, producer_ids, fmt, conf) -> None:
                                    f"(states: {', '.join(STATES)})")
     with Admin(for_admin(conf)) as admin:
         listed = admin.list_transactions(states, producer_ids)
+        if fmt == "text":  # kafka-transactions.sh list's columns
+            coordinator = _coordinator(admin)
+            echo_kafka_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"),
+                             [(t.transactional_id, coordinator, t.producer_id, t.state)
+                              for t in listed])
+            return
         described = admin.describe_transactions([t.transactional_id for t in listed])
     _echo(described, fmt)
 
@@ -108,7 +146,8 @@ def describe_transaction(transactional_id, fmt, conf) -> None:
             raise click.ClickException(
                 f"transactional id {transactional_id!r} not found"
             ) from None
-    _echo(described, fmt)
+        coordinator = _coordinator(admin) if fmt == "text" else "-"
+    _echo(described, fmt, coordinator)
 
 
 @tool(transactions, "abort", formats=True)
@@ -223,9 +262,19 @@ def describe_producers(topic, partition, fmt, conf) -> None:
     if fmt == "json":
         echo_json([p._asdict() for p in rows])
         return
-    echo_table(
-        ["PRODUCER ID", "EPOCH", "COORDINATOR EPOCH", "LAST SEQUENCE", "LAST TIMESTAMP",
-         "CURRENT TXN START OFFSET"],
+    if fmt == "table":
+        echo_table(
+            ["PRODUCER ID", "EPOCH", "COORDINATOR EPOCH", "LAST SEQUENCE", "LAST TIMESTAMP",
+             "CURRENT TXN START OFFSET"],
+            [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
+              p.last_timestamp,
+              None if p.current_txn_start_offset < 0 else p.current_txn_start_offset)
+             for p in rows],
+        )
+        return
+    echo_kafka_table(
+        ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+         "LastTimestamp", "CurrentTransactionStartOffset"],
         [(p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence,
           p.last_timestamp, None if p.current_txn_start_offset < 0 else p.current_txn_start_offset)
          for p in rows],
@@ -252,6 +301,15 @@ def find_hanging(topics, max_transaction_timeout, fmt, conf) -> None:
                     "coordinator_epoch": h.coordinator_epoch, "start_offset": h.start_offset,
                     "transactional_id": h.transactional_id, "age_ms": h.age_ms}
                    for h in hanging])
+        return
+    if fmt == "text":  # kafka-transactions.sh find-hanging's columns
+        now = time.time_ns() // 1_000_000
+        echo_kafka_table(
+            ["Topic", "Partition", "ProducerId", "ProducerEpoch", "CoordinatorEpoch",
+             "StartOffset", "LastTimestamp", "Duration(min)"],
+            [(h.partition.topic, h.partition.partition, h.producer_id, h.producer_epoch,
+              h.coordinator_epoch, h.start_offset, now - h.age_ms, h.age_ms // 60_000)
+             for h in hanging])
         return
     echo_table(
         ["TOPIC", "PARTITION", "PRODUCER ID", "EPOCH", "START OFFSET", "TRANSACTIONAL ID", "AGE"],

@@ -5,9 +5,11 @@ against a real broker subprocess shared by the module."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -275,3 +277,35 @@ def test_broker_api_versions_and_features(broker):
     features = run(broker, "features", "describe")
     assert features == ("Feature: transaction.version\tSupportedMinVersion: 0\t"
                         "SupportedMaxVersion: 2\tFinalizedVersionLevel: 2\tEpoch: 0\n")
+
+
+# -- item 8: the small ones ---------------------------------------------------------------------
+
+
+def test_a_cleaning_that_removed_nothing_is_logged_at_debug(tmp_path):
+    proc = BrokerProcess.configured(tmp_path, "log.cleaner.backoff.ms=100\n", "--flush", "never",
+                                    "--log-level", "debug")
+    with proc:
+        with Admin({"bootstrap.servers": proc.bootstrap}) as a:
+            a.create_topic("unique", 1, configs={"cleanup.policy": "compact",
+                                                "segment.bytes": "1024",
+                                                "min.cleanable.dirty.ratio": "0.01"})
+        with Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 0}) as p:
+            for i in range(20):  # every key once: a cleaning has nothing to remove
+                p.send("unique", b"v" * 100, key=b"key-%d" % i)
+                p.flush()
+        line = proc.wait_for_output("cleaned unique-0", timeout=30)
+    assert "0 records removed" in line
+    assert " DEBUG " in line and " INFO " not in line, line
+
+
+def test_readme_performance_section_keeps_only_the_current_table():
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Performance", 1)[1].split("\n## ", 1)[0]
+    assert "| produce 1 KiB, MB/s |" in section  # the table stays
+    # No history: issue numbers, commit ids, run names.
+    assert not re.search(r"\bissue \d+|\b[0-9a-f]{7}\b|-20\d{6}-\d{6}", section), section
+    assert "issue 29's transaction targets" in (root / "bench" / "README.md").read_text(
+        encoding="utf-8").lower() or "transaction targets of issue 29" in (
+        root / "bench" / "README.md").read_text(encoding="utf-8")

@@ -1,0 +1,150 @@
+"""Issue 39: where a ``minibroker`` command stands for one of Kafka's tools, its default text is
+that tool's, checked by running Kafka 4.4's tool and ours against the same minibroker and
+comparing (ids, hosts, times and column padding normalized: ``tools.normalize``); and an answer of
+the broker (EndTxn before the transaction's only batch, the Java producer's race) compared with
+Kafka's own broker's."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from click.testing import CliRunner
+
+from broker.cli import main as minibroker_cli
+from client import Admin, Producer
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from protocol.records import encode_batch
+from tests.broker_process import BrokerProcess
+from tests.kafka_ref.tools import CONFIGS, TOPICS, TXNS, Tool, normalize, run_batch
+from tests.raw_client import RawConnection
+
+pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
+
+BROKER_API_VERSIONS = "org.apache.kafka.tools.BrokerApiVersionsCommand"
+FEATURES = "org.apache.kafka.tools.FeatureCommand"
+
+
+@pytest.fixture(scope="module")
+def broker(kafka_ref, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("same-output")
+    proc = BrokerProcess.configured(tmp, "log.retention.minutes=10\n").start()
+    yield proc
+    assert proc.stop() == 0
+
+
+def ours(broker: BrokerProcess, *args: str) -> str:
+    result = CliRunner().invoke(minibroker_cli, [*args, "-b", broker.bootstrap])
+    assert result.exit_code == 0, (args, result.output, result.exception)
+    return result.output
+
+
+# kafka-transactions.sh describe's TransactionDurationMs: the time between the two runs
+_DURATION = re.compile(r"(?<=<ms> )\d+(?= )")
+
+
+def same(broker: BrokerProcess, pairs: list[tuple[Tool, list[str]]]) -> None:
+    """Each Kafka tool and our command against ``broker``: the same text once normalized."""
+    theirs = run_batch([tool for tool, _ in pairs])
+    extra = {broker.bootstrap: "<bootstrap>"}
+    diffs = []
+    for (tool, args), result in zip(pairs, theirs, strict=True):
+        assert result.code == 0, result
+        mine = _DURATION.sub("<duration>", normalize(ours(broker, *args), extra))
+        ref = _DURATION.sub("<duration>", normalize(result.out, extra))
+        if mine != ref:
+            diffs.append(f"=== {' '.join(args)}\n--- Kafka's tool:\n{ref}\n--- ours:\n{mine}")
+    assert not diffs, "\n".join(diffs)
+
+
+def test_configs_api_versions_and_features_print_kafkas_text(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic("same", 2, configs={"retention.ms": "5000",
+                                                "cleanup.policy": "compact"})
+    same(broker, [
+        (Tool(CONFIGS, [*bs, "--describe", "--entity-type", "topics", "--entity-name", "same"]),
+         ["configs", "describe", "--topic", "same"]),
+        (Tool(CONFIGS, [*bs, "--describe", "--entity-type", "topics", "--entity-name", "same",
+                        "--all"]),
+         ["configs", "--describe", "--entity-type", "topics", "--entity-name", "same", "--all"]),
+        (Tool(CONFIGS, [*bs, "--describe", "--entity-type", "brokers", "--entity-default"]),
+         ["configs", "describe", "--entity-type", "brokers", "--entity-default"]),
+        (Tool(BROKER_API_VERSIONS, bs), ["broker-api-versions"]),
+        (Tool(FEATURES, [*bs, "describe"]), ["features", "describe"]),
+        (Tool(TOPICS, [*bs, "--describe", "--topic", "same"]),
+         ["topics", "describe", "--topic", "same"]),
+    ])
+
+
+def test_transactions_print_kafkas_text(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic("same-txn", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "same-tx"})
+    with producer:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("same-txn", b"v", partition=0)
+        producer.flush()
+        same(broker, [
+            (Tool(TXNS, [*bs, "list"]), ["transactions", "list"]),
+            (Tool(TXNS, [*bs, "describe", "--transactional-id", "same-tx"]),
+             ["transactions", "describe", "--transactional-id", "same-tx"]),
+            (Tool(TXNS, [*bs, "describe-producers", "--topic", "same-txn", "--partition", "0"]),
+             ["transactions", "describe-producers", "--topic", "same-txn", "--partition", "0"]),
+        ])
+        producer.abort_transaction()
+
+
+# -- the Java producer's race: EndTxn before the transaction's only batch (docs/protocol.md) -----
+
+
+RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+         ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS)
+
+
+def _race(port: int, topic: str) -> tuple[int, int, int]:
+    """Transaction version 2, as Kafka 4.4's Java producer sends it when its Sender reads the
+    accumulator as empty before the batch is in it: InitProducerId, EndTxn(commit) with nothing
+    added yet, then the batch (Produce v12), then an abort. The three error codes."""
+    tid = f"race-{topic}"
+    with RawConnection(port) as conn:
+        deadline = time.monotonic() + 60
+        while True:  # Kafka's FindCoordinator creates __transaction_state first
+            found = conn.request(ApiKey.FIND_COORDINATOR, 3, {"key": tid, "key_type": 1})
+            if found.error_code == ErrorCode.NONE or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        while True:
+            init = conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid,
+                                                              "transaction_timeout_ms": 60_000})
+            if init.error_code not in RETRY or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert init.error_code == ErrorCode.NONE
+        pid, epoch = init.producer_id, init.producer_epoch
+        ended = conn.request(ApiKey.END_TXN, 5, {"transactional_id": tid, "producer_id": pid,
+                                                 "producer_epoch": epoch, "committed": True})
+        records = encode_batch([(None, b"late", (), 0)], producer_id=pid, producer_epoch=epoch,
+                               base_sequence=0, transactional=True)
+        produced = conn.request(ApiKey.PRODUCE, 12, {
+            "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
+        })
+        aborted = conn.request(ApiKey.END_TXN, 5, {"transactional_id": tid, "producer_id": pid,
+                                                   "producer_epoch": epoch, "committed": False})
+    return (ended.error_code, produced.responses[0].partition_responses[0].error_code,
+            aborted.error_code)
+
+
+def test_end_txn_before_the_only_batch_is_answered_as_kafka_does(broker, kafka_one):
+    answers = {}
+    for name, bootstrap in (("minibroker", broker.bootstrap), ("kafka", kafka_one.bootstrap)):
+        with Admin({"bootstrap.servers": bootstrap}) as admin:
+            admin.create_topic("race", 1, exist_ok=True)
+        answers[name] = _race(int(bootstrap.rsplit(":", 1)[1]), "race")
+    assert answers["minibroker"] == answers["kafka"], answers
+    assert answers["kafka"][0] == ErrorCode.INVALID_TXN_STATE
