@@ -50,7 +50,7 @@ def same(broker: BrokerProcess, pairs: list[tuple[Tool, list[str]]]) -> None:
     theirs = run_batch([tool for tool, _ in pairs])
     extra = {broker.bootstrap: "<bootstrap>"}
     diffs = []
-    for (tool, args), result in zip(pairs, theirs, strict=True):
+    for (_tool, args), result in zip(pairs, theirs, strict=True):
         assert result.code == 0, result
         mine = _DURATION.sub("<duration>", normalize(ours(broker, *args), extra))
         ref = _DURATION.sub("<duration>", normalize(result.out, extra))
