@@ -97,10 +97,15 @@ def features() -> None:
 
 
 @tool(features, "describe", formats=True)
-def features_describe(fmt, conf) -> None:
+@click.option("--node-id", type=int, default=None, help="Ask this broker (default: any).")
+def features_describe(node_id, fmt, conf) -> None:
     """Each feature's supported range and finalized level (kafka-features.sh describe)."""
     with Admin(for_admin(conf)) as admin:
-        answer = admin.api_versions()[0]
+        answers = admin.api_versions()
+    chosen = [a for a in answers if node_id is None or a["node_id"] == node_id]
+    if not chosen:
+        raise click.ClickException(f"no broker {node_id}")
+    answer = chosen[0]
     finalized = {name: high for name, _, high in answer["finalized_features"]}
     epoch = answer["finalized_features_epoch"]
     rows = [(name, low, high, finalized.get(name, 0))

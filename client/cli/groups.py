@@ -33,7 +33,8 @@ def groups() -> None:
               help="Only groups in this state (Stable, Empty, ...), repeatable or "
                    "comma-separated.")
 def groups_list(states, fmt, conf) -> None:
-    """List group ids (with state)."""
+    """List group ids; with --state (a value or none, as kafka-consumer-groups.sh --list
+    --state), GROUP and STATE columns."""
     wanted = [s.strip() for item in states for s in item.split(",") if s.strip()]
     with Admin(for_admin(conf)) as admin:
         listed = admin.list_groups(states=wanted)
@@ -42,6 +43,8 @@ def groups_list(states, fmt, conf) -> None:
              g.protocol_type) for g in listed]
     if fmt == "json":
         echo_json([{"group": g, "state": s, "protocol_type": t} for g, s, t in rows])
+    elif states:
+        echo_table(["GROUP", "STATE"], [(g, state) for g, state, _ in rows])
     else:
         for group_id, _, _ in rows:
             click.echo(group_id)
@@ -92,14 +95,17 @@ def group_partitions(admin: Admin, description: GroupDescription,
 @name_argument("group_ids", "-g", "--group", multiple=True, required=False, metavar="GROUP")
 @click.option("--all-groups", is_flag=True, help="Every group.")
 @click.option("--members", is_flag=True, help="One row per member instead of per partition.")
+@click.option("--verbose", is_flag=True,
+              help="With --members: each member's assignment too (always shown here).")
 @click.option("--state", "show_state", is_flag=True,
               help="One row per group: coordinator, assignment strategy, state, members.")
-def groups_describe(group_ids, all_groups, members, show_state, fmt, conf) -> None:
+def groups_describe(group_ids, all_groups, members, verbose, show_state, fmt, conf) -> None:
     """Per partition: committed offset, log-end offset, lag, owning member, host and client id.
 
     LOG-END-OFFSET is the high watermark; LAG is counted to the last stable offset (what a
     read_committed consumer can reach). An unknown group is an error (exit 1).
     """
+    del verbose  # (the assignment is always shown)
     if bool(group_ids) == all_groups:
         raise click.UsageError("give GROUP (or --group GROUP, repeatable) or --all-groups")
     result = []

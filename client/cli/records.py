@@ -456,14 +456,21 @@ def _start_positions(admin: Admin, consumer: Consumer, tps: list[TopicPartition]
                    "assignment with --group).")
 @click.option("--timeout-ms", "idle_timeout_ms", type=click.IntRange(min=0), default=None,
               help="The same in milliseconds (kafka-console-consumer's name).")
-@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+@click.option("--formatter", default=None, metavar="CLASS",
+              help="kafka-console-consumer.sh's: its DefaultMessageFormatter only (the one "
+                   "this command implements).")
+@click.option("--formatter-config", type=click.File("r", encoding="utf-8"), default=None,
+              metavar="FILE", help="A properties file of formatter properties (as --property).")
+@click.option("--property", "--formatter-property", "properties", multiple=True,
+              metavar="KEY=VALUE",
               help="kafka-console-consumer.sh's formatter properties: print.key, "
                    "print.partition, print.offset, print.timestamp, print.headers, "
                    "print.value (true/false), key.separator, line.separator, null.literal.")
 @client_options(role="consumer")
 @friendly_errors
 def consume(topic, from_beginning, group, partitions, offset, isolation_level, max_messages,
-            fmt, print_key, idle_timeout, idle_timeout_ms, properties, conf) -> None:
+            fmt, print_key, idle_timeout, idle_timeout_ms, formatter, formatter_config,
+            properties, conf) -> None:
     """Print records of TOPIC, one per line.
 
     Without --group it reads every partition (or those of --partition) from --offset (default:
@@ -472,6 +479,18 @@ def consume(topic, from_beginning, group, partitions, offset, isolation_level, m
     """
     if idle_timeout is None and idle_timeout_ms is not None:
         idle_timeout = idle_timeout_ms / 1000
+    if formatter is not None and formatter.rsplit(".", 1)[-1] != "DefaultMessageFormatter":
+        raise click.BadParameter(f"{formatter}: only Kafka's DefaultMessageFormatter is "
+                                 "implemented here (--property print.* chooses its fields)",
+                                 param_hint="--formatter")
+    if formatter_config is not None:
+        from protocol.properties import parse_properties
+
+        try:
+            from_file = parse_properties(formatter_config.read(), formatter_config.name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--formatter-config") from None
+        properties = (*(f"{k}={v}" for k, v in from_file.items()), *properties)
     formatter = make_formatter(fmt, print_key)
     shown = console_properties(properties, CONSUMER_PROPERTIES)
     if shown:

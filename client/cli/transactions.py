@@ -10,6 +10,7 @@ with its option names), through ``client.Admin``.
 
 from __future__ import annotations
 
+import re
 import time
 
 import click
@@ -117,14 +118,26 @@ def transactions() -> None:
               help="Only these states (Empty, Ongoing, PrepareCommit, ...), repeatable.")
 @click.option("--producer-id", "producer_ids", type=int, multiple=True,
               help="Only these producer ids, repeatable.")
-def list_transactions(states, producer_ids, fmt, conf) -> None:
+@click.option("--duration-filter", type=click.IntRange(min=0), default=None, metavar="MS",
+              help="Only transactions open longer than this (kafka-transactions.sh's).")
+@click.option("--transactional-id-pattern", default=None, metavar="REGEX",
+              help="Only ids matching this regular expression (kafka-transactions.sh's).")
+def list_transactions(states, producer_ids, duration_filter, transactional_id_pattern, fmt,
+                      conf) -> None:
     """Every transactional id the coordinator knows, with its current transaction."""
     unknown = [s for s in states if s not in STATES]
     if unknown:
         raise click.ClickException(f"unknown transaction state(s): {', '.join(unknown)} "
                                    f"(states: {', '.join(STATES)})")
     with Admin(for_admin(conf)) as admin:
-        listed = admin.list_transactions(states, producer_ids)
+        listed = admin.list_transactions(states, producer_ids, duration_filter)
+        if transactional_id_pattern is not None:
+            try:
+                pattern = re.compile(transactional_id_pattern)
+            except re.error as exc:
+                raise click.BadParameter(str(exc), param_hint="--transactional-id-pattern") \
+                    from None
+            listed = [t for t in listed if pattern.fullmatch(t.transactional_id)]
         if fmt == "text":  # kafka-transactions.sh list's columns
             coordinator = _coordinator(admin)
             echo_kafka_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"),
@@ -253,10 +266,13 @@ def _abort_by_id(transactional_id: str, fmt: str, conf) -> None:
 @tool(transactions, "describe-producers", formats=True)
 @click.option("--topic", required=True)
 @click.option("--partition", type=int, required=True)
-def describe_producers(topic, partition, fmt, conf) -> None:
+@click.option("--broker-id", type=int, default=None,
+              help="Ask this broker (kafka-transactions.sh's; the partition's leader here).")
+def describe_producers(topic, partition, broker_id, fmt, conf) -> None:
     """The active producers of a partition: epoch, last sequence and timestamp, and the start
     offset of the transaction each has open there."""
     with Admin(for_admin(conf)) as admin:
+        check_broker_id(admin, broker_id)
         producers = admin.describe_producers([(topic, partition)])
     rows = [p for states in producers.values() for p in states]
     if fmt == "json":
@@ -281,20 +297,39 @@ def describe_producers(topic, partition, fmt, conf) -> None:
     )
 
 
+def check_broker_id(admin: Admin, broker_id: int | None) -> None:
+    """kafka-transactions.sh's --broker-id: this broker's (the only one) or an error."""
+    if broker_id is None:
+        return
+    ids = [b[0] for b in admin.describe_cluster()["brokers"]]
+    if broker_id not in ids:
+        raise click.ClickException(f"no broker {broker_id} (brokers: "
+                                   f"{', '.join(map(str, ids))})")
+
+
 @tool(transactions, "find-hanging", formats=True)
 @click.option("--topic", "topics", multiple=True, help="Only these topics, repeatable.")
+@click.option("--partition", type=click.IntRange(min=0), default=None,
+              help="With --topic: only this partition.")
+@click.option("--broker-id", type=int, default=None,
+              help="The partitions led by this broker (kafka-transactions.sh's; here: all).")
 @click.option("--max-transaction-timeout", type=click.IntRange(min=1), default=900_000,
               show_default=True,
               help="ms; only a transaction whose producer last wrote longer ago can be hanging.")
-def find_hanging(topics, max_transaction_timeout, fmt, conf) -> None:
+def find_hanging(topics, partition, broker_id, max_transaction_timeout, fmt, conf) -> None:
     """Transactions open on a partition for longer than the longest timeout that no coordinator
     runs there: they hold back the last stable offset until aborted.
 
     A transaction its coordinator still runs (in progress, same producer, with that partition) is
     never listed, however old: its coordinator ends it at its timeout, and
     `abort --transactional-id` ends it now."""
+    if partition is not None and len(topics) != 1:
+        raise click.UsageError("--partition goes with one --topic")
     with Admin(for_admin(conf)) as admin:
+        check_broker_id(admin, broker_id)
         hanging = admin.find_hanging_transactions(list(topics) or None, max_transaction_timeout)
+    if partition is not None:
+        hanging = [h for h in hanging if h.partition.partition == partition]
     if fmt == "json":
         echo_json([{"topic": h.partition.topic, "partition": h.partition.partition,
                     "producer_id": h.producer_id, "producer_epoch": h.producer_epoch,
