@@ -96,7 +96,7 @@ def group_partitions(admin: Admin, description: GroupDescription,
 @click.option("--all-groups", is_flag=True, help="Every group.")
 @click.option("--members", is_flag=True, help="One row per member instead of per partition.")
 @click.option("--verbose", is_flag=True,
-              help="With --members: each member's assignment too (always shown here).")
+              help="With --members: each member's assignment too (an ASSIGNMENT column).")
 @click.option("--state", "show_state", is_flag=True,
               help="One row per group: coordinator, assignment strategy, state, members.")
 def groups_describe(group_ids, all_groups, members, verbose, show_state, fmt, conf) -> None:
@@ -105,7 +105,6 @@ def groups_describe(group_ids, all_groups, members, verbose, show_state, fmt, co
     LOG-END-OFFSET is the high watermark; LAG is counted to the last stable offset (what a
     read_committed consumer can reach). An unknown group is an error (exit 1).
     """
-    del verbose  # (the assignment is always shown)
     if bool(group_ids) == all_groups:
         raise click.UsageError("give GROUP (or --group GROUP, repeatable) or --all-groups")
     result = []
@@ -136,17 +135,21 @@ def groups_describe(group_ids, all_groups, members, verbose, show_state, fmt, co
             for d, rows in result
         ])
         return
-    for index, (description, rows) in enumerate(result):
-        if index:
-            click.echo()
+    for description, rows in result:
+        # kafka-consumer-groups.sh's stdout: a blank line and the table; the group's summary
+        # goes to stderr (Kafka's says there "has no active members" when it has none).
         click.echo(f"Consumer group '{description.group_id}': state {description.state}, "
                    f"{len(description.members)} member(s), protocol "
-                   f"{description.protocol_type or '-'}/{description.protocol or '-'}")
+                   f"{description.protocol_type or '-'}/{description.protocol or '-'}", err=True)
+        click.echo()
         if members:
+            headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
             echo_table(
-                ["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
-                [(m.member_id, m.client_host or None, m.client_id or None, len(m.assignment),
-                  ",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or None)
+                headers + (["ASSIGNMENT"] if verbose else []),
+                [(description.group_id, m.member_id, m.client_host or None,
+                  m.client_id or None, len(m.assignment),
+                  *([",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or None]
+                    if verbose else []))
                  for m in description.members],
             )
             continue

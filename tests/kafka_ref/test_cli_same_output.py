@@ -6,8 +6,10 @@ Kafka's own broker's."""
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -18,7 +20,20 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import encode_batch
 from tests.broker_process import BrokerProcess
-from tests.kafka_ref.tools import CONFIGS, TOPICS, TXNS, Tool, normalize, run_batch
+from tests.kafka_ref.tools import (
+    CONFIGS,
+    CONSOLE_CONSUMER,
+    CONSOLE_PRODUCER,
+    CONSUMER_PERF,
+    GET_OFFSETS,
+    GROUPS,
+    PRODUCER_PERF,
+    TOPICS,
+    TXNS,
+    Tool,
+    normalize,
+    run_batch,
+)
 from tests.raw_client import RawConnection
 
 pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
@@ -38,7 +53,7 @@ def broker(kafka_ref, tmp_path_factory):
 def ours(broker: BrokerProcess, *args: str) -> str:
     result = CliRunner().invoke(minibroker_cli, [*args, "-b", broker.bootstrap])
     assert result.exit_code == 0, (args, result.output, result.exception)
-    return result.output
+    return result.stdout  # (Kafka's tools' stdout is compared; stderr is for people)
 
 
 # kafka-transactions.sh describe's TransactionDurationMs: the time between the two runs
@@ -148,3 +163,49 @@ def test_end_txn_before_the_only_batch_is_answered_as_kafka_does(broker, kafka_o
         answers[name] = _race(int(bootstrap.rsplit(":", 1)[1]), "race")
     assert answers["minibroker"] == answers["kafka"], answers
     assert answers["kafka"][0] == ErrorCode.INVALID_TXN_STATE
+
+
+def test_groups_print_kafkas_text(broker):
+    bs = ["--bootstrap-server", broker.bootstrap]
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic("same-groups", 2)
+    CliRunner().invoke(minibroker_cli, ["produce", "same-groups", "-p", "0", "-b",
+                                        broker.bootstrap], input="a\nb\n")
+    ours(broker, "consume", "same-groups", "--group", "same-g", "--from-beginning", "-n", "1")
+    same(broker, [
+        (Tool(GROUPS, [*bs, "--describe", "--group", "same-g"]),
+         ["groups", "describe", "--group", "same-g"]),
+        (Tool(GROUPS, [*bs, "--describe", "--group", "same-g", "--members"]),
+         ["groups", "describe", "--group", "same-g", "--members"]),
+        (Tool(GROUPS, [*bs, "--describe", "--group", "same-g", "--state"]),
+         ["groups", "describe", "--group", "same-g", "--state"]),
+        (Tool(GROUPS, [*bs, "--list", "--state"]), ["groups", "--list", "--state"]),
+    ])
+
+
+# -- the option lists test_cli_kafka_options.py walks are Kafka's -------------------------------
+
+_MAINS = {
+    "topics": TOPICS, "produce": CONSOLE_PRODUCER, "consume": CONSOLE_CONSUMER,
+    "groups": GROUPS, "configs": CONFIGS, "get-offsets": GET_OFFSETS,
+    "delete-records": "org.apache.kafka.tools.DeleteRecordsCommand",
+    "log-dirs": "org.apache.kafka.tools.LogDirsCommand", "acls": "org.apache.kafka.tools.AclCommand",
+    "perf produce": PRODUCER_PERF, "perf consume": CONSUMER_PERF,
+    "broker-api-versions": BROKER_API_VERSIONS, "features": FEATURES, "transactions": TXNS,
+}
+
+
+def test_the_stored_option_lists_are_kafkas(kafka_ref):
+    stored = json.loads((Path(__file__).resolve().parents[1] / "integration"
+                         / "kafka_tool_options.json").read_text())
+    paths = [p for p in stored if not p.startswith("_")]
+    tools = []
+    for path in paths:
+        head, _, sub = path.partition(" ")
+        if head in ("transactions", "features") and sub:
+            tools.append(Tool(_MAINS[head], [sub, "--help"]))
+        else:
+            tools.append(Tool(_MAINS[path], ["--help"]))
+    for path, result in zip(paths, run_batch(tools), strict=True):
+        found = sorted(set(re.findall(r"(?m)^\s*(--[a-z][\w.-]*)", result.out + result.err)))
+        assert found == stored[path], (path, found)
