@@ -21,6 +21,7 @@ from protocol.errors import ErrorCode
 from protocol.records import encode_batch
 from tests.broker_process import BrokerProcess
 from tests.kafka_ref.tools import (
+    ACLS,
     CONFIGS,
     CONSOLE_CONSUMER,
     CONSOLE_PRODUCER,
@@ -60,8 +61,10 @@ def ours(broker: BrokerProcess, *args: str) -> str:
 _DURATION = re.compile(r"(?<=<ms> )\d+(?= )")
 
 
-def same(broker: BrokerProcess, pairs: list[tuple[Tool, list[str]]]) -> None:
-    """Each Kafka tool and our command against ``broker``: the same text once normalized."""
+def same(broker: BrokerProcess, pairs: list[tuple[Tool, list[str]]],
+         unordered: bool = False) -> None:
+    """Each Kafka tool and our command against ``broker``: the same text once normalized
+    (``unordered``: the same lines, a listing in no defined order)."""
     theirs = run_batch([tool for tool, _ in pairs])
     extra = {broker.bootstrap: "<bootstrap>"}
     diffs = []
@@ -69,6 +72,8 @@ def same(broker: BrokerProcess, pairs: list[tuple[Tool, list[str]]]) -> None:
         assert result.code == 0, result
         mine = _DURATION.sub("<duration>", normalize(ours(broker, *args), extra))
         ref = _DURATION.sub("<duration>", normalize(result.out, extra))
+        if unordered:
+            mine, ref = ("\n".join(sorted(text.splitlines())) for text in (mine, ref))
         if mine != ref:
             diffs.append(f"=== {' '.join(args)}\n--- Kafka's tool:\n{ref}\n--- ours:\n{mine}")
     assert not diffs, "\n".join(diffs)
@@ -209,3 +214,32 @@ def test_the_stored_option_lists_are_kafkas(kafka_ref):
     for path, result in zip(paths, run_batch(tools), strict=True):
         found = sorted(set(re.findall(r"(?m)^\s*(--[a-z][\w.-]*)", result.out + result.err)))
         assert found == stored[path], (path, found)
+
+
+def test_acls_list_prints_kafkas_blocks(kafka_ref, tmp_path):
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule required"
+    config = tmp_path / "server.properties"
+    config.write_text(
+        "listeners=SASL_PLAINTEXT://127.0.0.1:0\n"
+        "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT\n"
+        "sasl.enabled.mechanisms=PLAIN\n"
+        f'listener.name.sasl_plaintext.plain.sasl.jaas.config={plain} username="admin" '
+        'password="admin-secret" user_admin="admin-secret";\n'
+        "authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer\n"
+        "super.users=User:admin\n")
+    admin = tmp_path / "admin.properties"
+    admin.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     f'sasl.jaas.config={plain} username="admin" password="admin-secret";\n')
+    with BrokerProcess(tmp_path / "data", "--config", str(config)) as secured:
+        cc = ["--command-config", str(admin)]
+        ours(secured, "acls", "add", "--allow-principal", "User:alice", "--operation", "Write",
+             "--topic", "secure", *cc)
+        ours(secured, "acls", "add", "--deny-principal", "User:bob", "--deny-host", "10.0.0.1",
+             "--operation", "Read", "--group", "g-", "--resource-pattern-type", "prefixed", *cc)
+        bs = ["--bootstrap-server", secured.bootstrap, *cc]
+        # (one ACL per resource: Kafka's sets list several in no defined order)
+        same(secured, [
+            (Tool(ACLS, [*bs, "--list"]), ["acls", "--list", *cc]),
+            (Tool(ACLS, [*bs, "--list", "--topic", "secure"]),
+             ["acls", "list", "--topic", "secure", *cc]),
+        ], unordered=True)
