@@ -96,6 +96,13 @@ def test_configs_api_versions_and_features_print_kafkas_text(broker):
         (Tool(FEATURES, [*bs, "describe"]), ["features", "describe"]),
         (Tool(TOPICS, [*bs, "--describe", "--topic", "same"]),
          ["topics", "describe", "--topic", "same"]),
+        (Tool(GET_OFFSETS, [*bs, "--topic", "same"]), ["get-offsets", "--topic", "same"]),
+        (Tool(GET_OFFSETS, [*bs, "--topic-partitions", "same:1", "--time", "-2"]),
+         ["get-offsets", "--topic-partitions", "same:1", "--time", "-2"]),
+        (Tool(TOPICS, [*bs, "--describe", "--topics-with-overrides", "--topic", "same"]),
+         ["topics", "--describe", "--topics-with-overrides", "--topic", "same"]),
+        (Tool(TOPICS, [*bs, "--describe", "--topic", "same", "--at-min-isr-partitions"]),
+         ["topics", "--describe", "--topic", "same", "--at-min-isr-partitions"]),
     ])
 
 
