@@ -70,11 +70,14 @@ def _render_optional(value: object) -> str | None:
     return None if value is None else render(value)
 
 
-def _broker_synonyms(broker: BrokerConfig, key: str, effective: str | None) -> list[Synonym]:
+def _broker_synonyms(broker: BrokerConfig, key: str, effective: str | None,
+                     unit_defaults: bool = True) -> list[Synonym]:
     """Kafka's broker-level synonyms of broker property ``key``, in Kafka's order: for each name
     of its unit family (log.retention.ms, .minutes, .hours; UNIT_KEYS) or the key alone, the
     static value (server.properties or a flag), then the default, where there is one. ``effective``
-    is the static value shown for the key itself (a flag gives no raw text)."""
+    is the static value shown for the key itself (a flag gives no raw text). A topic's
+    retention.ms / segment.ms list no default of their family (``unit_defaults`` False): Kafka
+    4.4 lists none there (measured with kafka-configs.sh, tests/kafka_ref/test_tools.py)."""
     family = next((tuple(name for name, _ in names) for names in UNIT_KEYS.values()
                    if key in {name for name, _ in names}), None)
     if family is None:
@@ -95,7 +98,7 @@ def _broker_synonyms(broker: BrokerConfig, key: str, effective: str | None) -> l
             synonyms.append(Synonym(name, render(getattr(broker.log,
                                                          TOPIC_BY_BROKER_KEY[name].field)),
                                     ConfigSource.STATIC_BROKER_CONFIG))
-        if name in UNIT_DEFAULTS:
+        if name in UNIT_DEFAULTS and unit_defaults:
             synonyms.append(Synonym(name, UNIT_DEFAULTS[name], ConfigSource.DEFAULT_CONFIG))
     return synonyms
 
@@ -120,7 +123,8 @@ def describe_topic(
         if key in overrides:
             synonyms.append(Synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
         synonyms += _broker_synonyms(broker, definition.broker_key,
-                                     render(getattr(defaults, definition.field)))
+                                     render(getattr(defaults, definition.field)),
+                                     unit_defaults=False)
         default = Synonym(definition.broker_key, render(getattr(built_in, definition.field)),
                           ConfigSource.DEFAULT_CONFIG)
         first = synonyms[0] if synonyms else default
