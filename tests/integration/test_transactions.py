@@ -807,7 +807,10 @@ def test_transactions_cli_lists_and_describes(broker):
     producer.produce("cli", value=b"x", partition=1)
     producer.flush(10)
     runner = CliRunner()
-    result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", broker.bootstrap])
+    # (our table: --format table; the default is kafka-transactions.sh's columns, compared with
+    # its output by tests/kafka_ref/test_cli_same_output.py)
+    result = runner.invoke(transactions_cli, ["list", "--format", "table", "--bootstrap-server",
+                                              broker.bootstrap])
     assert result.exit_code == 0, result.output
     header, row = result.output.strip().splitlines()
     assert header.split()[:3] == ["TRANSACTIONAL", "ID", "STATE"]
@@ -818,8 +821,12 @@ def test_transactions_cli_lists_and_describes(broker):
     result = runner.invoke(transactions_cli, ["list", "--state", "CompleteCommit",
                                               "--bootstrap-server", broker.bootstrap])
     assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 1
+    kafka = runner.invoke(transactions_cli, ["list", "--bootstrap-server", broker.bootstrap])
+    assert kafka.output.split("\n")[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                                   "TransactionState"]
+    assert kafka.output.split("\n")[1].split() == ["cli-tx", "0", cells[2], "Ongoing"]
     producer.commit_transaction(10)
-    result = runner.invoke(transactions_cli, ["describe", "cli-tx",
+    result = runner.invoke(transactions_cli, ["describe", "cli-tx", "--format", "table",
                                               "--bootstrap-server", broker.bootstrap])
     assert result.exit_code == 0
     assert result.output.strip().splitlines()[1].split()[:6] == \
