@@ -188,6 +188,7 @@ log.retention.check.interval.ms=300000
 """
 
 
+@pytest.mark.slow  # two broker starts: 4-8 s on a shared machine
 def test_kafka4_stock_server_properties_positional(tmp_path):
     config = tmp_path / "server.properties"
     config.write_text(KAFKA4_SERVER_PROPERTIES)
