@@ -20,9 +20,9 @@ from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
+from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
-from broker.network.context import Broker
 from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
 from broker.share.service import ShareService

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 from broker.config import resources
+from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.manager import validate_topic_name
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError

@@ -13,10 +13,10 @@ from typing import Any
 from broker.config import resources
 from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import reply
+from broker.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.txn.state import TxnState

@@ -18,11 +18,11 @@ from typing import Any
 
 import trio
 
+from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred, after
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
+from broker.reply import Deferred, after
 from broker.security.acl import Operation, ResourceType
 from broker.share.group import ASSIGNOR
 from broker.share.partition_state import AckType
