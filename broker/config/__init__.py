@@ -123,6 +123,15 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
+    # Share groups (KIP-932, broker/share/): Kafka's keys and defaults.
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2_000
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_max_size: int = 200
+    group_share_max_share_sessions: int = 2_000
+    share_coordinator_state_topic_num_partitions: int = 1
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
@@ -293,6 +302,29 @@ _PROPERTIES: dict[str, Property] = {
                                     "lets clients end every transaction with an epoch bump "
                                     "(KIP-890 part 2), 1 keeps the epoch (Kafka 3.x).",
                                     "Kafka: a feature level set with kafka-features.sh"),
+    "group.share.record.lock.duration.ms": Property(
+        "group_share_record_lock_duration_ms", int, 1000,
+        "How long a share consumer holds the records it acquired before they are delivered"
+        " again."),
+    "group.share.delivery.count.limit": Property(
+        "group_share_delivery_count_limit", int, 2,
+        "Deliveries of a record to share consumers before it is archived."),
+    "group.share.partition.max.record.locks": Property(
+        "group_share_partition_max_record_locks", int, 100,
+        "Records in flight (acquired and not yet finished) per share partition."),
+    "group.share.session.timeout.ms": Property(
+        "group_share_session_timeout_ms", int, 1,
+        "A share-group member without a heartbeat for this long is removed."),
+    "group.share.heartbeat.interval.ms": Property(
+        "group_share_heartbeat_interval_ms", int, 1,
+        "The heartbeat interval share-group members are told."),
+    "group.share.max.size": Property("group_share_max_size", int, 1,
+                                     "Members of one share group at most."),
+    "group.share.max.share.sessions": Property(
+        "group_share_max_share_sessions", int, 1, "Share sessions the broker keeps at most."),
+    "share.coordinator.state.topic.num.partitions": Property(
+        "share_coordinator_state_topic_num_partitions", int, 1,
+        "Partitions of __share_group_state when it is created.", "Kafka's default is 50"),
     "group.min.session.timeout.ms": Property("group_min_session_timeout_ms", int, 0,
                                              "Smallest session timeout a member may ask for."),
     "group.max.session.timeout.ms": Property("group_max_session_timeout_ms", int, 0,

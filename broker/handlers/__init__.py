@@ -11,7 +11,8 @@ from broker.handlers import (
     produce,
     producer_id,
     security,
+    share,
     txn,
 )
 
-MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, txn)
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, share, txn)

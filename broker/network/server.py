@@ -308,6 +308,11 @@ async def _serve_connection(
     finally:
         if session.refusals is not None:
             session.refusals.close()  # the count of refusal lines left out, if any
+        for closed in session.on_close.values():
+            try:
+                closed()
+            except Exception:
+                log.exception("a connection-close step failed")
         if sock.metrics is not None:
             sock.metrics.connections_closed += 1
         sock.close()

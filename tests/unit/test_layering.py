@@ -154,11 +154,13 @@ ROOT_AND_SHELL = {
     "broker.network.server", "broker.network.dispatcher", "broker.metrics", "broker.metrics.http",
 }
 SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service",
-            "broker.txn.manager", "broker.txn.markers", "broker.storage.cleaner_service"}
+            "broker.txn.manager", "broker.txn.markers", "broker.storage.cleaner_service",
+            "broker.share.service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
     "broker.txn.state", "broker.txn.coordinator", "broker.group.state",
     "broker.group.coordinator", "broker.group.offsets", "broker.log.topics",
+    "broker.share.partition_state", "broker.share.group", "broker.share.sessions",
 }
 # The storage domain: files, but no trio, no sockets, no clock.
 STORAGE_DOMAIN = {"broker.log", "broker.log.producer_state", "broker.txn.txn_log",
