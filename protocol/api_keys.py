@@ -53,6 +53,8 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 class VersionRange(NamedTuple):
@@ -104,6 +106,8 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,  # flexible from v0 (an admin API added after KIP-482)
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
 }
 
 

@@ -15,6 +15,7 @@ from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
+from protocol.primitives import ZERO_UUID
 
 TRANSACTION_VERSION = "transaction.version"
 MAX_TRANSACTION_VERSION = 2
@@ -63,6 +64,21 @@ def metadata(broker: Broker, header, request) -> dict:
         names = [t.name for t in request.topics]
         allow_create = request.allow_auto_topic_creation
     topics = []
+    if header.api_version >= 10 and request.topics:
+        # v10+: a topic may be named by its id alone (KIP-516; the consumer protocol's
+        # assignments name topics by id): an unknown id is UNKNOWN_TOPIC_ID, as Kafka answers.
+        resolved: list[str] = []
+        for t, name in zip(request.topics, names, strict=True):
+            if name is None:
+                found = broker.logs.topic_name(t.topic_id)
+                if found is None:
+                    topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None,
+                                   "topic_id": t.topic_id, "is_internal": False,
+                                   "partitions": []})
+                    continue
+                name = found
+            resolved.append(name)
+        names = resolved
     listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
     # v8+: the operations the principal may do on each topic it may describe (Kafka's bits).
     with_operations = header.api_version >= 8 and request.include_topic_authorized_operations
@@ -114,6 +130,7 @@ def metadata(broker: Broker, header, request) -> dict:
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
+                "topic_id": broker.logs.topic_id(name) or ZERO_UUID,
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
                 "topic_authorized_operations": operations,

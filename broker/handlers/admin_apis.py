@@ -258,8 +258,8 @@ def offset_delete(broker: Broker, header, request):
 
 @handles(ApiKey.LIST_GROUPS, *_versions(ApiKey.LIST_GROUPS))
 def list_groups(broker: Broker, header, request) -> dict:
-    """v4+ filter by state, v5+ by type (case-insensitive, as Kafka); every group here is a
-    "classic" group."""
+    """v4+ filter by state, v5+ by type (case-insensitive, as Kafka): "classic" groups and the
+    consumer group protocol's "consumer" groups."""
     version = header.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
@@ -277,6 +277,16 @@ def list_groups(broker: Broker, header, request) -> dict:
                 continue
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
                            "group_state": state, "group_type": CLASSIC})
+    if not types or "consumer" in types:  # the consumer group protocol's (KIP-848)
+        for group_id, protocol_type, state in sorted(
+                broker.groups.list_consumer_groups(broker.clock.now_ms())):
+            if states and state.lower() not in states:
+                continue
+            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
+                                              group_id, log_refusal=False):
+                continue
+            groups.append({"group_id": group_id, "protocol_type": protocol_type,
+                           "group_state": state, "group_type": "consumer"})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
 
 

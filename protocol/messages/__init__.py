@@ -15,6 +15,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     admin,
     admin_apis,
     api_versions,
+    consumer_groups,
     describe_transactions,
     fetch,
     find_coordinator,

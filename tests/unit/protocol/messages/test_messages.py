@@ -174,6 +174,7 @@ KAFKA_4 = {
     ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
 }
 
 
@@ -462,7 +463,9 @@ OLD_ONLY_CASES = [
 
 
 # Served versions no kafka-python class covers: golden bytes below instead.
-GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0)}
+GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0),
+               # KIP-1099's member type: test_consumer_groups.py
+               (ApiKey.CONSUMER_GROUP_DESCRIBE, 1)}
 
 
 def test_every_served_version_has_a_referee() -> None:
