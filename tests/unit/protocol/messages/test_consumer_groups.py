@@ -24,18 +24,28 @@ def _heartbeat_response(assignment: bytes) -> bytes:
             + b"\x00\x00\x00\x03" + b"\x00\x00\x13\x88" + assignment + b"\x00")
 
 
-def test_heartbeat_response_with_and_without_assignment():
+@pytest.mark.parametrize("version", [0, 1])
+def test_describe_request(version):
+    data = encode_request(ApiKey.CONSUMER_GROUP_DESCRIBE, version,
+                          {"group_ids": ["g", "h"], "include_authorized_operations": True})
+    assert data == b"\x03" + _cstr("g") + _cstr("h") + b"\x01" + b"\x00"
+    assert list(decode_request(ApiKey.CONSUMER_GROUP_DESCRIBE, version, data).group_ids) == \
+        ["g", "h"]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_heartbeat_response_with_and_without_assignment(version):
     body = {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "member_id": "m1",
             "member_epoch": 3, "heartbeat_interval_ms": 5000, "assignment": None}
-    assert encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body) == \
+    assert encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, body) == \
         _heartbeat_response(b"\xff")
     body["assignment"] = {"topic_partitions": [{"topic_id": TID, "partitions": [0, 2]}]}
     # marker 1, one topic (2), id, two partitions (3), tags, the struct's tags
     expected = _heartbeat_response(b"\x01" + b"\x02" + TID.bytes + b"\x03"
                                    + b"\x00\x00\x00\x00\x00\x00\x00\x02" + b"\x00" + b"\x00")
-    data = encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, body)
+    data = encode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, body)
     assert data == expected
-    decoded = decode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, data)
+    decoded = decode_response(ApiKey.CONSUMER_GROUP_HEARTBEAT, version, data)
     assert decoded.assignment.topic_partitions[0].topic_id == TID
     assert list(decoded.assignment.topic_partitions[0].partitions) == [0, 2]
 

@@ -464,8 +464,10 @@ OLD_ONLY_CASES = [
 
 # Served versions no kafka-python class covers: golden bytes below instead.
 GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0),
-               # KIP-1099's member type: test_consumer_groups.py
-               (ApiKey.CONSUMER_GROUP_DESCRIBE, 1)}
+               # KIP-848's APIs (kafka-python has no class): golden bytes in
+               # test_consumer_groups.py
+               (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+               (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1)}
 
 
 def test_every_served_version_has_a_referee() -> None:
