@@ -128,3 +128,36 @@ def test_java_consumer_protocol_members_as_on_kafka(kafka_ref, kafka, tmp_path):
     theirs = scenario(kafka.bootstrap, "members")
     assert ours == theirs == [("a", [0, 1, 2, 3]), ("a and b", [2, 2]),
                               ("b after a left", [0, 1, 2, 3]), ("c", [0, 1, 2, 3])]
+
+
+def test_java_copier_with_consumer_protocol_exactly_once_through_kill9(kafka_ref, tmp_path):
+    """Consume-transform-produce with ``group.protocol=consumer``: sendOffsetsToTransaction with
+    the consumer's group metadata (member id and member epoch: TxnOffsetCommit's KIP-447 check
+    against the member epoch), through a broker kill -9 (the group comes back with its epochs)."""
+    from tests.kafka_ref.test_java_client import (
+        check_exactly_once,
+        create_topic,
+        fault,
+        produce_values,
+        start_minibroker,
+    )
+
+    broker = start_minibroker(tmp_path)
+    try:
+        n, partitions = 2400, 2
+        create_topic(broker.bootstrap, "in", partitions)
+        create_topic(broker.bootstrap, "out", partitions)
+        produce_values(broker.bootstrap, "in", n, partitions)
+        with JavaProgram("Referee", "copy", "--bootstrap", broker.bootstrap, "--input", "in",
+                         "--output", "out", "--group", "copier", "--transactional-id", "copier-1",
+                         "--expect", str(n), "--prop", "max.poll.records=40",
+                         "--prop", "request.timeout.ms=3000",
+                         "--prop", "group.protocol=consumer") as copier:
+            copier.wait_for(lambda e: e.get("committed", 0) >= 600)
+            fault(broker, "kill9")
+            assert copier.wait(150) == 0, copier.output()
+            done = copier.events[-1]
+        assert done["committed"] == n and done["done"], copier.output()
+        check_exactly_once(broker.bootstrap, "copier", n, partitions)
+    finally:
+        broker.stop()
