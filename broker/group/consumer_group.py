@@ -199,6 +199,9 @@ class ConsumerMember:
     pending_revocation: Assignment = field(default_factory=dict)
     last_heartbeat_ms: int = 0
     revocation_deadline_ms: int | None = None
+    # (topic, partition) -> the member epoch at which the member got it (Kafka 4.3+: a commit
+    # from an older epoch is accepted for the partitions the member already had then)
+    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def owns(self) -> Iterable[tuple[str, int]]:
         for assignment in (self.assigned, self.pending_revocation):
@@ -390,6 +393,9 @@ class ConsumerGroupCoordinator:
                 finding = Finding.STILL_REVOKING
                 member.state = next_member_state(member.state, finding)
                 return
+            for topic, indexes in member.pending_revocation.items():
+                for index in indexes:
+                    member.assignment_epochs.pop((topic, index), None)
             member.pending_revocation = {}
             member.revocation_deadline_ms = None
         revoke = _subtract(member.assigned, target)
@@ -406,6 +412,9 @@ class ConsumerGroupCoordinator:
             if member.member_epoch != group.assignment_epoch:
                 member.previous_member_epoch = member.member_epoch
                 member.member_epoch = group.assignment_epoch
+            for topic, indexes in free.items():
+                for index in indexes:
+                    member.assignment_epochs[(topic, index)] = member.member_epoch
             finding = Finding.UP_TO_DATE if member.assigned == _normalized(target) \
                 else Finding.UNRELEASED
         member.state = next_member_state(member.state, finding)
@@ -565,6 +574,7 @@ class ConsumerGroupCoordinator:
                 # A member that rejoins owns nothing any more: what it held goes back.
                 member.assigned = {}
                 member.pending_revocation = {}
+                member.assignment_epochs = {}
                 member.revocation_deadline_ms = None
                 member.state = MemberState.STABLE
                 member.member_epoch = JOIN_EPOCH
@@ -661,36 +671,43 @@ class ConsumerGroupCoordinator:
 
     # -- offsets ----------------------------------------------------------------------------
 
-    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
-                               api_version: int, now_ms: int) -> ErrorCode:
-        """OffsetCommit for a consumer group (Kafka's ConsumerGroup.validateOffsetCommit)."""
-        group = self.groups[group_id]
-        if member_epoch < 0 and not member_id:
-            return ErrorCode.NONE if not group.members else ErrorCode.UNKNOWN_MEMBER_ID
-        member = group.members.get(member_id)
-        if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if api_version < 9:
-            return ErrorCode.UNSUPPORTED_VERSION
-        if member_epoch > member.member_epoch:
-            return ErrorCode.FENCED_MEMBER_EPOCH
-        if member_epoch < member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
-        return ErrorCode.NONE
+    def validate_offset_commit(
+        self, group_id: str, member_id: str, member_epoch: int, api_version: int,
+        partitions: Iterable[tuple[str, int]], transactional: bool = False,
+    ) -> list[ErrorCode]:
+        """OffsetCommit (or TxnOffsetCommit, ``transactional``) for a consumer group: one code
+        per partition, as Kafka 4.4's ConsumerGroup.validateOffsetCommit decides.
 
-    def validate_txn_offset_commit(self, group_id: str, member_id: str, member_epoch: int
-                                   ) -> ErrorCode:
-        """TxnOffsetCommit v3+ from a producer whose consumer is a member (KIP-447): the member
-        must exist and the epoch be its current one, else a zombie's offsets are refused."""
+        No member and epoch -1: allowed while the group is Empty (and always for a transactional
+        commit that names no member). Otherwise the member must exist (UNKNOWN_MEMBER_ID) and,
+        for OffsetCommit, use v9+ (UNSUPPORTED_VERSION). Its current epoch commits everything; a
+        newer epoch nothing (STALE_MEMBER_EPOCH); an older one the partitions the member already
+        had at that epoch, the others STALE_MEMBER_EPOCH. A transactional commit answers
+        ILLEGAL_GENERATION instead of STALE_MEMBER_EPOCH (the producer's TxnOffsetCommit
+        handler knows that code: the transaction aborts, the consumer's records are re-read)."""
         group = self.groups[group_id]
-        if not member_id and member_epoch < 0:
-            return ErrorCode.NONE
+        wanted = list(partitions)
+        stale = ErrorCode.ILLEGAL_GENERATION if transactional else ErrorCode.STALE_MEMBER_EPOCH
+
+        def every(code: ErrorCode) -> list[ErrorCode]:
+            return [code] * len(wanted)
+
+        if member_epoch < 0 and not group.members and not (transactional and member_id):
+            return every(ErrorCode.NONE)
+        if transactional and member_epoch < 0 and not member_id:
+            return every(ErrorCode.NONE)
         member = group.members.get(member_id)
         if member is None:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if member_epoch != member.member_epoch:
-            return ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
+            return every(ErrorCode.UNKNOWN_MEMBER_ID)
+        if not transactional and api_version < 9:
+            return every(ErrorCode.UNSUPPORTED_VERSION)
+        if member_epoch == member.member_epoch:
+            return every(ErrorCode.NONE)
+        if member_epoch > member.member_epoch:
+            return every(stale)
+        epochs = member.assignment_epochs
+        return [ErrorCode.NONE if epochs.get(tp, member_epoch + 1) <= member_epoch else stale
+                for tp in wanted]
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int
                               ) -> ErrorCode:

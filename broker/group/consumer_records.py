@@ -86,14 +86,23 @@ def _cstr(value: str | None) -> bytes:
     return _uvarint(len(data) + 1) + data
 
 
-def _ctopics(assignment: Assignment, topic_id: TopicIdOf) -> bytes:
+def _ctopics(assignment: Assignment, topic_id: TopicIdOf,
+             epochs: dict[tuple[str, int], int] | None = None) -> bytes:
+    """TopicPartitions; with ``epochs``, each topic's AssignmentEpochs (tag 0, one per
+    partition, in the same order)."""
     items = []
     for topic, indexes in sorted(assignment.items()):
         tid = topic_id(topic)
         if tid is None or not indexes:
             continue
-        items.append(tid.bytes + _uvarint(len(indexes) + 1)
-                     + b"".join(_INT32.pack(i) for i in sorted(indexes)) + b"\x00")
+        ordered = sorted(indexes)
+        tags = b"\x00"
+        if epochs is not None:
+            values = _uvarint(len(ordered) + 1) + b"".join(
+                _INT32.pack(epochs.get((topic, i), -1)) for i in ordered)
+            tags = b"\x01" + b"\x00" + _uvarint(len(values)) + values
+        items.append(tid.bytes + _uvarint(len(ordered) + 1)
+                     + b"".join(_INT32.pack(i) for i in ordered) + tags)
     return _uvarint(len(items) + 1) + b"".join(items)
 
 
@@ -138,8 +147,8 @@ def group_records(
     for m in dirty:
         out.append((encode_key(CURRENT_MEMBER, gid, m.member_id), _value(
             _INT32.pack(m.member_epoch) + _INT32.pack(m.previous_member_epoch)
-            + bytes([int(m.state) & 0xFF]) + _ctopics(m.assigned, topic_id)
-            + _ctopics(m.pending_revocation, topic_id))))
+            + bytes([int(m.state) & 0xFF]) + _ctopics(m.assigned, topic_id, m.assignment_epochs)
+            + _ctopics(m.pending_revocation, topic_id, m.assignment_epochs))))
     group.dirty_group = False
     group.dirty_members.clear()
     group.removed_members.clear()
@@ -213,20 +222,33 @@ class _Reader:
             raise CorruptFrameError(f"bad array length {n} in consumer group record")
         return n
 
-    def skip_tags(self) -> None:
+    def tags(self) -> dict[int, bytes]:
+        out = {}
         for _ in range(self.uvarint()):
-            self.uvarint()  # tag
-            self.take(self.uvarint())
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
 
-    def topics(self, topic_name: TopicNameOf) -> Assignment:
+    def skip_tags(self) -> None:
+        self.tags()
+
+    def topics(self, topic_name: TopicNameOf,
+               epochs: dict[tuple[str, int], int] | None = None) -> Assignment:
         out: dict[str, frozenset[int]] = {}
         for _ in range(self.count()):
             tid = uuid.UUID(bytes=self.take(16))
-            indexes = frozenset(self.i32() for _ in range(self.count()))
-            self.skip_tags()
+            ordered = [self.i32() for _ in range(self.count())]
+            tagged = self.tags().get(0)
             name = topic_name(tid)
-            if name is not None and indexes:
-                out[name] = indexes
+            if name is None or not ordered:
+                continue
+            out[name] = frozenset(ordered)
+            if epochs is not None and tagged is not None:
+                values = _Reader(tagged)
+                n = values.count()
+                if n == len(ordered):
+                    for index in ordered:
+                        epochs[(name, index)] = values.i32()
         return out
 
 
@@ -320,8 +342,8 @@ class ConsumerGroupReplay:
                         m.state = MemberState.STABLE
                     if m.state is MemberState.UNKNOWN:
                         m.state = MemberState.STABLE
-                    m.assigned = c.topics(topic_name)
-                    m.pending_revocation = c.topics(topic_name)
+                    m.assigned = c.topics(topic_name, m.assignment_epochs)
+                    m.pending_revocation = c.topics(topic_name, m.assignment_epochs)
                     if m.state is MemberState.UNREVOKED_PARTITIONS:
                         m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
                 group.members[member_id] = m

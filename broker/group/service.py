@@ -604,17 +604,17 @@ class GroupService:
         self,
         group_id: str,
         offsets: Sequence[OffsetToCommit],
-        error: ErrorCode,
+        error: ErrorCode | Sequence[ErrorCode],
         now_ms: int,
         txn: TxnProducer | None = None,
     ) -> tuple[list[ErrorCode], Commit | None]:
         """Validate and append ``offsets``: ``(one code per offset, in order; event set once
-        the batch is durable)``."""
+        the batch is durable)``. ``error``: the group's verdict, for all or one per offset."""
         codes: list[ErrorCode] = []
         accepted: list[tuple[str, int, OffsetAndMetadata]] = []
         slots: list[int] = []
         for i, entry in enumerate(offsets):
-            code = error
+            code = error if isinstance(error, ErrorCode) else error[i]
             if code is ErrorCode.NONE:
                 code = self._check_partition(entry.topic, entry.partition, entry.metadata)
             if code is ErrorCode.NONE:
@@ -681,9 +681,11 @@ class GroupService:
         For a consumer-protocol group ``generation_id`` is the member epoch (v9+)."""
         if group_id in self.consumer.groups:
             self.run_timers(now_ms)
+        error: ErrorCode | list[ErrorCode]
         if group_id in self.consumer.groups:
-            error = self.consumer.validate_offset_commit(group_id, member_id, generation_id,
-                                                         api_version, now_ms)
+            error = self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, api_version,
+                [(o.topic, o.partition) for o in offsets])
         else:
             outcome = self.coordinator.validate_offset_commit(
                 group_id, generation_id, member_id, now_ms, group_instance_id,
@@ -704,17 +706,25 @@ class GroupService:
     ) -> list[ErrorCode] | Deferred[list[ErrorCode]]:
         """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``. One code per offset, as ``commit_offsets``."""
+        error: ErrorCode | list[ErrorCode]
         if group_id in self.consumer.groups:
             # KIP-447 with member epochs: the generation is the consumer's member epoch.
-            error = self.consumer.validate_txn_offset_commit(group_id, member_id, generation_id)
+            error = self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, 5,
+                [(o.topic, o.partition) for o in offsets], transactional=True)
         else:
             error = self.coordinator.validate_txn_offset_commit(
                 group_id, generation_id, member_id, group_instance_id,
             )
-        if error == ErrorCode.NONE and (producer.producer_id < 0 or producer.producer_epoch < 0):
+        if producer.producer_id < 0 or producer.producer_epoch < 0:
             # No producer, so no transaction these offsets could belong to (Kafka answers the same
             # for a producer id its transaction coordinator does not map to the transactional id).
-            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            if isinstance(error, ErrorCode):
+                if error == ErrorCode.NONE:
+                    error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            else:
+                error = [ErrorCode.INVALID_PRODUCER_ID_MAPPING if c == ErrorCode.NONE else c
+                         for c in error]
         codes, flushed = self._store(group_id, offsets, error, now_ms, producer)
         return _after(flushed, codes)
 

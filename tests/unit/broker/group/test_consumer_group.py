@@ -201,16 +201,32 @@ def test_regex_subscription_follows_new_topics():
 def test_offset_checks_with_member_epochs():
     c, topics = coordinator(), Topics(t=2)
     a = join(c, topics, "a")
-    assert c.validate_offset_commit("g", "a", a.member_epoch, 9, 0) is ErrorCode.NONE
-    assert c.validate_offset_commit("g", "a", 0, 9, 0) is ErrorCode.STALE_MEMBER_EPOCH
-    assert c.validate_offset_commit("g", "a", 7, 9, 0) is ErrorCode.FENCED_MEMBER_EPOCH
-    assert c.validate_offset_commit("g", "zz", 1, 9, 0) is ErrorCode.UNKNOWN_MEMBER_ID
-    assert c.validate_offset_commit("g", "a", 1, 8, 0) is ErrorCode.UNSUPPORTED_VERSION
-    assert c.validate_offset_commit("g", "", -1, 9, 0) is ErrorCode.UNKNOWN_MEMBER_ID
+    tp0 = ("t", 0)
+
+    def commit(member, epoch, version=9, txn=False, tps=(tp0,)):
+        return c.validate_offset_commit("g", member, epoch, version, tps, transactional=txn)
+
+    assert commit("a", a.member_epoch) == [ErrorCode.NONE]
+    assert commit("a", 0) == [ErrorCode.STALE_MEMBER_EPOCH]
+    assert commit("a", 7) == [ErrorCode.STALE_MEMBER_EPOCH]
+    assert commit("zz", 1) == [ErrorCode.UNKNOWN_MEMBER_ID]
+    assert commit("a", 1, version=8) == [ErrorCode.UNSUPPORTED_VERSION]
+    assert commit("", -1) == [ErrorCode.UNKNOWN_MEMBER_ID]
     assert c.validate_offset_fetch("g", "a", 0) is ErrorCode.STALE_MEMBER_EPOCH
     assert c.validate_offset_fetch("g", None, -1) is ErrorCode.NONE
-    assert c.validate_txn_offset_commit("g", "a", 0) is ErrorCode.ILLEGAL_GENERATION
-    assert c.validate_txn_offset_commit("g", "a", 1) is ErrorCode.NONE
+    assert commit("a", 0, txn=True) == [ErrorCode.ILLEGAL_GENERATION]
+    assert commit("", -1, txn=True) == [ErrorCode.NONE]
+    # b joins; a gives up one partition and moves to epoch 2 keeping the other: a commit from
+    # epoch 1 still counts for the partition a had since epoch 1, not for the one it gave up.
+    join(c, topics, "b", now=1)
+    ra = beat(c, topics, "a", 1, a.assignment, now=2)
+    beat(c, topics, "a", 1, ra.assignment, now=3)
+    kept = next(iter(ra.assignment["t"]))
+    gone = 1 - kept
+    assert c.groups["g"].members["a"].member_epoch == 2
+    assert commit("a", 1, tps=(("t", kept), ("t", gone))) == [
+        ErrorCode.NONE, ErrorCode.STALE_MEMBER_EPOCH]
+    assert commit("a", 2, tps=(("t", kept),)) == [ErrorCode.NONE]
 
 
 def test_records_restore_epochs_and_assignments():
@@ -233,6 +249,8 @@ def test_records_restore_epochs_and_assignments():
                 r.pending_revocation, r.instance_id, r.subscribed_topic_names) == (
             member.member_epoch, member.previous_member_epoch, member.state, member.assigned,
             member.pending_revocation, member.instance_id, member.subscribed_topic_names)
+        assert r.assignment_epochs == member.assignment_epochs
+    assert restored.members["a"].assignment_epochs
     assert restored.target == group.target
     # A member that left: tombstones remove it at replay.
     c.heartbeat(HeartbeatRequest("g", "b", -1), topics, 3)
