@@ -349,3 +349,38 @@ def test_group_apis_answer_as_kafka(broker):
                         "client_software_name": "t", "client_software_version": "1"}).api_keys}
         assert versions[ApiKey.CONSUMER_GROUP_HEARTBEAT] == (0, 1)
         assert versions[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
+
+
+def test_cli_lists_and_describes_both_kinds_of_group(broker):
+    from tests.integration.test_cli import ok, run
+
+    topic = "both-kinds"
+    _create(broker.bootstrap, topic, 2)
+    _produce(broker.bootstrap, topic, 0, 4, partitions=2)
+    b = ["--bootstrap-server", broker.bootstrap]
+    consumers = [Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                           "group.protocol": protocol, "auto.offset.reset": "earliest",
+                           "client.id": f"{protocol}-client"})
+                 for group, protocol in (("new-kind", "consumer"), ("old-kind", "classic"))]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not all(c.assignment() for c in consumers) and time.monotonic() < deadline:
+            for consumer in consumers:
+                consumer.poll(0.1)
+        listed = json.loads(ok(run("groups", "list", "--format", "json", *b)).stdout)
+        assert {(g["group"], g["state"], g["protocol_type"]) for g in listed} == {
+            ("new-kind", "Stable", "consumer"), ("old-kind", "Stable", "consumer")}
+        [described] = json.loads(ok(run("groups", "describe", "new-kind", "--format", "json",
+                                        *b)).stdout)
+        assert (described["state"], described["protocol"]) == ("Stable", "uniform")
+        [member] = described["members"]
+        assert member["client_id"] == "consumer-client"
+        assert sorted(map(tuple, member["assignment"])) == [(topic, 0), (topic, 1)]
+        assert {r["consumer_id"] for r in described["partitions"]} == {member["consumer_id"]}
+        text = ok(run("groups", "describe", "new-kind", "--members", *b)).stdout
+        assert "consumer-client" in text and f"{topic}-0,{topic}-1" in text
+    finally:
+        for consumer in consumers:
+            consumer.close()
