@@ -507,9 +507,11 @@ class GroupService:
         return summary
 
     def list_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
-        """``(group_id, protocol_type, state)`` of every classic group."""
+        """``(group_id, protocol_type, state)`` of every classic group (not the empty classic
+        entries a transaction marker leaves for a consumer-protocol group's offsets)."""
         self.run_timers(now_ms)
-        return self.coordinator.list_groups()
+        consumer = self.consumer.groups
+        return [g for g in self.coordinator.list_groups() if g[0] not in consumer]
 
     def list_consumer_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
         """``(group_id, protocol_type, state)`` of every consumer-protocol group."""

@@ -14,9 +14,11 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from protocol.api_keys import ApiKey
 from tests.broker_process import BrokerProcess
 from tests.kafka_ref.harness import KafkaCluster
 from tests.kafka_ref.javaproc import JavaProgram
+from tests.raw_client import RawConnection
 
 pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
 
@@ -159,5 +161,11 @@ def test_java_copier_with_consumer_protocol_exactly_once_through_kill9(kafka_ref
             done = copier.events[-1]
         assert done["committed"] == n and done["done"], copier.output()
         check_exactly_once(broker.bootstrap, "copier", n, partitions)
+        # Listed once, as a consumer group (the transaction markers' offsets are its own).
+        with RawConnection(broker.port) as conn:
+            listed = conn.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [],
+                                                          "types_filter": []})
+        assert [(g.group_id, g.group_type) for g in listed.groups
+                if g.group_id == "copier"] == [("copier", "consumer")]
     finally:
         broker.stop()
