@@ -384,3 +384,66 @@ def test_cli_lists_and_describes_both_kinds_of_group(broker):
     finally:
         for consumer in consumers:
             consumer.close()
+
+
+def test_our_consumer_shares_a_consumer_protocol_group_with_librdkafka(broker):
+    from client.consumer import Consumer as OurConsumer
+
+    topic, group = "mixed", "mixed-group"
+    _create(broker.bootstrap, topic, 4)
+    _produce(broker.bootstrap, topic, 0, 200, partitions=4)
+    seen: dict[tuple[int, int], list[str]] = {}
+    events: list[tuple[str, str, list[int]]] = []
+    ours = OurConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                        "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                        "enable.auto.commit": False})
+    theirs = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                       "group.protocol": "consumer", "auto.offset.reset": "earliest",
+                       "enable.auto.commit": False})
+
+    def note(who: str, kind: str, partitions) -> None:
+        events.append((who, kind, sorted(p.partition for p in partitions)))
+
+    try:
+        ours.subscribe([topic], on_assign=lambda ps: note("ours", "assign", ps),
+                       on_revoke=lambda ps: note("ours", "revoke", ps))
+        deadline = time.monotonic() + 30
+        while len(ours.assignment()) < 4 and time.monotonic() < deadline:
+            for r in ours.poll(0.1):
+                seen.setdefault((r.partition, r.offset), []).append("ours")
+        assert len(ours.assignment()) == 4
+        ours.commit()
+        theirs.subscribe([topic], on_assign=lambda _, ps: note("theirs", "assign", ps),
+                         on_revoke=lambda _, ps: note("theirs", "revoke", ps))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                len(ours.assignment()) == 2 and len(theirs.assignment()) == 2
+                and len(seen) == 200):
+            for r in ours.poll(0.05):
+                seen.setdefault((r.partition, r.offset), []).append("ours")
+            ours.commit()
+            msg = theirs.poll(0.05)
+            if msg is not None and msg.error() is None:
+                seen.setdefault((msg.partition(), msg.offset()), []).append("theirs")
+                theirs.commit(msg, asynchronous=False)
+        mine = {tp.partition for tp in ours.assignment()}
+        other = {tp.partition for tp in theirs.assignment()}
+        assert len(mine) == len(other) == 2 and not mine & other
+        assert sorted(seen) == [(p, o) for p in range(4) for o in range(50)]
+        # Each record once: partitions moved only after their commits.
+        assert all(len(who) == 1 for who in seen.values()), seen
+        # ours gave up exactly what theirs got, and was told before theirs got it.
+        revoked = [e for e in events if e[:2] == ("ours", "revoke")]
+        assert revoked and sorted(revoked[0][2]) == sorted(other)
+        assert events.index(revoked[0]) < events.index(
+            next(e for e in events if e[:2] == ("theirs", "assign") and e[2]))
+        theirs.close()
+        theirs = None
+        deadline = time.monotonic() + 10
+        while len(ours.assignment()) < 4 and time.monotonic() < deadline:
+            ours.poll(0.1)
+        assert len(ours.assignment()) == 4
+    finally:
+        ours.close()
+        if theirs is not None:
+            theirs.close()
