@@ -340,6 +340,21 @@ def test_group_apis_answer_as_kafka(broker):
         gone = conn.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0,
                             {"group_ids": [group], "include_authorized_operations": False})
         assert gone.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        # Bad requests get Kafka's codes and the connection stays usable.
+        bad = {"group_id": group, "member_id": "member-2", "member_epoch": 0,
+               "rebalance_timeout_ms": 30_000, "topic_partitions": []}
+        assert conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+            **bad, "subscribed_topic_regex": "a(b"}).error_code == \
+            ErrorCode.INVALID_REGULAR_EXPRESSION
+        assert conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+            **bad, "subscribed_topic_names": [topic], "server_assignor": "nope"}).error_code == \
+            ErrorCode.UNSUPPORTED_ASSIGNOR
+        assert conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+            **bad, "subscribed_topic_names": [topic], "member_epoch": -7}).error_code == \
+            ErrorCode.INVALID_REQUEST
+        assert conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+            **bad, "subscribed_topic_names": [topic], "topic_partitions": None}).error_code == \
+            ErrorCode.INVALID_REQUEST
         # A heartbeat (not joining) for a group that does not exist.
         unknown = conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
             "group_id": "nope", "member_id": "x", "member_epoch": 3})
