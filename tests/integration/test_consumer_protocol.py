@@ -462,3 +462,65 @@ def test_our_consumer_shares_a_consumer_protocol_group_with_librdkafka(broker):
         ours.close()
         if theirs is not None:
             theirs.close()
+
+
+def _poll_until(consumers, condition, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        for consumer in consumers:
+            consumer.poll(0.05)
+
+
+def test_regex_subscription_and_static_membership_with_librdkafka(broker):
+    for topic in ("orders-1", "other"):
+        _create(broker.bootstrap, topic, 2)
+    port = _port(broker)
+
+    def parts(consumer) -> list[tuple[str, int]]:
+        return sorted((tp.topic, tp.partition) for tp in consumer.assignment())
+
+    # A regex (RE2, resolved by the broker) follows a topic created later.
+    regex = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "rx",
+                      "group.protocol": "consumer"})
+    try:
+        regex.subscribe(["^orders-.*"])
+        _poll_until([regex], lambda: len(regex.assignment()) == 2)
+        assert parts(regex) == [("orders-1", 0), ("orders-1", 1)]
+        _create(broker.bootstrap, "orders-2", 2)
+        _poll_until([regex], lambda: len(regex.assignment()) == 4)
+        assert parts(regex)[2:] == [("orders-2", 0), ("orders-2", 1)]
+        [member] = _describe(port, "rx").members
+        assert "^orders-.*" in member.subscribed_topic_regex  # librdkafka wraps it in ( )
+    finally:
+        regex.close()
+
+    # A static member leaves (epoch -2: its partitions wait for it) and comes back to the same
+    # partitions and epoch, without a new group epoch.
+    def static(instance: str) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "st",
+                             "group.protocol": "consumer", "group.instance.id": instance})
+        consumer.subscribe(["other"])
+        return consumer
+
+    first, second = static("i1"), static("i2")
+    try:
+        _poll_until([first, second], lambda: first.assignment() and second.assignment())
+        before = _describe(port, "st")
+        mine = parts(first)
+        first.close()
+        left = _describe(port, "st")
+        assert {m.instance_id: m.member_epoch for m in left.members} == {
+            "i1": -2, "i2": before.group_epoch}
+        for _ in range(10):
+            second.poll(0.1)
+        assert len(parts(second)) == 1  # i1's partition is kept for it
+        first = static("i1")
+        _poll_until([first, second], lambda: first.assignment())
+        after = _describe(port, "st")
+        assert parts(first) == mine and after.group_epoch == before.group_epoch
+        assert {m.instance_id: m.member_epoch for m in after.members} == {
+            "i1": before.group_epoch, "i2": before.group_epoch}
+    finally:
+        first.close()
+        second.close()
