@@ -220,6 +220,14 @@ class ConsumerGroup:
     # topic -> partition count of the subscribed topics when the target was computed
     subscribed: dict[str, int] = field(default_factory=dict)
     assignor: str = UNIFORM
+    # The topic names the members subscribe to by name (existing or not) and whether some
+    # subscribe by regex: what a heartbeat checks for topic changes without visiting every
+    # member (recomputed when membership or a subscription changes).
+    watched: frozenset[str] = frozenset()
+    has_regex: bool = False
+    next_regex_check_ms: int = 0
+    # No member's session or revocation deadline is before this (0: unknown, scan).
+    next_expiry_ms: int = 0
     # what changed since the last take_records()
     dirty_group: bool = False
     dirty_members: set[str] = field(default_factory=set)
@@ -345,8 +353,17 @@ class ConsumerGroupCoordinator:
         group.group_epoch += 1
         group.dirty_group = True
 
+    def _topics_changed(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> bool:
+        """Whether a topic the members subscribe to by name appeared, went or changed its
+        partition count; with regexes, a full check at most once per heartbeat interval."""
+        subscribed = group.subscribed
+        for topic in group.watched:
+            if topics.partition_count(topic) != subscribed.get(topic):
+                return True
+        return group.has_regex and now_ms >= group.next_regex_check_ms
+
     def _maybe_update_target(self, group: ConsumerGroup, topics: TopicsView,
-                             force: bool = False) -> None:
+                             force: bool = False, now_ms: int = 0) -> None:
         """Bump the group epoch if ``force`` (membership or a subscription changed) or if the
         subscribed topics changed, and compute the target assignment of the new epoch."""
         if not group.members:
@@ -356,7 +373,14 @@ class ConsumerGroupCoordinator:
                 group.target = {}
                 group.subscribed = {}
             return
+        if not force and group.assignment_epoch == group.group_epoch and not self._topics_changed(
+                group, topics, now_ms):
+            return
         subscriptions, counts = self._subscriptions(group, topics)
+        group.watched = frozenset(t for m in group.members.values()
+                                  for t in m.subscribed_topic_names)
+        group.has_regex = any(m.subscribed_topic_regex for m in group.members.values())
+        group.next_regex_check_ms = now_ms + self.config.heartbeat_interval_ms
         if counts != group.subscribed:
             force = True
         if not force and group.assignment_epoch == group.group_epoch:
@@ -386,6 +410,9 @@ class ConsumerGroupCoordinator:
     def _reconcile(self, group: ConsumerGroup, member: ConsumerMember,
                    owned: Assignment | None, now_ms: int) -> None:
         """Move ``member`` one step towards its target (the table ``RECONCILE``)."""
+        if (member.state is MemberState.STABLE
+                and member.member_epoch == group.assignment_epoch):
+            return  # at the target already (the target changes only with the epoch)
         target = group.target.get(member.member_id, {})
         before = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
         if member.state is MemberState.UNREVOKED_PARTITIONS:
@@ -404,6 +431,7 @@ class ConsumerGroupCoordinator:
             member.assigned = _intersect(member.assigned, target)
             member.pending_revocation = _union(member.pending_revocation, revoke)
             member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+            group.next_expiry_ms = min(group.next_expiry_ms, member.revocation_deadline_ms)
         else:
             busy = self._owned_elsewhere(group, member.member_id)
             free = {t: frozenset(p for p in indexes if (t, p) not in busy)
@@ -425,15 +453,27 @@ class ConsumerGroupCoordinator:
     # -- timers ---------------------------------------------------------------------------------
 
     def _expire(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> None:
-        expired = [
-            m for m in group.members.values()
-            if now_ms >= m.last_heartbeat_ms + self.config.session_timeout_ms
-            or (m.revocation_deadline_ms is not None and now_ms >= m.revocation_deadline_ms)
-        ]
+        """Remove members whose session or revocation deadline passed. Deadlines only move
+        later (heartbeats) except a new revocation deadline, which lowers ``next_expiry_ms``:
+        so the members are visited only once the earliest deadline is due."""
+        if now_ms < group.next_expiry_ms:
+            return
+        session = self.config.session_timeout_ms
+        expired = []
+        earliest: int | None = None
+        for m in group.members.values():
+            deadline = m.last_heartbeat_ms + session
+            if m.revocation_deadline_ms is not None:
+                deadline = min(deadline, m.revocation_deadline_ms)
+            if now_ms >= deadline:
+                expired.append(m)
+            elif earliest is None or deadline < earliest:
+                earliest = deadline
+        group.next_expiry_ms = earliest if earliest is not None else now_ms + session
         for member in expired:
             self._remove_member(group, member)
         if expired:
-            self._maybe_update_target(group, topics, force=True)
+            self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
 
     def _remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         del group.members[member.member_id]
@@ -443,14 +483,11 @@ class ConsumerGroupCoordinator:
         self._store(group)
 
     def next_deadline(self) -> int | None:
-        """When the earliest session or revocation deadline of any member passes."""
+        """No session or revocation deadline of any member passes before this."""
         best: int | None = None
         for group in self.groups.values():
-            for m in group.members.values():
-                for deadline in (m.last_heartbeat_ms + self.config.session_timeout_ms,
-                                 m.revocation_deadline_ms):
-                    if deadline is not None and (best is None or deadline < best):
-                        best = deadline
+            if group.members and (best is None or group.next_expiry_ms < best):
+                best = group.next_expiry_ms
         return best
 
     def tick(self, topics: TopicsView, now_ms: int) -> None:
@@ -458,7 +495,7 @@ class ConsumerGroupCoordinator:
         whose subscribed topics changed."""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
-            self._maybe_update_target(group, topics)
+            self._maybe_update_target(group, topics, now_ms=now_ms)
             self._store(group)
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
@@ -509,7 +546,7 @@ class ConsumerGroupCoordinator:
         if group is not None:
             self._expire(group, topics, now_ms)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
-            return self._leave(group, req, topics)
+            return self._leave(group, req, topics, now_ms)
         if group is None:
             if req.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -522,7 +559,7 @@ class ConsumerGroupCoordinator:
         assert member is not None
         changed = self._update_member(group, member, req)
         member.last_heartbeat_ms = now_ms
-        self._maybe_update_target(group, topics, force=changed)
+        self._maybe_update_target(group, topics, force=changed, now_ms=now_ms)
         sent_before = (member.member_epoch, member.assigned)
         self._reconcile(group, member, req.owned, now_ms)
         self._store(group)
@@ -638,8 +675,8 @@ class ConsumerGroupCoordinator:
             group.dirty_members.add(member.member_id)
         return changed
 
-    def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest, topics: TopicsView
-               ) -> HeartbeatResult:
+    def _leave(self, group: ConsumerGroup | None, req: HeartbeatRequest, topics: TopicsView,
+               req_now: int) -> HeartbeatResult:
         member = None
         if group is not None:
             member = group.members.get(req.member_id)
@@ -664,7 +701,7 @@ class ConsumerGroupCoordinator:
             group.dirty_members.add(member.member_id)
         else:
             self._remove_member(group, member)
-            self._maybe_update_target(group, topics, force=True)
+            self._maybe_update_target(group, topics, force=True, now_ms=req_now)
         self._store(group)
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch,
                                self.config.heartbeat_interval_ms)
@@ -767,6 +804,9 @@ class ConsumerGroupCoordinator:
         if group.members:
             group.subscribed = self._subscriptions(group, topics)[1]
             group.assignor = self._choose_assignor(group)
+            group.watched = frozenset(t for m in group.members.values()
+                                      for t in m.subscribed_topic_names)
+            group.has_regex = any(m.subscribed_topic_regex for m in group.members.values())
         self.groups[group.group_id] = group
 
     def supported_assignor(self, name: str) -> bool:

@@ -193,7 +193,9 @@ def test_regex_subscription_follows_new_topics():
     r = join(c, topics, "a", names=None, regex="orders-.*")
     assert r.assignment == {"orders-1": frozenset({0})}
     topics.counts["orders-2"] = 2
-    r2 = beat(c, topics, "a", r.member_epoch, r.assignment, now=1)
+    # Regexes are matched again at most once per heartbeat interval.
+    assert beat(c, topics, "a", r.member_epoch, r.assignment, now=HB - 1).assignment is None
+    r2 = beat(c, topics, "a", r.member_epoch, r.assignment, now=HB)
     assert r2.member_epoch == r.member_epoch + 1
     assert r2.assignment == {"orders-1": frozenset({0}), "orders-2": frozenset({0, 1})}
 
@@ -280,3 +282,30 @@ def test_range_gives_contiguous_ranges_per_topic():
     result = range_(subs, {"t": 3, "u": 3}, {})
     assert result["a"] == {"t": frozenset({0, 1}), "u": frozenset({0, 1})}
     assert result["b"] == {"t": frozenset({2}), "u": frozenset({2})}
+
+
+def test_a_subscribed_topic_created_or_grown_later_bumps_the_epoch():
+    c, topics = coordinator(), Topics(t=1)
+    r = join(c, topics, "a", names=("t", "later"))
+    assert r.assignment == {"t": frozenset({0})}
+    topics.counts["later"] = 1
+    r2 = beat(c, topics, "a", r.member_epoch, r.assignment, now=1)
+    assert r2.member_epoch == r.member_epoch + 1
+    assert r2.assignment == {"t": frozenset({0}), "later": frozenset({0})}
+    topics.counts["t"] = 2
+    r3 = beat(c, topics, "a", r2.member_epoch, r2.assignment, now=2)
+    assert r3.assignment == {"t": frozenset({0, 1}), "later": frozenset({0})}
+
+
+def test_expiry_scans_only_when_the_earliest_deadline_is_due():
+    c, topics = coordinator(), Topics(t=2)
+    a = join(c, topics, "a")
+    join(c, topics, "b", now=5)
+    group = c.groups["g"]
+    assert c.next_deadline() is not None and c.next_deadline() <= SESSION
+    beat(c, topics, "b", 2, {}, now=SESSION - 1)  # b alive; a silent since 0
+    assert "a" in group.members
+    beat(c, topics, "b", 2, {}, now=SESSION)
+    assert set(group.members) == {"b"} and a.error is ErrorCode.NONE
+    # a lower bound: b's deadline as of the scan (its heartbeat at SESSION - 1)
+    assert c.next_deadline() == 2 * SESSION - 1
