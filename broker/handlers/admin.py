@@ -149,6 +149,63 @@ def metadata(broker: Broker, header, request) -> dict:
     }
 
 
+MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit
+
+
+@handles(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+def describe_topic_partitions(broker: Broker, header, request) -> dict:
+    """KIP-966: the topics (all when none are named: those the principal may describe), sorted
+    by name, from the cursor on, at most ``response_partition_limit`` partitions (and at most
+    Kafka's 2000); ``next_cursor`` names the first partition left out. One broker: leader =
+    replicas = isr = this node, no eligible leader replicas."""
+    node = broker.config.node_id
+    logs = broker.logs
+    listing_all = not request.topics
+    names = sorted(logs.topics()) if listing_all else sorted({t.name for t in request.topics})
+    cursor = request.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    limit = max(0, min(request.response_partition_limit, MAX_PARTITIONS_PER_DESCRIBE))
+    topics: list[dict] = []
+    next_cursor = None
+    for name in names:
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                       log_refusal=not listing_all):
+            if not listing_all:
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "topic_id": ZERO_UUID, "is_internal": False, "partitions": []})
+            continue
+        count = logs.partition_count(name)
+        if count is None:
+            topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                           "topic_id": ZERO_UUID, "is_internal": False, "partitions": []})
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        if limit <= 0:
+            next_cursor = {"topic_name": name, "partition_index": first}
+            break
+        last = min(count, first + limit)
+        topics.append({
+            "error_code": ErrorCode.NONE,
+            "name": name,
+            "topic_id": logs.topic_id(name) or ZERO_UUID,
+            "is_internal": name in INTERNAL_TOPICS,
+            "partitions": [
+                {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node,
+                 "replica_nodes": [node], "isr_nodes": [node], "eligible_leader_replicas": [],
+                 "last_known_elr": [], "offline_replicas": []}
+                for index in range(first, last)
+            ],
+            "topic_authorized_operations": authorized_operations(broker, ResourceType.TOPIC,
+                                                                 name),
+        })
+        limit -= last - first
+        if last < count:
+            next_cursor = {"topic_name": name, "partition_index": last}
+            break
+    return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
+
+
 def may_create(broker: Broker, topic: str) -> bool:
     """Create on the cluster, or on the topic (Kafka's rule for CreateTopics and auto-creation;
     as Kafka, only the refusal on the topic is logged)."""

@@ -112,6 +112,9 @@ SERVED: dict[ApiKey, Served] = {
         " member ids chosen by the member (KIP-1082)"),
     ApiKey.CONSUMER_GROUP_DESCRIBE: Served(VersionRange(0, 1),
         "all of Kafka 4.4's; v1 adds the member type (KIP-1099)"),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: Served(VersionRange(0, 0),
+        "Kafka's only version (KIP-966; kafka-topics.sh --describe asks it): one broker, so the"
+        " eligible leader replicas are always empty"),
     ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
         "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),
     # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x),

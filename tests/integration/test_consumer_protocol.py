@@ -524,3 +524,27 @@ def test_regex_subscription_and_static_membership_with_librdkafka(broker):
     finally:
         first.close()
         second.close()
+
+
+def test_describe_topic_partitions_pages_with_a_cursor(broker):
+    """DescribeTopicPartitions (KIP-966): sorted topics, topic ids as Metadata's, the partition
+    limit and the cursor; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION."""
+    _create(broker.bootstrap, "dtp-a", 3)
+    _create(broker.bootstrap, "dtp-b", 2)
+    with RawConnection(_port(broker)) as conn:
+        ids = {t.name: t.topic_id for t in conn.request(ApiKey.METADATA, 12, {
+            "topics": [{"name": "dtp-a"}, {"name": "dtp-b"}]}).topics}
+        named = [{"name": n} for n in ("dtp-b", "dtp-a", "nope")]
+        first = conn.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+            "topics": named, "response_partition_limit": 2})
+        assert [(t.name, [p.partition_index for p in t.partitions]) for t in first.topics] == [
+            ("dtp-a", [0, 1])]
+        assert first.topics[0].topic_id == ids["dtp-a"] and ids["dtp-a"].int
+        assert (first.next_cursor.topic_name, first.next_cursor.partition_index) == ("dtp-a", 2)
+        rest = conn.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {
+            "topics": named, "response_partition_limit": 10, "cursor": first.next_cursor})
+        assert [(t.name, t.error_code, [p.partition_index for p in t.partitions])
+                for t in rest.topics] == [("dtp-a", 0, [2]), ("dtp-b", 0, [0, 1]),
+                                          ("nope", ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])]
+        assert rest.next_cursor is None
+        assert list(rest.topics[1].partitions[0].eligible_leader_replicas) == []
