@@ -34,6 +34,7 @@ BROKER_CONFIG = (
     f"group.consumer.heartbeat.interval.ms={HEARTBEAT_MS}\n"
     f"group.consumer.session.timeout.ms={SESSION_MS}\n"
     "offsets.topic.num.partitions=3\n"
+    "group.initial.rebalance.delay.ms=0\n"  # the classic group beside them
 )
 PARTITIONS = 6
 
@@ -366,6 +367,7 @@ def test_group_apis_answer_as_kafka(broker):
         assert versions[ApiKey.CONSUMER_GROUP_DESCRIBE] == (0, 1)
 
 
+@pytest.mark.slow
 def test_cli_lists_and_describes_both_kinds_of_group(broker):
     from tests.integration.test_cli import ok, run
 
