@@ -703,8 +703,8 @@ class ConsumerGroupCoordinator:
             self._remove_member(group, member)
             self._maybe_update_target(group, topics, force=True, now_ms=req_now)
         self._store(group)
-        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch,
-                               self.config.heartbeat_interval_ms)
+        # (no heartbeat interval in the answer to a leave, as Kafka's)
+        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
 
     # -- offsets ----------------------------------------------------------------------------
 

@@ -460,7 +460,8 @@ def consumer_group_describe(broker: Broker, header, request) -> dict:
                     "client_id": m.client_id,
                     "client_host": m.client_host,
                     "subscribed_topic_names": list(m.subscribed_topic_names),
-                    "subscribed_topic_regex": m.subscribed_topic_regex,
+                    # "" without a regex, as Kafka answers
+                    "subscribed_topic_regex": m.subscribed_topic_regex or "",
                     "assignment": {"topic_partitions": _by_id(broker, m.assigned, True)},
                     "target_assignment": {"topic_partitions": _by_id(
                         broker, group.target.get(m.member_id, {}), True)},
