@@ -255,6 +255,10 @@ _OPTIONS: tuple[Option, ...] = (
     Option("value.serializer", _serializer, None, (PRODUCER,), "callable: value -> bytes"),
     # -- consumer ---------------------------------------------------------------------------------
     Option("group.id", _optional_str, None, (CONSUMER,), "consumer group (subscribe, commits)"),
+    Option("group.protocol", _choice("classic", "consumer"), "classic", (CONSUMER,),
+           "classic (JoinGroup/SyncGroup) or consumer (KIP-848: the broker assigns)"),
+    Option("group.remote.assignor", _optional_str, None, (CONSUMER,),
+           "group.protocol=consumer: the broker-side assignor (uniform, range)"),
     Option(
         "isolation.level",
         _choice("read_committed", "read_uncommitted"),

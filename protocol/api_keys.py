@@ -53,6 +53,9 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68  # KIP-848
+    CONSUMER_GROUP_DESCRIBE = 69
+    DESCRIBE_TOPIC_PARTITIONS = 75  # KIP-966
     # Share groups (KIP-932): protocol/messages/share.py
     SHARE_GROUP_HEARTBEAT = 76
     SHARE_GROUP_DESCRIBE = 77
@@ -112,6 +115,9 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: 0,
     ApiKey.DESCRIBE_TRANSACTIONS: 0,  # flexible from v0 (an admin API added after KIP-482)
     ApiKey.LIST_TRANSACTIONS: 0,
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: 0,
+    ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
     ApiKey.SHARE_GROUP_HEARTBEAT: 0,  # the share-group APIs are flexible from v0
     ApiKey.SHARE_GROUP_DESCRIBE: 0,
     ApiKey.SHARE_FETCH: 0,

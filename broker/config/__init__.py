@@ -132,6 +132,10 @@ class BrokerConfig:
     group_share_max_size: int = 200
     group_share_max_share_sessions: int = 2_000
     share_coordinator_state_topic_num_partitions: int = 1
+    # The consumer group protocol (KIP-848): Kafka's defaults.
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_assignors: str = "uniform,range"
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
@@ -332,6 +336,17 @@ _PROPERTIES: dict[str, Property] = {
     "group.initial.rebalance.delay.ms": Property("group_initial_rebalance_delay_ms", int, 0,
                                                  "How long a new group waits for more members "
                                                  "before its first rebalance."),
+    "group.consumer.heartbeat.interval.ms": Property(
+        "group_consumer_heartbeat_interval_ms", int, 1,
+        "How often members of consumer-protocol groups (KIP-848) heartbeat."),
+    "group.consumer.session.timeout.ms": Property(
+        "group_consumer_session_timeout_ms", int, 1,
+        "How long a consumer-protocol group member may go without a heartbeat before it is "
+        "removed."),
+    "group.consumer.assignors": Property(
+        "group_consumer_assignors", str, None,
+        "The server-side assignors of consumer-protocol groups, the default first (uniform, "
+        "range)."),
     "metrics.port": Property("metrics_port", int, 0,
                              "Serve Prometheus metrics on http://metrics.host:PORT/metrics "
                              "(unset: no metrics are counted; as --metrics-port).", _OWN),

@@ -37,6 +37,18 @@ import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.group.consumer_group import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from broker.group.consumer_records import (
+    ConsumerGroupReplay,
+    build_batch,
+    deleted_group_records,
+    group_records,
+)
 from broker.group.coordinator import (
     Completion,
     GroupConfig,
@@ -65,6 +77,7 @@ from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_conf
 from broker.log.partition import Partition
 from broker.log.topics import (
     CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
     TopicPartition,
     offsets_partition,
     offsets_partition_count,
@@ -174,6 +187,15 @@ class GroupService:
                 initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
             )
         )
+        # The consumer group protocol (KIP-848): its own groups, one id space with the classic
+        # ones (a group id is one kind or the other), the offsets shared.
+        self.consumer = ConsumerGroupCoordinator(ConsumerGroupConfig(
+            heartbeat_interval_ms=config.group_consumer_heartbeat_interval_ms,
+            session_timeout_ms=config.group_consumer_session_timeout_ms,
+            assignors=tuple(a.strip() for a in config.group_consumer_assignors.split(",")
+                            if a.strip()) or ("uniform",),
+            internal_topics=INTERNAL_TOPICS,
+        ))
         self._slots: dict[int, _Slot] = {}
         self.replayed_batches = self._replay()
 
@@ -218,9 +240,19 @@ class GroupService:
                                  offsets_topic_config(self._offsets_segment_bytes), log)
         batches = 0
         groups: dict[str, GroupMetadataRecord | None] = {}
+        consumer_replay = ConsumerGroupReplay()
         for index in range(count):
-            batches += self._replay_partition(logs.partition(CONSUMER_OFFSETS_TOPIC, index), groups)
+            batches += self._replay_partition(logs.partition(CONSUMER_OFFSETS_TOPIC, index), groups,
+                                              consumer_replay)
         now = self._clock.now_ms()
+        try:
+            consumer_groups = consumer_replay.groups(logs.topic_name, now)
+        except CorruptFrameError as exc:
+            log.error("consumer groups not restored: %s", exc)
+            consumer_groups = []
+        for consumer_group in consumer_groups:
+            groups.pop(consumer_group.group_id, None)
+            self.consumer.load_group(consumer_group, logs)
         restored = 0
         for group_id, record in groups.items():
             if record is not None:
@@ -228,14 +260,18 @@ class GroupService:
                 restored += bool(record.members)
         store = self.coordinator.offsets
         for group_id in store.group_ids():
-            self.coordinator.ensure_group(group_id)
+            if group_id not in self.consumer.groups:
+                self.coordinator.ensure_group(group_id)
+        if consumer_groups:
+            log.info("restored %d consumer-protocol groups", len(consumer_groups))
         if batches:
             log.info("loaded offsets of %d groups and %d groups with members from %d batches "
                      "of %s", len(store.group_ids()), restored, batches, CONSUMER_OFFSETS_TOPIC)
         return batches
 
     def _replay_partition(
-        self, partition: Partition, groups: dict[str, GroupMetadataRecord | None]
+        self, partition: Partition, groups: dict[str, GroupMetadataRecord | None],
+        consumer_replay: ConsumerGroupReplay,
     ) -> int:
         """Load one partition; what cannot be read is skipped with a log line naming its offset
         (``broker/log/internal_replay.py``), everything else is loaded."""
@@ -248,6 +284,8 @@ class GroupService:
             if not header.is_control and not header.is_transactional:
                 for record in records:
                     try:
+                        if consumer_replay.apply_untrusted(record.key, record.value):
+                            continue
                         group_id = decode_group_metadata_key_untrusted(record.key)
                         if group_id is not None:
                             groups[group_id] = decode_group_metadata_value_untrusted(record.value)
@@ -323,12 +361,80 @@ class GroupService:
         """Expire sessions and end rebalances that are due at ``now_ms``."""
         completions = self.coordinator.tick(now_ms)
         self._resolve(completions, self._store_groups(now_ms))
+        deadline = self.consumer.next_deadline()
+        if deadline is not None and deadline <= now_ms:
+            self.consumer.tick(self._logs, now_ms)
+            self._store_consumer_groups(now_ms)
 
     def tick(self, now_ms: int) -> None:
         """Housekeeping: run every due timer, forget Empty groups that hold no offsets."""
         self.run_timers(now_ms)
         self.coordinator.remove_empty_groups()
         self._store_groups(now_ms)
+        # Consumer-protocol groups: subscribed topics that changed (a topic a regex matches
+        # was created) bump the epoch even while nobody heartbeats; empty groups go.
+        self.consumer.tick(self._logs, now_ms)
+        store = self.coordinator.offsets
+        self.consumer.remove_empty_groups(store.has_group)
+        self._store_consumer_groups(now_ms)
+
+    # -- the consumer group protocol (KIP-848) ----------------------------------------------
+
+    def _store_consumer_groups(self, now_ms: int) -> list[Commit]:
+        """Append the records of every consumer group that changed (one batch per group);
+        the returned events are set once they are durable. A failed append is logged: the
+        group lives on in memory and its next change writes its records again."""
+        events = []
+        topic_id = self._logs.topic_id
+        for group_id, group in self.consumer.take_changes():
+            records = (deleted_group_records(group_id) if group is None
+                       else group_records(group, topic_id))
+            if not records:
+                continue
+            try:
+                partition = self.offsets_partition(group_id, now_ms)
+                _, flushed = self._storage.append(partition, build_batch(records, now_ms), now_ms)
+            except (KafkaError, ValueError) as exc:
+                log.error("could not store the records of consumer group %s: %s", group_id, exc)
+                if group is not None:
+                    group.dirty_group = True
+                    group.dirty_members.update(group.members)
+                continue
+            if flushed is not None:
+                events.append(flushed)
+        return events
+
+    def is_consumer_group(self, group_id: str) -> bool:
+        """Whether ``group_id`` is a consumer-protocol group (KIP-848)."""
+        return group_id in self.consumer.groups
+
+    def consumer_group_heartbeat(
+        self, request: HeartbeatRequest, now_ms: int
+    ) -> HeartbeatResult | Deferred[HeartbeatResult]:
+        """ConsumerGroupHeartbeat: answered once the records it produced are durable. A group
+        id a classic group with members uses is GROUP_ID_NOT_FOUND (Kafka's answer when the
+        group cannot be converted); an empty classic group becomes a consumer group."""
+        classic = self.coordinator.groups.get(request.group_id)
+        if classic is not None and request.group_id not in self.consumer.groups:
+            if classic.members:
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                       f"Group {request.group_id} is not a consumer group.")
+            self.coordinator.delete_groups([request.group_id], now_ms)
+            self._store_groups(now_ms)
+        result = self.consumer.heartbeat(request, self._logs, now_ms)
+        return _after_all(self._store_consumer_groups(now_ms), result)
+
+    def _leave_classic_for_consumer(self, group_id: str, now_ms: int) -> ErrorCode:
+        """A classic request for a consumer group: INCONSISTENT_GROUP_PROTOCOL while it has
+        members; an empty one is dropped so that the classic protocol can use the id."""
+        group = self.consumer.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE
+        if group.members:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        self.consumer.delete_group(group_id)
+        self._store_consumer_groups(now_ms)
+        return ErrorCode.NONE
 
     # -- membership --------------------------------------------------------------------------
 
@@ -347,6 +453,8 @@ class GroupService:
         require_known_member_id: bool = False,
     ) -> JoinResult | Deferred[JoinResult]:
         """``protocols``: ``(name, metadata)`` in the member's order of preference."""
+        if self._leave_classic_for_consumer(group_id, now_ms) is not ErrorCode.NONE:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         outcome = self.coordinator.join_group(
             group_id, member_id, client_id, client_host, session_timeout_ms,
             rebalance_timeout_ms, protocol_type, list(protocols), now_ms,
@@ -399,9 +507,16 @@ class GroupService:
         return summary
 
     def list_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
-        """``(group_id, protocol_type, state)`` of every group."""
+        """``(group_id, protocol_type, state)`` of every classic group (not the empty classic
+        entries a transaction marker leaves for a consumer-protocol group's offsets)."""
         self.run_timers(now_ms)
-        return self.coordinator.list_groups()
+        consumer = self.consumer.groups
+        return [g for g in self.coordinator.list_groups() if g[0] not in consumer]
+
+    def list_consumer_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
+        """``(group_id, protocol_type, state)`` of every consumer-protocol group."""
+        self.run_timers(now_ms)
+        return [(g.group_id, "consumer", g.state.value) for g in self.consumer.groups.values()]
 
     def delete_groups(
         self, group_ids: list[str], now_ms: int
@@ -409,8 +524,13 @@ class GroupService:
         """DeleteGroups: ``group_id -> error``, answered once the tombstones of the deleted
         groups (their metadata record and every committed offset) are durable."""
         store = self.coordinator.offsets
-        result = self.coordinator.delete_groups(group_ids, now_ms)
-        flushes = self._store_groups(now_ms)
+        consumer_ids = [g for g in group_ids if g in self.consumer.groups]
+        result = self.coordinator.delete_groups(
+            [g for g in group_ids if g not in self.consumer.groups], now_ms)
+        self.run_timers(now_ms)
+        for group_id in consumer_ids:
+            result[group_id] = self.consumer.delete_group(group_id)
+        flushes = self._store_groups(now_ms) + self._store_consumer_groups(now_ms)
         for group_id, code in result.items():
             if code is not ErrorCode.NONE:
                 continue
@@ -445,10 +565,12 @@ class GroupService:
         without a committed offset are answered NONE, as Kafka does."""
         self.run_timers(now_ms)
         group = self.coordinator.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return ErrorCode.GROUP_ID_NOT_FOUND, {}
         subscribed: set[str] = set()
-        if group.members:
+        if group_id in self.consumer.groups:
+            subscribed = self.consumer.subscribed_topics(group_id)
+        elif group is None or group.state is GroupState.DEAD:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        elif group.members:
             if group.protocol_type != "consumer":
                 return ErrorCode.NON_EMPTY_GROUP, {}
             subscribed = self.coordinator.subscribed_topics(group_id)
@@ -484,17 +606,17 @@ class GroupService:
         self,
         group_id: str,
         offsets: Sequence[OffsetToCommit],
-        error: ErrorCode,
+        error: ErrorCode | Sequence[ErrorCode],
         now_ms: int,
         txn: TxnProducer | None = None,
     ) -> tuple[list[ErrorCode], Commit | None]:
         """Validate and append ``offsets``: ``(one code per offset, in order; event set once
-        the batch is durable)``."""
+        the batch is durable)``. ``error``: the group's verdict, for all or one per offset."""
         codes: list[ErrorCode] = []
         accepted: list[tuple[str, int, OffsetAndMetadata]] = []
         slots: list[int] = []
         for i, entry in enumerate(offsets):
-            code = error
+            code = error if isinstance(error, ErrorCode) else error[i]
             if code is ErrorCode.NONE:
                 code = self._check_partition(entry.topic, entry.partition, entry.metadata)
             if code is ErrorCode.NONE:
@@ -555,12 +677,22 @@ class GroupService:
         offsets: Sequence[OffsetToCommit],
         now_ms: int,
         group_instance_id: str | None = None,
+        api_version: int = 9,
     ) -> list[ErrorCode] | Deferred[list[ErrorCode]]:
-        """OffsetCommit: one code per offset, in order, now or once the batch is durable."""
-        outcome = self.coordinator.validate_offset_commit(
-            group_id, generation_id, member_id, now_ms, group_instance_id,
-        )
-        error = self._reply(outcome, now_ms)
+        """OffsetCommit: one code per offset, in order, now or once the batch is durable.
+        For a consumer-protocol group ``generation_id`` is the member epoch (v9+)."""
+        if group_id in self.consumer.groups:
+            self.run_timers(now_ms)
+        error: ErrorCode | list[ErrorCode]
+        if group_id in self.consumer.groups:
+            error = self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, api_version,
+                [(o.topic, o.partition) for o in offsets])
+        else:
+            outcome = self.coordinator.validate_offset_commit(
+                group_id, generation_id, member_id, now_ms, group_instance_id,
+            )
+            error = self._reply(outcome, now_ms)
         codes, flushed = self._store(group_id, offsets, error, now_ms)
         return _after(flushed, codes)
 
@@ -576,13 +708,25 @@ class GroupService:
     ) -> list[ErrorCode] | Deferred[list[ErrorCode]]:
         """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``. One code per offset, as ``commit_offsets``."""
-        error = self.coordinator.validate_txn_offset_commit(
-            group_id, generation_id, member_id, group_instance_id,
-        )
-        if error == ErrorCode.NONE and (producer.producer_id < 0 or producer.producer_epoch < 0):
+        error: ErrorCode | list[ErrorCode]
+        if group_id in self.consumer.groups:
+            # KIP-447 with member epochs: the generation is the consumer's member epoch.
+            error = self.consumer.validate_offset_commit(
+                group_id, member_id, generation_id, 5,
+                [(o.topic, o.partition) for o in offsets], transactional=True)
+        else:
+            error = self.coordinator.validate_txn_offset_commit(
+                group_id, generation_id, member_id, group_instance_id,
+            )
+        if producer.producer_id < 0 or producer.producer_epoch < 0:
             # No producer, so no transaction these offsets could belong to (Kafka answers the same
             # for a producer id its transaction coordinator does not map to the transactional id).
-            error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            if isinstance(error, ErrorCode):
+                if error == ErrorCode.NONE:
+                    error = ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            else:
+                error = [ErrorCode.INVALID_PRODUCER_ID_MAPPING if c == ErrorCode.NONE else c
+                         for c in error]
         codes, flushed = self._store(group_id, offsets, error, now_ms, producer)
         return _after(flushed, codes)
 
@@ -619,6 +763,17 @@ class GroupService:
             FetchedOffset(topic, index, -1, "", ErrorCode.NONE)
             for topic, index, value in found
         ]
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int,
+                              now_ms: int) -> ErrorCode:
+        """OffsetFetch v9+ naming a member of a consumer-protocol group: UNKNOWN_MEMBER_ID or
+        STALE_MEMBER_EPOCH when it is not the member's current epoch (classic groups: NONE)."""
+        if group_id not in self.consumer.groups:
+            return ErrorCode.NONE
+        self.run_timers(now_ms)
+        if group_id not in self.consumer.groups:
+            return ErrorCode.NONE
+        return self.consumer.validate_offset_fetch(group_id, member_id, member_epoch)
 
     def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
         """Call after writing a COMMIT/ABORT marker for ``producer_id`` to ``__consumer_offsets``

@@ -15,6 +15,7 @@ from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
+from protocol.primitives import ZERO_UUID
 
 TRANSACTION_VERSION = "transaction.version"
 MAX_TRANSACTION_VERSION = 2
@@ -63,16 +64,21 @@ def metadata(broker: Broker, header, request) -> dict:
         names = [t.name for t in request.topics]
         allow_create = request.allow_auto_topic_creation
     topics = []
-    if None in names:  # v12+: topics asked by id (share consumers resolve assignments so)
-        by_id = [t for t in request.topics if t.name is None]
-        names = [n for n in names if n is not None]
-        for t in by_id:
-            name = broker.logs.topic_name(t.topic_id)
+    if header.api_version >= 10 and request.topics:
+        # v10+: a topic may be named by its id alone (KIP-516; the consumer protocol's
+        # assignments name topics by id): an unknown id is UNKNOWN_TOPIC_ID, as Kafka answers.
+        resolved: list[str] = []
+        for t, name in zip(request.topics, names, strict=True):
             if name is None:
-                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None,
-                               "topic_id": t.topic_id, "is_internal": False, "partitions": []})
-            else:
-                names.append(name)
+                found = broker.logs.topic_name(t.topic_id)
+                if found is None:
+                    topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None,
+                                   "topic_id": t.topic_id, "is_internal": False,
+                                   "partitions": []})
+                    continue
+                name = found
+            resolved.append(name)
+        names = resolved
     listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
     # v8+: the operations the principal may do on each topic it may describe (Kafka's bits).
     with_operations = header.api_version >= 8 and request.include_topic_authorized_operations
@@ -124,7 +130,7 @@ def metadata(broker: Broker, header, request) -> dict:
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
-                "topic_id": broker.logs.topic_id(name),
+                "topic_id": broker.logs.topic_id(name) or ZERO_UUID,
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
                 "topic_authorized_operations": operations,
@@ -141,6 +147,63 @@ def metadata(broker: Broker, header, request) -> dict:
         "topics": topics,
         "cluster_authorized_operations": cluster_operations,
     }
+
+
+MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit
+
+
+@handles(ApiKey.DESCRIBE_TOPIC_PARTITIONS)
+def describe_topic_partitions(broker: Broker, header, request) -> dict:
+    """KIP-966: the topics (all when none are named: those the principal may describe), sorted
+    by name, from the cursor on, at most ``response_partition_limit`` partitions (and at most
+    Kafka's 2000); ``next_cursor`` names the first partition left out. One broker: leader =
+    replicas = isr = this node, no eligible leader replicas."""
+    node = broker.config.node_id
+    logs = broker.logs
+    listing_all = not request.topics
+    names = sorted(logs.topics()) if listing_all else sorted({t.name for t in request.topics})
+    cursor = request.cursor
+    if cursor is not None:
+        names = [n for n in names if n >= cursor.topic_name]
+    limit = max(0, min(request.response_partition_limit, MAX_PARTITIONS_PER_DESCRIBE))
+    topics: list[dict] = []
+    next_cursor = None
+    for name in names:
+        if not allowed(broker, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                       log_refusal=not listing_all):
+            if not listing_all:
+                topics.append({"error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "name": name,
+                               "topic_id": ZERO_UUID, "is_internal": False, "partitions": []})
+            continue
+        count = logs.partition_count(name)
+        if count is None:
+            topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "name": name,
+                           "topic_id": ZERO_UUID, "is_internal": False, "partitions": []})
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        if limit <= 0:
+            next_cursor = {"topic_name": name, "partition_index": first}
+            break
+        last = min(count, first + limit)
+        topics.append({
+            "error_code": ErrorCode.NONE,
+            "name": name,
+            "topic_id": logs.topic_id(name) or ZERO_UUID,
+            "is_internal": name in INTERNAL_TOPICS,
+            "partitions": [
+                {"error_code": ErrorCode.NONE, "partition_index": index, "leader_id": node,
+                 "replica_nodes": [node], "isr_nodes": [node], "eligible_leader_replicas": [],
+                 "last_known_elr": [], "offline_replicas": []}
+                for index in range(first, last)
+            ],
+            "topic_authorized_operations": authorized_operations(broker, ResourceType.TOPIC,
+                                                                 name),
+        })
+        limit -= last - first
+        if last < count:
+            next_cursor = {"topic_name": name, "partition_index": last}
+            break
+    return {"throttle_time_ms": 0, "topics": topics, "next_cursor": next_cursor}
 
 
 def may_create(broker: Broker, topic: str) -> bool:

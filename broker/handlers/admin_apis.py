@@ -289,34 +289,34 @@ def offset_delete(broker: Broker, header, request):
 
 @handles(ApiKey.LIST_GROUPS, *_versions(ApiKey.LIST_GROUPS))
 def list_groups(broker: Broker, header, request) -> dict:
-    """v4+ filter by state, v5+ by type (case-insensitive, as Kafka); every group here is a
-    "classic" group."""
+    """v4+ filter by state, v5+ by type (case-insensitive, as Kafka): "classic" groups, the
+    consumer group protocol's "consumer" groups and "share" groups."""
     version = header.api_version
     states = {s.lower() for s in request.states_filter} if version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if version >= 5 else set()
     groups = []
+    listed: list[tuple[str, str, str, str]] = []  # (group type, id, protocol type, state)
     # As Kafka: every group with Describe on the cluster, else those the principal may describe;
     # the others are left out without a refusal line each.
     everything = allowed(broker, Operation.DESCRIBE, AclResource.CLUSTER, CLUSTER_NAME,
                          log_refusal=False)
-    if not types or CLASSIC in types:
-        for group_id, protocol_type, state in sorted(broker.groups.list_groups(broker.clock.now_ms())):
-            if states and state.lower() not in states:
-                continue
-            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
-                                              group_id, log_refusal=False):
-                continue
-            groups.append({"group_id": group_id, "protocol_type": protocol_type,
-                           "group_state": state, "group_type": CLASSIC})
+    now_ms = broker.clock.now_ms()
+    kinds = [(CLASSIC, broker.groups.list_groups),
+             ("consumer", broker.groups.list_consumer_groups)]  # the consumer protocol's (KIP-848)
+    for group_type, listing in kinds:
+        if not types or group_type in types:
+            listed.extend((group_type, *group) for group in sorted(listing(now_ms)))
     if broker.share is not None and (not types or SHARE in types):  # KIP-932
-        for group_id, state in broker.share.list_groups():
-            if states and state.lower() not in states:
-                continue
-            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
-                                              group_id, log_refusal=False):
-                continue
-            groups.append({"group_id": group_id, "protocol_type": SHARE,
-                           "group_state": state, "group_type": SHARE})
+        listed.extend((SHARE, group_id, SHARE, state)
+                      for group_id, state in broker.share.list_groups())
+    for group_type, group_id, protocol_type, state in listed:
+        if states and state.lower() not in states:
+            continue
+        if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
+                                          group_id, log_refusal=False):
+            continue
+        groups.append({"group_id": group_id, "protocol_type": protocol_type,
+                       "group_state": state, "group_type": group_type})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
 
 

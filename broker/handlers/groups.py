@@ -1,5 +1,6 @@
 """Consumer groups and committed offsets: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-DescribeGroups, OffsetCommit, OffsetFetch, TxnOffsetCommit (the versions: ``SERVED``).
+DescribeGroups, OffsetCommit, OffsetFetch, TxnOffsetCommit, and the consumer group protocol's
+ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848) (the versions: ``SERVED``).
 
 The decoded request -> plain values -> ``broker.groups`` (``broker/group/service.py``, which
 knows no protocol message) -> codes and results -> the response dict, built here. JoinGroup and
@@ -9,6 +10,8 @@ return a ``Deferred``.
 
 from __future__ import annotations
 
+from broker.group.assignors import Assignment
+from broker.group.consumer_group import MEMBER_TYPE_CONSUMER, HeartbeatRequest, HeartbeatResult
 from broker.group.coordinator import JoinResult, SyncResult
 from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers import peer
@@ -192,6 +195,14 @@ def describe_groups(broker: Broker, header, request) -> dict:
                            "protocol_data": "", "members": []})
             continue
         summary = broker.groups.describe_group(group_id, now)
+        if header.api_version >= 6 and broker.groups.is_consumer_group(group_id):
+            # A consumer-protocol group is not a classic group (Kafka's answer; tools then ask
+            # ConsumerGroupDescribe).
+            groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+                           "error_message": f"Group {group_id} is not a classic group.",
+                           "group_id": group_id, "group_state": "Dead", "protocol_type": "",
+                           "protocol_data": "", "members": []})
+            continue
         if header.api_version >= 6 and summary.state == "Dead":
             # v6+ (KIP-1043): a group that does not exist is an error, as Kafka 4 answers it
             groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,
@@ -233,7 +244,7 @@ def offset_commit(broker: Broker, header, request):
     topics = request.topics
     codes = broker.groups.commit_offsets(
         request.group_id, request.generation_id, request.member_id, _offsets(topics),
-        broker.clock.now_ms(), request.get("group_instance_id"),
+        broker.clock.now_ms(), request.get("group_instance_id"), header.api_version,
     )
     return _with_refused(reply(codes, lambda c: {"topics": _commit_topics(topics, c)}), refused)
 
@@ -243,7 +254,8 @@ def offset_fetch(broker: Broker, header, request) -> dict:
     now = broker.clock.now_ms()
     stable = request.require_stable
 
-    def fetch(group_id: str, topics) -> dict:
+    def fetch(group_id: str, topics, member_id: str | None = None, member_epoch: int = -1
+              ) -> dict:
         # Describe on the group; partitions of topics it may not describe are left out (all
         # topics, without a refusal line each) or answered TOPIC_AUTHORIZATION_FAILED (named
         # topics), as in Kafka.
@@ -257,6 +269,10 @@ def offset_fetch(broker: Broker, header, request) -> dict:
                     for index in t.partition_indexes]} for t in topics or ()],
                         "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
             return {"topics": [], "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED}
+        # v9+ (KIP-848): a member of a consumer-protocol group names itself and its epoch.
+        error = broker.groups.validate_offset_fetch(group_id, member_id, member_epoch, now)
+        if error != ErrorCode.NONE:
+            return {"topics": [], "error_code": error}
         fetched = broker.groups.fetch_offsets(
             group_id, None if topics is None else [(t.name, t.partition_indexes) for t in topics],
             now, stable)
@@ -279,7 +295,8 @@ def offset_fetch(broker: Broker, header, request) -> dict:
         return {"throttle_time_ms": 0, **fetch(request.group_id, request.topics)}
     # v8+: a batch of groups (KIP-709)
     return {"throttle_time_ms": 0, "groups": [
-        {"group_id": g.group_id, **fetch(g.group_id, g.topics)} for g in request.groups
+        {"group_id": g.group_id, **fetch(g.group_id, g.topics, g.member_id, g.member_epoch)}
+        for g in request.groups
     ]}
 
 
@@ -339,3 +356,121 @@ def _txn_offsets_refused(request, code: ErrorCode) -> dict:
         {"name": t.name, "partitions": [
             {"partition_index": p.partition_index, "error_code": code} for p in t.partitions]}
         for t in request.topics]}
+
+
+# -- the consumer group protocol (KIP-848) ------------------------------------------------------
+
+
+def _by_name(broker: Broker, topic_partitions) -> Assignment:
+    """Owned partitions named by topic id -> by name (ids of topics gone are dropped)."""
+    owned: dict[str, frozenset[int]] = {}
+    for tp in topic_partitions:
+        name = broker.logs.topic_name(tp.topic_id)
+        if name is not None and tp.partitions:
+            owned[name] = owned.get(name, frozenset()) | frozenset(tp.partitions)
+    return owned
+
+
+def _by_id(broker: Broker, assignment: Assignment, with_names: bool = False) -> list[dict]:
+    out = []
+    for topic, partitions in sorted(assignment.items()):
+        topic_id = broker.logs.topic_id(topic)
+        if topic_id is None:
+            continue
+        entry = {"topic_id": topic_id, "partitions": sorted(partitions)}
+        if with_names:
+            entry["topic_name"] = topic
+        out.append(entry)
+    return out
+
+
+@handles(ApiKey.CONSUMER_GROUP_HEARTBEAT)
+def consumer_group_heartbeat(broker: Broker, header, request):
+    """v0: a member joining with an empty member id gets one; v1 (KIP-1082): the member
+    chooses it, and may subscribe by regex (RE2)."""
+    if not _group_ok(broker, Operation.READ, request.group_id):
+        return {"throttle_time_ms": 0, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                "member_epoch": 0, "heartbeat_interval_ms": 0}
+    names = request.subscribed_topic_names
+    heartbeat = HeartbeatRequest(
+        group_id=request.group_id,
+        member_id=request.member_id,
+        member_epoch=request.member_epoch,
+        instance_id=request.instance_id,
+        rack_id=request.rack_id,
+        rebalance_timeout_ms=request.rebalance_timeout_ms,
+        subscribed_topic_names=None if names is None else tuple(names),
+        subscribed_topic_regex=request.subscribed_topic_regex,
+        server_assignor=request.server_assignor,
+        owned=(None if request.topic_partitions is None
+               else _by_name(broker, request.topic_partitions)),
+        client_id=header.client_id or "",
+        client_host=peer.client_host(),
+        version=header.api_version,
+    )
+
+    def encode(result: HeartbeatResult) -> dict:
+        return {
+            "throttle_time_ms": 0,
+            "error_code": result.error,
+            "error_message": result.message,
+            "member_id": result.member_id,
+            "member_epoch": result.member_epoch,
+            "heartbeat_interval_ms": result.heartbeat_interval_ms,
+            "assignment": (None if result.assignment is None
+                           else {"topic_partitions": _by_id(broker, result.assignment)}),
+        }
+
+    return reply(broker.groups.consumer_group_heartbeat(heartbeat, broker.clock.now_ms()),
+                 encode)
+
+
+@handles(ApiKey.CONSUMER_GROUP_DESCRIBE)
+def consumer_group_describe(broker: Broker, header, request) -> dict:
+    now = broker.clock.now_ms()
+    broker.groups.run_timers(now)
+    groups = []
+    for group_id in request.group_ids:
+        empty = {"group_id": group_id, "group_state": "", "group_epoch": 0,
+                 "assignment_epoch": 0, "assignor_name": "", "members": []}
+        if not _group_ok(broker, Operation.DESCRIBE, group_id):
+            groups.append({**empty, "error_code": ErrorCode.GROUP_AUTHORIZATION_FAILED})
+            continue
+        group = broker.groups.consumer.groups.get(group_id)
+        if group is None:
+            message = (f"Group {group_id} is not a consumer group."
+                       if group_id in broker.groups.coordinator.groups
+                       else f"Group {group_id} not found.")
+            groups.append({**empty, "error_code": ErrorCode.GROUP_ID_NOT_FOUND,
+                           "error_message": message})
+            continue
+        groups.append({
+            "error_code": ErrorCode.NONE,
+            "group_id": group_id,
+            "group_state": group.state.value,
+            "group_epoch": group.group_epoch,
+            "assignment_epoch": group.assignment_epoch,
+            "assignor_name": group.assignor,
+            "members": [
+                {
+                    "member_id": m.member_id,
+                    "instance_id": m.instance_id,
+                    "rack_id": m.rack_id,
+                    "member_epoch": m.member_epoch,
+                    "client_id": m.client_id,
+                    "client_host": m.client_host,
+                    "subscribed_topic_names": list(m.subscribed_topic_names),
+                    # "" without a regex, as Kafka answers
+                    "subscribed_topic_regex": m.subscribed_topic_regex or "",
+                    "assignment": {"topic_partitions": _by_id(broker, m.assigned, True)},
+                    "target_assignment": {"topic_partitions": _by_id(
+                        broker, group.target.get(m.member_id, {}), True)},
+                    "member_type": MEMBER_TYPE_CONSUMER,
+                }
+                for m in group.members.values()
+            ],
+            "authorized_operations": (
+                authorized_operations(broker, ResourceType.GROUP, group_id)
+                if request.include_authorized_operations else INT32_MIN),
+        })
+    return {"throttle_time_ms": 0, "groups": groups}

@@ -3,8 +3,11 @@
 Layout of ``data_dir``::
 
     topics.json              {"version": 1, "topics": {name: {"partitions": N,
-                              "config": {kafka_key: value, ...}}}}: the topics and their config
-                             overrides; replaced atomically (temp, fsync, rename, dir fsync)
+                              "config": {kafka_key: value, ...}, "topic_id": "<uuid>"}}}: the
+                             topics, their config overrides and topic ids (a random UUID per
+                             created topic, as Kafka's; one is added to a topic that has none at
+                             the first start that sees it); replaced atomically (temp, fsync,
+                             rename, dir fsync)
     .clean_shutdown          written last by close(): {"version": 1, "partitions":
                               {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
                              deleted (and the deletion fsync'd) once the next start has loaded
@@ -80,6 +83,9 @@ class LogManager:
         self.default_config = default_config
         self.data_dir.mkdir(exist_ok=True)
         self._topics: dict[str, dict] = self._read_topics()
+        self._topic_ids: dict[str, uuid.UUID] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}
+        self._load_topic_ids()
         self._configs: dict[str, LogConfig] = {}
         self._partitions: dict[str, list[Partition]] = {}
         self.recovered: list[RecoveryReport] = []
@@ -129,6 +135,29 @@ class LogManager:
         if not isinstance(doc, dict) or doc.get("version") != 1:
             raise RuntimeError(f"{path}: unknown format")
         return dict(doc["topics"])
+
+    def _load_topic_ids(self) -> None:
+        """Topic ids from topics.json; a topic without one (written before ids) gets one now."""
+        missing = False
+        for name, meta in self._topics.items():
+            try:
+                topic_id = uuid.UUID(meta["topic_id"])
+            except (KeyError, TypeError, ValueError):
+                topic_id = uuid.uuid4()
+                self._topics[name] = {**meta, "topic_id": str(topic_id)}
+                missing = True
+            self._topic_ids[name] = topic_id
+            self._names_by_id[topic_id] = name
+        if missing:
+            self._write_topics(self._topics)
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (Kafka's topic UUID); None if there is no such topic."""
+        return self._topic_ids.get(topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id; None if there is none."""
+        return self._names_by_id.get(topic_id)
 
     def _write_topics(self, topics: dict[str, dict]) -> None:
         body = json.dumps({"version": 1, "topics": topics}, indent=1, sort_keys=True).encode()
@@ -197,22 +226,6 @@ class LogManager:
         parts = self._partitions.get(topic)
         return None if parts is None else len(parts)
 
-    def topic_id(self, topic: str) -> uuid.UUID | None:
-        """The topic's id (Kafka's topic ids: Metadata v10+, share groups), None if there is no
-        such topic. A topic created before ids were kept gets one derived from its name."""
-        meta = self._topics.get(topic)
-        if meta is None:
-            return None
-        stored = meta.get("id")
-        return uuid.UUID(stored) if stored else uuid.uuid5(uuid.NAMESPACE_URL, "topic:" + topic)
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        """The name of the topic with id ``topic_id``, None if there is none."""
-        for name in self._topics:
-            if self.topic_id(name) == topic_id:
-                return name
-        return None
-
     def topic_config(self, topic: str) -> LogConfig:
         try:
             return self._configs[topic]
@@ -260,8 +273,9 @@ class LogManager:
                 parts.append(p)
             fsync_dir(self.data_dir)
             topics = dict(self._topics)
+            topic_id = uuid.uuid4()
             topics[name] = {"partitions": num_partitions, "config": stored_overrides,
-                            "id": str(uuid.uuid4())}
+                            "topic_id": str(topic_id)}
             self._write_topics(topics)  # the commit point
         except BaseException as exc:
             for p in parts:
@@ -272,6 +286,8 @@ class LogManager:
         self._topics = topics
         self._configs[name] = config
         self._partitions[name] = parts
+        self._topic_ids[name] = topic_id
+        self._names_by_id[topic_id] = name
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         """The topic's config overrides as stored (Kafka key -> string value)."""
@@ -365,6 +381,9 @@ class LogManager:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
         self._topics = topics
         del self._configs[name]
+        old_id = self._topic_ids.pop(name, None)
+        if old_id is not None:
+            self._names_by_id.pop(old_id, None)
         for p in self._partitions.pop(name):
             p.delete()
         fsync_dir(self.data_dir)

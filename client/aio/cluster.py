@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import random
+import uuid
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -69,6 +70,9 @@ class Cluster:
         self.cluster_id: str | None = None
         self.controller_id: int = -1
         self.partition_leaders: dict[str, list[int]] = {}  # topic -> leader per partition
+        # topic ids (Metadata v10+): the consumer group protocol's assignments name topics by id
+        self.topic_ids: dict[str, uuid.UUID] = {}
+        self.topic_names: dict[uuid.UUID, str] = {}
         self.topic_errors: dict[str, int] = {}
         self.internal_topics: set[str] = set()
         self.last_refresh: float = -1e9
@@ -242,6 +246,10 @@ class Cluster:
                 if 0 <= p.partition_index < len(leaders):
                     leaders[p.partition_index] = p.leader_id if not p.error_code else -1
             self.partition_leaders[topic.name] = leaders
+            topic_id = getattr(topic, "topic_id", None)
+            if topic_id is not None and topic_id.int:  # Metadata v10+ (KIP-516)
+                self.topic_ids[topic.name] = topic_id
+                self.topic_names[topic_id] = topic.name
             if topic.is_internal:
                 self.internal_topics.add(topic.name)
         self.last_refresh = trio.current_time()

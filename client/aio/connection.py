@@ -58,7 +58,7 @@ CLIENT_MAX_VERSION: dict[int, int] = {
     ApiKey.FIND_COORDINATOR: 3,  # v4+ batch the keys in another layout
     ApiKey.OFFSET_FETCH: 7,  # v8+ batch the groups in another layout
     ApiKey.LEAVE_GROUP: 2,  # v3+ batch the members in another layout
-    ApiKey.OFFSET_COMMIT: 8,  # v9 is the consumer protocol's (member epochs)
+    ApiKey.OFFSET_COMMIT: 9,  # v9 carries the member epoch (KIP-848); v10 names topics by id
     ApiKey.LIST_OFFSETS: 9,  # v10 adds a timeout for tiered storage
 }
 

@@ -40,7 +40,12 @@ from client.aio._tasks import EngineTasks
 from client.aio.cluster import Cluster
 from client.aio.connection import OpenStream
 from client.aio.fetcher import Fetcher
-from client.aio.group_coordinator import STABLE, GroupCoordinator, RebalanceCallback
+from client.aio.group_coordinator import (
+    STABLE,
+    ConsumerProtocolCoordinator,
+    GroupCoordinator,
+    RebalanceCallback,
+)
 from client.aio.subscription import (
     EARLIEST,
     LATEST,
@@ -83,8 +88,10 @@ class AsyncConsumer:
         self._tasks = EngineTasks("AsyncConsumer")
         self._subs = SubscriptionState()
         self._fetcher = Fetcher(cfg, self._subs, self._cluster)
-        self._group = GroupCoordinator(cfg, self._subs, self._cluster, self._tasks,
-                                       self._set_assignment, self._fetcher.wake_poll)
+        coordinator = (ConsumerProtocolCoordinator if cfg["group.protocol"] == "consumer"
+                       else GroupCoordinator)
+        self._group = coordinator(cfg, self._subs, self._cluster, self._tasks,
+                                  self._set_assignment, self._fetcher.wake_poll)
         self._next_auto_commit_ns = 0  # clock.monotonic_ns() of the next auto-commit
         self._closed = False
 

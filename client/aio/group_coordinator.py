@@ -1,5 +1,7 @@
 """The consumer's group membership and committed offsets (aiokafka's GroupCoordinator):
-the classic protocol with eager rebalancing, heartbeats, OffsetCommit / OffsetFetch.
+the classic protocol with eager rebalancing, heartbeats, OffsetCommit / OffsetFetch; and
+``ConsumerProtocolCoordinator``, the consumer group protocol (KIP-848, ``group.protocol``
+"consumer").
 
 ``coordinate`` advances the rebalance state machine from ``poll``: a rebalance (a heartbeat
 answering REBALANCE_IN_PROGRESS, a changed partition count seen by the leader, a failed commit)
@@ -11,6 +13,7 @@ and assigns. It returns the rebalance callbacks for ``poll`` to run in the calle
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -489,3 +492,183 @@ def _worst(codes: Iterable[int]) -> int:
         if r > rank:
             worst, rank = code, r
     return worst
+
+
+class ConsumerProtocolCoordinator(GroupCoordinator):
+    """``group.protocol=consumer`` (KIP-848): the broker assigns, the member reconciles.
+
+    A heartbeat task sends ConsumerGroupHeartbeat every interval the coordinator asks for: a full
+    request to join (member epoch 0, the subscription, ``group.remote.assignor``, no partitions),
+    then only what changed (the subscription, the partitions it owns). An answer that carries an
+    assignment (topics by id, resolved through metadata) becomes the *target*; ``coordinate``
+    (from ``poll``) reconciles towards it: partitions not in the target are revoked first (with
+    auto-commit, their positions committed; the revocation callback runs), then the new ones are
+    added (the assignment callback runs with just those), and the next heartbeat goes out at once
+    to report what the member owns, so the coordinator can hand the freed partitions on. Kept
+    partitions never stop being fetched. FENCED_MEMBER_EPOCH or UNKNOWN_MEMBER_ID: every
+    partition is given up and the member joins again with epoch 0. The member chooses its own
+    member id (KIP-1082); commits carry it with the member epoch (OffsetCommit v9)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.member_id = str(uuid.uuid4())
+        self.member_epoch = 0
+        self._remote_assignor: str | None = self.config["group.remote.assignor"]
+        self._interval = 1.0  # until the coordinator says
+        self._target: list[TopicPartition] | None = None
+        self._sent_topics: tuple[str, ...] | None = None
+        self._sent_owned: tuple[TopicPartition, ...] | None = None
+        self._beat_now = trio.Event()
+
+    def metadata(self) -> ConsumerGroupMetadata:
+        """send_offsets_to_transaction's group metadata: the member epoch as the generation."""
+        return ConsumerGroupMetadata(self.require_group(), self.member_epoch, self.member_id)
+
+    async def coordinate(self) -> RebalanceCallback | None:
+        if not self._heartbeat_running and self._subs.subscribed and not self.closed:
+            self._heartbeat_running = True
+            self._tasks.start_soon(self._heartbeat_loop)
+        target = self._target
+        if target is None:
+            return None
+        current = set(self._subs.assignment)
+        revoked = sorted(current - set(target))
+        if revoked:
+            if self.auto_commit:
+                try:
+                    await self.commit({tp: s.position for tp, s in self._subs.assignment.items()
+                                       if tp in revoked and s.position is not None})
+                except KafkaClientError as exc:
+                    log.info("commit before revocation failed: %s", exc)
+            self._set_assignment(sorted(current - set(revoked)))
+            if self._subs.on_revoke is not None:
+                return RebalanceCallback("revoked", revoked)
+        added = sorted(set(target) - set(self._subs.assignment))
+        self._set_assignment(sorted(target))
+        self._target = None
+        self.rejoin_needed = False
+        self._beat_now.set()  # report the reconciled assignment at once
+        if self._subs.on_assign is not None and (added or revoked or not current):
+            return RebalanceCallback("assigned", added)
+        return None
+
+    def _owned_by_id(self, owned: Sequence[TopicPartition]) -> list[dict] | None:
+        by_topic: dict[str, list[int]] = {}
+        for tp in owned:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        out = []
+        for topic, partitions in sorted(by_topic.items()):
+            topic_id = self._cluster.topic_ids.get(topic)
+            if topic_id is None:
+                return None  # not known yet: say nothing this time
+            out.append({"topic_id": topic_id, "partitions": sorted(partitions)})
+        return out
+
+    def _heartbeat_body(self) -> tuple[dict, tuple[str, ...], tuple[TopicPartition, ...]]:
+        joining = self.member_epoch == 0
+        topics = tuple(sorted(self._subs.topics or ()))
+        owned = tuple(sorted(self._subs.assignment)) if self._target is None else None
+        owned_ids: list[dict] | None = None
+        if joining:
+            owned_ids = []
+        elif owned is not None and owned != self._sent_owned:
+            owned_ids = self._owned_by_id(owned)
+        body = {
+            "group_id": self.require_group(),
+            "member_id": self.member_id,
+            "member_epoch": self.member_epoch,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout_ms": self.config["max.poll.interval.ms"] if joining else -1,
+            "subscribed_topic_names": (list(topics) if joining or topics != self._sent_topics
+                                       else None),
+            "subscribed_topic_regex": None,
+            "server_assignor": self._remote_assignor if joining else None,
+            "topic_partitions": owned_ids,
+        }
+        sent_owned = (owned if owned_ids is not None and owned is not None
+                      else self._sent_owned or ())
+        return body, topics, sent_owned
+
+    async def _resolve(self, topic_partitions: Sequence[Any]) -> list[TopicPartition]:
+        """An assignment by topic id -> by name (metadata refreshed for ids not known yet)."""
+        ids = self._cluster.topic_names
+        if any(tp.topic_id not in ids for tp in topic_partitions):
+            try:
+                await self._cluster.refresh_metadata(None)
+            except KafkaClientError as exc:
+                log.info("metadata for the assignment failed: %s", exc)
+        out = []
+        for tp in topic_partitions:
+            name = ids.get(tp.topic_id)
+            if name is None:
+                log.warning("assigned partitions of an unknown topic id %s", tp.topic_id)
+                continue
+            out += [TopicPartition(name, p) for p in tp.partitions]
+        return sorted(out)
+
+    async def _heartbeat_loop(self) -> None:
+        group_id = self.require_group()
+        failures = 0
+        try:
+            while self._subs.subscribed and not self.closed:
+                body, topics, owned = self._heartbeat_body()
+                try:
+                    response = await self._cluster.coordinator_request(
+                        GROUP, group_id, ApiKey.CONSUMER_GROUP_HEARTBEAT, body,
+                        channel=COORDINATOR_CHANNEL)
+                except KafkaClientError as exc:
+                    log.info("heartbeat failed: %s", exc)
+                    self._cluster.forget_coordinator(GROUP, group_id)
+                    await trio.sleep(self._backoff.seconds(failures))
+                    failures += 1
+                    continue
+                code = response.error_code
+                if code == ErrorCode.NONE:
+                    failures = 0
+                    self._sent_topics = topics
+                    self._sent_owned = owned
+                    self.member_epoch = self.generation_id = response.member_epoch
+                    if response.heartbeat_interval_ms > 0:
+                        self._interval = response.heartbeat_interval_ms / 1000
+                    if response.assignment is not None:
+                        self._target = await self._resolve(response.assignment.topic_partitions)
+                        self.request_rejoin()
+                elif code in (ErrorCode.FENCED_MEMBER_EPOCH, ErrorCode.UNKNOWN_MEMBER_ID):
+                    log.info("group %s: %s, joining again", group_id, ErrorCode(code).name)
+                    self.member_epoch = self.generation_id = 0
+                    self._sent_topics = self._sent_owned = None
+                    self._target = []  # every partition is lost
+                    self.request_rejoin()
+                    continue
+                elif code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                              ErrorCode.COORDINATOR_LOAD_IN_PROGRESS):
+                    self._cluster.forget_coordinator(GROUP, group_id)
+                    await trio.sleep(self._backoff.seconds(failures))
+                    failures += 1
+                    continue
+                else:
+                    log.warning("heartbeat error %s: %s", error_for(code),
+                                response.error_message)
+                with trio.move_on_after(self._interval):
+                    await self._beat_now.wait()
+                self._beat_now = trio.Event()
+        finally:
+            self._heartbeat_running = False
+
+    async def leave(self) -> None:
+        """A heartbeat with epoch -1: the coordinator hands the partitions on at once."""
+        if self._subs.subscribed and self.member_epoch > 0:
+            group_id = self.require_group()
+            with trio.move_on_after(self._request_timeout):
+                try:
+                    await self._cluster.coordinator_request(
+                        GROUP, group_id, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+                        {"group_id": group_id, "member_id": self.member_id,
+                         "member_epoch": -1},
+                        channel=COORDINATOR_CHANNEL)
+                except KafkaClientError as exc:
+                    log.info("leaving the group failed: %s", exc)
+        self.closed = True
+        self.member_epoch = 0
+        self.generation_id = -1

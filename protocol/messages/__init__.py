@@ -15,6 +15,8 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     admin,
     admin_apis,
     api_versions,
+    consumer_groups,
+    describe_topic_partitions,
     describe_transactions,
     fetch,
     find_coordinator,

@@ -82,6 +82,51 @@ def in_range(version: int, text: str) -> bool:
     return low <= version <= high
 
 
+class _NullableStruct(Construct):
+    """A struct that may be null (Kafka's nullable struct field): an INT8 marker, -1 for null,
+    1 followed by the struct otherwise."""
+
+    def __init__(self, subcon: Construct) -> None:
+        super().__init__()
+        self.subcon = subcon
+
+    def _parse(self, stream, context, path):
+        if Int8._parsereport(stream, context, path) < 0:
+            return None
+        return self.subcon._parsereport(stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        Int8._build(-1 if obj is None else 1, stream, context, path)
+        if obj is not None:
+            self.subcon._build(obj, stream, context, path)
+        return obj
+
+    def _emitparse(self, code):
+        fid = code.allocateId()
+        code.append(f"""
+            def parse_knullable_{fid}(io, this):
+                if {Int8._compileparse(code)} < 0:
+                    return None
+                return {self.subcon._compileparse(code)}
+        """)
+        return f"parse_knullable_{fid}(io, this)"
+
+    def _emitbuild(self, code):
+        fid = code.allocateId()
+        code.append(f"""
+            def build_knullable_marker_{fid}(obj, io, this):
+                return {Int8._compilebuild(code)}
+            def build_knullable_body_{fid}(obj, io, this):
+                return {self.subcon._compilebuild(code)}
+            def build_knullable_{fid}(obj, io, this):
+                build_knullable_marker_{fid}(-1 if obj is None else 1, io, this)
+                if obj is not None:
+                    build_knullable_body_{fid}(obj, io, this)
+                return obj
+        """)
+        return f"build_knullable_{fid}(obj, io, this)"
+
+
 @dataclass(frozen=True)
 class F:
     """One field of a message (Kafka's JSON schema field, snake_case name)."""
@@ -131,8 +176,8 @@ def _leaf(type_: str, nullable: bool, flexible: bool) -> Construct:
 def _field_construct(f: F, version: int, flexible: bool) -> Construct:
     nullable = in_range(version, f.nullable)
     if f.type == "struct":
-        sub = struct_for(f.fields, version, flexible)
-        return NullableStruct(sub) if nullable else sub
+        struct = struct_for(f.fields, version, flexible)
+        return _NullableStruct(struct) if nullable else struct
     if not f.type.startswith("[]"):
         return _leaf(f.type, nullable, flexible)
     if f.fields:
@@ -258,49 +303,6 @@ class KafkaStruct(Construct):
         lines.append("    return objdict")
         code.append("\n".join(lines))
         return f"build_kstruct_{fid}(obj, io, this)"
-
-
-class NullableStruct(Construct):
-    """A nullable struct field (Kafka's ``"nullableVersions"`` on a struct, e.g. the assignment
-    of ShareGroupHeartbeat): an int8 marker, -1 for null, 1 before a present struct."""
-
-    def __init__(self, sub: KafkaStruct) -> None:
-        super().__init__()
-        self.sub = sub
-
-    def _parse(self, stream, context, path):
-        marker = Int8._parsereport(stream, context, path)
-        return None if marker < 0 else self.sub._parsereport(stream, context, path)
-
-    def _build(self, obj, stream, context, path):
-        if obj is None:
-            Int8._build(-1, stream, context, path)
-        else:
-            Int8._build(1, stream, context, path)
-            self.sub._build(obj, stream, context, path)
-        return obj
-
-    def _emitparse(self, code):
-        fid = code.allocateId()
-        code.append(f"""
-            def parse_nstruct_{fid}(io, this):
-                if {Int8._compileparse(code)} < 0:
-                    return None
-                return {self.sub._compileparse(code)}
-        """)
-        return f"parse_nstruct_{fid}(io, this)"
-
-    def _emitbuild(self, code):
-        fid = code.allocateId()
-        code.append(f"""
-            def build_nstruct_{fid}(obj, io, this):
-                if obj is None:
-                    io.write(b"\\xff")
-                    return None
-                io.write(b"\\x01")
-                return {self.sub._compilebuild(code)}
-        """)
-        return f"build_nstruct_{fid}(obj, io, this)"
 
 
 @dataclass(frozen=True)

@@ -71,11 +71,12 @@ SERVED: dict[ApiKey, Served] = {
         " -3 max timestamp (batch granularity), -4 earliest local = earliest, -5 latest tiered"
         " = -1 (no tiered storage)"),
     ApiKey.METADATA: Served(VersionRange(0, 12),
-        "from v0 (librdkafka <= 2.11 checks old versions); to v12: topic ids (v10, which share"
-        " consumers need: assignments name topics by id), topics asked by id (v12); v13's"
-        " top-level error is not served"),
+        "from v0 (librdkafka <= 2.11 checks old versions); to v12, all of Kafka's: v10+ carry"
+        " topic ids (the consumer protocol's assignments name topics by id), v12 looks topics"
+        " up by id"),
     ApiKey.OFFSET_COMMIT: Served(VersionRange(2, 9),
-        "Kafka 4's range; v9's member epoch is the classic group's generation"),
+        "Kafka 4's range to v9: v9 carries the member epoch of a consumer-protocol group (the"
+        " generation of a classic one); v10 names topics by id"),
     ApiKey.OFFSET_FETCH: Served(VersionRange(1, 9),
         "Kafka 4's range (librdkafka's consumer needs v1); v8+ batch groups, v7+ require_stable"),
     ApiKey.FIND_COORDINATOR: Served(VersionRange(0, 5),
@@ -106,6 +107,14 @@ SERVED: dict[ApiKey, Served] = {
         "all of Kafka's: v5 is transaction version 2 (the group joins the transaction"
         " implicitly)"),
     ApiKey.DESCRIBE_TRANSACTIONS: Served(VersionRange(0, 0), "Kafka's only version (KIP-664)"),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: Served(VersionRange(0, 1),
+        "all of Kafka 4.4's: the consumer group protocol (KIP-848); v1 regex subscriptions and"
+        " member ids chosen by the member (KIP-1082)"),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: Served(VersionRange(0, 1),
+        "all of Kafka 4.4's; v1 adds the member type (KIP-1099)"),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: Served(VersionRange(0, 0),
+        "Kafka's only version (KIP-966; kafka-topics.sh --describe asks it): one broker, so the"
+        " eligible leader replicas are always empty"),
     ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
         "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),
     # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x),

@@ -8,6 +8,7 @@ listed one must still occur, so that the list stays true. Fixed divergences are 
 from __future__ import annotations
 
 import re
+import uuid
 
 import pytest
 
@@ -61,7 +62,9 @@ def test_corpus_cases_encode():
 
 def _stand_in(step):
     return {"producer_id": 1000, "producer_epoch": 0, "member_id": "m", "generation_id": 1,
-            "leader": "m", "error_code": 0}
+            "leader": "m", "error_code": 0, "member_epoch": 1,
+            "assignment": {"topic_partitions": [{"topic_id": uuid.UUID(int=1),
+                                                 "partitions": [0]}]}}
 
 
 def test_normalize_names_ids_by_appearance_and_keeps_relations():

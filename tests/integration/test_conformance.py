@@ -33,7 +33,10 @@ OLD = {(key, version): cls for (key, version, direction), cls in old_classes().i
 
 # Versions kafka-python has no class for (Kafka 4 removed them); their codec is held to golden
 # bytes in tests/unit/protocol/messages/test_messages.py instead.
-NO_REFEREE = {(ApiKey.WRITE_TXN_MARKERS, 0)}
+NO_REFEREE = {(ApiKey.WRITE_TXN_MARKERS, 0),
+              # KIP-848's APIs: tests/unit/protocol/messages/test_consumer_groups.py
+              (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
+              (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1)}
 # kafka-python has no share-group classes (KIP-932): golden bytes in
 # tests/unit/protocol/messages/test_share.py, Kafka's own share consumer in
 # tests/kafka_ref/test_share_groups.py.
@@ -150,6 +153,14 @@ def request_body(key: ApiKey, version: int) -> dict:
         ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {"users": [{"name": "nobody"}]},
         ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {"deletions": [{"name": "nobody", "mechanism": 1}],
                                               "upsertions": []},
+        ApiKey.CONSUMER_GROUP_HEARTBEAT: {"group_id": f"cg-{version}",
+                                          "member_id": f"member-{version}", "member_epoch": 0,
+                                          "rebalance_timeout_ms": 30_000,
+                                          "subscribed_topic_names": [TOPIC],
+                                          "topic_partitions": []},
+        ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": [GROUP, "cg-0"]},
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": TOPIC}],
+                                           "response_partition_limit": 2000, "cursor": None},
         ApiKey.WRITE_TXN_MARKERS: {"markers": [{
             "producer_id": 4242, "producer_epoch": 0, "transaction_result": False,
             "topics": [{"name": TOPIC, "partition_indexes": [0]}], "coordinator_epoch": 0}]},
@@ -194,6 +205,9 @@ ALLOWED_ERRORS = {
     ApiKey.DELETE_ACLS: {ErrorCode.SECURITY_DISABLED},
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND},
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {ErrorCode.RESOURCE_NOT_FOUND},
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: {ErrorCode.NONE},
+    # the classic group (not a consumer group) and a consumer group, there or not yet
+    ApiKey.CONSUMER_GROUP_DESCRIBE: {ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE},
     ApiKey.SHARE_GROUP_DESCRIBE: {ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.SHARE_ACKNOWLEDGE: {ErrorCode.SHARE_SESSION_NOT_FOUND},
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: {ErrorCode.NONE},
@@ -251,6 +265,7 @@ def test_every_served_api_is_covered():
         ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS, *SHARE_APIS,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
     }
 
 

@@ -35,11 +35,6 @@ pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
 
 # Differences kept on purpose: (pattern in Kafka's normalized output, replacement, reason).
 KEPT = [
-    # minibroker has no topic ids (Metadata answers the zero UUID), so the tool leaves the field out
-    (re.compile(r" TopicId: <id>"), "", "no topic ids"),
-    # DescribeTopicPartitions (KIP-966, eligible leader replicas) is not served: the tool falls
-    # back to Metadata and prints N/A for the ELR columns; one node has no ELR anyway
-    (re.compile(r"Elr: LastKnownElr:"), "Elr: N/A LastKnownElr: N/A", "no DescribeTopicPartitions"),
     # Kafka 4 (KIP-966) writes a cluster-level dynamic min.insync.replicas, so every topic lists
     # it; minibroker has no replication and reports min.insync.replicas as a default
     (re.compile(r"(?<=Configs: )min\.insync\.replicas=1,?"), "", "cluster-level min ISR"),

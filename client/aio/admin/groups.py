@@ -10,6 +10,7 @@ from client.aio.admin._base import AdminBase
 from client.aio.cluster import GROUP, is_coordinator_error
 from client.errors import (
     BrokerResponseError,
+    UnsupportedVersionError,
     error_for,
 )
 from client.group_protocol import decode_assignment_untrusted
@@ -132,6 +133,12 @@ class GroupsAdmin(AdminBase):
             group = await retry(
                 attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="DescribeGroups"
             )
+            if group.error_code == ErrorCode.GROUP_ID_NOT_FOUND:
+                # Not a classic group: maybe a consumer-protocol one (KIP-848).
+                consumer = await self._describe_consumer_group(group_id)
+                if consumer is not None:
+                    result.append(consumer)
+                    continue
             members = []
             for m in group.members:
                 assignment: tuple[TopicPartition, ...] = ()
@@ -154,6 +161,37 @@ class GroupsAdmin(AdminBase):
                 )
             )
         return result
+
+    async def _describe_consumer_group(self, group_id: str) -> GroupDescription | None:
+        """ConsumerGroupDescribe (KIP-848): the group as a GroupDescription (protocol type
+        "consumer", the assignor as the protocol, members' current assignments); None if it is
+        no such group or the broker does not serve the API."""
+
+        async def attempt() -> Any:
+            response = await self._cluster.coordinator_request(
+                GROUP, group_id, ApiKey.CONSUMER_GROUP_DESCRIBE,
+                {"group_ids": [group_id], "include_authorized_operations": False})
+            (group,) = response.groups
+            if group.error_code and group.error_code != ErrorCode.GROUP_ID_NOT_FOUND:
+                raise self._cluster.coordinator_error(
+                    GROUP, group_id, group.error_code, f"group {group_id}")
+            return group
+
+        try:
+            group = await retry(attempt, backoff=self._cluster.backoff, timeout=self._timeout,
+                                what="ConsumerGroupDescribe")
+        except UnsupportedVersionError:
+            return None
+        if group.error_code:
+            return None
+        members = tuple(
+            MemberDescription(
+                m.member_id, m.client_id, m.client_host,
+                tuple(sorted(TopicPartition(tp.topic_name, p)
+                             for tp in m.assignment.topic_partitions for p in tp.partitions)))
+            for m in group.members)
+        return GroupDescription(group.group_id, group.group_state, "consumer",
+                                group.assignor_name, members)
 
     async def list_group_offsets(
         self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None

@@ -12,7 +12,7 @@
 //       committed offsets; fencing and sequence errors are fatal (exit 3). Ends once N records are
 //       committed: {"committed": N, "txns": t, "aborts": a}.
 //   Referee member --bootstrap B --topic T --group G
-//       a classic-protocol group member: prints {"assigned": [...]} / {"revoked": [...]} and
+//       a classic-protocol group member (--prop group.protocol=consumer: KIP-848's): prints {"assigned": [...]} / {"revoked": [...]} and
 //       {"record": "p@offset"} per record, commits synchronously after each poll and on revocation,
 //       leaves the group when its stdin closes.
 // Every command takes --prop KEY=VALUE (any client property) and --timeout-s S (default 120).
@@ -114,8 +114,11 @@ public final class Referee {
         props.put("enable.auto.commit", "false");
         props.put("auto.offset.reset", "earliest");
         props.put("isolation.level", "read_committed");
-        props.put("session.timeout.ms", "6000");
-        props.put("heartbeat.interval.ms", "500");
+        if (!"consumer".equals(extra.getProperty("group.protocol"))) {
+            // the consumer protocol (KIP-848) refuses these: the broker sets them
+            props.put("session.timeout.ms", "6000");
+            props.put("heartbeat.interval.ms", "500");
+        }
         props.putAll(extra);
         return new KafkaConsumer<>(props, new StringDeserializer(), new StringDeserializer());
     }

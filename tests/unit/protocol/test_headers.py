@@ -129,11 +129,17 @@ def test_first_flexible_versions_match_kafka_schemas() -> None:
             if isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage:
                 if obj.is_request() and obj.API_KEY in FIRST_FLEXIBLE_VERSION:
                     theirs[obj.API_KEY] = next(v for v in range(100) if obj.flexible_version_q(v))
-    # kafka-python has no share-group classes (KIP-932): their schemas are flexible from v0
-    # (checked against the Java client in tests/kafka_ref/test_share_groups.py).
-    share = {76: 0, 77: 0, 78: 0, 79: 0, 90: 0, 91: 0, 92: 0}
-    ours = {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items() if int(k) not in share}
+    # kafka-python has no classes for the share-group APIs (KIP-932) nor ConsumerGroupHeartbeat /
+    # Describe (KIP-848): Kafka 4.4's schemas say "0+" (the share ones are checked against the
+    # Java client in tests/kafka_ref/test_share_groups.py).
+    no_class = {ApiKey.CONSUMER_GROUP_HEARTBEAT: 0, ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+                ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0,
+                ApiKey.SHARE_FETCH: 0, ApiKey.SHARE_ACKNOWLEDGE: 0,
+                ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 0, ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
+                ApiKey.DELETE_SHARE_GROUP_OFFSETS: 0}
+    ours = {int(k): v for k, v in FIRST_FLEXIBLE_VERSION.items() if k not in no_class}
     assert theirs == ours
+    assert {k: FIRST_FLEXIBLE_VERSION[k] for k in no_class} == no_class
 
 
 def test_same_bytes_as_kafka_python() -> None:

@@ -1,0 +1,356 @@
+"""Consumer-group (KIP-848) records in ``__consumer_offsets``: what survives a restart of a
+consumer-protocol group. Pure: no I/O, no clock.
+
+The record types and layouts are Kafka's (``ConsumerGroup*Key/Value.json`` of the group
+coordinator): a key is an int16 record type followed by non-flexible fields (``str`` = int16
+length + UTF-8); a value is an int16 version (0) followed by a flexible body (compact strings and
+arrays: unsigned varint length + 1, 0 = null; a tagged-field section, empty here, at the end of
+every struct)::
+
+    type 3  ConsumerGroupMetadata           key: group        value: epoch int32
+    type 5  ConsumerGroupMemberMetadata      key: group, member
+            value: instance_id str?, rack_id str?, client_id str, client_host str,
+                   subscribed_topic_names [str], subscribed_topic_regex str?,
+                   rebalance_timeout_ms int32, server_assignor str?
+    type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32
+    type 7  ConsumerGroupTargetAssignmentMember    key: group, member
+            value: topic_partitions [topic_id uuid, partitions [int32]]
+    type 8  ConsumerGroupCurrentMemberAssignment   key: group, member
+            value: member_epoch int32, previous_member_epoch int32, state int8,
+                   assigned_partitions [topic_id uuid, partitions [int32]],
+                   partitions_pending_revocation [same]
+
+A null value is a tombstone. Records of other types (offset commits 0/1, classic group
+metadata 2, types this module does not write) are not this module's: ``decode_key_untrusted``
+returns None for them. Assignments name topics by id (a topic deleted and created again is
+another topic), so encoding and decoding take the name <-> id lookups.
+
+Replay (``ConsumerGroupReplay``) keeps the latest value of each key (the same rule compaction
+applies) and builds the groups at the end, so the order of records within a group's change does
+not matter; a group without its metadata record (type 3) is not restored.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from broker.group.assignors import Assignment
+from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from protocol.errors import CorruptFrameError
+from protocol.records import encode_batch
+
+GROUP_METADATA = 3
+MEMBER_METADATA = 5
+TARGET_METADATA = 6
+TARGET_MEMBER = 7
+CURRENT_MEMBER = 8
+_GROUP_KEYS = (GROUP_METADATA, TARGET_METADATA)
+_MEMBER_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_MEMBER)
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+TopicIdOf = Callable[[str], "uuid.UUID | None"]
+TopicNameOf = Callable[[uuid.UUID], "str | None"]
+
+
+# -- encoding -------------------------------------------------------------------------------------
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _str16(value: str) -> bytes:
+    data = value.encode("utf-8")
+    if len(data) > 0x7FFF:
+        raise ValueError(f"string of {len(data)} bytes does not fit an int16 length")
+    return _INT16.pack(len(data)) + data
+
+
+def _cstr(value: str | None) -> bytes:
+    if value is None:
+        return b"\x00"
+    data = value.encode("utf-8")
+    return _uvarint(len(data) + 1) + data
+
+
+def _ctopics(assignment: Assignment, topic_id: TopicIdOf,
+             epochs: dict[tuple[str, int], int] | None = None) -> bytes:
+    """TopicPartitions; with ``epochs``, each topic's AssignmentEpochs (tag 0, one per
+    partition, in the same order)."""
+    items = []
+    for topic, indexes in sorted(assignment.items()):
+        tid = topic_id(topic)
+        if tid is None or not indexes:
+            continue
+        ordered = sorted(indexes)
+        tags = b"\x00"
+        if epochs is not None:
+            values = _uvarint(len(ordered) + 1) + b"".join(
+                _INT32.pack(epochs.get((topic, i), -1)) for i in ordered)
+            tags = b"\x01" + b"\x00" + _uvarint(len(values)) + values
+        items.append(tid.bytes + _uvarint(len(ordered) + 1)
+                     + b"".join(_INT32.pack(i) for i in ordered) + tags)
+    return _uvarint(len(items) + 1) + b"".join(items)
+
+
+def encode_key(record_type: int, group_id: str, member_id: str | None = None) -> bytes:
+    key = _INT16.pack(record_type) + _str16(group_id)
+    return key if member_id is None else key + _str16(member_id)
+
+
+def _value(body: bytes) -> bytes:
+    return _INT16.pack(0) + body + b"\x00"  # version 0, then the empty tagged-field section
+
+
+def group_records(
+    group: ConsumerGroup, topic_id: TopicIdOf
+) -> list[tuple[bytes, bytes | None]]:
+    """The records of what changed in ``group`` since the last call (its dirty flags), in
+    Kafka's order: removed members' tombstones, member metadata, the group epoch, target
+    assignments, the target's epoch, current assignments. Clears the flags."""
+    gid = group.group_id
+    out: list[tuple[bytes, bytes | None]] = []
+    for member_id in sorted(group.removed_members):
+        if member_id in group.members:
+            continue
+        for record_type in (CURRENT_MEMBER, TARGET_MEMBER, MEMBER_METADATA):
+            out.append((encode_key(record_type, gid, member_id), None))
+    dirty = [group.members[m] for m in sorted(group.dirty_members) if m in group.members]
+    for m in dirty:
+        names = m.subscribed_topic_names
+        out.append((encode_key(MEMBER_METADATA, gid, m.member_id), _value(
+            _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
+            + _uvarint(len(names) + 1) + b"".join(_cstr(n) for n in names)
+            + _cstr(m.subscribed_topic_regex) + _INT32.pack(m.rebalance_timeout_ms)
+            + _cstr(m.server_assignor))))
+    if group.dirty_group or dirty or group.removed_members:
+        out.append((encode_key(GROUP_METADATA, gid), _value(_INT32.pack(group.group_epoch))))
+    for m in dirty:
+        out.append((encode_key(TARGET_MEMBER, gid, m.member_id),
+                    _value(_ctopics(group.target.get(m.member_id, {}), topic_id))))
+    if group.dirty_group or dirty:
+        out.append((encode_key(TARGET_METADATA, gid),
+                    _value(_INT32.pack(group.assignment_epoch))))
+    for m in dirty:
+        out.append((encode_key(CURRENT_MEMBER, gid, m.member_id), _value(
+            _INT32.pack(m.member_epoch) + _INT32.pack(m.previous_member_epoch)
+            + bytes([int(m.state) & 0xFF]) + _ctopics(m.assigned, topic_id, m.assignment_epochs)
+            + _ctopics(m.pending_revocation, topic_id, m.assignment_epochs))))
+    group.dirty_group = False
+    group.dirty_members.clear()
+    group.removed_members.clear()
+    return out
+
+
+def deleted_group_records(group_id: str) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones of a deleted (empty) group."""
+    return [(encode_key(TARGET_METADATA, group_id), None),
+            (encode_key(GROUP_METADATA, group_id), None)]
+
+
+def build_batch(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> bytearray:
+    return bytearray(encode_batch([(key, value, (), now_ms) for key, value in records]))
+
+
+# -- decoding -------------------------------------------------------------------------------------
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def take(self, n: int) -> bytes:
+        if n < 0 or self.pos + n > len(self.data):
+            raise CorruptFrameError("consumer group record is truncated")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return bytes(chunk)
+
+    def i8(self) -> int:
+        return struct.unpack(">b", self.take(1))[0]
+
+    def i16(self) -> int:
+        return _INT16.unpack(self.take(2))[0]
+
+    def i32(self) -> int:
+        return _INT32.unpack(self.take(4))[0]
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.take(1)[0]
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise CorruptFrameError("varint too long in consumer group record")
+
+    def str16(self) -> str:
+        n = self.i16()
+        try:
+            return self.take(n).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptFrameError(f"bad string in consumer group record: {exc}") from None
+
+    def cstr(self) -> str | None:
+        n = self.uvarint()
+        if n == 0:
+            return None
+        try:
+            return self.take(n - 1).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptFrameError(f"bad string in consumer group record: {exc}") from None
+
+    def count(self) -> int:
+        n = self.uvarint() - 1
+        if n < 0 or n > len(self.data):
+            raise CorruptFrameError(f"bad array length {n} in consumer group record")
+        return n
+
+    def tags(self) -> dict[int, bytes]:
+        out = {}
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            out[tag] = self.take(self.uvarint())
+        return out
+
+    def skip_tags(self) -> None:
+        self.tags()
+
+    def topics(self, topic_name: TopicNameOf,
+               epochs: dict[tuple[str, int], int] | None = None) -> Assignment:
+        out: dict[str, frozenset[int]] = {}
+        for _ in range(self.count()):
+            tid = uuid.UUID(bytes=self.take(16))
+            ordered = [self.i32() for _ in range(self.count())]
+            tagged = self.tags().get(0)
+            name = topic_name(tid)
+            if name is None or not ordered:
+                continue
+            out[name] = frozenset(ordered)
+            if epochs is not None and tagged is not None:
+                values = _Reader(tagged)
+                n = values.count()
+                if n == len(ordered):
+                    for index in ordered:
+                        epochs[(name, index)] = values.i32()
+        return out
+
+
+def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | None:
+    """``(record type, group id, member id or None)``, or None for a record of another kind.
+    Raises CorruptFrameError."""
+    if key is None or len(key) < 2:
+        return None
+    reader = _Reader(key)
+    record_type = reader.i16()
+    if record_type in _GROUP_KEYS:
+        return record_type, reader.str16(), None
+    if record_type in _MEMBER_KEYS:
+        return record_type, reader.str16(), reader.str16()
+    return None
+
+
+@dataclass
+class _GroupRecords:
+    epoch: int | None = None
+    assignment_epoch: int = 0
+    members: dict[str, bytes] = field(default_factory=dict)
+    targets: dict[str, bytes] = field(default_factory=dict)
+    currents: dict[str, bytes] = field(default_factory=dict)
+
+
+class ConsumerGroupReplay:
+    """Collects the records of ``__consumer_offsets`` at start; ``groups()`` builds the groups."""
+
+    def __init__(self) -> None:
+        self._groups: dict[str, _GroupRecords] = {}
+
+    def apply_untrusted(self, key: bytes | None, value: bytes | None) -> bool:
+        """Take one record; False if it is not a consumer-group record. Raises
+        CorruptFrameError."""
+        decoded = decode_key_untrusted(key)
+        if decoded is None:
+            return False
+        record_type, group_id, member_id = decoded
+        state = self._groups.setdefault(group_id, _GroupRecords())
+        if record_type == GROUP_METADATA:
+            if value is None:
+                del self._groups[group_id]
+            else:
+                reader = _Reader(value)
+                reader.i16()
+                state.epoch = reader.i32()
+            return True
+        if record_type == TARGET_METADATA:
+            if value is not None:
+                reader = _Reader(value)
+                reader.i16()
+                state.assignment_epoch = reader.i32()
+            return True
+        table = {MEMBER_METADATA: state.members, TARGET_MEMBER: state.targets,
+                 CURRENT_MEMBER: state.currents}[record_type]
+        assert member_id is not None
+        if value is None:
+            table.pop(member_id, None)
+        else:
+            table[member_id] = bytes(value)
+        return True
+
+    def groups(self, topic_name: TopicNameOf, now_ms: int) -> list[ConsumerGroup]:
+        """The groups, members' sessions starting at ``now_ms``. Raises CorruptFrameError."""
+        out = []
+        for group_id, state in self._groups.items():
+            if state.epoch is None:
+                continue
+            group = ConsumerGroup(group_id, group_epoch=state.epoch,
+                                  assignment_epoch=state.assignment_epoch)
+            for member_id, value in state.members.items():
+                r = _Reader(value)
+                r.i16()
+                m = ConsumerMember(member_id)
+                m.instance_id, m.rack_id = r.cstr(), r.cstr()
+                m.client_id, m.client_host = r.cstr() or "", r.cstr() or ""
+                m.subscribed_topic_names = tuple(r.cstr() or "" for _ in range(r.count()))
+                m.subscribed_topic_regex = r.cstr()
+                m.rebalance_timeout_ms = r.i32()
+                m.server_assignor = r.cstr()
+                m.last_heartbeat_ms = now_ms
+                current = state.currents.get(member_id)
+                if current is not None:
+                    c = _Reader(current)
+                    c.i16()
+                    m.member_epoch, m.previous_member_epoch = c.i32(), c.i32()
+                    try:
+                        m.state = MemberState(c.i8())
+                    except ValueError:
+                        m.state = MemberState.STABLE
+                    if m.state is MemberState.UNKNOWN:
+                        m.state = MemberState.STABLE
+                    m.assigned = c.topics(topic_name, m.assignment_epochs)
+                    m.pending_revocation = c.topics(topic_name, m.assignment_epochs)
+                    if m.state is MemberState.UNREVOKED_PARTITIONS:
+                        m.revocation_deadline_ms = now_ms + m.rebalance_timeout_ms
+                group.members[member_id] = m
+            for member_id, value in state.targets.items():
+                if member_id in group.members:
+                    t = _Reader(value)
+                    t.i16()
+                    group.target[member_id] = t.topics(topic_name)
+            out.append(group)
+        return out
