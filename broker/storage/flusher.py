@@ -122,14 +122,16 @@ class FlushScheduler:
         # partition -> partitions its next fsync syncs too (``sync_together``)
         self._together: dict[Partition, list[Partition]] = {}
         self._waiting: list[Commit] = []  # decided by the next round
-        self._syncing: list[Commit] = []  # decided by the round in the worker thread
+        # Partitions (ids) being synced by rounds in worker threads: no other ticket of theirs
+        # may be taken until those end (``_blocked``).
+        self._syncing_ids: set[int] = set()
+        self._chain = False  # the next round may start without waiting for the loop
         self._wakeup = trio.Event()
         self._round_pending = False  # the task was woken for partitions marked since
         # The task's sleep: its deadline is set when partitions nobody waits for are marked.
         self._sleep = trio.CancelScope()
         self._data_arrived = data_arrived
         self._retry = False  # the last round left partitions dirty after an error
-        self._in_thread = False  # a round's fdatasyncs are running in the worker thread
         # The inline window: when the last inline sync began, and how long it took.
         self._inline_started = 0.0
         self._inline_seconds = 0.0
@@ -179,9 +181,14 @@ class FlushScheduler:
         return commit
 
     def _inline(self, partitions: Iterable[Partition], pipelined: bool, answered: bool) -> bool:
-        if self.busy or (not answered and _others_ready()):
+        if self._round_pending or (self._waiting and not self._syncing_ids) or (
+                not answered and _others_ready()):
             return False
         partitions = list(partitions)
+        # A round in a worker thread (large batches) does not hold back a small commit of other
+        # partitions: its fdatasync runs beside that round's.
+        if self._syncing_ids and any(self._blocked(p) for p in partitions):
+            return False
         if not _small_round(partitions) or any(
             # A partition tied to them is synced with them (``_with_tied``): if what a segment
             # roll left is to be synced there, the commit goes to a round too.
@@ -243,9 +250,16 @@ class FlushScheduler:
 
     @property
     def busy(self) -> bool:
-        """A round is being synced in the worker thread, or one is about to start (partitions
+        """A round is being synced in a worker thread, or one is about to start (partitions
         marked without waking the task do not start one)."""
-        return self._in_thread or self._round_pending or bool(self._waiting)
+        return bool(self._syncing_ids) or self._round_pending or bool(self._waiting)
+
+    def _blocked(self, partition: Partition) -> bool:
+        """A round in a worker thread is syncing ``partition`` or a partition its next fsync
+        takes along (``sync_together``): its next ticket waits for that round."""
+        syncing = self._syncing_ids
+        return id(partition) in syncing or any(
+            id(t) in syncing for t in self._together.get(partition, ()))
 
     def _enqueue(self, commit: Commit) -> None:
         for partition in commit.partitions:
@@ -272,17 +286,21 @@ class FlushScheduler:
     # -- rounds ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        # The loop ran since the last chained round (this task waited for a wakeup, or for a
-        # round's fdatasyncs in the worker thread): the next round may start at once.
-        chain = False
+        # Rounds too big to sync on the loop run in worker threads, each in a task of this
+        # nursery, while this task goes on starting rounds for what they do not cover.
+        async with trio.open_nursery() as nursery:
+            await self._rounds(nursery)
+
+    async def _rounds(self, nursery: trio.Nursery) -> None:
         while True:
             if self._retry:
                 # A failed round: try again a little later, not in a tight loop.
                 self._retry = False
                 await trio.sleep(0.1)
                 self._wakeup.set()
-                chain = False
-            chained = chain and bool(self._waiting)
+                self._chain = False
+            chained = self._chain and bool(self._waiting)
+            self._chain = False
             if chained:
                 # Commits waited while the last round synced, or its callbacks made them (a
                 # Prepare round's markers): the next round starts now, not after the loop's
@@ -300,8 +318,13 @@ class FlushScheduler:
                 await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._dirty and not self._waiting:
                 continue  # an inline sync took them meanwhile
+            # What a round in a worker thread is syncing stays for the round after it; the rest
+            # goes now: a request never waits for a round that began before it to sync data
+            # of other partitions.
             dirty, commits = self._take_round()
             dirty = self._with_tied(dirty)
+            if not dirty and not commits:
+                continue  # all of it waits for the rounds under way (they wake this task)
             small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
             tickets = self._begin(dirty)
             started = time.perf_counter()
@@ -310,20 +333,27 @@ class FlushScheduler:
                 # their fdatasync is shorter than a round trip through a worker thread, and it
                 # costs less CPU inline (bench/transactions.py).
                 _sync_all([t for _, t in tickets if t is not None])
+                self._finish_round(tickets, started)
+                self._decide(commits)
+                self._chain = not chained
             else:
-                # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
-                # anyway).
-                self._in_thread = True
-                self._syncing = commits
-                try:
-                    await trio.to_thread.run_sync(_sync_all,
-                                                  [t for _, t in tickets if t is not None])
-                finally:
-                    self._in_thread = False
-                    commits, self._syncing = self._syncing, []
-            self._finish_round(tickets, started)
-            self._decide(commits)
-            chain = not (small and chained)
+                ids = {id(p) for p, _ in tickets}
+                self._syncing_ids |= ids
+                nursery.start_soon(self._thread_round, tickets, commits, ids, started)
+
+    async def _thread_round(self, tickets: list[tuple[Partition, FlushTicket | None]],
+                            commits: list[Commit], ids: set[int], started: float) -> None:
+        try:
+            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
+            # anyway).
+            await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
+        finally:
+            self._syncing_ids -= ids
+        self._finish_round(tickets, started)
+        self._decide(commits)
+        if self._waiting or self._dirty:
+            self._chain = True  # what waited for this round goes at once
+            self._wakeup.set()
 
     def flush_now(self) -> None:
         """Sync every dirty partition inline and decide every waiting commit (shutdown, and
@@ -365,10 +395,24 @@ class FlushScheduler:
         return tickets
 
     def _take_round(self) -> tuple[list[Partition], list[Commit]]:
-        self._round_pending = False
-        dirty, self._dirty = self._dirty, {}
-        commits, self._waiting = self._waiting, []
-        return list(dirty.values()), commits
+        """The dirty partitions and waiting commits of the next round: all of them, but those
+        a round in a worker thread holds (``_blocked``), which wait for the round after it."""
+        if not self._syncing_ids:
+            self._round_pending = False
+            dirty, self._dirty = self._dirty, {}
+            commits, self._waiting = self._waiting, []
+            return list(dirty.values()), commits
+        blocked = self._blocked
+        taken = [p for p in self._dirty.values() if not blocked(p)]
+        for p in taken:
+            del self._dirty[id(p)]
+        commits: list[Commit] = []
+        waiting: list[Commit] = []
+        for commit in self._waiting:
+            (waiting if any(blocked(p) for p in commit.partitions) else commits).append(commit)
+        self._waiting = waiting
+        self._round_pending = False  # what is left goes when those rounds end (they wake us)
+        return taken, commits
 
     def _finish_round(
         self, tickets: list[tuple[Partition, FlushTicket | None]], started: float,
