@@ -406,13 +406,13 @@ class FlushScheduler:
         taken = [p for p in self._dirty.values() if not blocked(p)]
         for p in taken:
             del self._dirty[id(p)]
-        commits: list[Commit] = []
+        ready: list[Commit] = []
         waiting: list[Commit] = []
         for commit in self._waiting:
-            (waiting if any(blocked(p) for p in commit.partitions) else commits).append(commit)
+            (waiting if any(blocked(p) for p in commit.partitions) else ready).append(commit)
         self._waiting = waiting
         self._round_pending = False  # what is left goes when those rounds end (they wake us)
-        return taken, commits
+        return taken, ready
 
     def _finish_round(
         self, tickets: list[tuple[Partition, FlushTicket | None]], started: float,
