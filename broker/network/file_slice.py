@@ -24,8 +24,9 @@ SENDFILE: ContextVar[bool] = ContextVar("minibroker_sendfile", default=False)
 
 # Ranges below this are read and copied (one pread beats a dup, a sendfile and a close).
 MIN_SLICE_BYTES = 16 * 1024
-# Duplicated segment descriptors held at once by the slices of every connection.
-MAX_PINNED = 256
+# Duplicated segment descriptors held at once by the slices of every connection (well inside
+# the descriptors the server keeps free beside its connections, _RESERVED_FDS).
+MAX_PINNED = 64
 
 
 class FileSlice:
