@@ -125,7 +125,7 @@ class FlushScheduler:
         # Partitions (ids) being synced by rounds in worker threads: no other ticket of theirs
         # may be taken until those end (``_blocked``).
         self._syncing_ids: set[int] = set()
-        self._chain = False  # the next round may start without waiting for the loop
+        self._nursery: trio.Nursery | None = None  # ``run``'s: the worker-thread rounds' tasks
         self._wakeup = trio.Event()
         self._round_pending = False  # the task was woken for partitions marked since
         # The task's sleep: its deadline is set when partitions nobody waits for are marked.
@@ -287,26 +287,27 @@ class FlushScheduler:
 
     async def run(self) -> None:
         # Rounds too big to sync on the loop run in worker threads, each in a task of this
-        # nursery, while this task goes on starting rounds for what they do not cover.
+        # nursery, while this task goes on starting rounds for what they do not hold.
         async with trio.open_nursery() as nursery:
-            await self._rounds(nursery)
+            self._nursery = nursery
+            await self._rounds()
 
-    async def _rounds(self, nursery: trio.Nursery) -> None:
+    async def _rounds(self) -> None:
+        chain = False  # the last round was synced inline without waiting for the loop first
         while True:
             if self._retry:
                 # A failed round: try again a little later, not in a tight loop.
                 self._retry = False
                 await trio.sleep(0.1)
                 self._wakeup.set()
-                self._chain = False
-            chained = self._chain and bool(self._waiting)
-            self._chain = False
+                chain = False
+            chained = chain and bool(self._waiting)
             if chained:
-                # Commits waited while the last round synced, or its callbacks made them (a
-                # Prepare round's markers): the next round starts now, not after the loop's
-                # batch of the requests the last round released (two passes of the event loop,
-                # a few milliseconds each at 50 producers, twice per EndTxn). Not twice in a
-                # row without the loop running between (rounds synced inline never yield).
+                # Commits made by the callbacks of the round just synced (a Prepare round's
+                # markers): the next round starts now, not after the loop's batch of the
+                # requests the last round released (two passes of the event loop, a few
+                # milliseconds each at 50 producers, twice per EndTxn). Not twice in a row
+                # without the loop running between (rounds synced inline never yield).
                 self._wakeup = trio.Event()
             else:
                 with self._sleep:
@@ -317,29 +318,37 @@ class FlushScheduler:
                 # covers them.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._dirty and not self._waiting:
+                chain = False
                 continue  # an inline sync took them meanwhile
-            # What a round in a worker thread is syncing stays for the round after it; the rest
-            # goes now: a request never waits for a round that began before it to sync data
-            # of other partitions.
-            dirty, commits = self._take_round()
-            dirty = self._with_tied(dirty)
-            if not dirty and not commits:
-                continue  # all of it waits for the rounds under way (they wake this task)
-            small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
-            tickets = self._begin(dirty)
-            started = time.perf_counter()
-            if small:
-                # A few small appends (transaction-log records, markers, one-record batches):
-                # their fdatasync is shorter than a round trip through a worker thread, and it
-                # costs less CPU inline (bench/transactions.py).
-                _sync_all([t for _, t in tickets if t is not None])
-                self._finish_round(tickets, started)
-                self._decide(commits)
-                self._chain = not chained
-            else:
-                ids = {id(p) for p, _ in tickets}
-                self._syncing_ids |= ids
-                nursery.start_soon(self._thread_round, tickets, commits, ids, started)
+            chain = self._round() is True and not chained
+
+    def _round(self) -> bool | None:
+        """Take the next round and start it: synced here when small (True), else in a worker
+        thread, in a task of its own (False); None: nothing to take now.
+
+        What a round in a worker thread is syncing stays for the round after it; the rest goes
+        now: a request never waits for a round that began before it to sync data of other
+        partitions."""
+        dirty, commits = self._take_round()
+        dirty = self._with_tied(dirty)
+        if not dirty and not commits:
+            return None  # all of it waits for the rounds under way (they start the next)
+        small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
+        tickets = self._begin(dirty)
+        started = time.perf_counter()
+        nursery = self._nursery
+        if small or nursery is None:  # (None: not running, which never calls this)
+            # A few small appends (transaction-log records, markers, one-record batches):
+            # their fdatasync is shorter than a round trip through a worker thread, and it
+            # costs less CPU inline (bench/transactions.py).
+            _sync_all([t for _, t in tickets if t is not None])
+            self._finish_round(tickets, started)
+            self._decide(commits)
+            return True
+        ids = {id(p) for p, _ in tickets}
+        self._syncing_ids |= ids
+        nursery.start_soon(self._thread_round, tickets, commits, ids, started)
+        return False
 
     async def _thread_round(self, tickets: list[tuple[Partition, FlushTicket | None]],
                             commits: list[Commit], ids: set[int], started: float) -> None:
@@ -351,9 +360,10 @@ class FlushScheduler:
             self._syncing_ids -= ids
         self._finish_round(tickets, started)
         self._decide(commits)
-        if self._waiting or self._dirty:
-            self._chain = True  # what waited for this round goes at once
-            self._wakeup.set()
+        if self._waiting and not self._retry:
+            # Commits waited while this round synced (or its callbacks made them): the next
+            # round starts now, from this task (see ``_rounds``).
+            self._round()
 
     def flush_now(self) -> None:
         """Sync every dirty partition inline and decide every waiting commit (shutdown, and
