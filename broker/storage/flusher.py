@@ -181,14 +181,12 @@ class FlushScheduler:
         return commit
 
     def _inline(self, partitions: Iterable[Partition], pipelined: bool, answered: bool) -> bool:
-        if self._round_pending or (self._waiting and not self._syncing_ids) or (
-                not answered and _others_ready()):
+        # While a round syncs in a worker thread, nothing is synced on the loop: that fdatasync
+        # could wait for the file system's journal behind the round's (megabytes), with the
+        # loop stopped. The flusher's task syncs the commit in a worker thread of its own.
+        if self.busy or (not answered and _others_ready()):
             return False
         partitions = list(partitions)
-        # A round in a worker thread (large batches) does not hold back a small commit of other
-        # partitions: its fdatasync runs beside that round's.
-        if self._syncing_ids and any(self._blocked(p) for p in partitions):
-            return False
         if not _small_round(partitions) or any(
             # A partition tied to them is synced with them (``_with_tied``): if what a segment
             # roll left is to be synced there, the commit goes to a round too.
@@ -323,8 +321,9 @@ class FlushScheduler:
             chain = self._round() is True and not chained
 
     def _round(self) -> bool | None:
-        """Take the next round and start it: synced here when small (True), else in a worker
-        thread, in a task of its own (False); None: nothing to take now.
+        """Take the next round and start it: synced here when small and no round is in a
+        worker thread (True), else in a worker thread, in a task of its own (False); None:
+        nothing to take now.
 
         What a round in a worker thread is syncing stays for the round after it; the rest goes
         now: a request never waits for a round that began before it to sync data of other
@@ -337,7 +336,9 @@ class FlushScheduler:
         tickets = self._begin(dirty)
         started = time.perf_counter()
         nursery = self._nursery
-        if small or nursery is None:  # (None: not running, which never calls this)
+        # (None: not running, which never calls this.) A small round waits for the loop's
+        # fdatasync only when no round is in a worker thread (see ``_inline``).
+        if nursery is None or (small and not self._syncing_ids):
             # A few small appends (transaction-log records, markers, one-record batches):
             # their fdatasync is shorter than a round trip through a worker thread, and it
             # costs less CPU inline (bench/transactions.py).

@@ -340,9 +340,9 @@ async def test_a_round_in_the_worker_thread_holds_back_only_its_own_partitions(
     tmp_path: Path, nursery, monkeypatch
 ) -> None:
     """While a round syncs large batches of one partition in a worker thread, a small commit
-    of another partition is decided at once (its own fdatasync, beside that round's), in a
-    round or inline; a commit of the partition being synced, or of one tied to it, waits for
-    the round after it."""
+    of another partition is decided at once, by its own fdatasync in another worker thread
+    (never on the loop meanwhile); a commit of the partition being synced, or of one tied to
+    it, waits for the round after it."""
     from broker.log.partition import FlushTicket
 
     s = storage(tmp_path, Seconds())
@@ -375,7 +375,7 @@ async def test_a_round_in_the_worker_thread_holds_back_only_its_own_partitions(
             await trio.sleep(0.001)
     assert not big.done
     try:
-        for round_ in range(3):  # inline (alone), then through the flusher's task
+        for round_ in range(3):  # alone, then pipelined: through the flusher's task
             p1.append_untrusted(record(), NOW)
             small = s.flusher.commit([p1], pipelined=round_ > 0)
             with trio.fail_after(5):
