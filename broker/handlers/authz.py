@@ -1,5 +1,5 @@
 """Authorization as the handlers ask for it: the principal and host of the current request
-(broker/network/peer.py) against ``broker.security`` (always allowed without an authorizer).
+(broker/handlers/peer.py) against ``broker.security`` (always allowed without an authorizer).
 
 A refusal is logged ("refused: ..."), as Kafka's authorizer logs denials, except where Kafka
 does not log them either (``log_refusal=False``: resources left out of a listing, such as the

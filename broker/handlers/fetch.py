@@ -1,5 +1,9 @@
 """Fetch v4+ (bounded long poll, read_committed bound) and ListOffsets.
 
+On a plaintext connection the records of a partition are a ``FileSlice`` of the segment file
+(sent with sendfile, broker/log/file_slice.py), elsewhere the bytes read from it; the answer
+is the same bytes either way.
+
 Fetch sessions (KIP-227, v7+): the broker creates none. A full fetch (session_id 0) is answered
 with session_id 0, which tells the client that no session exists, so it keeps sending full
 fetches; a session id the broker never gave out gets FETCH_SESSION_ID_NOT_FOUND.
@@ -12,6 +16,7 @@ import trio
 from broker.handlers.authz import allowed
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
+from broker.log.file_slice import FileSlice, read_range
 from broker.reply import Deferred
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
@@ -50,7 +55,7 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
         partitions = []
         for part in topic.partitions:
             hw = lso = log_start = -1
-            records: bytes | memoryview = b""
+            records: bytes | FileSlice = b""
             aborted = None
             error = ErrorCode.NONE
             try:
@@ -62,7 +67,12 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                 bound = lso if committed else hw
                 if remaining > 0:
                     limit = min(part.partition_max_bytes, remaining)
-                    records = partition.read(part.fetch_offset, limit, bound)
+                    found = partition.locate(part.fetch_offset, limit, bound)
+                    if found is not None:
+                        try:
+                            records = read_range(*found)
+                        except OSError as exc:
+                            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
                 if committed:
                     # Aborted transactions overlapping what is returned; none without records.
                     aborted = (partition.aborted_transactions(part.fetch_offset, bound)

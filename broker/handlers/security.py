@@ -1,4 +1,4 @@
-"""Security APIs: SaslHandshake, SaslAuthenticate (the connection's ``Session``, broker/network/peer.py),
+"""Security APIs: SaslHandshake, SaslAuthenticate (the connection's ``Session``, broker/handlers/peer.py),
 CreateAcls / DescribeAcls / DeleteAcls and Describe/AlterUserScramCredentials (docs/security.md).
 
 SASL as Kafka does it: on a SASL listener the first requests are ApiVersions, SaslHandshake and

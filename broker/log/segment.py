@@ -345,9 +345,20 @@ class Segment:
     def read(self, fetch_offset: int, max_bytes: int, max_offset: int) -> bytes:
         """Whole batches from the one holding ``fetch_offset``, below ``max_offset``; at least one
         batch, then as many as fit in ``max_bytes``; never past this segment."""
+        pos, end = self.locate(fetch_offset, max_bytes, max_offset)
+        if end == pos:
+            return b""
+        data = os.pread(self.fd, end - pos, pos)
+        if len(data) != end - pos:
+            raise CorruptLogError(f"{self.log_path}: short read at {pos}")
+        return data
+
+    def locate(self, fetch_offset: int, max_bytes: int, max_offset: int) -> tuple[int, int]:
+        """``(start, end)``: the file range ``read`` returns (``start == end``: nothing), for a
+        caller that sends it from the file itself."""
         pos, base, size = self.find_batch(fetch_offset)
         if base >= max_offset:
-            return b""
+            return pos, pos
         first_end = pos + size
         limit = pos + max(max_bytes, 0)
         if max_offset >= self.next_offset and self.size <= limit:
@@ -362,10 +373,7 @@ class Segment:
                 if bbase >= max_offset or bpos + bsize > limit:
                     break
                 end = bpos + bsize
-        data = os.pread(self.fd, end - pos, pos)
-        if len(data) != end - pos:
-            raise CorruptLogError(f"{self.log_path}: short read at {pos}")
-        return data
+        return pos, end
 
     def find_timestamp(self, timestamp: int, min_offset: int = 0) -> tuple[int, int] | None:
         """``(timestamp, offset)`` of the first record at or above ``min_offset`` (the log start

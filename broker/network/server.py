@@ -27,6 +27,7 @@ import dataclasses
 import errno
 import gc
 import logging
+import os
 import resource
 import signal
 import socket as stdsocket
@@ -41,6 +42,7 @@ from broker.config import BrokerConfig
 from broker.handlers.context import Broker
 from broker.handlers.peer import Peer, Session, set_peer
 from broker.handlers.peer import session as peer_session
+from broker.log.file_slice import SENDFILE, FileSlice
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
@@ -279,7 +281,9 @@ async def _serve_connection(
     info: _ListenerInfo,
 ) -> None:
     session = Session.for_listener(info.security_protocol)
-    set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/network/peer.py)
+    set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/handlers/peer.py)
+    if info.tls is None:
+        SENDFILE.set(True)  # Fetch may answer with FileSlices (broker/log/file_slice.py)
     if sock.metrics is not None:
         sock.metrics.connections_opened += 1
     stream: _Socket | TlsSocket = sock
@@ -410,10 +414,70 @@ class _Socket:
             sent = self.raw.sendmsg(chunks)
         except BlockingIOError:
             return 0
+        except TypeError:  # not all buffers: a FileSlice among them (a Fetch answer)
+            sent = self._send_with_files(chunks, 0)
         return None if sent == total else sent
+
+    def _send_with_files(self, chunks: Sequence, skip: int) -> int:
+        """Send ``chunks`` but their first ``skip`` bytes, the buffers with sendmsg and each
+        ``FileSlice`` with sendfile, until the socket would block: the bytes sent (a slice sent
+        whole is closed)."""
+        fileno = self.raw.fileno()
+        done = 0
+        i, n = 0, len(chunks)
+        while i < n:
+            chunk = chunks[i]
+            size = len(chunk)
+            if skip >= size:
+                skip -= size
+                i += 1
+                continue
+            if isinstance(chunk, FileSlice):
+                want = size - skip
+                try:
+                    sent = os.sendfile(fileno, chunk.fd, chunk.position + skip, want)
+                except BlockingIOError:
+                    return done
+                if sent == 0:  # the file is shorter than the answer said: cannot go on
+                    raise OSError(f"sendfile found the end of a segment file ({want} bytes short)")
+                done += sent
+                if sent < want:
+                    return done
+                chunk.close()
+                skip = 0
+                i += 1
+                continue
+            views = [memoryview(chunk)[skip:]]
+            skip = 0
+            j = i + 1
+            while j < n and len(views) < _IOV_MAX and not isinstance(chunks[j], FileSlice):
+                if len(chunks[j]):
+                    views.append(chunks[j])
+                j += 1
+            want = sum(map(len, views))
+            # (No MSG_MORE for the header before a slice: measured, it made a 1 MiB answer wait
+            # on loopback, 1,256 -> 361 MB/s.)
+            try:
+                sent = self.raw.sendmsg(views)
+            except BlockingIOError:
+                return done
+            done += sent
+            if sent < want:
+                return done
+            i = j
+        return done
 
     async def send_rest(self, chunks: Sequence, sent: int) -> None:
         """Send ``chunks`` but their first ``sent`` bytes, waiting for the socket as needed."""
+        if any(isinstance(c, FileSlice) for c in chunks):
+            total = sum(map(len, chunks))
+            while sent < total:
+                await trio.lowlevel.wait_writable(self.raw)
+                n = self._send_with_files(chunks, sent)
+                if n:
+                    sent += n
+                    self.on_sent()
+            return
         views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
         while True:
             while sent:

@@ -122,14 +122,16 @@ class FlushScheduler:
         # partition -> partitions its next fsync syncs too (``sync_together``)
         self._together: dict[Partition, list[Partition]] = {}
         self._waiting: list[Commit] = []  # decided by the next round
-        self._syncing: list[Commit] = []  # decided by the round in the worker thread
+        # Partitions (ids) being synced by rounds in worker threads: no other ticket of theirs
+        # may be taken until those end (``_blocked``).
+        self._syncing_ids: set[int] = set()
+        self._nursery: trio.Nursery | None = None  # ``run``'s: the worker-thread rounds' tasks
         self._wakeup = trio.Event()
         self._round_pending = False  # the task was woken for partitions marked since
         # The task's sleep: its deadline is set when partitions nobody waits for are marked.
         self._sleep = trio.CancelScope()
         self._data_arrived = data_arrived
         self._retry = False  # the last round left partitions dirty after an error
-        self._in_thread = False  # a round's fdatasyncs are running in the worker thread
         # The inline window: when the last inline sync began, and how long it took.
         self._inline_started = 0.0
         self._inline_seconds = 0.0
@@ -179,6 +181,9 @@ class FlushScheduler:
         return commit
 
     def _inline(self, partitions: Iterable[Partition], pipelined: bool, answered: bool) -> bool:
+        # While a round syncs in a worker thread, nothing is synced on the loop: that fdatasync
+        # could wait for the file system's journal behind the round's (megabytes), with the
+        # loop stopped. The flusher's task syncs the commit in a worker thread of its own.
         if self.busy or (not answered and _others_ready()):
             return False
         partitions = list(partitions)
@@ -243,9 +248,16 @@ class FlushScheduler:
 
     @property
     def busy(self) -> bool:
-        """A round is being synced in the worker thread, or one is about to start (partitions
+        """A round is being synced in a worker thread, or one is about to start (partitions
         marked without waking the task do not start one)."""
-        return self._in_thread or self._round_pending or bool(self._waiting)
+        return bool(self._syncing_ids) or self._round_pending or bool(self._waiting)
+
+    def _blocked(self, partition: Partition) -> bool:
+        """A round in a worker thread is syncing ``partition`` or a partition its next fsync
+        takes along (``sync_together``): its next ticket waits for that round."""
+        syncing = self._syncing_ids
+        return id(partition) in syncing or any(
+            id(t) in syncing for t in self._together.get(partition, ()))
 
     def _enqueue(self, commit: Commit) -> None:
         for partition in commit.partitions:
@@ -272,9 +284,14 @@ class FlushScheduler:
     # -- rounds ------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        # The loop ran since the last chained round (this task waited for a wakeup, or for a
-        # round's fdatasyncs in the worker thread): the next round may start at once.
-        chain = False
+        # Rounds too big to sync on the loop run in worker threads, each in a task of this
+        # nursery, while this task goes on starting rounds for what they do not hold.
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await self._rounds()
+
+    async def _rounds(self) -> None:
+        chain = False  # the last round was synced inline without waiting for the loop first
         while True:
             if self._retry:
                 # A failed round: try again a little later, not in a tight loop.
@@ -284,11 +301,11 @@ class FlushScheduler:
                 chain = False
             chained = chain and bool(self._waiting)
             if chained:
-                # Commits waited while the last round synced, or its callbacks made them (a
-                # Prepare round's markers): the next round starts now, not after the loop's
-                # batch of the requests the last round released (two passes of the event loop,
-                # a few milliseconds each at 50 producers, twice per EndTxn). Not twice in a
-                # row without the loop running between (rounds synced inline never yield).
+                # Commits made by the callbacks of the round just synced (a Prepare round's
+                # markers): the next round starts now, not after the loop's batch of the
+                # requests the last round released (two passes of the event loop, a few
+                # milliseconds each at 50 producers, twice per EndTxn). Not twice in a row
+                # without the loop running between (rounds synced inline never yield).
                 self._wakeup = trio.Event()
             else:
                 with self._sleep:
@@ -299,31 +316,55 @@ class FlushScheduler:
                 # covers them.
                 await trio.lowlevel.cancel_shielded_checkpoint()
             if not self._dirty and not self._waiting:
+                chain = False
                 continue  # an inline sync took them meanwhile
-            dirty, commits = self._take_round()
-            dirty = self._with_tied(dirty)
-            small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
-            tickets = self._begin(dirty)
-            started = time.perf_counter()
-            if small:
-                # A few small appends (transaction-log records, markers, one-record batches):
-                # their fdatasync is shorter than a round trip through a worker thread, and it
-                # costs less CPU inline (bench/transactions.py).
-                _sync_all([t for _, t in tickets if t is not None])
-            else:
-                # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
-                # anyway).
-                self._in_thread = True
-                self._syncing = commits
-                try:
-                    await trio.to_thread.run_sync(_sync_all,
-                                                  [t for _, t in tickets if t is not None])
-                finally:
-                    self._in_thread = False
-                    commits, self._syncing = self._syncing, []
+            chain = self._round() is True and not chained
+
+    def _round(self) -> bool | None:
+        """Take the next round and start it: synced here when small and no round is in a
+        worker thread (True), else in a worker thread, in a task of its own (False); None:
+        nothing to take now.
+
+        What a round in a worker thread is syncing stays for the round after it; the rest goes
+        now: a request never waits for a round that began before it to sync data of other
+        partitions."""
+        dirty, commits = self._take_round()
+        dirty = self._with_tied(dirty)
+        if not dirty and not commits:
+            return None  # all of it waits for the rounds under way (they start the next)
+        small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
+        tickets = self._begin(dirty)
+        started = time.perf_counter()
+        nursery = self._nursery
+        # (None: not running, which never calls this.) A small round waits for the loop's
+        # fdatasync only when no round is in a worker thread (see ``_inline``).
+        if nursery is None or (small and not self._syncing_ids):
+            # A few small appends (transaction-log records, markers, one-record batches):
+            # their fdatasync is shorter than a round trip through a worker thread, and it
+            # costs less CPU inline (bench/transactions.py).
+            _sync_all([t for _, t in tickets if t is not None])
             self._finish_round(tickets, started)
             self._decide(commits)
-            chain = not (small and chained)
+            return True
+        ids = {id(p) for p, _ in tickets}
+        self._syncing_ids |= ids
+        nursery.start_soon(self._thread_round, tickets, commits, ids, started)
+        return False
+
+    async def _thread_round(self, tickets: list[tuple[Partition, FlushTicket | None]],
+                            commits: list[Commit], ids: set[int], started: float) -> None:
+        try:
+            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
+            # anyway).
+            await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
+        finally:
+            self._syncing_ids -= ids
+        self._finish_round(tickets, started)
+        self._decide(commits)
+        if self._waiting and not self._retry:
+            # Commits waited while this round synced (or its callbacks made them): the next
+            # round starts now, from this task (see ``_rounds``).
+            self._round()
 
     def flush_now(self) -> None:
         """Sync every dirty partition inline and decide every waiting commit (shutdown, and
@@ -365,10 +406,24 @@ class FlushScheduler:
         return tickets
 
     def _take_round(self) -> tuple[list[Partition], list[Commit]]:
-        self._round_pending = False
-        dirty, self._dirty = self._dirty, {}
-        commits, self._waiting = self._waiting, []
-        return list(dirty.values()), commits
+        """The dirty partitions and waiting commits of the next round: all of them, but those
+        a round in a worker thread holds (``_blocked``), which wait for the round after it."""
+        if not self._syncing_ids:
+            self._round_pending = False
+            dirty, self._dirty = self._dirty, {}
+            commits, self._waiting = self._waiting, []
+            return list(dirty.values()), commits
+        blocked = self._blocked
+        taken = [p for p in self._dirty.values() if not blocked(p)]
+        for p in taken:
+            del self._dirty[id(p)]
+        ready: list[Commit] = []
+        waiting: list[Commit] = []
+        for commit in self._waiting:
+            (waiting if any(blocked(p) for p in commit.partitions) else ready).append(commit)
+        self._waiting = waiting
+        self._round_pending = False  # what is left goes when those rounds end (they wake us)
+        return taken, ready
 
     def _finish_round(
         self, tickets: list[tuple[Partition, FlushTicket | None]], started: float,

@@ -19,7 +19,7 @@ the response frame instead of copying it. Tests check both against the declared 
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from typing import NamedTuple
 
 from protocol.api_keys import ApiKey
@@ -98,9 +98,11 @@ _PARTITION_V5 = struct.Struct(">ihqqq")  # + log_start_offset
 _ABORTED = struct.Struct(">qq")  # producer_id, first_offset
 
 AbortedTransaction = tuple[int, int]  # (producer_id, first_offset)
+# A records field: bytes, or any sized object the writer of the parts knows how to send (the
+# broker's FileSlice: bytes sent from a file), passed through as one chunk.
+RecordsChunk = bytes | bytearray | memoryview | Sized
 FetchPartitionData = tuple[
-    int, int, int, int, int, Sequence[AbortedTransaction] | None,
-    bytes | bytearray | memoryview | None,
+    int, int, int, int, int, Sequence[AbortedTransaction] | None, RecordsChunk | None,
 ]  # (partition_index, error_code, high_watermark, last_stable_offset, log_start_offset, aborted,
 #    records)
 
@@ -109,19 +111,20 @@ def encode_fetch_response_parts(
     version: int,
     throttle_time_ms: int,
     topics: Sequence[tuple[str, Sequence[FetchPartitionData]]],
-) -> list[bytes | bytearray | memoryview]:
+) -> list[RecordsChunk]:
     """Encode a Fetch response body (v4-12) as chunks for one gather-write.
 
     ``topics`` is ``[(topic, [(partition_index, error_code, high_watermark, last_stable_offset,
     log_start_offset, aborted_transactions, records), ...])]`` with ``aborted_transactions`` a
-    list of ``(producer_id, first_offset)`` or None (sent as null), and ``records`` bytes or a
-    byte-format memoryview. Every non-empty records buffer is one chunk of the result, as it is
-    (no copy); the fields between them are packed into small chunks. Empty (or None) records are
+    list of ``(producer_id, first_offset)`` or None (sent as null), and ``records`` bytes, a
+    byte-format memoryview or another sized chunk (its ``len`` is its size in bytes; this codec
+    never reads it). Every non-empty records chunk is one chunk of the result, as it is (no
+    copy); the fields between them are packed into small chunks. Empty (or None) records are
     sent as a 0-length field, never as null. The session is always 0 (none: every fetch is a full
     one), error_code 0, preferred_read_replica -1. ``b"".join(parts)`` is the body.
     """
     flexible = version >= FIRST_FLEXIBLE
-    parts: list[bytes | bytearray | memoryview] = []
+    parts: list[RecordsChunk] = []
     head = bytearray(_I32.pack(throttle_time_ms))
     if version >= 7:
         head += b"\x00\x00\x00\x00\x00\x00"  # error_code 0, session_id 0

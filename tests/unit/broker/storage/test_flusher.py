@@ -336,6 +336,67 @@ async def test_a_commit_tied_to_a_rolled_partition_goes_to_a_round(tmp_path: Pat
     s.close()
 
 
+async def test_a_round_in_the_worker_thread_holds_back_only_its_own_partitions(
+    tmp_path: Path, nursery, monkeypatch
+) -> None:
+    """While a round syncs large batches of one partition in a worker thread, a small commit
+    of another partition is decided at once, by its own fdatasync in another worker thread
+    (never on the loop meanwhile); a commit of the partition being synced, or of one tied to
+    it, waits for the round after it."""
+    from broker.log.partition import FlushTicket
+
+    s = storage(tmp_path, Seconds())
+    nursery.start_soon(s.flusher.run)
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+    gate = threading.Event()
+    real_sync = FlushTicket.sync
+    big_fds: set[int] = set()
+
+    def sync(ticket: FlushTicket) -> None:
+        if set(ticket.fds) & big_fds:
+            gate.wait(10)  # the large round's fdatasync takes its time
+        real_sync(ticket)
+
+    monkeypatch.setattr(FlushTicket, "sync", sync)
+    real_begin = type(p0).begin_flush
+
+    def begin(partition, *args, **kwargs):
+        ticket = real_begin(partition, *args, **kwargs)
+        if partition is p0 and ticket is not None:
+            big_fds.update(ticket.fds)
+        return ticket
+
+    monkeypatch.setattr(type(p0), "begin_flush", begin)
+    await trio.testing.wait_all_tasks_blocked()
+    p0.append_untrusted(record(200_000), NOW)  # too big to sync on the loop: a worker thread
+    big = s.commit([p0])
+    with trio.fail_after(5):
+        while not s.flusher.busy or s.flusher._waiting:
+            await trio.sleep(0.001)
+    assert not big.done
+    try:
+        for round_ in range(3):  # alone, then pipelined: through the flusher's task
+            p1.append_untrusted(record(), NOW)
+            small = s.flusher.commit([p1], pipelined=round_ > 0)
+            with trio.fail_after(5):
+                assert await small.wait()
+            assert p1.high_watermark == p1.log_end_offset and not big.done
+        p0.append_untrusted(record(), NOW)
+        s.sync_together(p2, p0)
+        p2.append_untrusted(record(), NOW)
+        behind = [s.commit([p0]), s.commit([p2])]
+        await trio.sleep(0.05)
+        assert not any(c.done for c in behind) and p2.high_watermark == 0
+    finally:
+        gate.set()
+    with trio.fail_after(10):
+        assert await big.wait()
+        for commit in behind:
+            assert await commit.wait()
+    assert p0.high_watermark == p0.log_end_offset and p2.high_watermark == p2.log_end_offset
+    nursery.cancel_scope.cancel()
+
+
 async def test_others_ready_reads_the_run_queue_the_statistics_count(nursery) -> None:
     """``_others_ready`` reads trio's run queue directly (the statistics also count every I/O
     registration: 4.3 us with 100 connections); the same answer as the public call, and the
