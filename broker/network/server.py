@@ -42,7 +42,7 @@ from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
 from broker.network.context import Broker
-from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply
+from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply, log_bug
 from broker.network.peer import Peer, Session, set_peer
 from broker.network.peer import session as peer_session
 from broker.network.reply import AnswerFirst, Deferred
@@ -51,6 +51,7 @@ from broker.security.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
 from protocol.framing import FrameDecoder
+from protocol.text import clip
 
 log = logging.getLogger("minibroker.server")
 
@@ -67,6 +68,7 @@ SASL_MAX_RECEIVE_SIZE = 524_288
 # Descriptors kept free for segments, indexes, snapshots and the flusher's duplicates.
 _RESERVED_FDS = 128
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+_ACCEPT_FATAL_ERRNOS = {errno.EBADF, errno.ENOTSOCK, errno.EINVAL, errno.EOPNOTSUPP}
 # Buffers per sendmsg (the system's IOV_MAX is 1024).
 _IOV_MAX = 512
 
@@ -227,7 +229,13 @@ async def _accept_loop(
                 log.error("accept failed (%s); retrying in 100 ms", exc)
                 await trio.sleep(0.1)
                 continue
-            raise
+            if exc.errno in _ACCEPT_FATAL_ERRNOS:
+                raise  # the listening socket itself is unusable
+            # One connection's failure (ECONNABORTED, EPROTO, EPERM from a firewall, ...): as
+            # Kafka's acceptor, log it and accept the next.
+            log.warning("accept failed (%s)", exc)
+            await trio.sleep(0.01)
+            continue
         ip = address[0] if isinstance(address, tuple) else str(address)
         if not limits.admit(ip):
             sock.close()  # Kafka closes a connection over the limits the same way
@@ -298,13 +306,19 @@ async def _serve_connection(
                     shared.broker.config.security.ssl_principal_mapping_rules)
                                      or session.principal)
         await _serve_requests(_Connection(stream, shared))
-    except (ssl.SSLError, ConnectionError, OSError) as exc:
-        hint = ""
-        if isinstance(exc, ssl.SSLError) and exc.reason == "WRONG_VERSION_NUMBER":
-            # What a Kafka request looks like to TLS: the client's security.protocol is wrong.
-            hint = (f" (a client without TLS at this {info.security_protocol} listener? its "
-                    f"security.protocol must be {info.security_protocol})")
-        log.info("closing %s: %s%s", sock.peer_name(), exc, hint)
+    except BaseException as exc:  # noqa: BLE001 - the guard of the whole connection, see below
+        # Nothing that happens on one connection ends the broker (issue 36): a socket error of
+        # any kind (ETIMEDOUT, EHOSTUNREACH: OSErrors that are not ConnectionErrors), an error
+        # group out of the connection's nursery, a failed principal mapping, a bug. The
+        # connection is closed with one log line; only a cancellation (the broker stopping)
+        # goes on.
+        errors, rest = _split_errors(exc)
+        if errors is not None:
+            _log_closing(sock.peer_name(), errors, info)
+        if rest is not None:
+            if rest is exc:
+                raise
+            raise rest from None
     finally:
         if session.refusals is not None:
             session.refusals.close()  # the count of refusal lines left out, if any
@@ -312,6 +326,44 @@ async def _serve_connection(
             sock.metrics.connections_closed += 1
         sock.close()
         shared.limits.leave(ip)
+
+
+# The errors of a connection that say the peer or the network is gone or misbehaved (one info
+# line), unlike a bug (one error record with its traceback).
+_PEER_ERRORS = (OSError, trio.BrokenResourceError, trio.ClosedResourceError, CloseConnection)
+
+
+def _split_errors(exc: BaseException) -> tuple[Exception | None, BaseException | None]:
+    """``(errors, rest)``: the Exceptions in ``exc`` (a group, possibly) and what is not one
+    (trio.Cancelled, KeyboardInterrupt), either None when there is none."""
+    if isinstance(exc, BaseExceptionGroup):
+        errors, rest = exc.split(Exception)
+        return errors, rest
+    if isinstance(exc, Exception):
+        return exc, None
+    return None, exc
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for e in exc.exceptions for leaf in _leaves(e)]
+    return [exc]
+
+
+def _log_closing(peer: str, exc: Exception, info: _ListenerInfo) -> None:
+    leaves = _leaves(exc)
+    if all(isinstance(e, _PEER_ERRORS) for e in leaves):
+        first = leaves[0]
+        hint = ""
+        if isinstance(first, ssl.SSLError) and first.reason == "WRONG_VERSION_NUMBER":
+            # What a Kafka request looks like to TLS: the client's security.protocol is wrong.
+            hint = (f" (a client without TLS at this {info.security_protocol} listener? its "
+                    f"security.protocol must be {info.security_protocol})")
+        more = f" (and {len(leaves) - 1} more)" if len(leaves) > 1 else ""
+        log.info("closing %s: %s%s%s", peer, clip(first) or type(first).__name__, hint, more)
+        return
+    # A bug must cost one connection, never the broker.
+    log_bug(log, exc, "closing %s after an internal error", peer)
 
 
 async def _serve_requests(connection: _Connection) -> None:
@@ -543,7 +595,11 @@ class _Connection:
                     limited = False
                 if isinstance(result, _NOT_READY) or session.close_after_reply:
                     if isinstance(result, AnswerFirst):
-                        answer = encode_reply(header, result.value) or []
+                        try:
+                            answer = encode_reply(header, result.value) or []
+                        except BaseException:
+                            _finish(result)  # the change is decided: durable even unanswered
+                            raise
                         if self.queue:  # the answer waits behind another: finish, then queue it
                             _finish(result)
                             self._enqueue(answer, _size(answer))
@@ -648,9 +704,10 @@ class _Connection:
                 self._drained.set()
         except (trio.BrokenResourceError, ConnectionError, OSError):
             cancel_scope.cancel()  # peer gone: stop reading too
-        except Exception:
-            # A bug must cost one connection, never the broker.
-            log.exception("closing %s after an internal error while replying", self.peer)
+        except Exception as exc:
+            # A bug (or an answer that cannot be encoded) must cost one connection, never the
+            # broker.
+            log_bug(log, exc, "closing %s after an internal error while replying", self.peer)
             cancel_scope.cancel()
 
 
