@@ -7,8 +7,16 @@ pipelines five Produce requests gets them appended back to back and covered by o
 
 Limits (what no client may exceed, issue 10), all from ``BrokerConfig``:
 
-- ``max.connections`` (capped by the open-files limit, keeping room for the log's files) and
-  ``max.connections.per.ip``: a connection over either is closed at once, before any byte is read.
+- ``max.connections`` (capped by the open-files limit, keeping room for the log's files): the
+  listeners stop accepting until a connection closes (Kafka's acceptor waits for a slot too);
+  ``max.connections.per.ip`` and its ``.overrides``: a connection over its address's limit is
+  closed at once, before any byte is read.
+- ``sasl.server.authentication.timeout.ms``: a SASL listener's connection must authenticate
+  within it (before that it reads frames of at most ``sasl.server.max.receive.size``, Kafka's
+  524,288 bytes, and a SCRAM client-first of at most 4 KiB).
+- Nothing that happens on one connection ends the process: the whole connection task is guarded
+  (any error, an error group out of its nursery, a failed principal mapping, an answer that
+  cannot be encoded: that connection is closed with one clipped log line).
 - ``connections.max.idle.ms``: a connection with no bytes received or sent for that long is closed;
   ``request.receive.timeout.ms``: a request whose first bytes arrived must be complete within it.
 - ``queued.max.request.bytes``: large requests (a frame of 64 KiB or more) reserve their size from
@@ -27,6 +35,7 @@ import dataclasses
 import errno
 import gc
 import logging
+import math
 import resource
 import signal
 import socket as stdsocket
@@ -37,7 +46,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import trio
 
 from broker.app import build_broker, build_dispatcher, build_metrics
-from broker.config import BrokerConfig
+from broker.config import BrokerConfig, ConfigError
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
@@ -93,23 +102,46 @@ class RequestMemory:
 
 
 class ConnectionLimits:
-    """``max.connections`` and ``max.connections.per.ip``: counts of open connections."""
+    """``max.connections``, ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``:
+    counts of open connections, as Kafka's ConnectionQuotas keeps them. At ``max.connections``
+    the listeners stop accepting (new connections wait in the kernel's backlog, as Kafka's
+    acceptor waits for a slot); a connection over its address's limit is closed at once."""
 
-    def __init__(self, max_connections: int, max_per_ip: int) -> None:
+    def __init__(self, max_connections: int, max_per_ip: int,
+                 overrides: Sequence[tuple[str, int]] = ()) -> None:
         try:
             soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         except (OSError, ValueError):
             soft = resource.RLIM_INFINITY
         if soft != resource.RLIM_INFINITY:
             max_connections = min(max_connections, max(soft - _RESERVED_FDS, 16))
+        if max_per_ip == 0 and not overrides:
+            raise ConfigError("max.connections.per.ip can be 0 only with "
+                              "max.connections.per.ip.overrides (Kafka's rule)")
         self.max_connections = max_connections
         self.max_per_ip = max_per_ip
+        self.per_ip_overrides = _resolve(overrides)
         self.total = 0
         self.per_ip: dict[str, int] = {}
         self.refused = 0
+        self._slot = trio.Event()
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> ConnectionLimits:
+        """The limits ``config`` sets; ConfigError for values Kafka refuses at start."""
+        return cls(config.max_connections, config.max_connections_per_ip,
+                   config.max_connections_per_ip_overrides)
+
+    def limit_for(self, ip: str) -> int:
+        return self.per_ip_overrides.get(ip, self.max_per_ip)
+
+    async def wait_for_slot(self) -> None:
+        """Until fewer than ``max.connections`` are open."""
+        while self.total >= self.max_connections:
+            await self._slot.wait()
 
     def admit(self, ip: str) -> bool:
-        if self.total >= self.max_connections or self.per_ip.get(ip, 0) >= self.max_per_ip:
+        if self.total >= self.max_connections or self.per_ip.get(ip, 0) >= self.limit_for(ip):
             self.refused += 1
             return False
         self.total += 1
@@ -123,6 +155,24 @@ class ConnectionLimits:
             self.per_ip[ip] = left
         else:
             del self.per_ip[ip]
+        if self.total < self.max_connections:
+            self._slot.set()
+            self._slot = trio.Event()
+
+
+def _resolve(overrides: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """Host names of max.connections.per.ip.overrides as the addresses connections come from
+    (Kafka resolves them at start too); a name that does not resolve is a config error."""
+    out: dict[str, int] = {}
+    for host, count in overrides:
+        try:
+            infos = stdsocket.getaddrinfo(host, None, type=stdsocket.SOCK_STREAM)
+        except (OSError, UnicodeError) as exc:
+            raise ConfigError(f"invalid value for max.connections.per.ip.overrides: cannot "
+                              f"resolve {host!r} ({exc})") from None
+        for info in infos:
+            out[str(info[4][0])] = count
+    return out
 
 
 async def serve(
@@ -209,7 +259,8 @@ class _Shared:
         self.broker = broker
         self.dispatcher = dispatcher
         self.memory = RequestMemory(config.queued_max_request_bytes)
-        self.limits = ConnectionLimits(config.max_connections, config.max_connections_per_ip)
+        self.limits = ConnectionLimits.of(config)
+        self.authentication_timeout_s = config.sasl_server_authentication_timeout_ms / 1000
         self.idle_s = config.connections_max_idle_ms / 1000
         self.receive_timeout_s = config.request_receive_timeout_ms / 1000
 
@@ -222,6 +273,7 @@ async def _accept_loop(
 ) -> None:
     limits = shared.limits
     while True:
+        await limits.wait_for_slot()  # max.connections: stop accepting, as Kafka's acceptor
         try:
             sock, address = await listener.accept()
         except OSError as exc:
@@ -240,9 +292,9 @@ async def _accept_loop(
         if not limits.admit(ip):
             sock.close()  # Kafka closes a connection over the limits the same way
             if limits.refused in (1, 10, 100) or limits.refused % 1000 == 0:
-                log.warning("refused a connection from %s: %d open (max.connections %d, "
-                            "max.connections.per.ip %d); %d refused so far", ip, limits.total,
-                            limits.max_connections, limits.max_per_ip, limits.refused)
+                log.warning("refused a connection from %s: %d open from it "
+                            "(max.connections.per.ip %d); %d refused so far", ip,
+                            limits.per_ip.get(ip, 0), limits.limit_for(ip), limits.refused)
             continue
         try:
             raw = stdsocket.socket(fileno=sock.detach())
@@ -305,7 +357,17 @@ async def _serve_connection(
                     stream.peer_certificate(),
                     shared.broker.config.security.ssl_principal_mapping_rules)
                                      or session.principal)
-        await _serve_requests(_Connection(stream, shared))
+        connection = _Connection(stream, shared)
+        if session.sasl_state != "done":
+            # A SASL listener: authenticate within the timeout (the reader lifts the deadline
+            # once authenticated), else the connection is closed.
+            connection.authentication = trio.CancelScope(
+                deadline=trio.current_time() + shared.authentication_timeout_s)
+        with connection.authentication:
+            await _serve_requests(connection)
+        if connection.authentication.cancelled_caught:
+            log.info("closing %s: not authenticated within %g s", connection.peer,
+                     shared.authentication_timeout_s)
     except BaseException as exc:  # noqa: BLE001 - the guard of the whole connection, see below
         # Nothing that happens on one connection ends the broker (issue 36): a socket error of
         # any kind (ETIMEDOUT, EHOSTUNREACH: OSErrors that are not ConnectionErrors), an error
@@ -520,6 +582,7 @@ class _Connection:
         self._now = trio.lowlevel.current_clock().current_time  # trio.current_time, one call less
         self._deadline = self._now() + self._idle_s
         self.deadline = trio.CancelScope(deadline=self._deadline)
+        self.authentication = trio.CancelScope()  # a deadline until a SASL peer authenticated
         sock.on_sent = self._active
 
     def _active(self) -> None:
@@ -552,7 +615,7 @@ class _Connection:
         decoder = FrameDecoder(max_bytes if session.sasl_state == "done"
                                else min(max_bytes, SASL_MAX_RECEIVE_SIZE))
         next_frame = decoder.next_frame
-        limited = decoder.max_frame_size != max_bytes  # until authenticated
+        limited = session.sasl_state != "done"  # until authenticated
         # A plain socket can skip the receive that would find nothing: after a receive that
         # emptied the socket (fewer bytes than room) and held whole requests, a request/response
         # client waits for its answers before it sends more. A pipelining client's next bytes
@@ -593,6 +656,7 @@ class _Connection:
                 if limited and session.sasl_state == "done":
                     decoder.max_frame_size = max_bytes  # authenticated
                     limited = False
+                    self.authentication.deadline = math.inf
                 if isinstance(result, _NOT_READY) or session.close_after_reply:
                     if isinstance(result, AnswerFirst):
                         try:

@@ -191,3 +191,79 @@ def test_process_survives_a_reset_storm(broker):
         s.sendall(_metadata_frame()[:9])
         s.close()
     _still_serving(broker)
+
+
+# -- before authentication: bounded in time and size; connection limits --------------------------
+
+
+def _metadata_answered(conn: RawConnection) -> bool:
+    try:
+        conn.send_request(ApiKey.METADATA, 1, {"topics": []})
+        return conn.read_frame() is not None
+    except OSError:
+        return False
+
+
+def test_max_connections_per_ip_overrides(tmp_path):
+    with BrokerProcess.configured(tmp_path, "max.connections.per.ip=1\n"
+                                  "max.connections.per.ip.overrides=localhost:3\n") as proc:
+        conns = [RawConnection(proc.port) for _ in range(4)]
+        try:
+            assert [_metadata_answered(c) for c in conns] == [True, True, True, False]
+        finally:
+            for c in conns:
+                c.close()
+
+
+def test_max_connections_waits_for_a_slot_as_kafka(tmp_path):
+    with BrokerProcess.configured(tmp_path, "max.connections=2\n") as proc:
+        first, second = RawConnection(proc.port), RawConnection(proc.port)
+        assert _metadata_answered(first) and _metadata_answered(second)
+        third = RawConnection(proc.port, timeout=1.0)  # in the backlog: not accepted yet
+        third.send_request(ApiKey.METADATA, 1, {"topics": []})
+        with pytest.raises(TimeoutError):
+            third.read_frame()
+        first.close()  # a slot: the third is accepted and answered
+        third.sock.settimeout(10)
+        assert third.read_frame() is not None
+        for c in (second, third):
+            c.close()
+
+
+def test_per_ip_zero_needs_overrides(tmp_path):
+    import subprocess
+    import sys
+    config = tmp_path / "server.properties"
+    config.write_text("max.connections.per.ip=0\n")
+    done = subprocess.run([sys.executable, "-c", "from broker.cli import main; main()", "serve",
+                           "--host", "127.0.0.1", "--port", "0", "--data-dir",
+                           str(tmp_path / "data"), "--config", str(config)],
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith("max.connections.per.ip can be 0 only with "
+                                        "max.connections.per.ip.overrides (Kafka's rule)")
+
+
+def test_a_sasl_connection_must_authenticate_in_time(tmp_path):
+    from tests.secured import sasl_plain
+    properties = "\n".join(secured("sasl.server.authentication.timeout.ms=700")) + "\n"
+    with BrokerProcess.configured(tmp_path, properties) as proc:
+        with RawConnection(proc.port) as idle, RawConnection(proc.port) as user:
+            assert idle.request(ApiKey.API_VERSIONS, 0, {}).error_code == 0
+            sasl_plain(user, "alice")
+            trio.run(trio.sleep, 1.5)
+            assert idle.read_frame() is None  # closed: not authenticated in time
+            assert _metadata_answered(user)  # authenticated: the deadline is lifted
+        proc.wait_for_output("not authenticated within 0.7 s")
+
+
+def test_a_scram_client_first_message_is_capped(tmp_path):
+    properties = "\n".join(secured()) + "\n"
+    with BrokerProcess.configured(tmp_path, properties) as proc:
+        with RawConnection(proc.port) as conn:
+            assert conn.request(ApiKey.SASL_HANDSHAKE, 1,
+                                {"mechanism": "SCRAM-SHA-256"}).error_code == 0
+            first = b"n,,n=alice,r=" + b"x" * 400_000
+            answer = conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": first})
+            assert answer.error_code == 58 and "at most 4096" in answer.error_message
+            assert conn.read_frame() is None  # then closed
