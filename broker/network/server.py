@@ -218,6 +218,7 @@ async def serve(
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
+            nursery.start_soon(_release_memory)
             if broker.cleaner is not None:
                 nursery.start_soon(broker.cleaner.run)
             for sock, info in extra:
@@ -388,6 +389,7 @@ async def _serve_connection(
             sock.metrics.connections_closed += 1
         sock.close()
         shared.limits.leave(ip)
+        _closed_connection()
 
 
 # The errors of a connection that say the peer or the network is gone or misbehaved (one info
@@ -816,6 +818,53 @@ def _nothing() -> None:
 # The garbage cycles it collects (exceptions with their tracebacks, finished coroutines) wait at
 # most this many allocations more: a few MB.
 GC_YOUNG_THRESHOLD = 20_000
+
+
+# Connections closed since the last full collection. A closed connection leaves garbage cycles
+# (its task's coroutine frames, exceptions and their tracebacks) that reference counting does
+# not free; with the young threshold raised (below) and a connection's objects promoted while it
+# lived, they waited for a full collection that a quiet broker never runs, and the C heap kept
+# the freed pages: 1,000 closed connections kept about 45 MB.
+_COLLECT_AFTER_CLOSES = 32
+_closes = 0
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+        import ctypes.util
+
+        name = ctypes.util.find_library("c")
+        return ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None  # not glibc
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def _trim_heap() -> None:
+    """Give the C heap's free pages back to the system (glibc keeps them otherwise: the receive
+    buffers and messages of 1,000 closed connections stayed in the broker's RSS)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+def _closed_connection() -> None:
+    global _closes
+    _closes += 1
+
+
+async def _release_memory() -> None:
+    """Once a second: after at least ``_COLLECT_AFTER_CLOSES`` connections closed, a full
+    collection and the heap trimmed, so that what they held goes back to the system."""
+    global _closes
+    while True:
+        await trio.sleep(1.0)
+        if _closes >= _COLLECT_AFTER_CLOSES:
+            _closes = 0
+            gc.collect()
+            _trim_heap()
 
 
 def settle_garbage_collector() -> None:

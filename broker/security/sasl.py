@@ -99,16 +99,25 @@ class SaslServer:
             raise self._fail("malformed SCRAM message") from None
         try:
             if self._scram is None:
+                # auth_fn does not refer to self: the scramp server keeps it, and a cycle
+                # (self -> server -> auth_fn -> self) would keep each connection's exchange
+                # until a full garbage collection, long after the connection closed.
+                credential_of, mechanism, seen = self._credential, self.mechanism, []
+
                 def auth_fn(name: str):
-                    self._user = _saslname(name)
-                    credential = self._credential(self._user, self.mechanism)
+                    seen.append(_saslname(name))
+                    credential = credential_of(seen[-1], mechanism)
                     if credential is None:
                         raise ScramException("unknown user")
                     return (credential.salt, credential.stored_key, credential.server_key,
                             credential.iterations)
 
                 server = ScramMechanism(self.mechanism).make_server(auth_fn)
-                server.set_client_first(message)
+                try:
+                    server.set_client_first(message)
+                finally:
+                    if seen:
+                        self._user = seen[-1]
                 self._scram = server
                 gs2_header = message[: len(message) - len(server.client_first_bare)]
                 self._channel = base64.b64encode(gs2_header.encode()).decode()
