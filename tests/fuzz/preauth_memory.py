@@ -5,7 +5,7 @@
 Starts a broker with a SASL_PLAINTEXT listener and a SCRAM user, then for each nonce size opens
 CONNECTIONS connections that each send SaslHandshake(SCRAM-SHA-256) and a SaslAuthenticate with
 a client-first message holding that nonce, for the known user, and stay open: the broker's RSS
-(VmRSS) before, while they are open, and after they closed. Then CONNECTIONS idle connections.
+(VmRSS) before, while they are open, and after they closed. First CONNECTIONS idle connections.
 Then the bytes of log per failed PLAIN login with a 500 KB user name. Prints one JSON line.
 """
 
@@ -119,6 +119,11 @@ def measure(count: int, nonces: list[int]) -> dict:
             pid = proc.proc.pid
             _scram_user(proc.port)
             result["baseline_mb"] = base = _settled_rss(pid)
+            idle = [socket.create_connection(("127.0.0.1", proc.port)) for _ in range(count)]
+            result["idle_mb"] = round(_settled_rss(pid, 2.0) - base, 1)
+            for s in idle:
+                s.close()
+            base = _settled_rss(pid, 3.0)
             for nonce in nonces:
                 socks, still_open = _open_scram(proc.port, count, nonce)
                 open_mb = _settled_rss(pid, 1.0)
@@ -128,11 +133,6 @@ def measure(count: int, nonces: list[int]) -> dict:
                 result["scram"].append({"nonce_bytes": nonce, "still_open": still_open,
                                         "open_mb": round(open_mb - base, 1),
                                         "after_close_mb": round(after_mb - base, 1)})
-            before_idle = _settled_rss(pid, 1.0)
-            idle = [socket.create_connection(("127.0.0.1", proc.port)) for _ in range(count)]
-            result["idle_mb"] = round(_settled_rss(pid, 2.0) - before_idle, 1)
-            for s in idle:
-                s.close()
             # Log bytes per failed PLAIN login with a huge user name.
             logins = 20
             before = sum(len(line.encode()) for line in proc.output)
