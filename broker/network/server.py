@@ -820,11 +820,13 @@ def _nothing() -> None:
 GC_YOUNG_THRESHOLD = 20_000
 
 
-# Connections closed since the last full collection. A closed connection leaves garbage cycles
+# Connections closed since the last collection. A closed connection leaves garbage cycles
 # (its task's coroutine frames, exceptions and their tracebacks) that reference counting does
 # not free; with the young threshold raised (below) and a connection's objects promoted while it
-# lived, they waited for a full collection that a quiet broker never runs, and the C heap kept
-# the freed pages: 1,000 closed connections kept about 45 MB.
+# lived, they waited for a collection that a quiet broker does not run soon, and the C heap kept
+# the freed pages: 1,000 closed connections kept about 45 MB. A collection of the two young
+# generations frees them (measured: +2.4 MB left of 1,000 connections' +33 MB) and, unlike a full
+# one, does not walk what the broker built since start.
 _COLLECT_AFTER_CLOSES = 32
 _closes = 0
 
@@ -856,14 +858,15 @@ def _closed_connection() -> None:
 
 
 async def _release_memory() -> None:
-    """Once a second: after at least ``_COLLECT_AFTER_CLOSES`` connections closed, a full
-    collection and the heap trimmed, so that what they held goes back to the system."""
+    """Once a second: after at least ``_COLLECT_AFTER_CLOSES`` connections closed, a collection
+    of the young generations and the heap trimmed, so that what they held goes back to the
+    system."""
     global _closes
     while True:
         await trio.sleep(1.0)
         if _closes >= _COLLECT_AFTER_CLOSES:
             _closes = 0
-            gc.collect()
+            gc.collect(1)
             _trim_heap()
 
 
