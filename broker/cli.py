@@ -16,6 +16,7 @@ import trio
 
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
+from broker.network.server import ConnectionLimits
 from broker.security.tls import listener_context
 from client.cli.common import ToolRoot  # the one import of client/ besides the tools below
 
@@ -107,6 +108,7 @@ def serve(config_path, host, port, data_dir, advertised_host, advertised_port, c
             config = dataclasses.replace(config, advertised_host=socket.gethostname())
         _check_data_dir(config.data_dir)
         listener_context(config)  # the TLS key and certificates load, before anything starts
+        ConnectionLimits.of(config)  # and the connection limits are valid (names resolve)
     except ConfigError as exc:
         click.echo(f"minibroker: error: {exc}", err=True)  # one line, no usage text
         sys.exit(2)

@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
-import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from client.errors import ConfigError
+from protocol.jaas import JaasError, parse_one, shown_module
 from protocol.records import codec_import, missing_codec
 
 INT32_MAX = 2**31 - 1
@@ -347,9 +347,6 @@ JAVA_REFUSED: dict[str, str] = {
     "sasl.client.callback.handler.class": "only PLAIN and SCRAM logins are supported",
     "sasl.kerberos.service.name": "GSSAPI (Kerberos) is not supported",
 }
-_JAAS = re.compile(r"^\s*(?P<module>[\w.$]+)\s+(?P<flag>required|requisite|sufficient|optional)"
-                   r"(?P<options>.*?);?\s*$", re.S)
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;]+))')
 _LOGIN_MODULES = ("PlainLoginModule", "ScramLoginModule")
 
 
@@ -374,15 +371,17 @@ def _java(conf: Mapping[str, Any]) -> dict[str, Any]:
         password = result.pop("ssl.keystore.password")
         result.setdefault("ssl.key.password", password)
     if "sasl.jaas.config" in result:
-        value = str(result.pop("sasl.jaas.config"))
-        match = _JAAS.match(value)
-        module = match.group("module").rsplit(".", 1)[-1] if match else ""
-        if match is None or module not in _LOGIN_MODULES:
-            raise _java_refusal("sasl.jaas.config", (module or value)[:80],
+        # Read as Kafka's JaasConfig reads it (protocol/jaas.py); errors never show a value.
+        try:
+            entry = parse_one(str(result.pop("sasl.jaas.config")))
+        except JaasError as exc:
+            raise ConfigError(f"sasl.jaas.config: {exc}") from None
+        module = shown_module(entry.module)
+        if module not in _LOGIN_MODULES:
+            raise _java_refusal("sasl.jaas.config", module,
                                 "only org.apache.kafka.common.security.plain.PlainLoginModule "
                                 "and ...scram.ScramLoginModule are supported")
-        options = {k: bare if bare else quoted.replace('\\"', '"')
-                   for k, quoted, bare in _JAAS_OPTION.findall(match.group("options"))}
+        options = entry.options
         if "username" not in options or "password" not in options:
             raise ConfigError(f"sasl.jaas.config: {module} needs username=\"...\" and "
                               "password=\"...\"")

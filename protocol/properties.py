@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     """Parse the text of a Java ``.properties`` file, as ``java.util.Properties.load`` does.
@@ -14,7 +16,9 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
     ``\\t \\n \\r \\f \\uXXXX``, and a backslash before any other character stands for that character.
     """
     props: dict[str, str] = {}
-    lines = text.splitlines()
+    # Java ends lines at \n, \r and \r\n only (str.splitlines also splits at \x1c-\x1e, \x85,
+    # \u2028 and \u2029: a value holding one became two keys).
+    lines = _LINE_END.split(text)
     number = 0
     while number < len(lines):
         start = number + 1
@@ -35,6 +39,9 @@ def parse_properties(text: str, source: str = "<properties>") -> dict[str, str]:
         except ValueError as exc:
             raise ValueError(f"{source}:{start}: {exc}") from None
     return props
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _continues(line: str) -> bool:

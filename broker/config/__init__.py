@@ -89,6 +89,10 @@ class BrokerConfig:
     request_receive_timeout_ms: int = 30_000  # minibroker's: a request must arrive within this
     max_connections: int = 2_147_483_647  # also capped by the open-files limit (RLIMIT_NOFILE)
     max_connections_per_ip: int = 2_147_483_647
+    # Issue 36: per-address exceptions ((host or ip, count), Kafka's), and the time a connection
+    # of a SASL listener has to authenticate (minibroker's own).
+    max_connections_per_ip_overrides: tuple[tuple[str, int], ...] = ()
+    sasl_server_authentication_timeout_ms: int = 30_000
     fetch_max_bytes: int = 57_671_680  # Kafka's broker-side cap on one Fetch response (55 MiB)
     log: LogConfig = field(default_factory=LogConfig)
     log_retention_check_interval_ms: int = 300_000
@@ -178,6 +182,18 @@ def _flush(value: str) -> str:
     return value
 
 
+def _ip_overrides(value: str) -> tuple[tuple[str, int], ...]:
+    """``host:count,ip:count`` (Kafka's max.connections.per.ip.overrides; the count after the
+    last colon, so that IPv6 addresses work)."""
+    out = []
+    for item in filter(None, (part.strip() for part in value.split(","))):
+        host, sep, count = item.rpartition(":")
+        if not sep or not host.strip() or not count.strip().isdigit():
+            raise ValueError(f"expected host:count, got {item!r}")
+        out.append((host.strip().strip("[]"), int(count)))
+    return tuple(out)
+
+
 class Property(NamedTuple):
     """One broker property: where it goes, how it is read, and what it means (the configuration
     reference, docs/configuration.md, is generated from this table by broker/config/reference.py).
@@ -229,8 +245,17 @@ _PROPERTIES: dict[str, Property] = {
     "max.connections": Property("max_connections", int, 1,
                                 "Connections at once (also kept 128 below the open-files "
                                 "limit)."),
-    "max.connections.per.ip": Property("max_connections_per_ip", int, 1,
-                                       "Connections at once from one address."),
+    "max.connections.per.ip": Property("max_connections_per_ip", int, 0,
+                                       "Connections at once from one address (0 only with "
+                                       "max.connections.per.ip.overrides)."),
+    "max.connections.per.ip.overrides": Property(
+        "max_connections_per_ip_overrides", lambda v: _ip_overrides(v), None,
+        "Per-address exceptions to max.connections.per.ip: host:count,ip:count (host names are "
+        "resolved at start)."),
+    "sasl.server.authentication.timeout.ms": Property(
+        "sasl_server_authentication_timeout_ms", int, 1,
+        "A connection of a SASL listener that has not authenticated within this time is closed "
+        "(what an unauthenticated peer may hold is bounded in time as well as in size).", _OWN),
     "fetch.max.bytes": Property("fetch_max_bytes", int, 1024,
                                 "Largest Fetch answer (at least one batch is always sent)."),
     "log.segment.bytes": Property("log.segment_bytes", int, 14,

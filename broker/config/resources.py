@@ -29,6 +29,7 @@ from broker.log.topic_config import (
 )
 from broker.log.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
+from protocol.text import clip
 
 
 class ResourceType(enum.IntEnum):
@@ -163,7 +164,7 @@ def check_broker_name(broker: BrokerConfig, name: str) -> None:
     if name not in ("", str(broker.node_id)):
         raise KafkaError(
             ErrorCode.INVALID_REQUEST,
-            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}",
+            f"Unexpected broker id, expected {broker.node_id} or empty string, but received {clip(name)}",
         )
 
 

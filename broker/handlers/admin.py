@@ -16,6 +16,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
 from protocol.primitives import ZERO_UUID
+from protocol.text import clip_message
 
 TRANSACTION_VERSION = "transaction.version"
 MAX_TRANSACTION_VERSION = 2
@@ -239,7 +240,7 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
         else:
             broker.logs.create_topic(topic.name, count, overrides, broker.clock.now_ms())
     except KafkaError as exc:
-        return exc.code, exc.message or None
+        return exc.code, clip_message(exc.message) or None
     return ErrorCode.NONE, None
 
 

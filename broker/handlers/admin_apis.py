@@ -23,6 +23,7 @@ from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.api_versions import ADVERTISED
+from protocol.text import clip_message
 
 INT32_MIN = -(1 << 31)
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type: 1 brokers, 2 controllers (KIP-919)
@@ -36,7 +37,7 @@ def _versions(api_key: ApiKey) -> range:
 
 
 def _error(exc: KafkaError) -> tuple[ErrorCode, str | None]:
-    return exc.code, exc.message or None
+    return exc.code, clip_message(exc.message) or None
 
 
 # -- configs ------------------------------------------------------------------------------

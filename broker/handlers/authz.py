@@ -16,6 +16,7 @@ import time
 from broker.handlers import peer
 from broker.handlers.context import Broker
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from protocol.text import for_log
 
 log = logging.getLogger("minibroker.security")
 
@@ -101,8 +102,8 @@ class RefusalLog:
             self._window, self._lines = now, 0
         if self._lines < REFUSAL_LINES_PER_SECOND:
             self._lines += 1
-            log.info("refused: %s from %s may not %s %s %r", self._principal, self._host,
-                     operation.name, resource_type.name, name)
+            log.info("refused: %s from %s may not %s %s %s", for_log(self._principal, 512),
+                     self._host, operation.name, resource_type.name, for_log(name))
         else:
             self._suppressed += 1
 

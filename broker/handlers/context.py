@@ -24,6 +24,7 @@ from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
 from broker.wiring import CrossService
 from protocol.errors import ErrorCode, KafkaError
+from protocol.text import clip
 
 log = logging.getLogger("minibroker")
 
@@ -78,7 +79,7 @@ class Broker:
         if count is not None:
             return count
         if not (allow_create and self.config.auto_create_topics) or topic in INTERNAL_TOPICS:
-            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, topic)
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, clip(topic))
         self.logs.create_topic(topic, self.config.num_partitions, None, self.clock.now_ms())
         log.info("auto-created topic %s with %d partitions", topic, self.config.num_partitions)
         return self.config.num_partitions

@@ -23,6 +23,7 @@ from broker.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.text import clip
 
 INT32_MIN = -(1 << 31)  # an authorized-operations field that was not asked for
 
@@ -206,7 +207,7 @@ def describe_groups(broker: Broker, header, request) -> dict:
         if header.api_version >= 6 and summary.state == "Dead":
             # v6+ (KIP-1043): a group that does not exist is an error, as Kafka 4 answers it
             groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,
-                           "error_message": f"Group {group_id} not found.", "group_id": group_id,
+                           "error_message": f"Group {clip(group_id)} not found.", "group_id": group_id,
                            "group_state": "Dead", "protocol_type": "", "protocol_data": "",
                            "members": []})
             continue

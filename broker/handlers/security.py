@@ -33,6 +33,7 @@ from broker.security.acl import (
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
+from protocol.text import clip, for_log
 
 log = logging.getLogger("minibroker.security")
 
@@ -45,8 +46,8 @@ def sasl_handshake(broker: Broker, header, request) -> dict | Deferred[dict]:
         return {"error_code": ErrorCode.ILLEGAL_SASL_STATE, "mechanisms": enabled}
     if request.mechanism not in enabled:
         session.close_after_reply = True
-        log.info("closing %s: SASL mechanism %r is not enabled", peer.client_host(),
-                 request.mechanism)
+        log.info("closing %s: SASL mechanism %s is not enabled", peer.client_host(),
+                 for_log(request.mechanism))
         # A failed authentication in Kafka too: answered after the delay, then closed.
         return _after_failure_delay(broker, {"error_code": ErrorCode.UNSUPPORTED_SASL_MECHANISM,
                                              "mechanisms": enabled})
@@ -234,7 +235,7 @@ def describe_user_scram_credentials(broker: Broker, header, request) -> dict:
     for name in dict.fromkeys(names):
         if name not in known:
             results.append({"user": name, "error_code": ErrorCode.RESOURCE_NOT_FOUND,
-                            "error_message": f"no SCRAM credentials for user {name!r}",
+                            "error_message": f"no SCRAM credentials for user {clip(name)!r}",
                             "credential_infos": []})
             continue
         results.append({"user": name, "error_code": ErrorCode.NONE, "error_message": None,
@@ -268,7 +269,7 @@ def alter_user_scram_credentials(broker: Broker, header, request) -> dict:
             errors[d.name] = (ErrorCode.UNSUPPORTED_SASL_MECHANISM, f"mechanism {d.mechanism}")
         elif mechanism not in known.get(d.name, {}):
             errors[d.name] = (ErrorCode.RESOURCE_NOT_FOUND,
-                              f"no {mechanism} credential for user {d.name!r}")
+                              f"no {mechanism} credential for user {clip(d.name)!r}")
         else:
             deletions.append((d.name, mechanism))
     for u in request.upsertions:

@@ -39,6 +39,7 @@ from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
 from protocol.errors import ErrorCode, KafkaError
+from protocol.text import clip
 
 TOPICS_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
@@ -62,9 +63,9 @@ def validate_topic_name(name: str) -> None:
         elif name in (".", ".."):
             message = "Topic name cannot be \".\" or \"..\""
         elif len(name) > 249:
-            message = f"Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+            message = f"Topic name is illegal, it can't be longer than 249 characters, topic name: {clip(name)}"
         else:
-            message = (f"Topic name is invalid: '{name}' contains one or more characters other "
+            message = (f"Topic name is invalid: '{clip(name)}' contains one or more characters other "
                        "than ASCII alphanumerics, '.', '_' and '-'")
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, message)
 

@@ -25,6 +25,7 @@ import functools
 import logging
 import struct
 import time
+import traceback
 from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
@@ -44,6 +45,7 @@ from protocol.messages.api_versions import (
     API_VERSIONS_FALLBACK_BODY,
     IMPLEMENTED,
 )
+from protocol.text import clip, clip_message, for_log
 
 log = logging.getLogger("minibroker.dispatch")
 _API_AND_VERSION = struct.Struct(">hh")  # the first fields of every request header
@@ -168,14 +170,22 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[Reques
         request = decode_request(key, version, frame, offset)
         return header, fn(broker, header, request)
     except CorruptFrameError as exc:
-        raise CloseConnection(f"undecodable {ApiKey(key).name} v{version}: {exc}") from None
+        raise CloseConnection(f"undecodable {ApiKey(key).name} v{version}: {clip(exc)}") from None
     except CloseConnection:
         raise
     except Exception as exc:
         # A bug must cost one connection, never the broker.
-        log.exception("%s v%d handler failed (client %s, id %r)", ApiKey(key).name, version,
-                      peer.client_host() or "?", header.client_id)
-        raise CloseConnection(f"internal error in {ApiKey(key).name}: {exc!r}") from None
+        log_bug(log, exc, "%s v%d handler failed (client %s, id %s)", ApiKey(key).name, version,
+                peer.client_host() or "?", for_log(header.client_id))
+        raise CloseConnection(f"internal error in {ApiKey(key).name}: {clip(repr(exc))}") from None
+
+
+def log_bug(logger: logging.Logger, exc: BaseException, message: str, *args: Any) -> None:
+    """``message`` and the traceback of ``exc``, its text clipped and escaped: an exception's
+    text may repeat what a client sent (a KeyError of its topic name)."""
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__, limit=20)
+    text = "".join(line if len(line) <= 1000 else for_log(line, 1000) + "\n" for line in lines)
+    logger.error(message + "\n%s", *args, text.rstrip("\n"))
 
 
 _SASL_EXCHANGE = frozenset({ApiKey.API_VERSIONS, ApiKey.SASL_HANDSHAKE, ApiKey.SASL_AUTHENTICATE})
@@ -217,8 +227,40 @@ def encode_reply(header: RequestHeader | None, result: Any) -> Chunks | None:
     if isinstance(result, list):
         return [encode_response_head(key, version, correlation_id, sum(map(len, result))),
                 *result]
-    body = encode_response(key, version, result)
+    try:
+        body = encode_response(key, version, result)
+    except Exception as exc:  # noqa: BLE001 - whatever a codec raises, the answer is refused
+        body = _encode_clipped(key, version, result, exc)
     return [encode_response_head(key, version, correlation_id, len(body)), body]
+
+
+class UnencodableReply(CloseConnection):
+    """An answer the codec refuses even with its error messages clipped: the connection is
+    closed (the broker keeps serving the others)."""
+
+
+def _encode_clipped(key: int, version: int, result: Any, exc: Exception) -> bytes:
+    """The answer with every error message cut to what a string field carries (a message that
+    repeats a client's 32,767-character name no longer fits an int16 length); the handlers clip
+    the names they echo (``protocol.text.clip``), this is the net below them."""
+    try:
+        return encode_response(key, version, _clip_messages(result))
+    except Exception as again:  # noqa: BLE001
+        raise UnencodableReply(f"cannot encode the {_api_name(key)} v{version} answer: "
+                               f"{clip(repr(again))}") from exc
+
+
+def _clip_messages(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: clip_message(v) if isinstance(v, str) and k.endswith("message")
+                else _clip_messages(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not isinstance(value, _BODY_TYPES):
+        return [_clip_messages(v) for v in value]
+    return value
+
+
+def _api_name(key: int) -> str:
+    return ApiKey(key).name if key in _KNOWN_KEYS else str(key)
 
 
 _BODY_TYPES = (bytes, bytearray, memoryview)

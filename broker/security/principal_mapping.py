@@ -17,7 +17,9 @@ connection is closed. The default, ``DEFAULT``, keeps the whole subject.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from protocol.text import clip
 
 # One rule and the separator after it (Kafka's RULE_PARSER, with / and \ escapable in both parts).
 _RULE = re.compile(
@@ -25,7 +27,7 @@ _RULE = re.compile(
     r"|RULE:(?P<pattern>(?:\\.|[^\\/])*)/(?P<replacement>(?:\\.|[^\\/])*)/(?P<case>[LU]?))"
     r"\s*(?:,|$)"
 )
-_GROUP = re.compile(r"\$(\d+)")
+_BACK_REFERENCE = re.compile(r"\$(\d+)")
 
 
 class NoMatchingRule(ConnectionError):
@@ -33,19 +35,109 @@ class NoMatchingRule(ConnectionError):
     is refused (closed, with one log line), as Kafka refuses it."""
 
 
+def _literal_back_references(replacement: str, groups: int) -> str:
+    """Kafka's treatment of a back reference the pattern does not have: ``$N`` with N above the
+    group count is cut digit by digit from the right while it is 10 or more (``$12`` with one
+    group is ``$1`` then ``2``); if it is still above the count, its ``$`` is escaped, so the
+    text stays literal (``$2`` with one group is the two characters ``$2``). With no group at
+    all nothing is escaped (Java's replacement then has no group to refer to: see ``_parts``).
+    One difference: Kafka inserts its escapes at the positions of the original text, so a
+    second such reference in one replacement gets its backslash one character early and the
+    rule fails every connection it matches; here each one is literal."""
+    if groups == 0:
+        return replacement
+
+    def escape(match: re.Match[str]) -> str:
+        digits = match.group(1)
+        index = int(digits)
+        while index > groups and index >= 10:
+            index //= 10
+        literal = not digits.startswith("0") and index > groups
+        return "\\" + match.group(0) if literal else match.group(0)
+
+    return _BACK_REFERENCE.sub(escape, replacement)
+
+
+def _parts(replacement: str, pattern: re.Pattern[str]) -> tuple[str | int, ...]:
+    """A replacement read as Java's ``Matcher`` reads one: ``\\x`` is the character x, ``$n``
+    the group n (as many digits as name a group), ``${name}`` a named group; literal text as
+    str, groups as int. ValueError for what Java refuses (Kafka would fail every connection the
+    rule matches; refused at start here)."""
+    parts: list[str | int] = []
+    text: list[str] = []
+    i, n, groups = 0, len(replacement), pattern.groups
+    while i < n:
+        c = replacement[i]
+        if c == "\\":
+            if i + 1 == n:
+                raise ValueError(f"replacement {replacement!r}: a \\ at the end escapes nothing")
+            text.append(replacement[i + 1])
+            i += 2
+            continue
+        if c != "$":
+            text.append(c)
+            i += 1
+            continue
+        i += 1
+        if i == n:
+            raise ValueError(f"replacement {replacement!r}: a $ at the end names no group")
+        if replacement[i] == "{":
+            close = replacement.find("}", i)
+            name = replacement[i + 1:close] if close > 0 else ""
+            if not name or name not in pattern.groupindex:
+                raise ValueError(f"replacement {replacement!r}: no group named {name!r}")
+            number = pattern.groupindex[name]
+            i = close + 1
+        else:
+            if not replacement[i].isdigit() or not replacement[i].isascii():
+                raise ValueError(f"replacement {replacement!r}: $ must be followed by a group "
+                                 "number or {name} (\\$ for a literal $)")
+            number = int(replacement[i])
+            i += 1
+            while i < n and replacement[i].isascii() and replacement[i].isdigit():
+                longer = number * 10 + int(replacement[i])
+                if longer > groups:
+                    break
+                number = longer
+                i += 1
+            if number > groups:
+                raise ValueError(f"replacement {replacement!r}: the pattern has no group "
+                                 f"{number}")
+        if text:
+            parts.append("".join(text))
+            text = []
+        parts.append(number)
+    if text:
+        parts.append("".join(text))
+    return tuple(parts)
+
+
 @dataclass(frozen=True)
 class Rule:
     pattern: re.Pattern[str] | None  # None: DEFAULT
     replacement: str = ""
     case: str = ""  # "", "L" or "U"
+    parts: tuple[str | int, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.pattern is not None:
+            escaped = _literal_back_references(self.replacement, self.pattern.groups)
+            object.__setattr__(self, "parts", _parts(escaped, self.pattern))
 
     def apply(self, subject: str) -> str | None:
+        """Kafka's SslPrincipalMapper rule: when the pattern matches the whole subject, the
+        subject with every match of the pattern replaced (Java's replaceAll: ``.*`` matches
+        twice, the text and the empty end), lower- or upper-cased."""
         if self.pattern is None:
             return subject
-        match = self.pattern.fullmatch(subject)
-        if match is None:
+        if self.pattern.fullmatch(subject) is None:
             return None
-        name = _GROUP.sub(lambda g: match.group(int(g.group(1))) or "", self.replacement)
+        parts = self.parts
+
+        def expand(match: re.Match[str]) -> str:
+            return "".join(p if isinstance(p, str) else (match.group(p) or "") for p in parts)
+
+        name = self.pattern.sub(expand, subject)
         return name.lower() if self.case == "L" else name.upper() if self.case == "U" else name
 
 
@@ -67,8 +159,11 @@ def parse_rules(text: str) -> tuple[Rule, ...]:
                 compiled = re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"bad pattern {pattern!r}: {exc}") from None
-            rules.append(Rule(compiled, match.group("replacement").replace("\\/", "/"),
-                              match.group("case")))
+            replacement = match.group("replacement").replace("\\/", "/")
+            try:
+                rules.append(Rule(compiled, replacement, match.group("case")))
+            except ValueError as exc:
+                raise ValueError(f"bad rule {clip(match.group(0).strip())!r}: {exc}") from None
         position = match.end()
     if not rules:
         raise ValueError("no rule (DEFAULT keeps the whole subject)")
@@ -84,4 +179,4 @@ def map_subject(subject: str, rules: tuple[Rule, ...] = DEFAULT_RULES) -> str:
         name = rule.apply(subject)
         if name is not None:
             return name
-    raise NoMatchingRule(f"no rule of ssl.principal.mapping.rules applies to {subject!r}")
+    raise NoMatchingRule(f"no rule of ssl.principal.mapping.rules applies to {clip(subject)!r}")

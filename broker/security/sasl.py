@@ -18,8 +18,16 @@ from typing import Any
 from scramp import ScramException, ScramMechanism
 
 from broker.security.scram import Credential
+from protocol.text import for_log
 
 _DIGESTS = {"SCRAM-SHA-256": hashlib.sha256, "SCRAM-SHA-512": hashlib.sha512}
+# The longest SCRAM client-first message read (a real one is about 100 bytes: a user name and a
+# nonce of 24-48 characters). Without a bound a peer that has not authenticated makes the broker
+# keep its nonce several times (the message, the bare part, the nonce, the server-first that
+# repeats it) until the exchange ends: 2.5 MB per connection for a 400 KB nonce. The client-final
+# repeats the nonce, so it may be a little longer.
+MAX_CLIENT_FIRST_BYTES = 4096
+MAX_CLIENT_FINAL_BYTES = MAX_CLIENT_FIRST_BYTES + 512
 
 
 class AuthenticationFailed(Exception):
@@ -58,8 +66,10 @@ class SaslServer:
         return self._scram_step(token)
 
     def _fail(self, why: str = "invalid credentials") -> AuthenticationFailed:
+        # The user name is the client's text: clipped and escaped (it is logged, and answered in
+        # a string field that holds at most 32,767 bytes).
         return AuthenticationFailed(
-            f"Authentication failed: {why} for user {self._user!r} with SASL mechanism "
+            f"Authentication failed: {why} for user {for_log(self._user)} with SASL mechanism "
             f"{self.mechanism}"
         )
 
@@ -80,22 +90,34 @@ class SaslServer:
         return b""
 
     def _scram_step(self, token: bytes) -> bytes:
+        limit = MAX_CLIENT_FIRST_BYTES if self._scram is None else MAX_CLIENT_FINAL_BYTES
+        if len(token) > limit:
+            raise self._fail(f"a SCRAM message of {len(token)} bytes (at most {limit})")
         try:
             message = token.decode("utf-8")
         except UnicodeDecodeError:
             raise self._fail("malformed SCRAM message") from None
         try:
             if self._scram is None:
+                # auth_fn does not refer to self: the scramp server keeps it, and a cycle
+                # (self -> server -> auth_fn -> self) would keep each connection's exchange
+                # until a full garbage collection, long after the connection closed.
+                credential_of, mechanism, seen = self._credential, self.mechanism, []
+
                 def auth_fn(name: str):
-                    self._user = _saslname(name)
-                    credential = self._credential(self._user, self.mechanism)
+                    seen.append(_saslname(name))
+                    credential = credential_of(seen[-1], mechanism)
                     if credential is None:
                         raise ScramException("unknown user")
                     return (credential.salt, credential.stored_key, credential.server_key,
                             credential.iterations)
 
                 server = ScramMechanism(self.mechanism).make_server(auth_fn)
-                server.set_client_first(message)
+                try:
+                    server.set_client_first(message)
+                finally:
+                    if seen:
+                        self._user = seen[-1]
                 self._scram = server
                 gs2_header = message[: len(message) - len(server.client_first_bare)]
                 self._channel = base64.b64encode(gs2_header.encode()).decode()

@@ -44,6 +44,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.messages.api_versions import ADVERTISED
 from tests.broker_process import BrokerProcess
+from tests.fuzz import maximal as maximal_frames
 from tests.fuzz import ops
 from tests.raw_client import RawConnection
 from tests.secured import secured
@@ -81,6 +82,8 @@ class Report:
     dropped: int = 0
     by_api: dict = field(default_factory=dict)
     findings: list[str] = field(default_factory=list)
+    maximal: int = 0  # requests with a maximal string (tests/fuzz/maximal.py)
+    exits: int = 0  # the invariant: the broker process never exits
 
 
 class _Fuzz:
@@ -143,7 +146,7 @@ class _Fuzz:
             self.init, self.init, self.add_partitions, self.add_partitions, self.produce,
             self.produce, self.produce, self.end_txn, self.end_txn, self.offsets_txn,
             self.markers, self.offset_commit, self.group, self.config, self.admin, self.other,
-            self.other, self.dropped_request,
+            self.other, self.dropped_request, self.maximal,
         ])
         try:
             action(self._conn())
@@ -280,6 +283,19 @@ class _Fuzz:
         r = ADVERTISED[api]
         conn.request(api, self.rng.randint(r.min, r.max), {})
 
+    def maximal(self, conn: RawConnection) -> None:
+        """A request with a maximal string in one field (tests/fuzz/maximal.py), on a connection
+        of its own: the broker answers it or closes that connection (not a finding), and
+        never exits (the invariant the loop checks)."""
+        frame = maximal_frames.one(self.rng)
+        with ops.connect(self.proc.port, timeout=15, **self.auth) as own:
+            own.send_raw(len(frame).to_bytes(4, "big") + frame)
+            try:
+                own.read_frame()
+            except OSError:
+                pass
+        self.report.maximal += 1
+
     def dropped_request(self, conn: RawConnection) -> None:
         """A transaction request sent and the connection closed before its answer."""
         tid = self.rng.choice(IDS)
@@ -396,6 +412,7 @@ def run(work_dir: Path, seconds: float, seed: int, secured: bool = False) -> Rep
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if proc.proc is None or proc.proc.poll() is not None:
+                report.exits += 1
                 report.findings.append("the broker exited during the run")
                 break
             fuzz.step()

@@ -16,12 +16,14 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from tests.broker_process import BrokerProcess
+from tests.fuzz import maximal
 from tests.fuzz.mutate import mutate
 from tests.fuzz.poison import good_batch
 from tests.raw_client import RawConnection
@@ -29,6 +31,7 @@ from tests.raw_client import RawConnection
 SEEDS = Path(__file__).parent / "seeds"
 TOPICS = {"seed-c": 2, "seed-k": 1, "canary": 1}
 RSS_BOUND_MB = 300
+MAXIMAL_SHARE = 0.1  # of the frames: a request with a maximal string (tests/fuzz/maximal.py)
 CONNECTIONS = 4
 
 
@@ -43,6 +46,8 @@ class Report:
     read_confluent: int = 0
     read_kafka_python: int = 0
     high_watermarks: dict = field(default_factory=dict)
+    maximal_frames: int = 0  # frames with a maximal string (tests/fuzz/maximal.py), mutated or not
+    exits: int = 0  # the invariant: the broker process never exits (checked every 20 frames)
 
 
 def load_seeds() -> list[bytes]:
@@ -141,14 +146,26 @@ def _send(sock: socket.socket, data: bytes, deadline: float) -> bool:
     return True
 
 
-def fuzz(port: int, seconds: float, seed: int, report: Report) -> None:
+def fuzz(port: int, seconds: float, seed: int, report: Report,
+         alive: Callable[[], bool] = lambda: True) -> None:
     rng = random.Random(seed)
     seeds = load_seeds()
     socks = [_connect(port) for _ in range(CONNECTIONS)]
     end = time.monotonic() + seconds
     while time.monotonic() < end:
+        if report.frames % 20 == 0 and not alive():
+            report.exits += 1
+            break
         i = report.frames % CONNECTIONS
-        frame = mutate(rng.choice(seeds), rng)
+        if rng.random() < MAXIMAL_SHARE:
+            # A maximal string in some field of some API and version (issue 36), sometimes
+            # mutated further.
+            frame = maximal.one(rng)
+            if rng.random() < 0.3:
+                frame = mutate(frame, rng)
+            report.maximal_frames += 1
+        else:
+            frame = mutate(rng.choice(seeds), rng)
         size = len(frame)
         if rng.random() < 0.05:
             size = rng.choice([size + 1, size - 1, 0x7FFFFFFF, -1, 100 << 20])
@@ -239,12 +256,14 @@ def run(work_dir: Path, seconds: float, seed: int = 0) -> Report:
         for t in threads:
             t.start()
         try:
-            fuzz(broker.port, seconds, seed, report)
+            fuzz(broker.port, seconds, seed, report,
+                 lambda: broker.proc is not None and broker.proc.poll() is None)
         finally:
             stop.set()
             for t in threads:
                 t.join(15)
-        assert broker.proc.poll() is None, "the broker exited:\n" + "".join(broker.output[-40:])
+        assert report.exits == 0 and broker.proc.poll() is None, \
+            "the broker exited:\n" + "".join(broker.output[-40:])
         report.high_watermarks = _high_watermarks(broker.port)
         report.read_confluent = read_confluent(broker.bootstrap, report.high_watermarks)
         report.read_kafka_python = read_kafka_python(broker.bootstrap, report.high_watermarks)
@@ -257,6 +276,7 @@ def run(work_dir: Path, seconds: float, seed: int = 0) -> Report:
 
 
 def check(report: Report) -> None:
+    assert report.exits == 0, report
     assert report.peak_rss_mb <= RSS_BOUND_MB, report
     assert not report.canary_failures, report.canary_failures[:5]
     assert report.canary_ok > 0

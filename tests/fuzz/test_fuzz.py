@@ -33,7 +33,7 @@ def test_mutations_are_deterministic_per_seed():
 def test_short_fuzz_run(tmp_path):
     report = run(tmp_path, seconds=8, seed=1)
     check(report)
-    assert report.frames > 200
+    assert report.frames > 200 and report.maximal_frames > 0 and report.exits == 0
 
 
 @pytest.mark.skipif(not os.environ.get("MINIBROKER_FUZZ_SECONDS"),

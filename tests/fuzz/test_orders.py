@@ -16,6 +16,7 @@ from tests.fuzz.orders import run
 def test_short_hostile_order_run(tmp_path):
     report = run(tmp_path, seconds=12, seed=1)
     assert report.requests > 100, report
+    assert report.exits == 0 and report.maximal > 0, report
     assert not report.findings, report
 
 
