@@ -89,7 +89,7 @@ class Broker:
         self.lines: list[str] = []
         self.port = 0
 
-    def start(self, timeout_s: float = 300.0) -> float:
+    def start(self, timeout_s: float = 600.0) -> float:
         """Start; seconds from the spawn to the "listening" line."""
         cmd = [sys.executable, "-c", _PROBE, "serve", "--host", "127.0.0.1", "--port",
                str(self.port), "--data-dir", str(self.data_dir)]
@@ -260,32 +260,39 @@ def disk_case(tree: Path, work: Path, small: int) -> dict:
     }
 
 
-def restart_case(tree: Path, work: Path, partitions: int) -> dict:
+def restart_case(tree: Path, work: Path, partitions: int, start_timeout_s: float) -> dict:
     data = work / "data-restart"
     stall_file = work / "stalls-restart.jsonl"
     broker = Broker(tree, data, stall_file)
     out: dict = {"partitions": partitions}
+
+    def measured(key: str, value: float | str) -> None:
+        out[key] = value
+        log(f"  {key}: {value if isinstance(value, str) else round(value, 2)}")
+
     broker.start()
     try:
         t0 = time.monotonic()
         create_topic(broker.bootstrap, "t", partitions)
-        out["create_s"] = time.monotonic() - t0
+        measured("create_s", time.monotonic() - t0)
         t0 = time.monotonic()
         produce_one_each(broker.bootstrap, "t", partitions)
-        out["produce_s"] = time.monotonic() - t0
-        out["sigterm_exit_s"] = broker.sigterm()
-        out["clean_start_s"] = broker.start()
+        measured("produce_s", time.monotonic() - t0)
+        measured("sigterm_exit_s", broker.sigterm())
+        measured("clean_start_s", broker.start(start_timeout_s))
         checks = [check_end_offsets(broker.bootstrap, "t", partitions, 1)]
         produce_one_each(broker.bootstrap, "t", partitions)
         broker.kill9()
-        out["kill9_start_all_changed_s"] = broker.start()
+        measured("kill9_start_all_changed_s", broker.start(start_timeout_s))
         checks.append(check_end_offsets(broker.bootstrap, "t", partitions, 2))
         broker.kill9()
-        out["kill9_start_none_changed_s"] = broker.start()
+        measured("kill9_start_none_changed_s", broker.start(start_timeout_s))
         checks.append(check_end_offsets(broker.bootstrap, "t", partitions, 2))
         out["checks"] = checks  # "ok" each, or what differed (a lost or duplicated record)
-        out["sigterm_exit_after_recovery_s"] = broker.sigterm()
+        measured("sigterm_exit_after_recovery_s", broker.sigterm())
         out["du_mean_kib"] = sum(du_partitions(data, "t")) / partitions / 1024
+    except RuntimeError as exc:  # e.g. a start longer than --start-timeout: keep what was measured
+        measured("error", str(exc).splitlines()[0])
     finally:
         broker.kill9()
     return out
@@ -299,8 +306,10 @@ def restart_case(tree: Path, work: Path, partitions: int) -> dict:
 @click.option("--partitions", default=10_000, show_default=True, help="restart case.")
 @click.option("--small", default=300, show_default=True, help="disk case.")
 @click.option("--only", type=click.Choice(["disk", "restart"]), default=None)
+@click.option("--start-timeout", default=600.0, show_default=True,
+              help="Seconds a start may take before the restart case gives up.")
 @click.option("--keep", is_flag=True, help="Keep the data dirs (bench/.cache/).")
-def main(trees, turns, partitions, small, only, keep) -> None:
+def main(trees, turns, partitions, small, only, keep, start_timeout) -> None:
     trees = trees or (common.REPO_ROOT,)
     runs = []
     for turn in range(turns):
@@ -314,7 +323,7 @@ def main(trees, turns, partitions, small, only, keep) -> None:
                     log(f"  {run['disk']}")
                 if only in (None, "restart"):
                     log(f"turn {turn + 1} {label}: restart, {partitions} partitions")
-                    run["restart"] = restart_case(tree, work, partitions)
+                    run["restart"] = restart_case(tree, work, partitions, start_timeout)
                     log(f"  {run['restart']}")
                 runs.append(run)
     if only in (None, "disk"):
@@ -331,7 +340,8 @@ def main(trees, turns, partitions, small, only, keep) -> None:
                 "sigterm_exit_after_recovery_s"]
         print(common.markdown_table(
             ["tree", "turn", *keys],
-            [[r["tree"], r["turn"], *(f"{r['restart'][k]:.2f}" for k in keys)] for r in runs]))
+            [[r["tree"], r["turn"], *(f"{r['restart'][k]:.2f}" if k in r["restart"] else "-"
+                                      for k in keys)] for r in runs]))
     path = common.write_results_json("many_partitions", {"runs": runs, "partitions": partitions,
                                                          "small": small})
     log(f"results: {path}")
