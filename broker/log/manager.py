@@ -534,6 +534,31 @@ def _in_threads(fn: Callable, items: list) -> list:
     first exception is raised once every call has ended."""
     if len(items) <= 1:
         return [fn(item) for item in items]
-    futures = [_FILE_POOL.submit(fn, item) for item in items]
+    # In chunks, a few per thread: a future per item cost 50 us each of the calling thread's
+    # time (half a second at 10,000 partitions).
+    size = max(1, -(-len(items) // (4 * _FILE_THREADS)))
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    futures = [_FILE_POOL.submit(_run_chunk, fn, chunk) for chunk in chunks]
     concurrent.futures.wait(futures)
-    return [f.result() for f in futures]
+    results: list = []
+    errors = []
+    for future in futures:
+        done, error = future.result()
+        results.extend(done)
+        if error is not None:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _run_chunk(fn: Callable, chunk: list) -> tuple[list, BaseException | None]:
+    """``fn`` over ``chunk``, every item even after one failed: (results, the first error)."""
+    out, first = [], None
+    for item in chunk:
+        try:
+            out.append(fn(item))
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, which raises it)
+            if first is None:
+                first = exc
+    return out, first
