@@ -41,6 +41,7 @@ import gc
 import json
 import re
 import shutil
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -241,6 +242,22 @@ class LogManager:
         parts = self._partitions.get(topic)
         return None if parts is None else len(parts)
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (Kafka's topic ids: Metadata v10+, share groups), None if there is no
+        such topic. A topic created before ids were kept gets one derived from its name."""
+        meta = self._topics.get(topic)
+        if meta is None:
+            return None
+        stored = meta.get("id")
+        return uuid.UUID(stored) if stored else uuid.uuid5(uuid.NAMESPACE_URL, "topic:" + topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with id ``topic_id``, None if there is none."""
+        for name in self._topics:
+            if self.topic_id(name) == topic_id:
+                return name
+        return None
+
     def topic_config(self, topic: str) -> LogConfig:
         try:
             return self._configs[topic]
@@ -314,7 +331,7 @@ class LogManager:
         if error is None and len(parts) == pending.num_partitions:
             topics = dict(self._topics)
             topics[pending.name] = {"partitions": pending.num_partitions,
-                                    "config": pending.overrides}
+                                    "config": pending.overrides, "id": str(uuid.uuid4())}
             try:
                 self._write_topics(topics)  # the commit point
             except OSError as exc:
