@@ -54,7 +54,7 @@ def build_broker(
     # (DataDirLocked); the lock is held until storage.close().
     lock = lock_data_dir(data_dir)
     cluster_id = load_cluster_id(data_dir)
-    logs = LogManager(data_dir, config.log, clock.now_ms())
+    logs = LogManager(data_dir, config.log, clock.now_ms(), max_partitions=config.max_partitions)
     data_arrived = DataArrived()
     flusher = FlushScheduler(data_arrived, on_round=metrics.fsync if metrics else None)
     storage = Storage(logs, flusher, data_arrived,

@@ -80,6 +80,10 @@ class BrokerConfig:
     data_dir: Path = Path("data")
     node_id: int = 0
     num_partitions: int = 1
+    # Partitions clients may make the broker hold, and ask for in one CreateTopics (issue 36):
+    # each is a directory, open files and memory, and start and shutdown work.
+    max_partitions: int = 20_000
+    max_partitions_per_request: int = 10_000
     auto_create_topics: bool = True
     socket_request_max_bytes: int = 100 * 1024 * 1024
     # Limits on what clients can make the broker hold (issue 10). Kafka's keys; where Kafka's
@@ -228,6 +232,16 @@ _PROPERTIES: dict[str, Property] = {
     "broker.id": Property("node_id", int, 0, "The same as node.id."),
     "num.partitions": Property("num_partitions", int, 1,
                                "Partitions of a topic created without a count."),
+    "max.partitions": Property("max_partitions", int, 1,
+                               "Partitions the broker holds at most (the internal topics not "
+                               "counted): CreateTopics, CreatePartitions and auto-creation past "
+                               "it fail with POLICY_VIOLATION.",
+                               "KIP-578's name, never added to Kafka (no limit there)"),
+    "max.partitions.per.request": Property("max_partitions_per_request", int, 1,
+                                           "Partitions one CreateTopics may ask for in all; "
+                                           "past it every topic of the request fails with "
+                                           "POLICY_VIOLATION.",
+                                           _OWN + " (Kafka: fixed at 10000)"),
     "auto.create.topics.enable": Property("auto_create_topics", _bool, None,
                                           "Metadata requests for an unknown topic create it."),
     "socket.request.max.bytes": Property("socket_request_max_bytes", int, 1024,

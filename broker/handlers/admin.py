@@ -1,16 +1,26 @@
-"""ApiVersions, Metadata, CreateTopics, DeleteTopics: what a client needs before it produces."""
+"""ApiVersions, Metadata, CreateTopics, DeleteTopics: what a client needs before it produces.
+
+CreateTopics makes the partitions' files in a worker thread (``LogManager.prepare_topic``): a
+topic of hundreds of partitions is hundreds of directories and fsyncs, which must not stop the
+event loop. The partitions one request asks for are capped (``max.partitions.per.request``,
+Kafka's fixed 10,000) with Kafka's answer: POLICY_VIOLATION for every topic of the request.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import re
+
+import trio
 
 from broker.config import resources
 from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
-from broker.log.manager import validate_topic_name
+from broker.log.manager import PendingTopic, validate_topic_name
 from broker.log.topics import INTERNAL_TOPICS
+from broker.reply import Deferred
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -105,6 +115,10 @@ def metadata(broker: Broker, header, request) -> dict:
                 count = broker.ensure_topic(name, create)
             except KafkaError as exc:
                 code = exc.code
+                if code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                    # A CreateTopics of that name is making its files: Kafka's answer for a
+                    # topic without a leader yet (retriable).
+                    code = ErrorCode.LEADER_NOT_AVAILABLE
                 if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto and not create:
                     code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
                 elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
@@ -215,9 +229,21 @@ def may_create(broker: Broker, topic: str) -> bool:
             or allowed(broker, Operation.CREATE, ResourceType.TOPIC, topic))
 
 
-def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, str | None]:
-    if not may_create(broker, topic.name):
-        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
+# Kafka's message (ReplicationControlManager: more than 10,000 partitions in one CreateTopics).
+TOO_MANY_PARTITIONS = "Excessively large number of partitions per request."
+
+
+def _requested_partitions(broker: Broker, topic) -> int:
+    """What a topic of a CreateTopics asks for, as Kafka counts it against its limit."""
+    if topic.assignments:
+        return len(topic.assignments)
+    if topic.num_partitions == -1:
+        return broker.config.num_partitions
+    return max(topic.num_partitions, 0)
+
+
+def _check_one(broker: Broker, topic) -> tuple[ErrorCode, str | None]:
+    """The checks of one topic before the log manager's (authorization is checked before)."""
     if topic.replication_factor == 0 or topic.replication_factor < -1:
         return (ErrorCode.INVALID_REPLICATION_FACTOR,
                 "Replication factor must be larger than 0, or -1 to use the default value.")
@@ -228,33 +254,77 @@ def _create_one(broker: Broker, topic, validate_only: bool) -> tuple[ErrorCode, 
                 "1 broker(s) are registered or some brokers have all their log directories cordoned.")
     if topic.assignments:
         return ErrorCode.INVALID_REQUEST, "manual replica assignments are not supported"
-    count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
-    overrides = {c.name: c.value for c in topic.configs}
     if topic.name in INTERNAL_TOPICS:
         # Kafka creates its internal topics with the first coordinator lookup, then answers
         # TOPIC_ALREADY_EXISTS as for any topic; here the coordinators serve from the start.
         return ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} is an internal topic: it exists"
-    try:
-        if validate_only:
-            broker.logs.validate_topic(topic.name, count, overrides)
-        else:
-            broker.logs.create_topic(topic.name, count, overrides, broker.clock.now_ms())
-    except KafkaError as exc:
-        return exc.code, clip_message(exc.message) or None
     return ErrorCode.NONE, None
 
 
 @handles(ApiKey.CREATE_TOPICS)
-def create_topics(broker: Broker, header, request) -> dict:
-    results = []
+def create_topics(broker: Broker, header, request) -> dict | Deferred[dict]:
+    topics = list(request.topics)
+    outcome: list[tuple[ErrorCode, str | None]] = [(ErrorCode.NONE, None)] * len(topics)
+    todo: list[int] = []
     seen: set[str] = set()
-    message: str | None
-    for topic in request.topics:
+    for i, topic in enumerate(topics):
         if topic.name in seen:
-            code, message = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"
+            outcome[i] = ErrorCode.INVALID_REQUEST, "topic listed twice in one request"
+        elif not may_create(broker, topic.name):
+            outcome[i] = ErrorCode.TOPIC_AUTHORIZATION_FAILED, None
         else:
-            code, message = _create_one(broker, topic, request.validate_only)
+            todo.append(i)
         seen.add(topic.name)
+    # Kafka counts what the request asks for before any other check of its topics.
+    if sum(_requested_partitions(broker, topics[i]) for i in todo) > (
+            broker.config.max_partitions_per_request):
+        for i in todo:
+            outcome[i] = ErrorCode.POLICY_VIOLATION, TOO_MANY_PARTITIONS
+        todo = []
+    pending: list[tuple[int, PendingTopic]] = []
+    for i in todo:
+        topic = topics[i]
+        outcome[i] = _check_one(broker, topic)
+        if outcome[i][0] != ErrorCode.NONE:
+            continue
+        count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+        overrides = {c.name: c.value for c in topic.configs}
+        try:
+            if request.validate_only:
+                broker.logs.validate_topic(topic.name, count, overrides)
+            else:
+                pending.append((i, broker.logs.prepare_topic(topic.name, count, overrides,
+                                                             broker.clock.now_ms())))
+        except KafkaError as exc:
+            outcome[i] = exc.code, clip_message(exc.message) or None
+    if not pending:
+        return _create_topics_answer(broker, request, topics, outcome)
+
+    async def create() -> dict:
+        finished: set[int] = set()
+        try:
+            for i, topic_files in pending:
+                # Not cancellable: a shutdown or a closed connection waits for the files.
+                await trio.to_thread.run_sync(topic_files.build)
+                finished.add(i)
+                try:
+                    broker.logs.finish_topic(topic_files)
+                except KafkaError as exc:
+                    outcome[i] = exc.code, clip_message(exc.message) or None
+        finally:
+            for i, topic_files in pending:
+                if i not in finished:  # cancelled: commit what was built, release the name
+                    with contextlib.suppress(KafkaError):
+                        broker.logs.finish_topic(topic_files)
+        return _create_topics_answer(broker, request, topics, outcome)
+
+    return Deferred(create)
+
+
+def _create_topics_answer(broker: Broker, request, topics: list,
+                          outcome: list[tuple[ErrorCode, str | None]]) -> dict:
+    results = []
+    for topic, (code, message) in zip(topics, outcome, strict=True):
         count = broker.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
         ok = code == ErrorCode.NONE
         result = {

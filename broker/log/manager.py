@@ -11,12 +11,24 @@ Layout of ``data_dir``::
     .clean_shutdown          written last by close(): {"version": 1, "partitions":
                               {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
                              deleted (and the deletion fsync'd) once the next start has loaded
+    recovery-point-offset-checkpoint
+                             the same content, written by close() just before the marker and kept
+                             at start (Kafka's file name): each partition's clean point, where
+                             every segment's index and a producer-state snapshot at the log end
+                             offset are durable. After a crash a partition whose files still end
+                             where its entry says (same active segment, same size) is loaded as
+                             after a clean shutdown; only the others are scanned, so an unclean
+                             start costs what changed since the last clean shutdown
     .boot_id                 the operating system's boot id when this data dir was last opened
                              (Linux ``/proc/sys/kernel/random/boot_id``): after an unclean
                              shutdown, the same id means only the process died (kill -9, a crash)
                              and the page cache kept every write; another id (or none) means the
                              machine restarted and writes not yet fsynced may be lost
     <topic>-<partition>/     one directory per partition (partition.py)
+
+Partitions are loaded, created and closed by a pool of threads (``_FILE_THREADS``): their fsyncs
+overlap (the journal commits them together), so shutdown and start with many partitions cost
+about the changed partitions' syncs divided by the threads.
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
 the partition directories first and then adds the topic; delete_topic removes the topic first and
@@ -27,6 +39,8 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
+import concurrent.futures
+import gc
 import json
 import re
 import shutil
@@ -38,15 +52,23 @@ from broker.log.partition import Partition
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
+from broker.log.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
 from protocol.text import clip
 
 TOPICS_FILE = "topics.json"
 CLEAN_SHUTDOWN_FILE = ".clean_shutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 BOOT_ID_FILE = ".boot_id"
 BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
 # A bound on one CreateTopics: each partition is a directory and a few open files.
 MAX_PARTITIONS = 10_000
+# Partitions of the whole broker (``max.partitions``), the internal topics not counted against it.
+DEFAULT_MAX_PARTITIONS = 20_000
+# Threads that load, create and close partitions at once (their fsyncs overlap). Measured on this
+# VM (bench/many_partitions.py): see bench/README.md.
+_FILE_THREADS = 16
+_FILE_POOL = concurrent.futures.ThreadPoolExecutor(_FILE_THREADS, thread_name_prefix="logs")
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 _OUR_SUFFIXES = (
@@ -77,11 +99,16 @@ def _partition_dir_name(topic: str, index: int) -> str:
 class LogManager:
     """Owns every partition under ``data_dir``."""
 
-    def __init__(self, data_dir: Path, default_config: LogConfig, now_ms: int) -> None:
+    def __init__(self, data_dir: Path, default_config: LogConfig, now_ms: int,
+                 max_partitions: int = DEFAULT_MAX_PARTITIONS) -> None:
         """Load (recovering after a crash) every partition. Creates ``data_dir`` itself but not
-        its parent. ``self.recovered`` lists what each partition load found."""
+        its parent. ``self.recovered`` lists what each partition load found. ``max_partitions``:
+        the most partitions clients may make the broker hold (``max.partitions``)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config
+        self.max_partitions = max_partitions
+        # Topics being created off the event loop (``prepare_topic``): name -> partitions.
+        self._pending: dict[str, int] = {}
         self.data_dir.mkdir(exist_ok=True)
         self._topics: dict[str, dict] = self._read_topics()
         self._topic_ids: dict[str, uuid.UUID] = {}
@@ -99,18 +126,34 @@ class LogManager:
         # their fsync (transactional batches) may be lost, so the transaction coordinator aborts
         # every ongoing transaction. After a kill -9 the page cache kept them: nothing to abort.
         self.unsynced_writes_lost = self.unclean_start and not self._same_boot()
-        clean = self._read_clean_marker()
+        # After a crash the recovery points serve instead (the marker's content, kept).
+        clean = self._read_clean_marker() or self._read_clean_marker(RECOVERY_POINT_FILE)
+        todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
             self._configs[name] = config
-            parts = []
-            for i in range(meta["partitions"]):
-                dir_name = _partition_dir_name(name, i)
-                p = Partition(name, i, self.data_dir / dir_name, config, now_ms,
-                              clean.get(dir_name))
-                parts.append(p)
-                self.recovered.append(p.recovery)
-            self._partitions[name] = parts
+            todo.extend((name, i, config) for i in range(meta["partitions"]))
+
+        def load(item: tuple[str, int, LogConfig]) -> Partition:
+            name, i, config = item
+            dir_name = _partition_dir_name(name, i)
+            return Partition(name, i, self.data_dir / dir_name, config, now_ms,
+                             clean.get(dir_name))
+
+        # Loading builds many objects that all live on: the collector would walk them again and
+        # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            loaded = _in_threads(load, todo)
+        finally:
+            if collecting:
+                gc.enable()
+        for p in loaded:
+            self._partitions.setdefault(p.topic, []).append(p)
+            self.recovered.append(p.recovery)
+        for name in self._topics:
+            self._partitions.setdefault(name, [])
         self._remove_orphans()
         # From here on a crash must be detected: the marker goes before anything is written.
         marker = self.data_dir / CLEAN_SHUTDOWN_FILE
@@ -180,8 +223,10 @@ class LogManager:
             atomic_write(path, current.encode())
         return bool(current) and current == previous
 
-    def _read_clean_marker(self) -> dict[str, CleanState]:
-        path = self.data_dir / CLEAN_SHUTDOWN_FILE
+    def _read_clean_marker(self, file_name: str = CLEAN_SHUTDOWN_FILE) -> dict[str, CleanState]:
+        """The partitions' clean points in the marker (or in the recovery-point checkpoint, of
+        the same format); {} if the file is missing or unreadable."""
+        path = self.data_dir / file_name
         try:
             doc = json.loads(path.read_bytes())
             return {
@@ -239,16 +284,30 @@ class LogManager:
         """What ``create_topic`` checks, without creating anything (CreateTopics with
         validate_only): the normalized overrides, or the KafkaError it would raise."""
         validate_topic_name(name)
-        if name in self._topics:
+        if name in self._topics or name in self._pending:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         if not isinstance(num_partitions, int) or not 1 <= num_partitions <= MAX_PARTITIONS:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,
                 f"number of partitions must be 1..{MAX_PARTITIONS}, not {num_partitions}",
             )
+        if name not in INTERNAL_TOPICS:
+            self._check_total(num_partitions)
         stored = normalize_overrides(overrides)
         apply_overrides(self.default_config, stored)  # the combined checks (INVALID_CONFIG)
         return stored
+
+    def _check_total(self, more: int) -> None:
+        """POLICY_VIOLATION if ``more`` partitions would take the broker past ``max_partitions``
+        (the internal topics' partitions not counted: the broker makes them itself)."""
+        held = sum(len(parts) for name, parts in self._partitions.items()
+                   if name not in INTERNAL_TOPICS) + sum(self._pending.values())
+        if held + more > self.max_partitions:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"{more} more partition(s) would exceed max.partitions={self.max_partitions} "
+                f"(the broker holds {held}).",
+            )
 
     def create_topic(
         self,
@@ -257,38 +316,68 @@ class LogManager:
         overrides: dict[str, str] | None = None,
         now_ms: int = 0,
     ) -> None:
-        """Create a topic durably. Raises KafkaError TOPIC_ALREADY_EXISTS,
-        INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS or INVALID_CONFIG."""
-        stored_overrides = self.validate_topic(name, num_partitions, overrides)
-        config = apply_overrides(self.default_config, stored_overrides)
-        parts: list[Partition] = []
+        """Create a topic durably, here and now (``prepare_topic`` for the same off the event
+        loop). Raises KafkaError TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,
+        INVALID_PARTITIONS, INVALID_CONFIG, POLICY_VIOLATION or KAFKA_STORAGE_ERROR."""
+        pending = self.prepare_topic(name, num_partitions, overrides, now_ms)
         try:
-            for i in range(num_partitions):
-                directory = self.data_dir / _partition_dir_name(name, i)
-                if directory.exists():
-                    # Left by an interrupted create/delete of a topic of that name: not ours.
-                    shutil.rmtree(directory)
-                p = Partition(name, i, directory, config, now_ms)
-                p.on_roll = self._on_roll
-                p.flush()  # fsyncs the new directory's entries
-                parts.append(p)
-            fsync_dir(self.data_dir)
+            pending.build()
+        finally:
+            self.finish_topic(pending)
+
+    def prepare_topic(
+        self, name: str, num_partitions: int, overrides: dict[str, str] | None, now_ms: int,
+    ) -> PendingTopic:
+        """Validate a topic creation and reserve its name (event loop). Then
+        ``PendingTopic.build()`` (any thread: the files and their fsyncs) and, always, back on
+        the event loop, ``finish_topic`` (the commit, or the clean-up if the build failed or did
+        not run). Raises what ``create_topic`` raises but KAFKA_STORAGE_ERROR."""
+        stored = self.validate_topic(name, num_partitions, overrides)
+        config = apply_overrides(self.default_config, stored)
+        self._pending[name] = num_partitions
+        return PendingTopic(self, name, num_partitions, stored, config, now_ms)
+
+    def finish_topic(self, pending: PendingTopic) -> None:
+        """Commit a built topic (``topics.json``, then in memory) or remove what a failed or
+        abandoned build left. Raises KAFKA_STORAGE_ERROR for a failed build or commit."""
+        self._pending.pop(pending.name, None)
+        parts, error = pending.parts, pending.error
+        if error is None and len(parts) == pending.num_partitions:
             topics = dict(self._topics)
             topic_id = uuid.uuid4()
-            topics[name] = {"partitions": num_partitions, "config": stored_overrides,
-                            "topic_id": str(topic_id)}
-            self._write_topics(topics)  # the commit point
-        except BaseException as exc:
-            for p in parts:
-                p.delete()
-            if isinstance(exc, OSError):  # disk full, out of descriptors: an answer, not a crash
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{name}: {exc}") from exc
-            raise
-        self._topics = topics
-        self._configs[name] = config
-        self._partitions[name] = parts
-        self._topic_ids[name] = topic_id
-        self._names_by_id[topic_id] = name
+            topics[pending.name] = {"partitions": pending.num_partitions,
+                                    "config": pending.overrides, "topic_id": str(topic_id)}
+            try:
+                self._write_topics(topics)  # the commit point
+            except OSError as exc:
+                error = exc
+            else:
+                self._topics = topics
+                self._configs[pending.name] = pending.config
+                self._partitions[pending.name] = parts
+                self._topic_ids[pending.name] = topic_id
+                self._names_by_id[topic_id] = pending.name
+                return
+        for p in parts:
+            p.delete()
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                         f"{pending.name}: {error or 'creation interrupted'}")
+
+    def _build_partitions(self, topic: str, indexes: range, config: LogConfig,
+                          now_ms: int, out: list[Partition]) -> None:
+        """Create the directories of new partitions of ``topic`` and make them durable, their
+        fsyncs in parallel; appends each to ``out`` as soon as it exists (so that a failure
+        leaves there what to delete). Any thread; raises OSError."""
+        for i in indexes:
+            directory = self.data_dir / _partition_dir_name(topic, i)
+            if directory.exists():
+                # Left by an interrupted create/delete of a topic of that name: not ours.
+                shutil.rmtree(directory)
+            p = Partition(topic, i, directory, config, now_ms)
+            p.on_roll = self._on_roll
+            out.append(p)
+        _in_threads(Partition.flush, out)  # each new directory's entries
+        fsync_dir(self.data_dir)
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
         """The topic's config overrides as stored (Kafka key -> string value)."""
@@ -344,20 +433,14 @@ class LogManager:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS, f"number of partitions must be at most {MAX_PARTITIONS}"
             )
+        if topic not in INTERNAL_TOPICS:
+            self._check_total(count - current)
         if validate_only:
             return
         config = self._configs[topic]
         parts: list[Partition] = []
         try:
-            for i in range(current, count):
-                directory = self.data_dir / _partition_dir_name(topic, i)
-                if directory.exists():
-                    shutil.rmtree(directory)  # left by an interrupted create: not ours
-                p = Partition(topic, i, directory, config, now_ms)
-                p.on_roll = self._on_roll
-                p.flush()
-                parts.append(p)
-            fsync_dir(self.data_dir)
+            self._build_partitions(topic, range(current, count), config, now_ms, parts)
             topics = dict(self._topics)
             topics[topic] = {**topics[topic], "partitions": count}
             self._write_topics(topics)  # the commit point
@@ -388,6 +471,21 @@ class LogManager:
         for p in self._partitions.pop(name):
             p.delete()
         fsync_dir(self.data_dir)
+        self._forget_recovery_points(name)
+
+    def _forget_recovery_points(self, topic: str) -> None:
+        """Drop a deleted topic's entries from the recovery-point checkpoint, so that a topic
+        created later under the same name can never be matched against them."""
+        points = self._read_clean_marker(RECOVERY_POINT_FILE)
+        prefix = topic + "-"
+        kept = {k: v for k, v in points.items()
+                if not (k.startswith(prefix) and k[len(prefix):].isdigit())}
+        if len(kept) != len(points):
+            try:
+                self._write_states(RECOVERY_POINT_FILE, kept)
+            except OSError:
+                # Not written: remove the file instead (the next crash scans everything).
+                (self.data_dir / RECOVERY_POINT_FILE).unlink(missing_ok=True)
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -420,18 +518,84 @@ class LogManager:
 
     def close(self) -> None:
         """Flush and close every partition (snapshots, trimmed files), then write the
-        clean-shutdown marker so that the next start skips the scan."""
+        recovery points and the clean-shutdown marker so that the next start skips the scan.
+        Partitions unchanged since their clean point only close their files; the others are
+        closed by the thread pool, their fsyncs overlapping."""
         if self._closed:
             return
-        states: dict[str, list[int]] = {}
-        for p in list(self.all_partitions()):
-            p.close()
-            s = p.clean_state
-            states[_partition_dir_name(p.topic, p.index)] = [
-                s.log_end_offset, s.active_base_offset, s.active_size,
-            ]
-        atomic_write(
-            self.data_dir / CLEAN_SHUTDOWN_FILE,
-            json.dumps({"version": 1, "partitions": states}).encode(),
-        )
+        partitions = list(self.all_partitions())
+        _in_threads(Partition.close, [p for p in partitions if p.changed])
+        states: dict[str, CleanState] = {}
+        for p in partitions:
+            p.close()  # (the unchanged ones)
+            states[_partition_dir_name(p.topic, p.index)] = p.clean_state
+        self._write_states(RECOVERY_POINT_FILE, states)
+        self._write_states(CLEAN_SHUTDOWN_FILE, states)
         self._closed = True
+
+    def _write_states(self, file_name: str, states: dict[str, CleanState]) -> None:
+        body = {k: [s.log_end_offset, s.active_base_offset, s.active_size]
+                for k, s in states.items()}
+        atomic_write(self.data_dir / file_name,
+                     json.dumps({"version": 1, "partitions": body}).encode())
+
+
+class PendingTopic:
+    """A topic being created (``LogManager.prepare_topic``): its name is reserved; ``build``
+    makes its partitions (in a worker thread when called through ``trio.to_thread``), then
+    ``LogManager.finish_topic`` commits them on the event loop."""
+
+    def __init__(self, manager: LogManager, name: str, num_partitions: int,
+                 overrides: dict[str, str], config: LogConfig, now_ms: int) -> None:
+        self.manager = manager
+        self.name = name
+        self.num_partitions = num_partitions
+        self.overrides = overrides
+        self.config = config
+        self.now_ms = now_ms
+        self.parts: list[Partition] = []
+        self.error: OSError | None = None
+
+    def build(self) -> None:
+        """Create and fsync the partitions' directories; an OSError is kept for
+        ``finish_topic``. Touches no state of the manager but reads ``on_roll``."""
+        try:
+            self.manager._build_partitions(self.name, range(self.num_partitions), self.config,
+                                           self.now_ms, self.parts)
+        except OSError as exc:
+            self.error = exc
+
+
+def _in_threads(fn: Callable, items: list) -> list:
+    """``[fn(item) for item in items]`` run by the file thread pool (one item: inline); the
+    first exception is raised once every call has ended."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    # In chunks, a few per thread: a future per item cost 50 us each of the calling thread's
+    # time (half a second at 10,000 partitions).
+    size = max(1, -(-len(items) // (4 * _FILE_THREADS)))
+    chunks = [items[i:i + size] for i in range(0, len(items), size)]
+    futures = [_FILE_POOL.submit(_run_chunk, fn, chunk) for chunk in chunks]
+    concurrent.futures.wait(futures)
+    results: list = []
+    errors = []
+    for future in futures:
+        done, error = future.result()
+        results.extend(done)
+        if error is not None:
+            errors.append(error)
+    if errors:
+        raise errors[0]
+    return results
+
+
+def _run_chunk(fn: Callable, chunk: list) -> tuple[list, BaseException | None]:
+    """``fn`` over ``chunk``, every item even after one failed: (results, the first error)."""
+    out, first = [], None
+    for item in chunk:
+        try:
+            out.append(fn(item))
+        except BaseException as exc:  # noqa: BLE001  (handed to the caller, which raises it)
+            if first is None:
+                first = exc
+    return out, first

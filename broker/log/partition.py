@@ -65,7 +65,7 @@ from broker.log.producer_state import (
     list_snapshots,
     snapshot_path,
 )
-from broker.log.recovery import CleanState, RecoveryReport, load_log
+from broker.log.recovery import CleanState, LoadedLog, RecoveryReport, load_log
 from broker.log.segment import (
     CorruptLogError,
     Segment,
@@ -182,7 +182,12 @@ class Partition:
         self.config = config  # (the setter below derives what every append reads)
         created = not directory.exists()
         directory.mkdir(exist_ok=True)
-        loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
+        if created:
+            # A new partition: one empty segment. Its directory entry is made durable by the
+            # first flush (the creator's), so that a topic's partitions are synced together.
+            loaded = LoadedLog([Segment.create(directory, 0)], ProducerStateManager(), 0, True)
+        else:
+            loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
         self.segments: list[Segment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self.segments]
         self.producers: ProducerStateManager = loaded.producers
@@ -211,6 +216,14 @@ class Partition:
         self.recovery = RecoveryReport(
             topic, index, self.log_start_offset, self.log_end_offset,
             loaded.truncated_bytes, loaded.clean,
+        )
+        # The clean point on disk: loaded from the clean-shutdown marker or the recovery-point
+        # checkpoint (manager.py), the index of every segment and a producer-state snapshot at
+        # the log end offset are durable. While ``clean_state`` still equals it (nothing was
+        # appended, no segment rolled), ``close`` has nothing to write for this partition.
+        self.checkpoint: CleanState | None = (
+            clean if clean is not None and loaded.clean and not created
+            and self.clean_state == clean else None
         )
         if not loaded.clean and config.flush == "always":
             # After a crash the tail may sit in the page cache only (writes answered before
@@ -828,17 +841,30 @@ class Partition:
         active = self.segments[-1]
         return CleanState(self.log_end_offset, active.base_offset, active.size)
 
+    @property
+    def changed(self) -> bool:
+        """Something was appended, rolled or left unsynced since the clean point on disk
+        (``checkpoint``): a clean close has to write it."""
+        active = self.segments[-1]
+        return (self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
+                or active.allocated != active.size)
+
     def close(self) -> None:
         """Trim, fdatasync, save the active index and a producer-state snapshot at the LEO, close
-        the files. After this the partition can be loaded without a scan (given the marker)."""
+        the files. After this the partition can be loaded without a scan (given the marker).
+        A partition unchanged since its clean point (``changed``) only closes its files: what
+        a clean close would write is on disk already. Safe in a worker thread (one partition
+        per thread: it touches nothing but its own files and fields)."""
         if self._closed:
             return
-        active = self.segments[-1]
-        active.trim()
-        self._dirty = True  # the new file length must be durable too
-        self.flush()
-        active.save_index(fsync=True)
-        self._write_snapshot(self.log_end_offset)
+        if self.changed:
+            active = self.segments[-1]
+            active.trim()
+            self._dirty = True  # the new file length must be durable too
+            self.flush()
+            active.save_index(fsync=True)
+            self._write_snapshot(self.log_end_offset)
+            self.checkpoint = self.clean_state
         self.txn_index.close()
         for seg in self.segments:
             seg.close()

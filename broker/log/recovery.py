@@ -22,8 +22,9 @@ Crash path (no marker, or anything above does not line up):
 4. If the log now ends before the snapshot's offset (data lost beneath it, e.g. power loss), that
    snapshot is deleted and the procedure restarts from the next older one (or from the log start
    with an empty state when none is left).
-5. Scanned segments are fdatasync'd and their rebuilt indexes written, so what recovery exposes
-   (the high watermark starts at the log end) is durable.
+5. Scanned segments are fdatasync'd and their rebuilt indexes written (but the active
+   segment's, left to its roll or the clean close), so what recovery exposes (the high watermark
+   starts at the log end) is durable.
 """
 
 from __future__ import annotations
@@ -81,28 +82,33 @@ class LoadedLog(NamedTuple):
 
 
 def list_segments(directory: Path) -> list[int]:
+    # (os.listdir rather than pathlib's glob, here and in _remove_leftovers: several times
+    # cheaper, and a start with many partitions does this for each; issue 36)
     bases = []
-    for p in directory.glob("*.log"):
-        if p.stem.isdigit():
-            bases.append(int(p.stem))
+    for name in os.listdir(directory):
+        if name.endswith(".log") and name[:-4].isdigit():
+            bases.append(int(name[:-4]))
     return sorted(bases)
 
 
 def _remove_leftovers(directory: Path) -> None:
     """Temporary files of interrupted atomic writes and cleanings, indexes whose segment is gone;
     a cleaning that reached its commit point (a ``.swap`` file) is completed."""
-    for p in directory.glob("*.tmp"):
-        p.unlink(missing_ok=True)
-    for p in directory.glob(f"*{CLEANED_SUFFIX}"):
-        p.unlink(missing_ok=True)  # a cleaning interrupted before its commit point: never used
-    swaps = sorted(directory.glob(f"*.log{SWAP_SUFFIX}"))
+    names = os.listdir(directory)
+    for name in names:
+        if name.endswith((".tmp", CLEANED_SUFFIX)):
+            # (a cleaning interrupted before its commit point: never used)
+            (directory / name).unlink(missing_ok=True)
+    swaps = sorted(directory / n for n in names if n.endswith(f".log{SWAP_SUFFIX}"))
     for swap in swaps:
         complete_swap(directory, swap)
     if swaps:
         fsync_dir(directory)
-    for p in directory.glob("*.index"):
-        if not p.with_suffix(".log").exists():
-            p.unlink(missing_ok=True)
+        names = os.listdir(directory)
+    present = set(names)
+    for name in names:
+        if name.endswith(".index") and name[:-6] + ".log" not in present:
+            (directory / name).unlink(missing_ok=True)
 
 
 def open_trusted(segment: Segment) -> None:
@@ -330,7 +336,10 @@ def load_log(
             snapshot_path(directory, offset).unlink(missing_ok=True)
     for seg in scanned:
         seg.sync()
-        seg.save_index(fsync=True)
+        if seg is not segments[-1]:
+            # Not the active segment's: a roll or a clean close writes it, and until then a
+            # crash scans that segment anyway (with many partitions, one fsync less each).
+            seg.save_index(fsync=True)
     fsync_dir(directory)
     _finish(segments, now_ms)
     return LoadedLog(segments, producers, truncated, False)

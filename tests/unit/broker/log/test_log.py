@@ -12,7 +12,14 @@ import crc32c
 import pytest
 
 import broker.log.recovery as recovery
-from broker.log.manager import BOOT_ID_FILE, CLEAN_SHUTDOWN_FILE, TOPICS_FILE, LogConfig, LogManager
+from broker.log.manager import (
+    BOOT_ID_FILE,
+    CLEAN_SHUTDOWN_FILE,
+    RECOVERY_POINT_FILE,
+    TOPICS_FILE,
+    LogConfig,
+    LogManager,
+)
 from broker.log.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
@@ -541,9 +548,13 @@ def test_clean_close_skips_the_scan(tmp_path: Path, mgr: LogManager,
     assert p2.read(0, 1 << 20, 16) == b"".join(written)
     assert p2.producers.get(42) is not None and p2.producers.get(42).last_seq == 15  # type: ignore[union-attr]
     monkeypatch.undo()
-    # Without a new clean close the next start scans again.
+    # A crash with nothing appended since: the recovery point still matches, no scan.
     m3 = reopen(tmp_path, m2, clean=False)
-    assert not m3.recovered[0].clean and m3.recovered[0].log_end_offset == 16
+    assert m3.recovered[0].clean and m3.recovered[0].log_end_offset == 16
+    # Appended since the clean point, then a crash: that partition is scanned.
+    m3.partition("t", 0).append_untrusted(batch(1), NOW)
+    m4 = reopen(tmp_path, m3, clean=False)
+    assert not m4.recovered[0].clean and m4.recovered[0].log_end_offset == 17
 
 
 def test_only_small_writes_are_preallocated(tmp_path: Path) -> None:
@@ -620,6 +631,8 @@ def test_snapshot_beyond_the_recovered_log_is_discarded(tmp_path: Path) -> None:
     path = _active_log(p)
     m.close()  # snapshot at the LEO, plus the one from the last roll at active_base
     (tmp_path / "data" / CLEAN_SHUTDOWN_FILE).unlink()
+    # (and no recovery point: damage below one is not looked for, as in Kafka)
+    (tmp_path / "data" / RECOVERY_POINT_FILE).unlink()
     # Corrupt the first batch of the active segment: the log ends at active_base, before the
     # newest snapshot (at 24).
     with open(path, "r+b") as f:
@@ -855,6 +868,8 @@ def test_flush_never_mode_rolls_close_and_recover(tmp_path: Path) -> None:
     assert len(p.segments) > 2 and p.dirty
     assert p.flush() == 30 and not p.dirty  # syncs the rolled segments too
     for clean in (True, False):
+        if not clean:  # (no recovery point either: the scan is what this checks)
+            (tmp_path / "data" / RECOVERY_POINT_FILE).unlink()
         m = reopen(tmp_path, m, clean=clean, flush="never", segment_bytes=900)
         assert m.recovered[0].clean is clean
         p = m.partition("t", 0)
