@@ -75,8 +75,8 @@ def summarise(calls: list[str]) -> tuple[int, int, Counter]:
 def trace(flush: str) -> dict[str, list[str]]:
     import trio
 
+    from broker.app import serve
     from broker.config import build_config
-    from broker.network.server import serve
     from protocol.api_keys import ApiKey
     from protocol.records import encode_batch
     from tests.raw_client import RawConnection

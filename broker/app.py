@@ -1,4 +1,4 @@
-"""The composition root: builds and wires the broker, and does nothing else.
+"""The composition root: builds and wires the broker, and starts it (``serve``).
 
 One of each: config (given), clock (``WallClock`` unless a test passes another), log manager,
 group-commit flusher, producer-id allocator, group service, transaction service, handler table.
@@ -14,7 +14,11 @@ EndTxn (``broker.txn.manager.CRASH_POINTS``) and of a log cleaning
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+
+import trio
 
 from broker import handlers
 from broker.clock import Clock, WallClock
@@ -23,6 +27,7 @@ from broker.group.service import GroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
+from broker.network import server
 from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
 from broker.share.service import ShareService
@@ -103,3 +108,31 @@ def build_metrics(config: BrokerConfig) -> Metrics | None:
 
 def build_dispatcher(broker: Broker, metrics: Metrics | None = None) -> Dispatcher:
     return Dispatcher(build_handler_table(), broker, metrics)
+
+
+async def serve(
+    config: BrokerConfig,
+    *,
+    crash_hook: CrashHook | None = None,
+    on_listening: Callable[[Broker, int], None] | None = None,
+    settle_collector: bool = False,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Build the broker (recovery included), serve it until cancelled, then close it (flush,
+    snapshots, clean marker). ``task_status.started(port)`` and ``on_listening(broker, port)``
+    once the listeners are bound. ``settle_collector``: the long-lived process's garbage
+    collector settings (``server.settle_garbage_collector``), not for brokers inside tests."""
+    metrics = build_metrics(config)
+    broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
+    try:
+        if settle_collector:
+            server.settle_garbage_collector()
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(partial(
+                server.serve, config, broker=broker, dispatcher=build_dispatcher(broker, metrics),
+                metrics=metrics))
+            if on_listening is not None:
+                on_listening(broker, port)
+            task_status.started(port)
+    finally:
+        broker.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -120,8 +121,6 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
 
     ``crash_hook``: tests only (``tests/crash_broker.py``); the command passes none.
     """
-    from broker.network.server import run_until_signal  # imports trio handlers; keep --help fast
-
     def listening(broker, port: int) -> None:
         recovered = broker.logs.recovered
         truncated = sum(r.truncated_bytes for r in recovered)
@@ -139,14 +138,15 @@ def run_broker(config: BrokerConfig, crash_hook: Callable[[str], None] | None = 
 
     try:
         trio.run(partial(run_until_signal, config, listening, crash_hook=crash_hook))
-    except DataDirLocked as exc:
-        click.echo(f"minibroker: error: {exc}", err=True)
-        sys.exit(2)
-    except (OSError, BaseExceptionGroup) as exc:
-        error = _first_os_error(exc)
+    except (DataDirLocked, OSError, BaseExceptionGroup) as exc:
+        locked = _first(exc, DataDirLocked)
+        if locked is not None:
+            click.echo(f"minibroker: error: {locked}", err=True)
+            sys.exit(2)
+        error = _first(exc, OSError)
         if error is None:
             raise
-        log.error("%s (%s:%s)", error.strerror or error, config.host, config.port)
+        log.error("%s (%s:%s)", getattr(error, "strerror", None) or error, config.host, config.port)
         sys.exit(1)
 
 
@@ -183,13 +183,34 @@ def repair_log(data_dir: Path, topic: str, partition: int, offset: int) -> None:
     click.echo(f"minibroker: {topic}-{partition} now ends at offset {end}")
 
 
-def _first_os_error(exc: BaseException) -> OSError | None:
-    """The OSError (bind failure, unusable disk) inside what trio raised, if any."""
-    if isinstance(exc, OSError):
+async def run_until_signal(
+    config: BrokerConfig, on_listening=None, *, crash_hook: Callable[[str], None] | None = None
+) -> None:
+    """Serve until SIGINT or SIGTERM, then shut down cleanly (flush, snapshots, clean marker).
+
+    The signals are taken before the broker is built: a SIGTERM during a long recovery (what
+    ``docker stop`` sends) ends the broker cleanly as soon as recovery is done, instead of
+    killing it half-way. ``on_listening(broker, port)`` runs once the listeners are bound.
+    """
+    from broker.app import serve  # imports trio handlers; keep --help fast
+
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(partial(serve, config, crash_hook=crash_hook,
+                                       on_listening=on_listening, settle_collector=True))
+            async for signum in signals:
+                log.info("received %s, shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def _first(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
+    """The first ``kind`` inside what trio raised (a group from the serving nursery), if any."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
-            found = _first_os_error(inner)
+            found = _first(inner, kind)
             if found is not None:
                 return found
     return None

@@ -39,7 +39,7 @@ def broker_proc(tmp_path):
 @pytest.fixture
 async def broker_port(tmp_path, nursery):
     """An in-process broker on an ephemeral loopback port; returns the port."""
-    from broker.network.server import serve
+    from broker.app import serve
 
     config = build_config({}, port=0, data_dir=tmp_path / "data")
     port = await nursery.start(serve, config)

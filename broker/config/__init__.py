@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from broker.config.principal_mapping import DEFAULT_RULES, Rule, parse_rules
 from broker.log.topic_config import BROKER_KEYS, LogConfig
-from broker.security.principal_mapping import DEFAULT_RULES, Rule, parse_rules
 from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000

@@ -38,7 +38,6 @@ import logging
 import math
 import os
 import resource
-import signal
 import socket as stdsocket
 import ssl
 from collections import deque
@@ -46,7 +45,6 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import trio
 
-from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig, ConfigError
 from broker.handlers.context import Broker
 from broker.handlers.peer import Peer, Session, set_peer
@@ -59,7 +57,6 @@ from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply,
 from broker.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
 from broker.security.tls_socket import TlsSocket
-from broker.txn.manager import CrashHook
 from protocol.errors import FrameTooLargeError
 from protocol.framing import FrameDecoder
 from protocol.text import clip
@@ -180,16 +177,13 @@ def _resolve(overrides: Sequence[tuple[str, int]]) -> dict[str, int]:
 async def serve(
     config: BrokerConfig,
     *,
-    broker: Broker | None = None,
+    broker: Broker,
+    dispatcher: Dispatcher,
     metrics: Metrics | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the broker until cancelled; ``task_status.started(port)`` once it is listening."""
-    owned = broker is None
-    if broker is None:
-        metrics = build_metrics(config)
-        broker = build_broker(config, metrics=metrics)
-    dispatcher = build_dispatcher(broker, metrics)
+    """Serve ``broker`` on the configured listeners until cancelled; ``task_status.started(port)``
+    once listening. The caller built the broker and closes it (``broker.app.serve`` does both)."""
     tls = listener_context(config)
     extra: list = []
     try:
@@ -235,8 +229,6 @@ async def serve(
     finally:
         for sock, _ in extra:
             sock.close()
-        if owned:
-            broker.close()
 
 
 async def _bind(host: str, port: int):
@@ -946,33 +938,3 @@ def settle_garbage_collector() -> None:
     gc.freeze()
     _, middle, old = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)
-
-
-async def _serve_with(config: BrokerConfig, broker: Broker, metrics: Metrics | None,
-                      task_status=trio.TASK_STATUS_IGNORED):
-    await serve(config, broker=broker, metrics=metrics, task_status=task_status)
-
-
-async def run_until_signal(
-    config: BrokerConfig, on_listening=None, *, crash_hook: CrashHook | None = None
-) -> None:
-    """Serve until SIGINT or SIGTERM, then shut down cleanly (flush, snapshots, clean marker).
-
-    ``on_listening(broker, port)`` runs once the socket is bound. ``crash_hook``: tests only
-    (``broker/app.py``).
-    """
-    metrics = build_metrics(config)
-    broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
-    settle_garbage_collector()
-    try:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-                port = await nursery.start(_serve_with, config, broker, metrics)
-                if on_listening is not None:
-                    on_listening(broker, port)
-                async for signum in signals:
-                    log.info("received %s, shutting down", signal.Signals(signum).name)
-                    nursery.cancel_scope.cancel()
-                    break
-    finally:
-        broker.close()

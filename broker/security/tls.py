@@ -7,7 +7,7 @@ from __future__ import annotations
 import ssl
 
 from broker.config import BrokerConfig, ConfigError, SecurityConfig
-from broker.security.principal_mapping import DEFAULT_RULES, Rule, map_subject
+from broker.config.principal_mapping import DEFAULT_RULES, Rule, map_subject
 
 TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 

@@ -88,7 +88,7 @@ def port(tmp_path_factory):
 
     import trio
 
-    from broker.network.server import serve
+    from broker.app import serve
 
     config = build_config({}, port=0, data_dir=tmp_path_factory.mktemp("versions") / "data")
     ready: dict = {}

@@ -23,8 +23,8 @@ from broker.app import build_broker, build_dispatcher
 from broker.config import build_config
 from broker.log.cleaner import clean_now
 from broker.log.file_slice import MIN_SLICE_BYTES, FileSlice
+from broker.network import server
 from broker.network.dispatcher import encode_reply
-from broker.network.server import serve
 from client.aio import AsyncProducer
 from protocol.api_keys import ApiKey
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
@@ -84,7 +84,8 @@ def decode_answer(answer: bytes, version: int):
 async def start_broker(nursery: trio.Nursery, tmp_path, **settings):
     config = build_config(settings, port=0, data_dir=tmp_path / "data")
     broker = build_broker(config)
-    port = await nursery.start(functools.partial(serve, config, broker=broker))
+    port = await nursery.start(functools.partial(server.serve, config, broker=broker,
+                                                 dispatcher=build_dispatcher(broker)))
     return broker, port
 
 

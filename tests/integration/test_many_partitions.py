@@ -56,7 +56,7 @@ def create_and_produce(bootstrap: str, topic: str, partitions: int) -> None:
 
 
 async def test_300_partitions_one_small_batch_each(tmp_path: Path, nursery) -> None:
-    from broker.network.server import serve
+    from broker.app import serve
 
     data = tmp_path / "data"
     port = await nursery.start(serve, build_config({}, port=0, data_dir=data))

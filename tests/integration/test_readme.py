@@ -110,7 +110,7 @@ def test_security_page_example_starts(tmp_path):
 def test_security_page_mapping_rule_maps_as_it_says():
     """docs/security.md's ssl.principal.mapping.rules example makes the subject it shows the short
     name it shows; the README's Security paragraph points there."""
-    from broker.security.principal_mapping import map_subject, parse_rules
+    from broker.config.principal_mapping import map_subject, parse_rules
 
     text = SECURITY.read_text(encoding="utf-8")
     rule, name = re.search(r"`ssl\.principal\.mapping\.rules`.*?\(`(.+?)` makes it `User:(\w+)`",

@@ -133,12 +133,13 @@ def _metadata_frame() -> bytes:
 async def _serve_and_poke(tmp_path, monkeypatch, fail, *, properties: dict | None = None):
     """Serve in process, make ``fail`` raise inside one connection, then check that a second
     connection is served: an error out of the first would end the nursery (and this test)."""
+    from broker.app import serve
     from broker.network import server
 
     config = build_config(properties or {}, port=0, data_dir=tmp_path / "data")
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
-            port = await nursery.start(server.serve, config)
+            port = await nursery.start(serve, config)
             with monkeypatch.context() as patch:
                 fail(patch, server)
                 first = await trio.open_tcp_stream("127.0.0.1", port)

@@ -317,11 +317,13 @@ def test_handlers_go_through_the_transaction_service() -> None:
     assert bad == []
 
 
-def test_only_the_shell_imports_the_composition_root() -> None:
+def test_only_the_command_imports_the_composition_root() -> None:
+    """The root builds, wires and starts the broker (``broker.app.serve``); only the command
+    (``broker/cli.py``) stands above it. The server serves a broker it is given."""
     graph = broker_modules()
     importers = sorted(m for m, imports in graph.items()
                        if any(_in(n, {"broker.app"}) for n in imports))
-    assert importers == ["broker.network.server"]
+    assert importers == ["broker.cli"]
 
 
 def test_the_top_of_broker_holds_only_the_composition_root() -> None:
@@ -356,16 +358,8 @@ def two_way_folders(edges: dict[str, set[str]]) -> list[str]:
                   for (a, b) in between if a < b and (b, a) in between)
 
 
-# Being removed (issue 41): the server builds the broker through the root, and the config checks
-# the principal-mapping rules with the security package's parser.
-KNOWN_TWO_WAY = {
-    "broker.app -> broker.network.dispatcher / broker.network.server -> broker.app",
-    "broker.config -> broker.security.principal_mapping / broker.security.service -> broker.config",
-}
-
-
 def test_no_two_folders_import_each_other() -> None:
-    assert set(two_way_folders(_internal_edges(broker_modules()))) <= KNOWN_TWO_WAY
+    assert two_way_folders(_internal_edges(broker_modules())) == []
 
 
 def test_the_folder_check_sees_a_two_way_import() -> None:

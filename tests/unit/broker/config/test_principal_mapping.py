@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import ConfigError, build_config
-from broker.security.principal_mapping import NoMatchingRule, map_subject, parse_rules
+from broker.config.principal_mapping import NoMatchingRule, map_subject, parse_rules
 from broker.security.tls import certificate_principal
 
 SUBJECT = "CN=Alice,OU=Eng,O=Example"

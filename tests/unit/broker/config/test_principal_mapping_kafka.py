@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from broker.config import ConfigError, build_config
-from broker.security.principal_mapping import map_subject, parse_rules
+from broker.config.principal_mapping import map_subject, parse_rules
 
 SUBJECT = "CN=Alice,OU=Eng,O=Example"
 
