@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.group.assignors import ASSIGNORS, UNIFORM, Assignment, TargetAssignment, assign
+from broker.group.offsets import valid_group_id
 from protocol.errors import ErrorCode
 
 JOIN_EPOCH = 0
@@ -504,6 +505,8 @@ class ConsumerGroupCoordinator:
         """INVALID_REQUEST's message, or None (Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid)."""
         if not req.group_id:
             return "GroupId can't be empty."
+        if not valid_group_id(req.group_id):
+            return "GroupId is longer than 32767 bytes."
         if req.version >= 1 and not req.member_id:
             return "MemberId can't be empty."
         if req.instance_id is not None and not req.instance_id:

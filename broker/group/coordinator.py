@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from broker.group.group_metadata import GroupMetadataRecord, MemberRecord
-from broker.group.offsets import OffsetStore
+from broker.group.offsets import OffsetStore, valid_group_id
 from broker.group.state import GroupState, check_transition
 from protocol.errors import ErrorCode
 
@@ -453,7 +453,7 @@ class GroupCoordinator:
         member id, same assignment) without a rebalance when the group is Stable and its
         protocols are unchanged; the old member id is fenced (FENCED_INSTANCE_ID)."""
         out: list[Completion] = []
-        if not group_id:
+        if not valid_group_id(group_id):
             return Outcome(JoinResult(ErrorCode.INVALID_GROUP_ID, member_id=member_id))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
@@ -592,7 +592,7 @@ class GroupCoordinator:
         request names the protocol type and name, which must be the group's (checked after the
         member and generation, as Kafka's GroupMetadataManager.validateSyncGroup)."""
         out: list[Completion] = []
-        if not group_id:
+        if not valid_group_id(group_id):
             return Outcome(SyncResult(ErrorCode.INVALID_GROUP_ID))
         group = self._known(group_id, now_ms, out)
         if group is None:
@@ -637,7 +637,7 @@ class GroupCoordinator:
     ) -> Outcome:
         """Heartbeat: ``Outcome(ErrorCode, completions)``."""
         out: list[Completion] = []
-        if not group_id:
+        if not valid_group_id(group_id):
             return Outcome(ErrorCode.INVALID_GROUP_ID)
         group = self._known(group_id, now_ms, out)
         if group is None:
@@ -664,7 +664,7 @@ class GroupCoordinator:
         """LeaveGroup: ``Outcome(ErrorCode, completions)``. A static member may leave by its
         group.instance.id alone (empty member id); a stale member id of it is fenced."""
         out: list[Completion] = []
-        if not group_id:
+        if not valid_group_id(group_id):
             return Outcome(ErrorCode.INVALID_GROUP_ID)
         group = self._known(group_id, now_ms, out)
         if group is None:
@@ -694,6 +694,8 @@ class GroupCoordinator:
         commit before they rejoin) but not while the new generation waits for its assignment.
         """
         out: list[Completion] = []
+        if not valid_group_id(group_id):
+            return Outcome(ErrorCode.INVALID_GROUP_ID, out)
         group = self._known(group_id, now_ms, out)
         if group is None:
             if generation_id < 0:
@@ -724,7 +726,7 @@ class GroupCoordinator:
         Creates the group if unknown (as Kafka does). v3+ (KIP-447) may carry the consumer's
         member id and generation: then they must be the group's current ones (a zombie's
         commit is fenced)."""
-        if not group_id:
+        if not valid_group_id(group_id):
             return ErrorCode.INVALID_GROUP_ID
         group = self.ensure_group(group_id)
         if group.state is GroupState.DEAD:
@@ -781,7 +783,7 @@ class GroupCoordinator:
         out: list[Completion] = []
         result: dict[str, ErrorCode] = {}
         for group_id in group_ids:
-            if not group_id:
+            if not valid_group_id(group_id):
                 result[group_id] = ErrorCode.INVALID_GROUP_ID
                 continue
             group = self._known(group_id, now_ms, out)

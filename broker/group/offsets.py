@@ -33,7 +33,7 @@ import bisect
 import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, TypeGuard
 
 from broker.log.topics import TopicPartition
 from protocol.errors import CorruptFrameError
@@ -77,6 +77,18 @@ def _read_str(buf: bytes, pos: int) -> tuple[str, int]:
     if n < 0 or pos + n > len(buf):
         raise CorruptFrameError(f"bad string length {n}")
     return buf[pos : pos + n].decode("utf-8"), pos + n
+
+
+# A group id is a STRING in the keys of __consumer_offsets (and __share_group_state): at most
+# 32,767 bytes of UTF-8. Longer ones (flexible requests carry longer strings) are INVALID_GROUP_ID
+# before anything is stored, so a record never fails to encode and no answer that lists groups
+# can hold a name its 2-byte length cannot carry.
+MAX_GROUP_ID_BYTES = 32_767
+
+
+def valid_group_id(group_id: str | None) -> TypeGuard[str]:
+    """Not empty, and short enough for the internal topics' keys."""
+    return bool(group_id) and len(str(group_id).encode("utf-8", "surrogatepass")) <= MAX_GROUP_ID_BYTES
 
 
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:

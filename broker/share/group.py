@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from broker.group.offsets import valid_group_id
 from protocol.errors import ErrorCode, KafkaError
 
 ASSIGNOR = "simple"
@@ -110,6 +111,8 @@ class ShareGroups:
         """One ShareGroupHeartbeat; raises KafkaError with Kafka's code on a refusal."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "GroupId can't be empty.")
+        if not valid_group_id(group_id):
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "GroupId is longer than 32767 bytes.")
         if member_epoch == 0 and not subscribed:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              "SubscribedTopicNames must be set in first request.")

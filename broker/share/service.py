@@ -33,6 +33,7 @@ import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.group.offsets import valid_group_id
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches
 from broker.log.partition import Partition
@@ -377,8 +378,8 @@ class ShareService:
                      acks_present: bool, fetching: bool) -> ShareSession | None:
         """The session a ShareFetch (``fetching``) or ShareAcknowledge continues; raises
         KafkaError with the top-level code. None for a closing request (epoch -1)."""
-        if not group_id:
-            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "GroupId must be set.")
+        if not valid_group_id(group_id):
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "GroupId must be set, at most 32767 bytes.")
         if not member_id:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, "MemberId must be set.")
         if epoch == INITIAL_EPOCH:

@@ -268,3 +268,29 @@ def test_a_scram_client_first_message_is_capped(tmp_path):
             answer = conn.request(ApiKey.SASL_AUTHENTICATE, 2, {"auth_bytes": first})
             assert answer.error_code == 58 and "at most 4096" in answer.error_message
             assert conn.read_frame() is None  # then closed
+
+
+def test_a_group_id_longer_than_a_key_can_carry_is_refused(plain):
+    """Found by the order fuzzer: OffsetCommit v9 (flexible: compact strings) with a 32,768-byte
+    group id reached the __consumer_offsets key encoder (2-byte lengths) and raised; the group
+    is now INVALID_GROUP_ID before anything is stored, and ListGroups v2 (2-byte strings) still
+    answers."""
+    too_long = "g" * 32_768
+    with RawConnection(plain.port) as conn:
+        created = conn.request(ApiKey.CREATE_TOPICS, 2, {
+            "topics": [{"name": "gid", "num_partitions": 1, "replication_factor": 1,
+                        "assignments": [], "configs": []}],
+            "timeout_ms": 5000, "validate_only": False})
+        assert created.topics[0].error_code in (0, 36)
+        answer = _answer_or_close(conn, ApiKey.OFFSET_COMMIT, 9, {
+            "group_id": too_long, "generation_id_or_member_epoch": -1, "member_id": "",
+            "group_instance_id": None,
+            "topics": [{"name": "gid", "partitions": [{
+                "partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                "committed_metadata": None}]}]})
+        assert answer is not None
+        assert answer.topics[0].partitions[0].error_code == 24  # INVALID_GROUP_ID
+        listed = _answer_or_close(conn, ApiKey.LIST_GROUPS, 2, {})
+        assert listed is not None and listed.error_code == 0
+        assert all(g.group_id != too_long for g in listed.groups)
+    _still_serving(plain)
