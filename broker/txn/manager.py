@@ -154,6 +154,8 @@ class TxnRecovery:
     # partitions of a prepared transaction whose marker was found written and followed by the
     # producer's next transaction (its Complete record lost): not written again (the same)
     marked: int = 0
+    # producers of ids with no transaction recorded, fenced after a machine restart (the same)
+    fenced: int = 0
 
 
 def _control_batch_of(p: Partition, producer_id: int, start: int, stop: int) -> bool:
@@ -237,6 +239,10 @@ class TransactionManager:
         for transactional_id, transition in self.log.replay():
             self.coordinator.load(transactional_id, transition)
             records += 1
+        # Each id's producer as the log left it: after a machine restart, every one that
+        # recovery does not fence on the way is fenced at the end (``_fence_after_restart``).
+        replayed = {md.transactional_id: (md.producer_id, md.producer_epoch)
+                    for md in self.coordinator.transactions()}
         aborted = not_whole = 0
         if unclean:
             # First, before any marker is appended: the end offsets found are the recovered ones.
@@ -283,15 +289,52 @@ class TransactionManager:
         completed = len(prepared) - len(left & prepared.keys())
         # After the skipped markers: the next transaction open there is hanging now.
         hanging = self.abort_hanging(now_ms) if unclean else 0
+        fenced = self._fence_after_restart(replayed, now_ms) if unclean else 0
         skipped = sum(len(ahead) for ahead in marked.values())
         if records or hanging:
             log.info("transaction log: %d records, %d transactional ids, %d prepared "
                      "transactions completed (%d markers found already written), %d commits "
-                     "not whole aborted, %d ongoing ones aborted, %d hanging ones aborted",
-                     records, len(self.coordinator), completed, skipped, not_whole, aborted,
-                     hanging)
+                     "not whole aborted, %d ongoing ones aborted, %d hanging ones aborted, "
+                     "%d idle producers fenced", records, len(self.coordinator), completed,
+                     skipped, not_whole, aborted, hanging, fenced)
         return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging, not_whole,
-                           skipped)
+                           skipped, fenced)
+
+    def _fence_after_restart(self, replayed: dict[str, tuple[int, int]], now_ms: int) -> int:
+        """After a machine restart, last: fence the producer of every id that recovery did not
+        already fence (an ongoing, not-whole or hanging transaction bumped its epoch), Empty,
+        CompleteCommit or CompleteAbort now (``prepare_restart_fence``); returns how many.
+
+        Records that add partitions to a transaction are answered once appended (durable with
+        its Prepare record, one fsync round per transaction), and so are its batches; a power
+        cut can take the record and the batches of a transaction under way while the
+        coordinator's durable state shows the previous one complete at the same epoch. Nothing
+        on disk then tells whether that producer had begun another transaction, so every
+        producer whose epoch the log shows with no transaction is fenced: its EndTxn(commit)
+        would otherwise be answered as a retry of the last commit (DESIGN.md section 3) and its
+        next AddPartitionsToTxn would start a transaction without the lost batches. The
+        records are committed in one round (``settle``); only a machine restart pays it."""
+        fenced = 0
+        for transactional_id, before in sorted(replayed.items()):
+            md = self.coordinator.get(transactional_id)
+            if md is None or (md.producer_id, md.producer_epoch) != before:
+                continue  # gone, or fenced on the way
+            try:
+                fence = self.coordinator.prepare_restart_fence(transactional_id, now_ms)
+                if fence is None:
+                    continue
+                self._commit(fence, now_ms)
+            except KafkaError as exc:
+                log.error("recovery: fencing the producer of %r failed: %s", transactional_id,
+                          exc)
+                continue
+            fenced += 1
+        if fenced:
+            self._storage.settle()
+            log.info("recovery: fenced the producers of %d transactional ids with no transaction "
+                     "recorded (a machine restart: a transaction begun before it may have lost "
+                     "its answered batches and its add records)", fenced)
+        return fenced
 
     def _marked_ahead(self, md: TxnMetadata) -> list[tuple[TopicPartition, int, int]]:
         """The partitions of the prepared transaction ``md`` whose marker is already written

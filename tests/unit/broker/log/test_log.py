@@ -12,7 +12,7 @@ import crc32c
 import pytest
 
 import broker.log.recovery as recovery
-from broker.log.manager import BOOT_ID_FILE, CLEAN_SHUTDOWN_FILE, TOPICS_FILE, LogConfig, LogManager
+from broker.log.manager import CLEAN_SHUTDOWN_FILE, TOPICS_FILE, LogConfig, LogManager
 from broker.log.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import (
@@ -795,7 +795,8 @@ def test_create_topic_errors(tmp_path: Path, name: str, partitions: int,
         m.create_topic(name, partitions, overrides)
     assert e.value.code == code
     assert m.topics() == {}
-    assert sorted(x.name for x in (tmp_path / "data").iterdir()) == [BOOT_ID_FILE, TOPICS_FILE]
+    # (no .boot_id: the composition root records it once recovery is done, LogManager.record_boot)
+    assert sorted(x.name for x in (tmp_path / "data").iterdir()) == [TOPICS_FILE]
 
 
 def test_create_existing_topic(mgr: LogManager) -> None:
