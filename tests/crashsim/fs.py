@@ -21,10 +21,12 @@ its directory was fsynced after it (else the entry as the last directory fsync s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import stat
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +63,9 @@ class Recorder:
         self.skip_sync: int | None = None  # negative control: skip the sync with this number
         self._syncs = 0
         self.skipped: list[Op] = []
+        # Whether a sync is also done for real (it is only logged otherwise: the directory is
+        # thrown away, and the model, not the disk, says what a power cut keeps).
+        self.real_sync = False
         self._scan()
 
     # -- the initial state: all durable ----------------------------------------------------
@@ -224,7 +229,8 @@ class Recorder:
                 if self.skip_sync == self._syncs:
                     self.skipped.append(op)
                     return None
-            fn(fd)
+            if self.real_sync:
+                fn(fd)
             self.ops.append(op)
             return None
 
@@ -302,6 +308,22 @@ def _apply(content: bytearray, op: Op) -> None:
             del content[size:]
         else:
             content.extend(bytes(size - len(content)))
+
+
+@contextlib.contextmanager
+def no_real_syncs() -> Iterator[None]:
+    """fsync and fdatasync do nothing (a scratch directory: what is durable does not matter,
+    only what the process sees)."""
+    saved = os.fsync, os.fdatasync
+    os.fsync = os.fdatasync = _nothing  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os.fsync, os.fdatasync = saved
+
+
+def _nothing(fd: int) -> None:
+    pass
 
 
 class Model:

@@ -12,6 +12,7 @@ the recovered broker serves.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import shutil
 import tempfile
@@ -38,7 +39,7 @@ from protocol.records import (
     encode_batch,
     parse_control_record,
 )
-from tests.crashsim.fs import Model, Recorder
+from tests.crashsim.fs import Model, Recorder, no_real_syncs
 
 NOW = 1_700_000_000_000
 TOPIC = "sim"
@@ -60,6 +61,7 @@ def boot_id(directory: Path, value: str) -> Iterator[None]:
 
 def broker_config(data_dir: Path, flush: str = "always", **extra: str) -> Any:
     props = {"transaction.state.log.num.partitions": "2", "offsets.topic.num.partitions": "2",
+             "authorizer.class.name": "sim", "allow.everyone.if.no.acl.found": "true",
              "log.flush": flush, "log.preallocate": "false", "num.partitions": str(PARTITIONS),
              **extra}
     return build_config(props, data_dir=data_dir)
@@ -113,6 +115,17 @@ class Client:
         return decode_response(key, version, raw, offset), at
 
 
+    async def fetch(self, partition: int, offset: int) -> Any:
+        r, _ = await self.request(ApiKey.FETCH, 7, {
+            "replica_id": -1, "max_wait_ms": 0, "min_bytes": 0, "max_bytes": 1 << 20,
+            "isolation_level": 1, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": [
+                {"partition": partition, "fetch_offset": offset, "log_start_offset": -1,
+                 "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": []})
+        return r
+
+
 # -- what the workload was told ------------------------------------------------------------
 
 
@@ -145,6 +158,7 @@ class Journal:
     txns: list[Txn] = field(default_factory=list)
     ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (pid, epoch) last given
     group_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (partition, offset, at)
+    admin: list[tuple[str, Any, int]] = field(default_factory=list)  # (what, which, at)
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -163,12 +177,42 @@ class Workload:
             out.append(f"{tag}-{self._n}".encode())
         return out
 
-    async def create_topic(self, name: str = TOPIC, partitions: int = PARTITIONS) -> None:
-        r, _ = await self.c.request(ApiKey.CREATE_TOPICS, 2, {
+    async def create_topic(self, name: str = TOPIC, partitions: int = PARTITIONS,
+                           configs: dict[str, str] | None = None) -> None:
+        r, at = await self.c.request(ApiKey.CREATE_TOPICS, 2, {
             "topics": [{"name": name, "num_partitions": partitions, "replication_factor": 1,
-                        "assignments": [], "configs": []}],
+                        "assignments": [], "configs": [
+                            {"name": k, "value": v} for k, v in (configs or {}).items()]}],
             "timeout_ms": 5000, "validate_only": False})
         assert r.topics[0].error_code == ErrorCode.NONE, r
+        self.j.admin.append(("created", name, at))
+
+    async def delete_topic(self, name: str) -> None:
+        r, at = await self.c.request(ApiKey.DELETE_TOPICS, 1, {"topic_names": [name],
+                                                               "timeout_ms": 5000})
+        assert r.responses[0].error_code == ErrorCode.NONE, r
+        self.j.admin.append(("deleted", name, at))
+
+    async def delete_records(self, partition: int, offset: int) -> None:
+        r, at = await self.c.request(ApiKey.DELETE_RECORDS, 0, {"topics": [{
+            "name": TOPIC, "partitions": [{"partition_index": partition, "offset": offset}]}],
+            "timeout_ms": 5000})
+        assert r.topics[0].partitions[0].error_code == ErrorCode.NONE, r
+        self.j.admin.append(("log-start", (partition, offset), at))
+
+    async def create_acl(self, user: str) -> None:
+        r, at = await self.c.request(ApiKey.CREATE_ACLS, 2, {"creations": [{
+            "resource_type": 2, "resource_name": "elsewhere", "resource_pattern_type": 3,
+            "principal": f"User:{user}", "host": "*", "operation": 3, "permission_type": 3}]})
+        assert [x.error_code for x in r.results] == [ErrorCode.NONE], r
+        self.j.admin.append(("acl", user, at))
+
+    async def scram_user(self, user: str) -> None:
+        r, at = await self.c.request(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, {
+            "deletions": [], "upsertions": [{"name": user, "mechanism": 1, "iterations": 4096,
+                                             "salt": b"s" * 16, "salted_password": b"p" * 32}]})
+        assert [x.error_code for x in r.results] == [ErrorCode.NONE], r
+        self.j.admin.append(("scram", user, at))
 
     async def init(self, tid: str | None) -> tuple[int, int]:
         body = {"transactional_id": tid, "transaction_timeout_ms": 60_000}
@@ -195,10 +239,10 @@ class Workload:
                 self.j.produced.append(Produced(partition, part.base_offset, values, at))
         return part.error_code
 
-    async def idempotent(self, batches: int) -> None:
+    async def idempotent(self, batches: int, partition: int | None = None) -> None:
         pid, epoch = await self.init(None)
         for _ in range(batches):
-            p = self.rng.randrange(PARTITIONS)
+            p = self.rng.randrange(PARTITIONS) if partition is None else partition
             await self.produce(pid, epoch, p, self._values(self.rng.randint(1, 3), "i"))
 
     async def transaction(self, tid: str, commit: bool, parts: list[int],
@@ -249,11 +293,15 @@ async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: s
         async with trio.open_nursery() as nursery:
             nursery.start_soon(b.flusher.run)
             await _steps(w, name)
+            if name == "compaction" and b.cleaner is not None:
+                # Compact the transaction log (and the compacted topic) under the recorder.
+                while await b.cleaner.clean_once():
+                    pass
             nursery.cancel_scope.cancel()
 
 
 async def _steps(w: Workload, name: str) -> None:
-    await w.create_topic()
+    await w.create_topic(configs={"segment.bytes": "600"} if name == "rolls" else None)
     if name == "txn":
         await w.transaction("a", True, [0, 1])
         await w.transaction("a", True, [1, 2])  # the same epoch: a second commit
@@ -273,6 +321,25 @@ async def _steps(w: Workload, name: str) -> None:
         await w.transaction("c", False, [1])
         await w.group_commit("plain", 0, 4)
         await w.transaction("c", True, [2])
+    elif name == "admin":  # topics made and deleted, retention, the ACL and SCRAM stores
+        await w.idempotent(2, partition=0)
+        await w.create_topic("other", 2)
+        await w.create_acl("alice")
+        await w.delete_records(0, 1)
+        await w.scram_user("carol")
+        await w.delete_topic("other")
+        await w.create_acl("bob")
+        await w.idempotent(2)
+    elif name == "compaction":  # the transaction log rolls; the cleaner compacts it (above)
+        await w.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": "300",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        for i in range(6):
+            await w.transaction("z", i % 3 != 2, [i % PARTITIONS])
+    elif name == "rolls":  # small segments: every few batches a roll
+        await w.create_topic("rolled", 1, {"segment.bytes": "400"})
+        await w.idempotent(6)
+        await w.transaction("r", True, [0, 1])
+        await w.idempotent(4)
     else:
         raise ValueError(name)
 
@@ -285,6 +352,7 @@ class Recording:
     journal: Journal
     flush: str
     name: str
+    extra: dict[str, str] = field(default_factory=dict)  # the workload's broker settings
 
 
 def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
@@ -298,12 +366,14 @@ def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
         initial = recorder.initial()
         recorder.skip_sync = skip_sync
         with recorder:
-            b = build_broker(broker_config(data, flush), clock=ManualClock(NOW))
+            extra = ({"transaction.state.log.segment.bytes": "600",
+                      "log.cleaner.backoff.ms": "1"} if name == "compaction" else {})
+            b = build_broker(broker_config(data, flush, **extra), clock=ManualClock(NOW))
             try:
                 trio.run(_run_workload, b, recorder, journal, name, random.Random(seed))
             finally:
                 crash(b)
-    return Recording(workdir, list(recorder.ops), initial, journal, flush, name)
+    return Recording(workdir, list(recorder.ops), initial, journal, flush, name, extra)
 
 
 # -- the checks of one crash state -----------------------------------------------------------
@@ -351,6 +421,32 @@ def _committed_view(b: Broker, partition: int) -> tuple[list[bytes], list[bytes]
     return every, committed
 
 
+async def _fetch_committed(client: Client, partition: int, start: int) -> list[bytes]:
+    """The records a read_committed consumer gets from ``start`` (Fetch v7 through the real
+    handler, the aborted transactions filtered out as Kafka's consumer does)."""
+    out: list[bytes] = []
+    offset = start
+    while True:
+        r = await client.fetch(partition, offset)
+        part = r.responses[0].partitions[0]
+        data = bytes(part.records)
+        if part.error_code != ErrorCode.NONE or not data:
+            return out
+        aborted = sorted((a.first_offset, a.producer_id) for a in part.aborted_transactions or [])
+        skipping: set[int] = set()
+        for header, records in decode_batches_untrusted(data):
+            while aborted and aborted[0][0] <= header.last_offset:
+                skipping.add(aborted.pop(0)[1])
+            offset = header.last_offset + 1
+            if header.is_control:
+                if parse_control_record(records[0])[0] == ControlType.ABORT:
+                    skipping.discard(header.producer_id)
+                continue
+            if header.is_transactional and header.producer_id in skipping:
+                continue
+            out.extend(bytes(x.value or b"") for x in records)
+
+
 def snapshot(b: Broker) -> dict:
     """What a recovered broker serves (for the idempotence of recovery)."""
     out: dict = {}
@@ -369,10 +465,19 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
     views = {p: _committed_view(b, p) for p in range(PARTITIONS)}
     committed = {p: set(views[p][1]) for p in range(PARTITIONS)}
     durable = rec.flush == "always"
+    for part in range(PARTITIONS):
+        start = b.partition(TOPIC, part).log_start_offset
+        fetched = await _fetch_committed(client, part, start)
+        if fetched != views[part][1]:
+            raise Violation(f"{TOPIC}-{part}: a read_committed Fetch returns {fetched}, the log "
+                            f"says {views[part][1]}")
     if durable:
         for pr in j.produced:
             if pr.answered <= k:
                 p = b.partition(TOPIC, pr.partition)
+                if pr.base_offset < p.log_start_offset and any(
+                        w == "log-start" and x[0] == pr.partition for w, x, _ in j.admin):
+                    continue  # deleted by a DeleteRecords it sent
                 data = p.read(pr.base_offset, 1 << 20, p.high_watermark)
                 got = [bytes(r.value or b"") for _, rs in decode_batches_untrusted(bytes(data or b""))
                        for r in rs][:len(pr.values)]
@@ -411,9 +516,11 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
     if durable:
         for part, off, at in j.group_commits:
             if at <= k:
-                fetched = await _offsets(client, "plain")
-                if fetched.get(part, -1) < off:
-                    raise Violation(f"answered offset commit {part}:{off} reads {fetched}")
+                answered_offsets = await _offsets(client, "plain")
+                if answered_offsets.get(part, -1) < off:
+                    raise Violation(f"answered offset commit {part}:{off} reads {answered_offsets}")
+    if durable:
+        await _check_admin(b, client, j, k)
     # The producers act: the one whose transaction was under way commits it, answered success
     # only if every record of it is visible.
     for t in j.txns:
@@ -437,6 +544,41 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
         if r.error_code != ErrorCode.NONE:
             raise Violation(f"InitProducerId({tid}) after recovery: {ErrorCode(r.error_code)!r}")
     return snapshot(b)
+
+
+async def _check_admin(b: Broker, client: Client, j: Journal, k: int) -> None:
+    """Answered topic creations and deletions, DeleteRecords, ACLs and SCRAM credentials."""
+    topics = b.logs.topics()
+    acls = scram = None
+    for what, which, at in j.admin:
+        if at > k:
+            continue
+        if what == "created" and which not in topics and \
+                not any(w == "deleted" and n == which for w, n, _ in j.admin):
+            raise Violation(f"topic {which} answered created, missing")
+        if what == "deleted" and which in topics:
+            raise Violation(f"topic {which} answered deleted, still there")
+        if what == "log-start":
+            part, offset = which
+            if b.partition(TOPIC, part).log_start_offset < offset:
+                raise Violation(f"DeleteRecords {part}:{offset} answered, log start "
+                                f"{b.partition(TOPIC, part).log_start_offset}")
+        if what == "acl":
+            if acls is None:
+                r, _ = await client.request(ApiKey.DESCRIBE_ACLS, 1, {
+                    "resource_type_filter": 1, "resource_name_filter": None,
+                    "pattern_type_filter": 1, "principal_filter": None, "host_filter": None,
+                    "operation": 1, "permission_type": 1})
+                acls = {a.principal for res in r.resources for a in res.acls}
+            if f"User:{which}" not in acls:
+                raise Violation(f"ACL of {which} answered created, missing: {acls}")
+        if what == "scram":
+            if scram is None:
+                r, _ = await client.request(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
+                                            {"users": None})
+                scram = {x.user for x in r.results}
+            if which not in scram:
+                raise Violation(f"SCRAM credential of {which} answered, missing: {scram}")
 
 
 async def _checked(b: Broker, rec: Recording, k: int) -> None:
@@ -469,8 +611,9 @@ def recover_and_check(rec: Recording, model: Model, k: int, choice: str, rng: ra
     data = scratch / "data"
     data.mkdir()
     model.materialize(data, choice, rng)
-    with boot_id(scratch, "boot-b"):
-        b = build_broker(broker_config(data, rec.flush), clock=ManualClock(NOW + 1000))
+    with boot_id(scratch, "boot-b"), no_real_syncs():
+        b = build_broker(broker_config(data, rec.flush, **rec.extra),
+                         clock=ManualClock(NOW + 1000))
         try:
             before = {p: b.partition(TOPIC, p).last_stable_offset
                       for p in range(PARTITIONS)} if TOPIC in b.logs.topics() else None
@@ -479,7 +622,8 @@ def recover_and_check(rec: Recording, model: Model, k: int, choice: str, rng: ra
             first = snapshot(b)
         finally:
             crash(b)
-        b = build_broker(broker_config(data, rec.flush), clock=ManualClock(NOW + 2000))
+        b = build_broker(broker_config(data, rec.flush, **rec.extra),
+                         clock=ManualClock(NOW + 2000))
         try:
             second = snapshot(b)
         finally:
@@ -489,6 +633,10 @@ def recover_and_check(rec: Recording, model: Model, k: int, choice: str, rng: ra
                 if first.get(key) != second.get(key)}
         raise Violation(f"a second recovery changed the state: {diff}")
 
+
+# Crash states are many small directories made and removed: in memory when the machine has a
+# tmpfs for it (a temporary directory all the same), else in the default temporary directory.
+_FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 CHOICES = ("all", "none", "mixed", "prefix", "torn")
 
@@ -521,7 +669,7 @@ def explore(name: str, seed: int, every: bool = True, samples: int = 0,
     violation is reported with the seed, the operation and the choice that reproduce it."""
     rng = random.Random(seed)
     result = Result()
-    with tempfile.TemporaryDirectory(prefix="crashsim-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
         work = Path(tmp)
         rec = record(work / "rec", name, flush, seed, skip_sync)
         for k, model in crash_points(rec, every, samples, rng):
@@ -541,3 +689,18 @@ def explore(name: str, seed: int, every: bool = True, samples: int = 0,
                         return result
                 result.states += 1
     return result
+
+
+def reproduce(name: str, seed: int, op: int, choice: str, state_seed: int,
+              flush: str = "always") -> None:
+    """Check the one crash state a violation line names (its workload, seed, op, choice and
+    state_seed): raises the Violation again while the bug is there."""
+    with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
+        work = Path(tmp)
+        rec = record(work / "rec", name, flush, seed)
+        for k, model in crash_points(rec, True, 0, random.Random(seed)):
+            if k == op:
+                recover_and_check(rec, model, k, choice, random.Random(state_seed),
+                                  work / "state")
+                return
+    raise ValueError(f"workload {name} has no operation {op}")
