@@ -56,7 +56,11 @@ Complete record. Nothing here fsyncs or asks whether a round is under way.
   transactions partitions have open that the coordinator does not run there (``abort_hanging``:
   a power cut between the fsyncs of one round lost the record that added the partition, or the
   Complete record before it, not the batch), fencing their producer if it still holds that
-  epoch.
+  epoch. Then, still only after a machine restart, fence every other producer
+  (``_fence_after_restart``: an epoch bump, state Empty): a transaction begun before the cut
+  may have lost its add records and its answered batches with the page cache, and its
+  EndTxn(commit) would otherwise be taken for a retry of the previous commit (issue 42). One
+  fsync round at start; nothing on the serving path.
 
 Ordering that makes kill -9 (and power loss) safe: a committed transition's record is durable
 before its effects are visible or acknowledged (an add record's effect, a batch, is durable no
@@ -201,6 +205,9 @@ class TransactionManager:
         self._completing: dict[str, trio.Event | None] = {}
         self._crash_hook = crash_hook
         self.recovery: TxnRecovery | None = None
+        # ids recovery after a machine restart could not fence yet (prepared, their markers
+        # failed): fenced as soon as they complete (``_markers_decided``)
+        self._fence_when_complete: set[str] = set()
         # id -> its __transaction_state partition, for the ids that wrote a record since start
         # (the partitions of their unsynced batches are tied to it: ``verify_produce``)
         self._log_partitions: dict[str, Partition] = {}
@@ -319,6 +326,10 @@ class TransactionManager:
             md = self.coordinator.get(transactional_id)
             if md is None or (md.producer_id, md.producer_epoch) != before:
                 continue  # gone, or fenced on the way
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                # Its markers failed: fenced once the periodic task completes it.
+                self._fence_when_complete.add(transactional_id)
+                continue
             try:
                 fence = self.coordinator.prepare_restart_fence(transactional_id, now_ms)
                 if fence is None:
@@ -562,6 +573,11 @@ class TransactionManager:
                 log.error("writing the completion of %r failed (%s); retrying later",
                           transactional_id, exc)
                 return
+            if transactional_id in self._fence_when_complete:
+                self._fence_when_complete.discard(transactional_id)
+                fence = self.coordinator.prepare_restart_fence(transactional_id, now)
+                if fence is not None:
+                    self._commit(fence, now)
         finally:
             self._completed(transactional_id)
 

@@ -27,8 +27,10 @@ import broker.log.manager as log_manager
 from broker.app import build_broker, build_dispatcher
 from broker.clock import ManualClock
 from broker.config import build_config
+from broker.log.topics import TRANSACTION_STATE_TOPIC
 from broker.network.context import Broker
 from broker.network.reply import AnswerFirst, Deferred
+from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
@@ -465,6 +467,18 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
     views = {p: _committed_view(b, p) for p in range(PARTITIONS)}
     committed = {p: set(views[p][1]) for p in range(PARTITIONS)}
     durable = rec.flush == "always"
+    # The coordinator's state and the markers agree: after a machine restart nothing is left
+    # open (ongoing transactions aborted, prepared ones completed, hanging ones aborted).
+    for p in b.logs.all_partitions():
+        if p.topic == TRANSACTION_STATE_TOPIC:
+            continue
+        if p.producers.open_transactions() or p.last_stable_offset != p.high_watermark:
+            raise Violation(f"{p.topic}-{p.index}: open after recovery "
+                            f"{p.producers.open_transactions()} (LSO {p.last_stable_offset}, "
+                            f"HW {p.high_watermark})")
+    for md in b.transactions.transactions():
+        if md.state not in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            raise Violation(f"{md.transactional_id} left {md.state.display_name} by recovery")
     for part in range(PARTITIONS):
         start = b.partition(TOPIC, part).log_start_offset
         fetched = await _fetch_committed(client, part, start)

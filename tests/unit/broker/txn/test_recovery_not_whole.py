@@ -154,3 +154,31 @@ async def test_a_prepare_commit_record_without_end_offsets_completes_as_before(
     assert read_committed(again.partition("t", 0)) == [b"v0", b"v1", b"v2", b"v3"]
     assert read_committed(again.partition("t", 1)) == [b"v0", b"v1"]
     again.close()
+
+
+async def test_a_commit_whose_markers_fail_at_recovery_is_fenced_once_complete(
+        tmp_path, nursery, monkeypatch) -> None:
+    """After a machine restart every producer is fenced (``_fence_after_restart``); one whose
+    prepared transaction recovery could not complete (its markers failed) is fenced when the
+    periodic task completes it, not left at its epoch (a commit of a next transaction the power
+    cut took would be answered as a retry)."""
+    from broker.txn.manager import TransactionManager
+
+    broker, pid, epoch, _ = await committed_then_crash_in_the_next_commit(tmp_path, nursery)
+    crash(broker)
+    (tmp_path / "data" / BOOT_ID_FILE).write_text("the boot before a power cut")
+    start = TransactionManager._start_markers
+    with monkeypatch.context() as m:
+        m.setattr(TransactionManager, "_start_markers", lambda self, *a, **k: None)
+        again = make_broker(tmp_path)
+    nursery.start_soon(again.flusher.run)
+    md = again.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.PREPARE_COMMIT, epoch)
+    assert TransactionManager._start_markers is start
+    await again.transactions.housekeeping(NOW)
+    md = again.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.EMPTY, epoch + 1)
+    assert read_committed(again.partition("t", 1)) == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+    assert await run(again.transactions.end_txn("tx", pid, epoch, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
+    again.close()
