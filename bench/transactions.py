@@ -258,46 +258,72 @@ def peer_back_to_back(spec: common.BrokerSpec, work_dir: Path, seconds: float) -
         return back_to_back(broker, seconds)
 
 
+class RawTransactions:
+    """One-record transactions (AddPartitionsToTxn, Produce acks=-1, EndTxn commit) from the
+    minimal blocking protocol client of the tests (``tests/raw_client.py``): what a transaction
+    costs the broker without librdkafka's own time. ``bench/instr.py`` counts its instructions."""
+
+    def __init__(self, port: int, transactional_id: str = "bench-raw",
+                 topic: str = TOPIC, partitions: int = PARTITIONS,
+                 value_size: int = VALUE_SIZE) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.raw_client import RawConnection
+
+        self._client = RawConnection(port, timeout=300.0)
+        self._tid, self._topic, self._partitions = transactional_id, topic, partitions
+        self._value = os.urandom(value_size)
+        self._sequences = [0] * partitions
+        self.count = 0
+
+    def __enter__(self) -> RawTransactions:
+        from protocol.api_keys import ApiKey
+
+        self._client.__enter__()
+        init = self._client.request(ApiKey.INIT_PRODUCER_ID, 0, {
+            "transactional_id": self._tid, "transaction_timeout_ms": 60_000})
+        self._pid, self._epoch = init.producer_id, init.producer_epoch
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._client.__exit__(*exc_info)
+
+    def one(self) -> None:
+        """One committed transaction of one record, on the next partition in turn."""
+        from protocol.api_keys import ApiKey
+        from protocol.records import encode_batch
+
+        client, tid, pid, epoch = self._client, self._tid, self._pid, self._epoch
+        p = self.count % self._partitions
+        added = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
+            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+            "topics": [{"name": self._topic, "partitions": [p]}]})
+        batch = encode_batch([(None, self._value, (), 0)], producer_id=pid, producer_epoch=epoch,
+                             base_sequence=self._sequences[p], transactional=True)
+        self._sequences[p] += 1
+        produced = client.request(ApiKey.PRODUCE, 3, {
+            "transactional_id": tid, "acks": -1, "timeout_ms": 30_000,
+            "topic_data": [{"name": self._topic,
+                            "partition_data": [{"index": p, "records": batch}]}]})
+        ended = client.request(ApiKey.END_TXN, 0, {
+            "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
+            "committed": True})
+        codes = (added.results[0].results[0].error_code,
+                 produced.responses[0].partition_responses[0].error_code, ended.error_code)
+        if any(codes):
+            raise RuntimeError(f"raw transaction failed: {codes}")
+        self.count += 1
+
+
 def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
     """The same transactions from a minimal blocking protocol client (no librdkafka)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from protocol.api_keys import ApiKey
-    from protocol.records import encode_batch
-    from tests.raw_client import RawConnection
-
-    tid = "bench-raw"
-    value = os.urandom(VALUE_SIZE)
-    with RawConnection(int(broker.bootstrap.rsplit(":", 1)[1]), timeout=30.0) as client:
-        init = client.request(ApiKey.INIT_PRODUCER_ID, 0,
-                              {"transactional_id": tid, "transaction_timeout_ms": 60_000})
-        pid, epoch = init.producer_id, init.producer_epoch
-        sequences = [0] * PARTITIONS
-
-        def one(p: int) -> None:
-            added = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
-                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
-                "topics": [{"name": TOPIC, "partitions": [p]}]})
-            batch = encode_batch([(None, value, (), 0)], producer_id=pid, producer_epoch=epoch,
-                                 base_sequence=sequences[p], transactional=True)
-            sequences[p] += 1
-            produced = client.request(ApiKey.PRODUCE, 3, {
-                "transactional_id": tid, "acks": -1, "timeout_ms": 30_000,
-                "topic_data": [{"name": TOPIC, "partition_data": [{"index": p, "records": batch}]}]})
-            ended = client.request(ApiKey.END_TXN, 0, {
-                "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
-                "committed": True})
-            codes = (added.results[0].results[0].error_code,
-                     produced.responses[0].partition_responses[0].error_code, ended.error_code)
-            if any(codes):
-                raise RuntimeError(f"raw transaction failed: {codes}")
-
-        for i in range(50):
-            one(i % PARTITIONS)
+    with RawTransactions(int(broker.bootstrap.rsplit(":", 1)[1])) as raw:
+        for _ in range(50):
+            raw.one()
         count = 0
         cpu_before = broker.cpu_seconds()
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
-            one(count % PARTITIONS)
+            raw.one()
             count += 1
         elapsed = time.perf_counter() - started
     cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before

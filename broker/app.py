@@ -20,11 +20,12 @@ from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
+from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
-from broker.network.context import Broker
 from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
+from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.storage.cleaner_service import LogCleaner
 from broker.txn.manager import CrashHook, TransactionManager
@@ -90,8 +91,10 @@ def build_broker(
         else None
     )
     security = Security(config.security, data_dir)
+    # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
+    share = ShareService(config, storage, clock)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner)
+                  security, cleaner, share)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

@@ -36,7 +36,9 @@ def main() -> None:
     """
 
 
-@main.command()
+@main.command(context_settings=CONTEXT)
+@click.argument("config_path", required=False, metavar="[server.properties]",
+                type=click.Path(path_type=Path))
 @click.option("--host", default=None, envvar="MINIBROKER_HOST", show_envvar=True,
               help="Address to listen on (0.0.0.0: every interface).  [default: 127.0.0.1]")
 @click.option("--port", type=click.IntRange(0, 65535), default=None, envvar="MINIBROKER_PORT",
@@ -52,7 +54,11 @@ def main() -> None:
               help="Port clients are told to connect to.  [default: --port]")
 @click.option("--config", "config_file", type=click.Path(path_type=Path), default=None,
               envvar="MINIBROKER_CONFIG", show_envvar=True,
-              help="A Kafka server.properties file (Kafka keys; flags override it).")
+              help="A Kafka server.properties file (Kafka keys; flags override it); also "
+                   "positional, as kafka-server-start.sh takes it.")
+@click.option("--override", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A property over the file's (kafka-server-start.sh's --override), "
+                   "repeatable.")
 @click.option("--flush", type=click.Choice(["always", "never"]), default=None,
               help="always: acks=all waits for fsync; never: page cache only.  [default: always]")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None,
@@ -66,9 +72,14 @@ def main() -> None:
 @click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               envvar="MINIBROKER_LOG_FILE", show_envvar=True,
               help="Also append every log line to this file (reopened when logrotate moves it).")
-def serve(host, port, data_dir, advertised_host, advertised_port, config_file, flush,
-          metrics_port, log_level, log_format, log_file) -> None:
-    """Run the broker until SIGINT or SIGTERM."""
+def serve(config_path, host, port, data_dir, advertised_host, advertised_port, config_file,
+          overrides, flush, metrics_port, log_level, log_format, log_file) -> None:
+    """Run the broker until SIGINT or SIGTERM (`minibroker serve config/server.properties`
+    starts it as kafka-server-start.sh does; a KRaft file's controller keys are ignored with one
+    warning line)."""
+    if config_path is not None and config_file is not None and config_path != config_file:
+        raise click.UsageError("give the config file once: positionally or with --config")
+    config_file = config_file or config_path
     try:
         logsetup.configure(log_level, log_format, log_file=log_file)
     except OSError as exc:
@@ -76,6 +87,11 @@ def serve(host, port, data_dir, advertised_host, advertised_port, config_file, f
         sys.exit(2)
     try:
         properties = read_properties(config_file) if config_file else {}
+        for item in overrides:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise ConfigError(f"--override {item!r} is not KEY=VALUE")
+            properties[key.strip()] = value
         config = build_config(
             properties,
             host=host,

@@ -87,6 +87,10 @@ class Admin:
     def describe_cluster(self) -> dict[str, Any]:
         return self._loop.call(self._engine.describe_cluster)
 
+    def api_versions(self) -> list[dict[str, Any]]:
+        """Each broker's ApiVersions answer: API version ranges and features."""
+        return self._loop.call(self._engine.api_versions)
+
     def list_groups(
         self, states: Iterable[str] = (), types: Iterable[str] = ()
     ) -> list[GroupListing]:

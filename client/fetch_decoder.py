@@ -28,10 +28,11 @@ from protocol.records import (
     decode_batches_untrusted,
     parse_control_record,
 )
+from protocol.trusted import trusted
 
-_new = tuple.__new__
 _BASE_OFFSET = struct.Struct(">qi")  # baseOffset, length
 _LAST_OFFSET_DELTA = struct.Struct(">i")
+_new_consumer_record = trusted(ConsumerRecord)
 
 
 def next_fetch_offset(data: bytes, fetch_offset: int) -> int:
@@ -74,7 +75,7 @@ def decode_fetched(
         heapq.heapify(pending)
     aborted: set[int] = set()
     append = out.append
-    cls = ConsumerRecord
+    new = _new_consumer_record
     for header, records in decode_batches_untrusted(data):
         last_offset = header.base_offset + header.last_offset_delta
         if last_offset + 1 > next_offset:
@@ -96,15 +97,13 @@ def decode_fetched(
             # them beats seven attribute lookups per record.
             for offset, timestamp, key, value, headers, _ in records:
                 append(
-                    _new(cls, (topic, partition, offset, timestamp, key, value, headers, ts_type))
+                    new((topic, partition, offset, timestamp, key, value, headers, ts_type))
                 )
         else:
             for offset, timestamp, key, value, headers, _ in records:
                 if offset >= fetch_offset:
                     append(
-                        _new(
-                            cls, (topic, partition, offset, timestamp, key, value, headers, ts_type)
-                        )
+                        new((topic, partition, offset, timestamp, key, value, headers, ts_type))
                     )
     return out, next_offset
 

@@ -1,5 +1,5 @@
 """Move topics and consumer groups' committed offsets from minibroker to a Kafka cluster, with our
-client only (docs/operations.md, "Moving to a Kafka cluster").
+client only (docs/moving-to-kafka.md, "Moving the data and the committed offsets").
 
     python examples/move_to_kafka.py --source 127.0.0.1:9092 \\
         --target kafka1:9092,kafka2:9092,kafka3:9092 [--topic T ...] [--group G ...] \\

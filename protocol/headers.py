@@ -17,12 +17,12 @@ from typing import NamedTuple
 from protocol.api_keys import is_flexible, request_header_version, response_header_version
 from protocol.errors import CorruptFrameError
 from protocol.primitives import read_tagged_fields
+from protocol.trusted import trusted
 
 _FIXED = struct.Struct(">hhi")
 _CORRELATION = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _FIXED_AND_LENGTH = struct.Struct(">hhih")  # the fixed fields, then client_id's length
-_new_tuple = tuple.__new__
 _HEAD_V0 = struct.Struct(">ii")  # size prefix, correlation_id
 _HEAD_V1 = struct.Struct(">iiB")  # size prefix, correlation_id, no tagged fields
 
@@ -32,6 +32,9 @@ class RequestHeader(NamedTuple):
     api_version: int
     correlation_id: int
     client_id: str | None
+
+
+_new_request_header = trusted(RequestHeader)
 
 
 def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
@@ -59,8 +62,7 @@ def parse_request_header_untrusted(frame) -> tuple[RequestHeader, int]:
         raise CorruptFrameError(f"bad client_id length {n}")
     if is_flexible(api_key, api_version):  # request header v2
         pos = _after_tagged_fields(frame, pos)
-    # tuple.__new__: a NamedTuple's own __new__ is a Python function (a frame per request).
-    return _new_tuple(RequestHeader, (api_key, api_version, correlation_id, client_id)), pos
+    return _new_request_header((api_key, api_version, correlation_id, client_id)), pos
 
 
 def _after_tagged_fields(frame, pos: int) -> int:

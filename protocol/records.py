@@ -67,6 +67,7 @@ from typing import Any, NamedTuple
 import crc32c as _crc32c
 
 from protocol.errors import CorruptFrameError
+from protocol.trusted import trusted
 
 HEADER_SIZE = 61  # full batch header incl. baseOffset and length
 LOG_OVERHEAD = 12  # baseOffset(8) + length(4)
@@ -199,10 +200,12 @@ class Record(NamedTuple):
     attributes: int = 0
 
 
+_new_batch_header = trusted(BatchHeader)
+_new_record = trusted(Record)
+
 # ---------------------------------------------------------------------------------------------
 # Batch header
 
-_tuple_new = tuple.__new__  # builds a NamedTuple without the Python-level __new__ frame
 _CRC_COPY_MAX = 1024  # _finish_batch: up to this size the CRC is taken over a copy
 
 
@@ -220,7 +223,7 @@ def parse_header_untrusted(buf: Any, pos: int = 0) -> BatchHeader:
         raise CorruptFrameError(
             f"record batch header needs {HEADER_SIZE} bytes, {max(len(buf) - pos, 0)} present"
         )
-    header = _tuple_new(BatchHeader, _HEADER.unpack_from(buf, pos))
+    header = _new_batch_header(_HEADER.unpack_from(buf, pos))
     if header.magic != 2:
         raise CorruptFrameError(f"unsupported record batch magic {header.magic} (only 2)")
     if header.length < _MIN_LENGTH:
@@ -614,7 +617,7 @@ def _finish_batch(
     crc = _crc32c.crc32c(out[ATTRIBUTES_OFFSET:] if len(out) <= _CRC_COPY_MAX
                          else memoryview(out)[ATTRIBUTES_OFFSET:])
     _UINT32.pack_into(out, CRC_OFFSET, crc)
-    return _tuple_new(BatchHeader, (
+    return _new_batch_header((
         base_offset, len(out) - LOG_OVERHEAD, partition_leader_epoch, 2, crc, attributes,
         records_count - 1, base_ts, max_ts, producer_id, producer_epoch, base_sequence,
         records_count,
@@ -803,8 +806,7 @@ def _decode_records(
         raise CorruptFrameError(f"records count {count} does not fit in {n} bytes of records")
     zz = _ZIGZAG1
     dv = decode_varint
-    new = tuple.__new__
-    record_cls = Record
+    new = _new_record
     records: list[Record] = []
     append = records.append
     p = 0
@@ -901,17 +903,14 @@ def _decode_records(
                     f"record declares {length} bytes but its fields take {length + p - rec_end}"
                 )
             append(
-                new(
-                    record_cls,
-                    (
-                        base_offset + offset_delta,
-                        base_ts + ts_delta if log_append_time is None else log_append_time,
-                        key,
-                        value,
-                        headers,
-                        attributes - 256 if attributes > 127 else attributes,  # int8
-                    ),
-                )
+                new((
+                    base_offset + offset_delta,
+                    base_ts + ts_delta if log_append_time is None else log_append_time,
+                    key,
+                    value,
+                    headers,
+                    attributes - 256 if attributes > 127 else attributes,  # int8
+                ))
             )
     except IndexError:
         raise CorruptFrameError("record runs past the end of the batch") from None

@@ -397,22 +397,32 @@ def parse_offsets(value: str, name: str, allowed: tuple[str, ...]) -> OffsetSpec
     symbolic = {"earliest": EARLIEST, "latest": LATEST}
     allowed_codes = {symbolic[a] for a in allowed}
     result: dict[TopicPartition, int] = {}
+    for (topic, number), offset in _per_partition(data, name, "offsets"):
+        if offset < 0 and offset not in allowed_codes:
+            meaning = {EARLIEST: "earliest", LATEST: "latest"}.get(offset, "a negative offset")
+            raise OptionError(f"option {name!r}: {topic}-{number} cannot be {meaning} ({offset})")
+        result[(topic, number)] = offset
+    return result
+
+
+def _per_partition(data: dict, name: str, what: str) -> list[tuple[TopicPartition, int]]:
+    """The entries of ``{"topic": {"0": n, ...}}`` (``what``: offsets or timestamps), checked:
+    topic names, partition numbers >= 0, integer values; each topic maps at least one partition
+    when ``what`` is timestamps."""
+    entries = []
     for topic, partitions in data.items():
         _topic_name(topic, name)
-        if not isinstance(partitions, dict):
-            raise OptionError(f"option {name!r}: {topic!r} must map partition numbers to offsets")
-        for partition, offset in partitions.items():
+        if not isinstance(partitions, dict) or (what == "timestamps" and not partitions):
+            raise OptionError(f"option {name!r}: {topic!r} must map partition numbers to {what}")
+        for partition, value in partitions.items():
             try:
                 number = int(partition)
             except ValueError:
                 raise OptionError(f"option {name!r}: {partition!r} is not a partition number") from None
-            if number < 0 or not isinstance(offset, int) or isinstance(offset, bool):
-                raise OptionError(f"option {name!r}: bad entry {topic}-{partition}: {offset!r}")
-            if offset < 0 and offset not in allowed_codes:
-                meaning = {EARLIEST: "earliest", LATEST: "latest"}.get(offset, "a negative offset")
-                raise OptionError(f"option {name!r}: {topic}-{partition} cannot be {meaning} ({offset})")
-            result[(topic, number)] = offset
-    return result
+            if number < 0 or not isinstance(value, int) or isinstance(value, bool):
+                raise OptionError(f"option {name!r}: bad entry {topic}-{partition}: {value!r}")
+            entries.append(((topic, number), value))
+    return entries
 
 
 def parse_timestamps(value: str, name: str) -> dict[TopicPartition, int]:
@@ -423,18 +433,10 @@ def parse_timestamps(value: str, name: str) -> dict[TopicPartition, int]:
             f'option {name!r} must be a JSON object like {{"topic": {{"0": 1700000000000}}}}, not {value!r}'
         )
     result: dict[TopicPartition, int] = {}
-    for topic, partitions in data.items():
-        _topic_name(topic, name)
-        if not isinstance(partitions, dict) or not partitions:
-            raise OptionError(f"option {name!r}: {topic!r} must map partition numbers to timestamps")
-        for partition, timestamp in partitions.items():
-            try:
-                number = int(partition)
-            except ValueError:
-                raise OptionError(f"option {name!r}: {partition!r} is not a partition number") from None
-            if number < 0 or not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
-                raise OptionError(f"option {name!r}: bad entry {topic}-{partition}: {timestamp!r}")
-            result[(topic, number)] = timestamp
+    for (topic, number), timestamp in _per_partition(data, name, "timestamps"):
+        if timestamp < 0:
+            raise OptionError(f"option {name!r}: bad entry {topic}-{number}: {timestamp!r}")
+        result[(topic, number)] = timestamp
     return result
 
 

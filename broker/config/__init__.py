@@ -123,9 +123,21 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_initial_rebalance_delay_ms: int = 3_000
+    # Share groups (KIP-932, broker/share/): Kafka's keys and defaults.
+    group_share_record_lock_duration_ms: int = 30_000
+    group_share_delivery_count_limit: int = 5
+    group_share_partition_max_record_locks: int = 2_000
+    group_share_session_timeout_ms: int = 45_000
+    group_share_heartbeat_interval_ms: int = 5_000
+    group_share_max_size: int = 200
+    group_share_max_share_sessions: int = 2_000
+    share_coordinator_state_topic_num_partitions: int = 1
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
+    # The raw values of the coarser-unit keys given (log.retention.minutes=1, ...: UNIT_KEYS), for
+    # DescribeConfigs' synonyms (the effective value is in ``log``).
+    unit_values: tuple[tuple[str, str], ...] = ()
     # Listeners after the first (Kafka's ``listeners=A://...,B://...``): e.g. an internal one
     # advertised under a container name and an external one advertised as localhost.
     extra_listeners: tuple[Listener, ...] = ()
@@ -290,6 +302,29 @@ _PROPERTIES: dict[str, Property] = {
                                     "lets clients end every transaction with an epoch bump "
                                     "(KIP-890 part 2), 1 keeps the epoch (Kafka 3.x).",
                                     "Kafka: a feature level set with kafka-features.sh"),
+    "group.share.record.lock.duration.ms": Property(
+        "group_share_record_lock_duration_ms", int, 1000,
+        "How long a share consumer holds the records it acquired before they are delivered"
+        " again."),
+    "group.share.delivery.count.limit": Property(
+        "group_share_delivery_count_limit", int, 2,
+        "Deliveries of a record to share consumers before it is archived."),
+    "group.share.partition.max.record.locks": Property(
+        "group_share_partition_max_record_locks", int, 100,
+        "Records in flight (acquired and not yet finished) per share partition."),
+    "group.share.session.timeout.ms": Property(
+        "group_share_session_timeout_ms", int, 1,
+        "A share-group member without a heartbeat for this long is removed."),
+    "group.share.heartbeat.interval.ms": Property(
+        "group_share_heartbeat_interval_ms", int, 1,
+        "The heartbeat interval share-group members are told."),
+    "group.share.max.size": Property("group_share_max_size", int, 1,
+                                     "Members of one share group at most."),
+    "group.share.max.share.sessions": Property(
+        "group_share_max_share_sessions", int, 1, "Share sessions the broker keeps at most."),
+    "share.coordinator.state.topic.num.partitions": Property(
+        "share_coordinator_state_topic_num_partitions", int, 1,
+        "Partitions of __share_group_state when it is created.", "Kafka's default is 50"),
     "group.min.session.timeout.ms": Property("group_min_session_timeout_ms", int, 0,
                                              "Smallest session timeout a member may ask for."),
     "group.max.session.timeout.ms": Property("group_max_session_timeout_ms", int, 0,
@@ -308,6 +343,9 @@ _PROPERTIES: dict[str, Property] = {
 # replication, ZooKeeper, KRaft or SASL: accepted with one warning line each.
 IGNORED_KAFKA_KEYS = frozenset({
     "process.roles", "controller.quorum.voters", "controller.quorum.bootstrap.servers",
+    "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms", "controller.quorum.request.timeout.ms",
+    "controller.quorum.retry.backoff.ms", "metadata.log.segment.bytes",
     "controller.listener.names", "inter.broker.listener.name",
     "zookeeper.connect", "zookeeper.connection.timeout.ms", "zookeeper.session.timeout.ms",
     "num.network.threads", "num.io.threads", "num.replica.fetchers", "background.threads",
@@ -323,7 +361,18 @@ IGNORED_KAFKA_KEYS = frozenset({
     "group.coordinator.rebalance.protocols", "share.coordinator.state.topic.replication.factor",
     "share.coordinator.state.topic.min.isr",
 })
-_RETENTION_UNITS = {"log.retention.minutes": 60_000, "log.retention.hours": 3_600_000}
+# Kafka's broker keys that set one value in several units, finest first: the first one given
+# wins (log.retention.ms over .minutes over .hours). Only the coarsest has a default of its own
+# (Kafka's: 168 hours); DescribeConfigs lists the family as each other's synonyms.
+UNIT_KEYS: dict[str, tuple[tuple[str, int], ...]] = {
+    "log.retention.ms": (("log.retention.ms", 1), ("log.retention.minutes", 60_000),
+                         ("log.retention.hours", 3_600_000)),
+    "log.roll.ms": (("log.roll.ms", 1), ("log.roll.hours", 3_600_000)),
+}
+UNIT_DEFAULTS = {"log.retention.hours": "168", "log.roll.hours": "168"}
+# Coarser key -> (its ms key, milliseconds per unit).
+_COARSE_UNITS = {name: (ms_key, unit) for ms_key, family in UNIT_KEYS.items()
+                 for name, unit in family if unit != 1}
 
 # Broker defaults of the remaining topic configs (cleanup policy, compaction, timestamp type):
 # parsed and checked by the topic-config table itself.
@@ -339,6 +388,10 @@ def property_values(config: BrokerConfig) -> dict[str, object]:
         name = prop.field
         target = config.log if name.startswith("log.") else config
         values[key] = getattr(target, name[4:] if name.startswith("log.") else name)
+    given = dict(config.unit_values)
+    for key in _COARSE_UNITS:  # their own value as given (or Kafka's default), not the effective
+        raw = given.get(key, UNIT_DEFAULTS.get(key))
+        values[key] = None if raw is None else int(raw)
     return values
 
 
@@ -394,10 +447,12 @@ def _protocol_map(properties: dict[str, str]) -> dict[str, str]:
     return result
 
 
-def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None:
+def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> list[str]:
     """Kafka's ``listeners`` / ``advertised.listeners``: the first listener is host/port, the
     others become ``extra_listeners``; each is advertised as its ``advertised.listeners`` entry of
-    the same name and speaks its ``listener.security.protocol.map`` protocol."""
+    the same name and speaks its ``listener.security.protocol.map`` protocol. Controller listeners
+    (``controller.listener.names``, as in Kafka 4's stock KRaft file) are skipped: their names are
+    returned, for the warning about ignored keys."""
     listeners = parse_listeners(properties.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
     protocols = _protocol_map(properties)
     controller_names = {
@@ -407,9 +462,11 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
     if not listeners:
         raise ConfigError("invalid value for listeners: only controller listeners")
     advertised: dict[str, tuple[str, int]] = {}
-    if "advertised.listeners" in properties:
+    if properties.get("advertised.listeners", "").strip():  # blank: unset (the listeners)
         for name, host, port in parse_listeners(properties["advertised.listeners"],
                                                 "advertised.listeners"):
+            if name in controller_names:
+                continue
             if name not in {n for n, _, _ in listeners}:
                 raise ConfigError(
                     f"invalid value for advertised.listeners: {name} is not in listeners"
@@ -430,6 +487,9 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> None
         adv_host, adv_port = advertised.get(name, (None, None))
         extra.append(Listener(name, host, port, adv_host, adv_port, protocols[name]))
     top["extra_listeners"] = tuple(extra)
+    named = {n.strip().upper() for key in ("listeners", "advertised.listeners")
+             for n in re.findall(r"([A-Za-z0-9_]+)://", properties.get(key, ""))}
+    return sorted(named & controller_names)
 
 
 _JAAS_KEY = re.compile(r"^(listener\.name\.[a-z0-9_]+\.)?([a-z0-9-]+\.)?sasl\.jaas\.config$")
@@ -457,6 +517,7 @@ OTHER_KEYS: dict[str, tuple[str, str, str]] = {
                                        "(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL).", ""),
     "log.retention.minutes": ("", "log.retention.ms in minutes (log.retention.ms wins).", ""),
     "log.retention.hours": ("168", "log.retention.ms in hours (.minutes and .ms win).", ""),
+    "log.roll.hours": ("168", "log.roll.ms in hours (log.roll.ms wins).", ""),
     "ssl.keystore.location": ("", "PEM file with the broker's private key and certificate chain "
                               "(TLS listeners).", "Kafka default type: JKS"),
     "ssl.keystore.type": ("PEM", "Only PEM is read.", "Kafka default: JKS"),
@@ -559,31 +620,37 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}
-    _apply_listeners(properties, top)
+    controllers = _apply_listeners(properties, top)
     top["security"] = _security(properties)
-    retention_unit = 0
+    units: dict[str, int] = {}  # ms key -> the unit of the value taken so far
+    unit_values: list[tuple[str, str]] = []
     ignored = sorted(key for key in properties if key in IGNORED_KAFKA_KEYS)
+    ignored += [f"the {name} listener" for name in controllers]
     if ignored:
+        # One line for all of them (a KRaft file's process.roles, controller.quorum.*, its
+        # controller listeners, replication factors ...).
         _log.warning("ignored %d Kafka config key(s) that mean nothing to a single minibroker "
-                     "node: %s", len(ignored), ", ".join(ignored))
+                     "node without a controller quorum: %s", len(ignored), ", ".join(ignored))
     for key, raw in properties.items():
         if (key in ("listeners", "advertised.listeners", "listener.security.protocol.map")
                 or key in IGNORED_KAFKA_KEYS or is_security_key(key)):
             continue
-        if key in _RETENTION_UNITS:
-            # log.retention.ms wins over .minutes, which wins over .hours (as in Kafka).
-            if "log.retention.ms" in properties or (
-                retention_unit and _RETENTION_UNITS[key] > retention_unit
-            ):
-                continue
+        if key in _COARSE_UNITS:
+            ms_key, unit = _COARSE_UNITS[key]
             try:
-                log["retention_ms"] = int(raw) * _RETENTION_UNITS[key]
+                count = int(raw)
             except ValueError:
                 raise ConfigError(f"invalid value for {key}: {raw!r} is not an integer") from None
-            retention_unit = _RETENTION_UNITS[key]
+            unit_values.append((key, raw.strip()))
+            # The ms key wins over .minutes, which wins over .hours (as in Kafka).
+            if ms_key in properties or units.get(ms_key, unit) < unit:
+                continue
+            field_name = _PROPERTIES[ms_key].field[4:]
+            log[field_name] = count * unit if count >= 0 else -1
+            units[ms_key] = unit
             continue
         if key not in _PROPERTIES:
-            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_RETENTION_UNITS, *_SECURITY_KEYS,
+            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_COARSE_UNITS, *_SECURITY_KEYS,
                      "listeners", "listener.security.protocol.map"]
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""
@@ -611,7 +678,8 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
             top[name] = value
     try:
         return BrokerConfig(
-            **top, log=dataclasses.replace(LogConfig(), **log), static_keys=frozenset(static)  # type: ignore[arg-type]
+            **top, log=dataclasses.replace(LogConfig(), **log), static_keys=frozenset(static),  # type: ignore[arg-type]
+            unit_values=tuple(unit_values),
         )
     except TypeError as exc:
         raise ConfigError(str(exc)) from None

@@ -14,8 +14,11 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from broker.config import BrokerConfig, property_values
+from broker.config import UNIT_DEFAULTS, UNIT_KEYS, BrokerConfig, property_values
 from broker.log.manager import LogManager
+from broker.log.topic_config import (
+    BROKER_KEYS as TOPIC_BY_BROKER_KEY,
+)
 from broker.log.topic_config import (
     TOPIC_CONFIGS,
     ConfigType,
@@ -67,10 +70,37 @@ def _render_optional(value: object) -> str | None:
     return None if value is None else render(value)
 
 
-# Broker properties with no default value in Kafka: their default comes from another property
-# (log.retention.ms from log.retention.hours, log.roll.ms from log.roll.hours), and Kafka lists no
-# DEFAULT_CONFIG synonym for the topic configs they stand for; neither do we.
-NO_DEFAULT_OF_THEIR_OWN = frozenset({"log.retention.ms", "log.roll.ms"})
+def _broker_synonyms(broker: BrokerConfig, key: str, effective: str | None,
+                     unit_defaults: bool = True) -> list[Synonym]:
+    """Kafka's broker-level synonyms of broker property ``key``, in Kafka's order: for each name
+    of its unit family (log.retention.ms, .minutes, .hours; UNIT_KEYS) or the key alone, the
+    static value (server.properties or a flag), then the default, where there is one. ``effective``
+    is the static value shown for the key itself (a flag gives no raw text). A topic's
+    retention.ms / segment.ms list no default of their family (``unit_defaults`` False): Kafka
+    4.4 lists none there (measured with kafka-configs.sh, tests/kafka_ref/test_tools.py)."""
+    family = next((tuple(name for name, _ in names) for names in UNIT_KEYS.values()
+                   if key in {name for name, _ in names}), None)
+    if family is None:
+        synonyms = []
+        if key in broker.static_keys:
+            synonyms.append(Synonym(key, effective, ConfigSource.STATIC_BROKER_CONFIG))
+        built_in = property_values(BrokerConfig())
+        if key in built_in:
+            synonyms.append(Synonym(key, _render_optional(built_in[key]),
+                                    ConfigSource.DEFAULT_CONFIG))
+        return synonyms
+    given = dict(broker.unit_values)
+    synonyms = []
+    for name in family:
+        if name in given:
+            synonyms.append(Synonym(name, given[name], ConfigSource.STATIC_BROKER_CONFIG))
+        elif name in broker.static_keys and name in UNIT_KEYS:  # the ms key itself
+            synonyms.append(Synonym(name, render(getattr(broker.log,
+                                                         TOPIC_BY_BROKER_KEY[name].field)),
+                                    ConfigSource.STATIC_BROKER_CONFIG))
+        if name in UNIT_DEFAULTS and unit_defaults:
+            synonyms.append(Synonym(name, UNIT_DEFAULTS[name], ConfigSource.DEFAULT_CONFIG))
+    return synonyms
 
 
 def describe_topic(
@@ -92,16 +122,17 @@ def describe_topic(
         synonyms = []
         if key in overrides:
             synonyms.append(Synonym(key, overrides[key], ConfigSource.DYNAMIC_TOPIC_CONFIG))
-        if definition.broker_key in broker.static_keys:
-            synonyms.append(Synonym(definition.broker_key,
-                                    render(getattr(defaults, definition.field)),
-                                    ConfigSource.STATIC_BROKER_CONFIG))
+        synonyms += _broker_synonyms(broker, definition.broker_key,
+                                     render(getattr(defaults, definition.field)),
+                                     unit_defaults=False)
         default = Synonym(definition.broker_key, render(getattr(built_in, definition.field)),
                           ConfigSource.DEFAULT_CONFIG)
-        if definition.broker_key not in NO_DEFAULT_OF_THEIR_OWN:
-            synonyms.append(default)
         first = synonyms[0] if synonyms else default
-        entries.append(ConfigEntry(key, first.value, False, first.source, tuple(synonyms),
+        # The value is the effective one (log.retention.minutes=1 makes retention.ms 60000),
+        # its source that of the first synonym, as Kafka reports them.
+        value = overrides[key] if key in overrides else render(getattr(defaults,
+                                                                      definition.field))
+        entries.append(ConfigEntry(key, value, False, first.source, tuple(synonyms),
                                    definition.type, definition.doc))
     return entries
 
@@ -115,18 +146,14 @@ def describe_broker(
     if name == "":
         return []
     wanted = None if keys is None else set(keys)
-    built_in = property_values(BrokerConfig())
     entries = []
     for key, value in sorted(property_values(broker).items()):
         if wanted is not None and key not in wanted:
             continue
-        synonyms = []
-        if key in broker.static_keys:
-            synonyms.append(Synonym(key, _render_optional(value), ConfigSource.STATIC_BROKER_CONFIG))
-        synonyms.append(Synonym(key, _render_optional(built_in.get(key)),
-                                ConfigSource.DEFAULT_CONFIG))
+        synonyms = _broker_synonyms(broker, key, _render_optional(value))
+        source = synonyms[0].source if synonyms else ConfigSource.DEFAULT_CONFIG
         entries.append(ConfigEntry(
-            key, _render_optional(value), True, synonyms[0].source, tuple(synonyms),
+            key, _render_optional(value), True, source, tuple(synonyms),
             _BROKER_TYPES.get(type(value), ConfigType.STRING), None,
         ))
     return entries

@@ -69,7 +69,7 @@ from broker.log.topics import (
     offsets_partition,
     offsets_partition_count,
 )
-from broker.network.reply import Deferred, after
+from broker.reply import Deferred, after
 from broker.storage import Commit, Storage
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import INT32_MAX

@@ -1,5 +1,7 @@
-"""Request handlers, one module per API family. Importing registers nothing: the composition root
-builds the table from ``MODULES`` (``broker.network.dispatcher.handler_table``)."""
+"""Request handlers, one module per API family, marked with ``marks.handles``. Importing registers
+nothing: the composition root builds the table from ``MODULES``
+(``broker.network.dispatcher.handler_table``). ``context.Broker`` is what a handler may touch,
+``peer`` what it may know of the connection its request came on."""
 
 from broker.handlers import (
     admin,
@@ -9,7 +11,8 @@ from broker.handlers import (
     produce,
     producer_id,
     security,
+    share,
     txn,
 )
 
-MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, txn)
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, share, txn)

@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 
 from broker.config import resources
+from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.manager import validate_topic_name
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
@@ -63,6 +63,16 @@ def metadata(broker: Broker, header, request) -> dict:
         names = [t.name for t in request.topics]
         allow_create = request.allow_auto_topic_creation
     topics = []
+    if None in names:  # v12+: topics asked by id (share consumers resolve assignments so)
+        by_id = [t for t in request.topics if t.name is None]
+        names = [n for n in names if n is not None]
+        for t in by_id:
+            name = broker.logs.topic_name(t.topic_id)
+            if name is None:
+                topics.append({"error_code": ErrorCode.UNKNOWN_TOPIC_ID, "name": None,
+                               "topic_id": t.topic_id, "is_internal": False, "partitions": []})
+            else:
+                names.append(name)
     listing_all = request.topics is None or (header.api_version == 0 and not request.topics)
     # v8+: the operations the principal may do on each topic it may describe (Kafka's bits).
     with_operations = header.api_version >= 8 and request.include_topic_authorized_operations
@@ -114,6 +124,7 @@ def metadata(broker: Broker, header, request) -> dict:
             {
                 "error_code": ErrorCode.NONE,
                 "name": name,
+                "topic_id": broker.logs.topic_id(name),
                 "is_internal": name in INTERNAL_TOPICS,
                 "partitions": partitions,
                 "topic_authorized_operations": operations,

@@ -13,10 +13,10 @@ from typing import Any
 from broker.config import resources
 from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import reply
+from broker.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.txn.state import TxnState
@@ -27,6 +27,7 @@ from protocol.messages.api_versions import ADVERTISED
 INT32_MIN = -(1 << 31)
 BROKER_ENDPOINTS = 1  # DescribeCluster endpoint_type: 1 brokers, 2 controllers (KIP-919)
 CLASSIC = "classic"
+SHARE = "share"
 
 
 def _versions(api_key: ApiKey) -> range:
@@ -156,7 +157,32 @@ def incremental_alter_configs(broker: Broker, header, request) -> dict:
             request.validate_only,
         )
 
-    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+    groups = [r for r in request.resources if r.resource_type == GROUP_RESOURCE]
+    if groups:  # share-group configs (KIP-932): broker/share/service.py
+        request.resources = [r for r in request.resources if r.resource_type != GROUP_RESOURCE]
+    answer = _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+    for resource in groups:
+        code, message = ErrorCode.NONE, None
+        try:
+            if not allowed(broker, Operation.ALTER_CONFIGS, AclResource.GROUP,
+                           resource.resource_name):
+                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+            if any(c.config_operation not in (0, 1) for c in resource.configs):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, "only SET and DELETE apply to groups")
+            assert broker.share is not None
+            broker.share.alter_group_configs(
+                resource.resource_name,
+                [(c.name, c.value if c.config_operation == 0 else None)
+                 for c in resource.configs], request.validate_only)
+        except KafkaError as exc:
+            code, message = _error(exc)
+        answer["responses"].append({"error_code": code, "error_message": message,
+                                    "resource_type": GROUP_RESOURCE,
+                                    "resource_name": resource.resource_name})
+    return answer
+
+
+GROUP_RESOURCE = 32  # Kafka's ConfigResource.Type.GROUP
 
 
 # -- topics and records -------------------------------------------------------------------
@@ -216,11 +242,16 @@ def delete_records(broker: Broker, header, request) -> dict:
 def delete_groups(broker: Broker, header, request):
     names = list(request.groups_names)
     refused = {g for g in names if not allowed(broker, Operation.DELETE, AclResource.GROUP, g)}
-    result = broker.groups.delete_groups([g for g in dict.fromkeys(names) if g not in refused],
-                                         broker.clock.now_ms())
+    share = broker.share
+    # Share groups (KIP-932) are deleted by the share service: their state goes too.
+    shared = {g: share.delete_group(g) for g in dict.fromkeys(names)
+              if g not in refused and share is not None and share.is_share_group(g)}
+    result = broker.groups.delete_groups(
+        [g for g in dict.fromkeys(names) if g not in refused and g not in shared],
+        broker.clock.now_ms())
 
     def encode(codes: dict[str, ErrorCode]) -> dict:
-        codes = {**codes, **{g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in refused}}
+        codes = {**codes, **shared, **{g: ErrorCode.GROUP_AUTHORIZATION_FAILED for g in refused}}
         return {
             "throttle_time_ms": 0,
             "results": [{"group_id": g, "error_code": codes[g]} for g in dict.fromkeys(names)],
@@ -277,6 +308,15 @@ def list_groups(broker: Broker, header, request) -> dict:
                 continue
             groups.append({"group_id": group_id, "protocol_type": protocol_type,
                            "group_state": state, "group_type": CLASSIC})
+    if broker.share is not None and (not types or SHARE in types):  # KIP-932
+        for group_id, state in broker.share.list_groups():
+            if states and state.lower() not in states:
+                continue
+            if not everything and not allowed(broker, Operation.DESCRIBE, AclResource.GROUP,
+                                              group_id, log_refusal=False):
+                continue
+            groups.append({"group_id": group_id, "protocol_type": SHARE,
+                           "group_state": state, "group_type": SHARE})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "groups": groups}
 
 

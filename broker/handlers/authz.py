@@ -13,8 +13,8 @@ from __future__ import annotations
 import logging
 import time
 
-from broker.network import peer
-from broker.network.context import Broker
+from broker.handlers import peer
+from broker.handlers.context import Broker
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger("minibroker.security")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import trio
 
 from broker.handlers.authz import allowed
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
+from broker.reply import Deferred
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError

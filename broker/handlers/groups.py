@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from broker.group.coordinator import JoinResult, SyncResult
 from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
+from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.handlers.txn import add_group, producer_fenced
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred, reply
+from broker.reply import Deferred, reply
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode

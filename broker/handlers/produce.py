@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import partial
 
 from broker.handlers.authz import allowed
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network.context import Broker
-from broker.network.dispatcher import NO_RESPONSE, handles
-from broker.network.reply import Deferred
+from broker.reply import NO_RESPONSE, Deferred
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError

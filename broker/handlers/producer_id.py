@@ -13,9 +13,9 @@ epoch after an abortable error (KIP-360). The answer waits until the change is d
 from __future__ import annotations
 
 from broker.handlers.authz import allowed, any_allowed
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import reply
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
+from broker.reply import reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.txn.manager import InitResult
 from protocol.api_keys import ApiKey

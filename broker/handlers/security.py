@@ -14,11 +14,11 @@ import logging
 
 import trio
 
+from broker.handlers import peer
 from broker.handlers.authz import allowed
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
+from broker.reply import Deferred
 from broker.security import scram
 from broker.security.acl import (
     CLUSTER_NAME,

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from functools import partial
 
+from broker.handlers import peer
 from broker.handlers.authz import allowed
+from broker.handlers.context import Broker
+from broker.handlers.marks import handles
 from broker.log.topics import INTERNAL_TOPICS
-from broker.network import peer
-from broker.network.context import Broker
-from broker.network.dispatcher import handles
-from broker.network.reply import Deferred, reply
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
+from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
 from protocol.messages.txn_fast import (
@@ -198,10 +199,12 @@ def write_txn_markers(broker: Broker, header, request):
             partitions = []
             for t in marker.topics:
                 for p in t.partition_indexes:
-                    if cluster_action:  # ClusterAction: Kafka's rule
-                        partitions.append((t.name, p))
-                    else:
+                    if not cluster_action:  # ClusterAction: Kafka's rule
                         errors[(t.name, p)] = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+                    elif not commit and _still_running(broker, pid, (t.name, p)):
+                        errors[(t.name, p)] = ErrorCode.TRANSACTION_COORDINATOR_FENCED
+                    else:
+                        partitions.append((t.name, p))
             if partitions:
                 errors.update(await broker.transactions.write_markers(
                     pid, epoch, commit, marker.coordinator_epoch, partitions,
@@ -223,6 +226,17 @@ def write_txn_markers(broker: Broker, header, request):
         return {"markers": markers}
 
     return Deferred(write_all)
+
+
+def _still_running(broker: Broker, producer_id: int, tp: tuple[str, int]) -> bool:
+    """Whether the coordinator still runs (Ongoing, not yet ending) a transaction of
+    ``producer_id`` on ``tp``. An operator's ABORT marker for it (kafka-transactions.sh abort
+    --topic --partition) is refused with TRANSACTION_COORDINATOR_FENCED, the partition leader's
+    code for a marker from a coordinator that is not the transaction's: Kafka's broker, which
+    cannot ask the coordinator, writes it; this one is its own coordinator. The transaction is
+    ended through its id (``transactions abort --transactional-id``) or by its producer."""
+    return any(md.producer_id == producer_id and md.state is TxnState.ONGOING
+               and tp in md.partitions for md in broker.transactions.transactions())
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS)

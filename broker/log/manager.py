@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -223,6 +224,22 @@ class LogManager:
         parts = self._partitions.get(topic)
         return None if parts is None else len(parts)
 
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id (Kafka's topic ids: Metadata v10+, share groups), None if there is no
+        such topic. A topic created before ids were kept gets one derived from its name."""
+        meta = self._topics.get(topic)
+        if meta is None:
+            return None
+        stored = meta.get("id")
+        return uuid.UUID(stored) if stored else uuid.uuid5(uuid.NAMESPACE_URL, "topic:" + topic)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with id ``topic_id``, None if there is none."""
+        for name in self._topics:
+            if self.topic_id(name) == topic_id:
+                return name
+        return None
+
     def topic_config(self, topic: str) -> LogConfig:
         try:
             return self._configs[topic]
@@ -270,7 +287,8 @@ class LogManager:
                 parts.append(p)
             fsync_dir(self.data_dir)
             topics = dict(self._topics)
-            topics[name] = {"partitions": num_partitions, "config": stored_overrides}
+            topics[name] = {"partitions": num_partitions, "config": stored_overrides,
+                            "id": str(uuid.uuid4())}
             self._write_topics(topics)  # the commit point
         except BaseException as exc:
             for p in parts:

@@ -89,6 +89,7 @@ from protocol.records import (
     stamp_log_append_time,
     validate_records_untrusted,
 )
+from protocol.trusted import trusted
 
 # DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
 LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
@@ -97,7 +98,6 @@ LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
 SNAPSHOTS_RETAINED = 2
 _MAGIC_POS = 16
 _BASE_OFFSET = struct.Struct(">q")  # a batch's first field
-_new_tuple = tuple.__new__
 
 
 class AppendResult(NamedTuple):
@@ -105,6 +105,9 @@ class AppendResult(NamedTuple):
     last_offset: int
     duplicate: bool  # True: idempotent retry of batches already in the log; nothing appended
     log_append_time: int = -1  # the broker time stamped on a LogAppendTime topic; else -1
+
+
+_new_append_result = trusted(AppendResult)
 
 
 @dataclass
@@ -369,8 +372,7 @@ class Partition:
         else:
             base_offset = self.log_end_offset
             last_offset = self._write(mv, batches, now_ms)
-        # (tuple.__new__: the NamedTuple's own __new__ is a Python frame)
-        return _new_tuple(AppendResult, (base_offset, last_offset, False, log_append_time))
+        return _new_append_result((base_offset, last_offset, False, log_append_time))
 
     def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """A compacted topic keeps the latest record per key: a record without one is refused

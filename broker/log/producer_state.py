@@ -52,8 +52,7 @@ import crc32c
 from broker.log.segment import atomic_write
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import CONTROL_BIT, INT32_MAX, TRANSACTIONAL_BIT, BatchHeader
-
-_new_tuple = tuple.__new__  # a NamedTuple without its Python-level __new__
+from protocol.trusted import trusted
 
 # Kafka's ProducerStateEntry.NumBatchesToRetain; clients keep max.in.flight <= 5 for this reason.
 BATCHES_TO_RETAIN = 5
@@ -66,6 +65,9 @@ class BatchMetadata(NamedTuple):
     last_seq: int
     first_offset: int
     last_offset: int
+
+
+_new_batch_metadata = trusted(BatchMetadata)
 
 
 class Duplicate(NamedTuple):
@@ -176,7 +178,7 @@ def _apply(entry: ProducerStateEntry | None, header: BatchHeader, first_offset: 
         # fences the older epoch and empties the cache, as the epoch change above did.
         return entry
     batches = entry.batches
-    batches.append(_new_tuple(BatchMetadata, (
+    batches.append(_new_batch_metadata((
         header.base_sequence, header.last_sequence, first_offset,
         first_offset + header.last_offset_delta)))
     if len(batches) > BATCHES_TO_RETAIN:

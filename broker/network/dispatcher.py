@@ -31,9 +31,10 @@ from typing import Any
 
 import trio
 
+from broker.handlers import peer
+from broker.handlers.marks import MARK, Handler
 from broker.metrics import Metrics, error_codes
-from broker.network import peer
-from broker.network.reply import AnswerFirst, Deferred
+from broker.reply import NO_RESPONSE, AnswerFirst, Deferred
 from broker.security.sasl import AuthenticationFailed
 from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
@@ -42,7 +43,6 @@ from protocol.messages import SCHEMAS, decode_request, encode_response
 from protocol.messages.api_versions import (
     API_VERSIONS_FALLBACK_BODY,
     IMPLEMENTED,
-    SERVED,
 )
 
 log = logging.getLogger("minibroker.dispatch")
@@ -52,32 +52,11 @@ Body = bytes | bytearray | memoryview
 Chunks = list[Body]
 
 
-NO_RESPONSE = object()
-
-
 class CloseConnection(Exception):
     """The peer sent something we cannot answer (unknown API, bad frame): drop the connection."""
 
 
-Handler = Callable[..., Any]
 HandlerTable = dict[tuple[int, int], tuple[Handler, bool]]
-_MARK = "__handles__"
-
-
-def handles(api_key: ApiKey, *versions: int, raw: bool = False) -> Callable[[Handler], Handler]:
-    """Mark ``fn`` as the handler of ``api_key`` at ``versions`` (``handler_table`` collects it);
-    no versions: every version the served table (``protocol.messages.api_versions``) lists."""
-    if not versions:
-        served = SERVED[api_key].versions
-        versions = tuple(range(served.min, served.max + 1))
-
-    def mark(fn: Handler) -> Handler:
-        marks = getattr(fn, _MARK, [])
-        marks.extend((int(api_key), version, raw) for version in versions)
-        setattr(fn, _MARK, marks)
-        return fn
-
-    return mark
 
 
 def handler_table(*modules: ModuleType) -> HandlerTable:
@@ -85,7 +64,7 @@ def handler_table(*modules: ModuleType) -> HandlerTable:
     table: HandlerTable = {}
     for module in modules:
         for fn in vars(module).values():
-            for key, version, raw in getattr(fn, _MARK, ()) if callable(fn) else ():
+            for key, version, raw in getattr(fn, MARK, ()) if callable(fn) else ():
                 if (key, version) in table:
                     raise ValueError(f"two handlers for {ApiKey(key).name} v{version}")
                 table[(key, version)] = (fn, raw)

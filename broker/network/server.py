@@ -38,14 +38,14 @@ import trio
 
 from broker.app import build_broker, build_dispatcher, build_metrics
 from broker.config import BrokerConfig
+from broker.handlers.context import Broker
+from broker.handlers.peer import Peer, Session, set_peer
+from broker.handlers.peer import session as peer_session
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
-from broker.network.context import Broker
 from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply
-from broker.network.peer import Peer, Session, set_peer
-from broker.network.peer import session as peer_session
-from broker.network.reply import AnswerFirst, Deferred
+from broker.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
 from broker.security.tls_socket import TlsSocket
 from broker.txn.manager import CrashHook
@@ -308,6 +308,11 @@ async def _serve_connection(
     finally:
         if session.refusals is not None:
             session.refusals.close()  # the count of refusal lines left out, if any
+        for closed in session.on_close.values():
+            try:
+                closed()
+            except Exception:
+                log.exception("a connection-close step failed")
         if sock.metrics is not None:
             sock.metrics.connections_closed += 1
         sock.close()

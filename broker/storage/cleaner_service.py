@@ -198,7 +198,10 @@ class LogCleaner:
         stats.bytes_read += result.bytes_read
         stats.bytes_written += result.bytes_written
         stats.seconds += result.seconds
-        log.info(
+        # A pass that removed nothing (the compacted internal topics' usual pass, every
+        # backoff) is DEBUG, so that it does not fill the log at INFO.
+        log.log(
+            logging.INFO if result.records_removed else logging.DEBUG,
             "cleaned %s-%d: %d -> %d bytes, %d records removed, %.3f s",
             partition.topic, partition.index, result.bytes_read, result.bytes_written,
             result.records_removed, result.seconds,

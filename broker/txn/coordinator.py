@@ -37,9 +37,9 @@ from broker.log.topics import TopicPartition
 from broker.txn.state import EXPIRABLE_STATES, TxnState, check_transition
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
+from protocol.trusted import trusted
 
 INT16_MAX = 32767
-_new_tuple = tuple.__new__
 # Kafka's TransactionMetadata.isEpochExhausted: at 32766 the last epoch is kept for fencing.
 EPOCH_EXHAUSTED = INT16_MAX - 1
 
@@ -77,6 +77,9 @@ class TxnTransition(NamedTuple):
     # shorter (``lost_commits``), and does not write a marker again where the producer's next
     # transaction already follows it (``TransactionManager._marked_ahead``). Empty otherwise.
     end_offsets: tuple[tuple[TopicPartition, int], ...] = ()
+
+
+_new_transition = trusted(TxnTransition)
 
 
 @dataclass(eq=False)
@@ -118,8 +121,7 @@ class TxnMetadata:
     ) -> TxnTransition:
         """The metadata in ``state`` at ``now_ms`` with the fields given changed (None: kept;
         named parameters rather than ``_replace(**changes)``, which costs as much again)."""
-        # (tuple.__new__: the NamedTuple's own __new__ is a Python frame)
-        return _new_tuple(TxnTransition, (
+        return _new_transition((
             self.transactional_id,
             self.producer_id if producer_id is None else producer_id,
             # Kafka records the producer id the transition starts from as the "last" one.
@@ -421,10 +423,12 @@ class TransactionCoordinator:
                 transition.state not in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
             raise RuntimeError(f"end offsets for a transition that is not a pending "
                                f"PrepareCommit or PrepareAbort: {transition}")
-        # (built again from its fields but the last: ``_replace``, ``_make``, or reading each
-        # field by name, costs more)
-        md.pending = _new_tuple(TxnTransition,
-                                (*transition[:-1], tuple(sorted(end_offsets.items()))))
+        t = transition
+        md.pending = _new_transition((
+            t.transactional_id, t.producer_id, t.last_producer_id, t.producer_epoch,
+            t.last_producer_epoch, t.txn_timeout_ms, t.state, t.partitions, t.txn_start_ms,
+            t.txn_last_update_ms, t.next_producer_id, t.txn_version,
+            tuple(sorted(end_offsets.items()))))
         return md.pending
 
     def _bumped(self, md: TxnMetadata) -> dict[str, Any]:

@@ -99,7 +99,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.log.partition import Partition
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
-from broker.network.reply import AnswerFirst, Deferred
+from broker.reply import AnswerFirst, Deferred
 from broker.storage import Commit, Storage
 from broker.txn.coordinator import (
     AbortFirst,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import click
 
+from client.cli.cluster import broker_api_versions, features
 from client.cli.common import CONTEXT, ToolRoot
 from client.cli.configs import configs, delete_records, log_dirs
 from client.cli.groups import groups
@@ -25,7 +26,7 @@ from client.cli.transactions import transactions
 
 COMMANDS: list[click.Command] = [
     topics, produce, consume, groups, transactions, get_offsets, perf, configs, log_dirs,
-    delete_records, acls, users,
+    delete_records, acls, users, broker_api_versions, features,
 ]
 
 

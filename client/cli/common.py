@@ -126,6 +126,8 @@ def friendly_errors(fn: Callable) -> Callable:
             return fn(*args, **kwargs)
         except BrokerConnectionError as exc:  # (a plaintext client at a TLS listener is told)
             raise click.ClickException(str(exc)) from None
+        except BrokenPipeError:
+            stdout_closed()
         except KafkaClientError as exc:
             raise click.ClickException(f"{type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -136,9 +138,25 @@ def friendly_errors(fn: Callable) -> Callable:
     return wrapper
 
 
+def stdout_closed() -> None:
+    """The reader of stdout went away (``minibroker topics list | head -1``): exit quietly, as a
+    tool killed by SIGPIPE does (status 141), with stdout pointed at /dev/null so that the
+    interpreter's last flush does not complain either."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # (no real stdout: nothing to silence)
+        pass
+    raise click.exceptions.Exit(141)
+
+
 def format_option(fn: Callable) -> Callable:
-    return click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
-                        show_default=True, help="Output as an aligned table or JSON.")(fn)
+    return click.option("--format", "fmt", type=click.Choice(["text", "table", "json"]),
+                        default="text", show_default=True,
+                        help="text: the Kafka tool's output (where the command stands for one); "
+                             "table: our aligned table, where it differs; json.")(fn)
 
 
 def echo_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -291,6 +309,129 @@ ACTIONS: dict[str, dict[str, str]] = {
 }
 # Options of Kafka's tools that take several space-separated values (nargs +).
 VARIADIC = frozenset({"--producer-props"})
+# Options whose value Kafka's tool lets out (`groups --list --state`): given "" when it is.
+OPTIONAL_VALUE = {("groups", "list"): frozenset({"--state"})}
+
+# Kafka 4.4's options (the tools' --help) that this command line refuses, with the reason printed
+# in place of "No such option": per command (its group for the tools with actions). The others
+# are accepted (tests/integration/test_cli_kafka_options.py walks Kafka's lists).
+_ONE_NODE = "one broker here: there is no other node, replica or controller to name"
+_PRODUCER_SETTING = ("a producer setting of Kafka's older console producer: give it as "
+                     "--producer-property KEY=VALUE (or -X)")
+_CONSUMER_SETTING = "a consumer setting: give it as --consumer-property KEY=VALUE (or -X)"
+_NO_QUOTAS = "this broker has no client quotas or dynamic user/client/IP configs"
+_CONTROLLER = "there is no controller quorum: use --bootstrap-server"
+REFUSED: dict[str, dict[str, str]] = {
+    "topics": {
+        "--replica-assignment": _ONE_NODE + " (every replica is node 0)",
+        "--topic-id": "this broker has no topic ids (Metadata answers the zero id): use --topic",
+        "--delete-config": "not with --bootstrap-server in kafka-topics.sh either: use "
+                           "`configs alter --topic T --delete-config K`",
+    },
+    "produce": {
+        "--batch-size": _PRODUCER_SETTING + " (batch.size)",
+        "--compression-codec": _PRODUCER_SETTING + " (compression.type)",
+        "--max-block-ms": _PRODUCER_SETTING + " (max.block.ms)",
+        "--max-memory-bytes": _PRODUCER_SETTING + " (buffer.memory)",
+        "--max-partition-memory-bytes": _PRODUCER_SETTING + " (batch.size)",
+        "--message-send-max-retries": _PRODUCER_SETTING + " (retries)",
+        "--metadata-expiry-ms": _PRODUCER_SETTING + " (metadata.max.age.ms)",
+        "--request-required-acks": "use --acks (or --producer-property acks=...)",
+        "--request-timeout-ms": _PRODUCER_SETTING + " (request.timeout.ms)",
+        "--retry-backoff-ms": _PRODUCER_SETTING + " (retry.backoff.ms)",
+        "--socket-buffer-size": _PRODUCER_SETTING + " (send.buffer.bytes)",
+        "--sync": "every send is acknowledged before the command ends; for one at a time use "
+                  "--producer-property linger.ms=0",
+        "--timeout": _PRODUCER_SETTING + " (linger.ms)",
+        "--line-reader": "only Kafka's LineMessageReader is implemented (its properties: "
+                         "--property)",
+        "--reader-config": "give the reader's properties with --property KEY=VALUE",
+    },
+    "consume": {
+        "--enable-systest-events": "Kafka's system-test output is not implemented",
+        "--include": "one topic per command here (--topic); a pattern subscription is not "
+                     "implemented",
+        "--key-deserializer": "keys are printed as UTF-8 text (--format json: base64 for "
+                              "other bytes)",
+        "--value-deserializer": "values are printed as UTF-8 text (--format json: base64 for "
+                                "other bytes)",
+        "--skip-message-on-error": "printing a record cannot fail here (no deserializer)",
+    },
+    "groups": {
+        "--by-duration": "use --to-datetime (a time) or --shift-by (a count)",
+        "--delete-offsets": "not implemented: `groups delete` removes the whole group",
+        "--export": "the plan is printed; --format json gives it as JSON",
+        "--from-file": "not implemented: give --to-offset per --topic T:P",
+        "--offsets": "the offsets view is the default of describe (without --members/--state)",
+        "--timeout": "not needed: each request has the client's own timeout (-X "
+                     "request.timeout.ms=...)",
+        "--to-current": "not implemented: a reset to the committed offset changes nothing",
+        "--type": "only classic consumer groups exist here",
+        "--validate-regex": "regular-expression subscriptions are not implemented",
+    },
+    "configs": {
+        "--add-config-file": "give the configs with --add-config k=v,k=v",
+        "--bootstrap-controller": _CONTROLLER,
+        "--broker-defaults": "this broker keeps no dynamic broker defaults (--entity-default "
+                             "shows the empty list)",
+        "--broker-logger": "log levels are set at start (--log-level)",
+        "--client": _NO_QUOTAS, "--client-defaults": _NO_QUOTAS, "--ip": _NO_QUOTAS,
+        "--ip-defaults": _NO_QUOTAS, "--user": _NO_QUOTAS + " (SCRAM users: `minibroker users`)",
+        "--user-defaults": _NO_QUOTAS,
+        "--client-metrics": "client metrics subscriptions (KIP-714) are not implemented",
+        "--group": "group configs (KIP-848's) are not implemented",
+    },
+    "acls": {
+        "--bootstrap-controller": _CONTROLLER,
+        "--consumer": "not implemented: add the Read ACLs on the topic and the group",
+        "--producer": "not implemented: add the Write (and Describe) ACLs on the topic",
+        "--idempotent": "not implemented: add the Write ACL on the topic",
+        "--delegation-token": "delegation tokens are not implemented",
+        "--user-principal": "delegation tokens are not implemented",
+        "--force": "nothing is asked: removing ACLs needs no confirmation here",
+    },
+    "perf produce": {
+        "--key-distribution": "records are sent without keys",
+        "--record-key-range": "records are sent without keys",
+        "--payload-delimiter": "use --record-size (random payloads)",
+        "--payload-file": "use --record-size (random payloads)",
+        "--payload-monotonic": "use --record-size (random payloads)",
+        "--print-metrics": "the client's metrics are not printed",
+        "--random-seed": "use --record-size (random payloads)",
+        "--warmup-records": "not implemented: every record counts",
+        "--transaction-duration-ms": "not implemented: one transaction for the run "
+                                     "(--transactional-id)",
+    },
+    "perf consume": {
+        "--print-metrics": "the client's metrics are not printed",
+        "--date-format": "the summary prints Kafka's default date format",
+        "--fetch-size": _CONSUMER_SETTING + " (fetch.max.bytes)",
+        "--socket-buffer-size": _CONSUMER_SETTING + " (receive.buffer.bytes)",
+        "--from-latest": "the run reads from the beginning",
+        "--group": "the run reads without a group",
+        "--hide-header": "the header is always printed",
+        "--include": "one topic per run (--topic)",
+        "--num-records": "use --messages",
+        "--show-detailed-stats": "use --reporting-interval",
+    },
+    "features": {
+        "--bootstrap-controller": _CONTROLLER,
+    },
+    "transactions": {},
+}
+# Kafka's subcommands that are refused, with the reason.
+REFUSED_COMMANDS: dict[str, dict[str, str]] = {
+    "transactions": {
+        "forceTerminateTransaction": "use `transactions abort --transactional-id ID`",
+    },
+    "features": {
+        "upgrade": "a feature's level is set in server.properties (transaction.version)",
+        "downgrade": "a feature's level is set in server.properties (transaction.version)",
+        "disable": "a feature's level is set in server.properties (transaction.version)",
+        "version-mapping": "this broker has no metadata.version (no KRaft)",
+        "feature-dependencies": "this broker has one feature, transaction.version",
+    },
+}
 
 
 def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
@@ -299,6 +440,8 @@ def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
     --bootstrap-server b --topic t``; ``--producer-props a=1 b=2`` -> ``--producer-props a=1
     --producer-props b=2``."""
     args = list(args)
+    if args and args[0] in groups and "--version" in args[1:]:
+        return ["--version"]  # kafka-topics.sh --version: the version of the whole tool
     first = next((i for i, token in enumerate(args) if not token.startswith("-")), None)
     for i, token in enumerate(args[first:first + 1] if first is not None else [], start=first or 0):
         if token in ACTIONS and token in groups:
@@ -310,6 +453,11 @@ def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
                 sub = actions[found[0]]
                 args = [*args[:i + 1], *([sub] if sub else []), *rest]
             break
+    if first is not None and first + 1 < len(args):
+        optional = OPTIONAL_VALUE.get((args[first], args[first + 1]), frozenset())
+        for j in range(len(args) - 1, first + 1, -1):
+            if args[j] in optional and (j + 1 == len(args) or args[j + 1].startswith("-")):
+                args.insert(j + 1, "")
     out: list[str] = []
     current: str | None = None  # the variadic option whose values are being read
     for token in args:
@@ -363,13 +511,48 @@ class ToolRoot(click.Group):
             args = sys.argv[1:]
         return super().main(kafka_shapes(list(args), self.commands), *pargs, **kwargs)
 
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        name = args[0] if args else None
+        if name in REFUSED_COMMANDS and len(args) > 1:
+            reason = REFUSED_COMMANDS[name].get(args[1])
+            if reason is not None:
+                raise click.UsageError(f"{name} {args[1]}: {reason}", ctx)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.NoSuchOption as exc:
+            refused = _refusal(exc)
+            if refused is not None:
+                exc.message, exc.possibilities = refused, None
+                raise
             if not exc.possibilities:
                 command = exc.ctx.command if exc.ctx is not None else None
                 hint = option_hint(self, command, exc.option_name)
                 if hint:
                     exc.message = f"No such option: {exc.option_name} ({hint})"
             raise
+
+
+def refusal(path: Sequence[str], option: str) -> str | None:
+    """Why Kafka's ``option`` is refused by the command at ``path`` (``["perf", "consume"]``):
+    REFUSED's entry for the path or its group, or None."""
+    for end in range(len(path), 0, -1):
+        reason = REFUSED.get(" ".join(path[:end]), {}).get(option)
+        if reason is not None:
+            return reason
+    return None
+
+
+def _refusal(exc: click.NoSuchOption) -> str | None:
+    """The message for a refused Kafka option, for the command it was given to."""
+    path = []
+    ctx = exc.ctx
+    while ctx is not None and ctx.parent is not None:
+        path.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    reason = refusal(path, exc.option_name)
+    if reason is None:
+        return None
+    return f"{exc.option_name} (Kafka's) is not supported: {reason}"

@@ -70,27 +70,75 @@ def entity_options(fn):
     return fn
 
 
-@tool(configs, "describe", formats=True)
+@tool(configs, "describe")
 @entity_options
 @click.option("--all", "show_all", is_flag=True,
-              help="Brokers: every config, defaults included (default: only those set). Topics "
-                   "always show every effective config.")
-def configs_describe(topic, broker, entity_type, entity_name, show_all, fmt, conf) -> None:
-    """Configs of a topic (every effective one) or broker, with their source
-    (DYNAMIC_TOPIC_CONFIG for a topic's override, STATIC_BROKER_CONFIG, DEFAULT_CONFIG ...)."""
+              help="Every config, defaults included (default: only the dynamic ones, as "
+                   "kafka-configs.sh; this broker's are a topic's overrides).")
+@click.option("--entity-default", is_flag=True,
+              help="kafka-configs.sh's cluster-wide broker defaults (none here: dynamic broker "
+                   "configs are not kept).")
+@click.option("--format", "fmt", type=click.Choice(["text", "table", "json"]), default="text",
+              show_default=True,
+              help="text: kafka-configs.sh's lines with synonyms; table: every effective config "
+                   "with its source; json.")
+def configs_describe(topic, broker, entity_type, entity_name, show_all, entity_default, fmt,
+                     conf) -> None:
+    """Configs of a topic or broker with their source and synonyms (kafka-configs.sh
+    --describe): DYNAMIC_TOPIC_CONFIG for a topic's override, STATIC_BROKER_CONFIG for
+    server.properties, DEFAULT_CONFIG."""
+    if entity_default:
+        if entity_name is not None or topic is not None:
+            raise click.UsageError("--entity-default goes with --entity-type brokers, without "
+                                   "a name")
+        if (entity_type or "brokers").lower() not in ("brokers", "broker"):
+            raise click.UsageError("--entity-default: this broker keeps no dynamic defaults "
+                                   "for users, clients or IPs")
+        entity_type, entity_name = "brokers", ""
     resource = _resource(topic, broker, entity_type, entity_name)
     with Admin(for_admin(conf)) as admin:
-        entries = admin.describe_configs([resource])[resource]
+        entries = admin.describe_configs([resource], include_synonyms=True)[resource]
+    if fmt == "text":
+        _echo_kafka_configs(resource, entries, show_all)
+        return
     everything = show_all or resource.type == "topic"
     shown = sorted((e for e in entries.values() if everything or not e.is_default),
                    key=lambda e: (e.source != "DYNAMIC_TOPIC_CONFIG", e.name))
     if fmt == "json":
         echo_json([{"name": e.name, "value": None if e.is_sensitive else e.value,
-                    "source": e.source, "read_only": e.read_only, "sensitive": e.is_sensitive}
+                    "source": e.source, "read_only": e.read_only, "sensitive": e.is_sensitive,
+                    "synonyms": [{"name": s.name, "value": s.value, "source": s.source}
+                                 for s in e.synonyms]}
                    for e in shown])
         return
     echo_table(["NAME", "VALUE", "SOURCE"],
                [(e.name, "(sensitive)" if e.is_sensitive else e.value, e.source) for e in shown])
+
+
+DYNAMIC_SOURCE = {"topic": "DYNAMIC_TOPIC_CONFIG", "broker": "DYNAMIC_BROKER_CONFIG"}
+
+
+def _echo_kafka_configs(resource: ConfigResource, entries: dict, show_all: bool) -> None:
+    """kafka-configs.sh --describe's lines: a heading, then ``  name=value sensitive=false
+    synonyms={SOURCE:name=value, ...}`` for each config (the dynamic ones unless --all), by
+    name."""
+    if resource.type == "broker" and resource.name == "":
+        click.echo("Default configs for brokers in the cluster are:")
+        wanted = "DYNAMIC_DEFAULT_BROKER_CONFIG"
+    else:
+        click.echo(f"{'All' if show_all else 'Dynamic'} configs for {resource.type} "
+                   f"{resource.name} are:")
+        wanted = DYNAMIC_SOURCE[resource.type]
+    for entry in sorted(entries.values(), key=lambda e: e.name):
+        if not show_all and entry.source != wanted:
+            continue
+        synonyms = ", ".join(f"{s.source}:{s.name}={_java(s.value)}" for s in entry.synonyms)
+        click.echo(f"  {entry.name}={_java(entry.value)} "
+                   f"sensitive={str(entry.is_sensitive).lower()} synonyms={{{synonyms}}}")
+
+
+def _java(value: str | None) -> str:
+    return "null" if value is None else value
 
 
 def _split_configs(items: tuple[str, ...]) -> list[str]:

@@ -33,7 +33,8 @@ def groups() -> None:
               help="Only groups in this state (Stable, Empty, ...), repeatable or "
                    "comma-separated.")
 def groups_list(states, fmt, conf) -> None:
-    """List group ids (with state)."""
+    """List group ids; with --state (a value or none, as kafka-consumer-groups.sh --list
+    --state), GROUP and STATE columns."""
     wanted = [s.strip() for item in states for s in item.split(",") if s.strip()]
     with Admin(for_admin(conf)) as admin:
         listed = admin.list_groups(states=wanted)
@@ -42,6 +43,8 @@ def groups_list(states, fmt, conf) -> None:
              g.protocol_type) for g in listed]
     if fmt == "json":
         echo_json([{"group": g, "state": s, "protocol_type": t} for g, s, t in rows])
+    elif states:
+        echo_table(["GROUP", "STATE"], [(g, state) for g, state, _ in rows])
     else:
         for group_id, _, _ in rows:
             click.echo(group_id)
@@ -92,9 +95,11 @@ def group_partitions(admin: Admin, description: GroupDescription,
 @name_argument("group_ids", "-g", "--group", multiple=True, required=False, metavar="GROUP")
 @click.option("--all-groups", is_flag=True, help="Every group.")
 @click.option("--members", is_flag=True, help="One row per member instead of per partition.")
+@click.option("--verbose", is_flag=True,
+              help="With --members: each member's assignment too (an ASSIGNMENT column).")
 @click.option("--state", "show_state", is_flag=True,
               help="One row per group: coordinator, assignment strategy, state, members.")
-def groups_describe(group_ids, all_groups, members, show_state, fmt, conf) -> None:
+def groups_describe(group_ids, all_groups, members, verbose, show_state, fmt, conf) -> None:
     """Per partition: committed offset, log-end offset, lag, owning member, host and client id.
 
     LOG-END-OFFSET is the high watermark; LAG is counted to the last stable offset (what a
@@ -130,17 +135,21 @@ def groups_describe(group_ids, all_groups, members, show_state, fmt, conf) -> No
             for d, rows in result
         ])
         return
-    for index, (description, rows) in enumerate(result):
-        if index:
-            click.echo()
+    for description, rows in result:
+        # kafka-consumer-groups.sh's stdout: a blank line and the table; the group's summary
+        # goes to stderr (Kafka's says there "has no active members" when it has none).
         click.echo(f"Consumer group '{description.group_id}': state {description.state}, "
                    f"{len(description.members)} member(s), protocol "
-                   f"{description.protocol_type or '-'}/{description.protocol or '-'}")
+                   f"{description.protocol_type or '-'}/{description.protocol or '-'}", err=True)
+        click.echo()
         if members:
+            headers = ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS"]
             echo_table(
-                ["CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"],
-                [(m.member_id, m.client_host or None, m.client_id or None, len(m.assignment),
-                  ",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or None)
+                headers + (["ASSIGNMENT"] if verbose else []),
+                [(description.group_id, m.member_id, m.client_host or None,
+                  m.client_id or None, len(m.assignment),
+                  *([",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or None]
+                    if verbose else []))
                  for m in description.members],
             )
             continue

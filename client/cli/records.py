@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -36,14 +37,15 @@ from client.cli.common import (
 )
 from client.config import consumer_config, producer_config
 from client.consumer import Consumer
+from client.errors import KafkaClientError, UnknownTopicOrPartitionError
 from client.producer import Producer
-from client.structs import ConsumerRecord, TopicPartition
+from client.structs import ConfigResource, ConsumerRecord, TopicPartition
 
 # -- produce --------------------------------------------------------------------------------------
 
 
 PRODUCER_PROPERTIES = ("parse.key", "key.separator", "parse.headers", "headers.delimiter",
-                       "headers.separator", "headers.key.separator", "ignore.error")
+                       "headers.separator", "headers.key.separator", "null.marker", "ignore.error")
 CONSUMER_PROPERTIES = ("print.key", "print.value", "print.partition", "print.offset",
                        "print.timestamp", "print.headers", "key.separator", "line.separator",
                        "headers.separator", "null.literal")
@@ -72,6 +74,102 @@ def _true(properties: dict[str, str], key: str, default: bool = False) -> bool:
     return default if value is None else value.strip().lower() == "true"
 
 
+class LineError(ValueError):
+    """A line the reader cannot split (Kafka's message, with the line number)."""
+
+
+Record = tuple[list[tuple[str, bytes | None]], str | None, str | None]
+
+
+class LineReader:
+    """kafka-console-producer.sh's LineMessageReader: each line is
+    ``[headers<headers.delimiter>][key<key.separator>]value``, headers being
+    ``k<headers.key.separator>v`` pairs split at the ``headers.separator`` regular expression;
+    a key, value or header value equal to ``null.marker`` is null. A missing separator is an
+    error (``LineError``) unless ``ignore.error=true``, which takes the part as absent (a header
+    without its separator: a null value). ``-K SEP`` (kcat's) parses the key leniently."""
+
+    def __init__(self, properties: dict[str, str], key_separator: str | None) -> None:
+        get = properties.get
+        self.parse_key = _true(properties, "parse.key") or key_separator is not None
+        self.key_separator = key_separator if key_separator is not None else get("key.separator",
+                                                                                  "\t")
+        self.parse_headers = _true(properties, "parse.headers")
+        self.headers_delimiter = get("headers.delimiter", "\t")
+        separator = get("headers.separator", ",")
+        self.headers_key_separator = get("headers.key.separator", ":")
+        self.ignore_error = _true(properties, "ignore.error") or key_separator is not None
+        self.null_marker = get("null.marker")
+        pairs = [("headers.delimiter", self.headers_delimiter, "headers.separator", separator),
+                 ("headers.delimiter", self.headers_delimiter, "headers.key.separator",
+                  self.headers_key_separator),
+                 ("headers.separator", separator, "headers.key.separator",
+                  self.headers_key_separator)]
+        if self.null_marker is not None:
+            pairs += [("null.marker", self.null_marker, name, value) for name, value in (
+                ("key.separator", self.key_separator), ("headers.separator", separator),
+                ("headers.delimiter", self.headers_delimiter),
+                ("headers.key.separator", self.headers_key_separator))]
+        for name, value, other, other_value in pairs:
+            if value == other_value:
+                raise click.BadParameter(f"{name} and {other} may not be equal",
+                                         param_hint="--property")
+        try:
+            self.headers_separator = re.compile(separator)
+        except re.error as exc:
+            raise click.BadParameter(f"headers.separator {separator!r} is not a regular "
+                                     f"expression: {exc}", param_hint="--property") from None
+        self.line_number = 0
+
+    def _part(self, enabled: bool, line: str, start: int, separator: str,
+              what: str) -> str | None:
+        if not enabled:
+            return None
+        index = line.find(separator, start)
+        if index == -1:
+            if self.ignore_error:
+                return None
+            raise LineError(f"No {what} found on line number {self.line_number}: '{line}'")
+        return line[start:index]
+
+    def _null(self, text: str | None) -> str | None:
+        return None if text is None or text == self.null_marker else text
+
+    def read(self, line: str) -> Record:
+        """``line`` (without its end) -> (headers, key, value)."""
+        self.line_number += 1
+        headers = self._part(self.parse_headers, line, 0, self.headers_delimiter,
+                             "headers delimiter")
+        start = 0 if headers is None else len(headers) + len(self.headers_delimiter)
+        key = self._part(self.parse_key, line, start, self.key_separator, "key separator")
+        if key is not None:
+            start += len(key) + len(self.key_separator)
+        parsed: list[tuple[str, bytes | None]] = []
+        if headers is not None and headers != self.null_marker:
+            parsed = [self._header(pair) for pair in self._split(headers)]
+        return parsed, self._null(key), self._null(line[start:])
+
+    def _split(self, headers: str) -> list[str]:
+        parts = self.headers_separator.split(headers)
+        while parts and parts[-1] == "":  # as Java's String.split drops trailing empty parts
+            parts.pop()
+        return parts or [""]
+
+    def _header(self, pair: str) -> tuple[str, bytes | None]:
+        index = pair.find(self.headers_key_separator)
+        if index == -1:
+            if self.ignore_error:
+                return pair, None
+            raise LineError(f"No header key separator found in pair '{pair}' on line number "
+                            f"{self.line_number}")
+        key = pair[:index]
+        if key == self.null_marker:
+            raise LineError(f"Header keys should not be equal to the null marker "
+                            f"'{self.null_marker}' as they can't be null")
+        value = self._null(pair[index + len(self.headers_key_separator):])
+        return key, None if value is None else value.encode()
+
+
 @click.command(context_settings=CONTEXT)
 @name_argument("topic", "--topic", metavar="TOPIC")
 @click.option("-f", "--file", "source", type=click.File("r", encoding="utf-8"), default="-",
@@ -85,17 +183,17 @@ def _true(properties: dict[str, str], key: str, default: bool = False) -> bool:
 @click.option("-p", "--partition", type=int, default=None, help="Send every record to this partition.")
 @click.option("-H", "--header", "headers", multiple=True, metavar="KEY=VALUE",
               help="Header added to every record, repeatable.")
-@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
-              help="kafka-console-producer.sh's reader properties: parse.key=true with "
-                   "key.separator=SEP (default TAB).")
+@click.option("--property", "--reader-property", "properties", multiple=True, metavar="KEY=VALUE",
+              help="kafka-console-producer.sh's reader properties (also --reader-property): "
+                   "parse.key, key.separator (TAB), parse.headers, headers.delimiter (TAB), "
+                   "headers.separator (,), headers.key.separator (:), null.marker, "
+                   "ignore.error.")
 @client_options(role="producer")
 @friendly_errors
 def produce(topic, source: TextIO, key_separator, transactional_id, acks, partition, headers,
             properties, conf) -> None:
     """Send each line of input to TOPIC as one record."""
-    reader = console_properties(properties, PRODUCER_PROPERTIES)
-    if _true(reader, "parse.key") and key_separator is None:
-        key_separator = reader.get("key.separator", "\t")
+    reader = LineReader(console_properties(properties, PRODUCER_PROPERTIES), key_separator)
     record_headers = [(k, v.encode()) for k, v in (key_value(h, "--header") for h in headers)]
     settings: dict[str, Any] = {"transactional.id": transactional_id,
                                 "client.id": "minibroker-console-producer"}
@@ -106,7 +204,8 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
     config = with_defaults(conf, **{k.replace(".", "_"): v for k, v in settings.items()})
     producer_config(config)  # a bad key or value: its own message, before connecting
     with Admin(for_admin(conf)) as admin:
-        admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
+        cluster = admin.describe_cluster()  # "no broker reachable" at once, not after max.block.ms
+        _refuse_unknown_topic(admin, topic, cluster)
     count = 0
     errors: list[BaseException] = []
     progress = Progress(2.0, lambda s: f"... {count} record(s) sent in {s:.0f} s")
@@ -121,14 +220,13 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
             producer.begin_transaction()
         try:
             for line in source:
-                line = line.rstrip("\r\n")
-                key = None
-                value = line
-                if key_separator is not None:
-                    key, sep, rest = line.partition(key_separator)
-                    key, value = (key, rest) if sep else (None, line)
+                try:
+                    parsed, key, value = reader.read(line.rstrip("\r\n"))
+                except LineError as exc:
+                    producer.flush()  # the lines before it are sent, as Kafka's tool does
+                    raise click.ClickException(str(exc)) from None
                 producer.send(topic, value, key=key, partition=partition,
-                              headers=record_headers or None, on_delivery=delivered)
+                              headers=[*record_headers, *parsed] or None, on_delivery=delivered)
                 count += 1
                 progress.tick()
             if transactional_id:
@@ -148,6 +246,29 @@ def produce(topic, source: TextIO, key_separator, transactional_id, acks, partit
     if errors:
         raise click.ClickException(f"{len(errors)} of {count} records failed: {errors[0]}")
     click.echo(f"Produced {count} record(s) to {topic}.", err=True)
+
+
+def _refuse_unknown_topic(admin: Admin, topic: str, cluster: dict[str, Any]) -> None:
+    """A topic that does not exist, on a broker that will not create it, is an error at once
+    (the producer would wait max.block.ms, 60 s, before "not present in metadata")."""
+    try:
+        admin.describe_topics([topic])
+        return
+    except UnknownTopicOrPartitionError:
+        pass
+    except KafkaClientError:
+        return  # (not allowed to describe it, ...: the producer's own answer will say)
+    try:
+        resource = ConfigResource("broker", str(cluster["brokers"][0][0]))
+        entry = admin.describe_configs([resource])[resource].get("auto.create.topics.enable")
+    except (KafkaClientError, IndexError):
+        return
+    if entry is not None and (entry.value or "").lower() == "false":
+        raise click.ClickException(
+            f"Topic {topic} not present in metadata: it does not exist and the broker does not "
+            f"create topics (auto.create.topics.enable=false); create it with `minibroker topics "
+            f"create {topic}`"
+        )
 
 
 # -- consume --------------------------------------------------------------------------------------
@@ -335,14 +456,21 @@ def _start_positions(admin: Admin, consumer: Consumer, tps: list[TopicPartition]
                    "assignment with --group).")
 @click.option("--timeout-ms", "idle_timeout_ms", type=click.IntRange(min=0), default=None,
               help="The same in milliseconds (kafka-console-consumer's name).")
-@click.option("--property", "properties", multiple=True, metavar="KEY=VALUE",
+@click.option("--formatter", default=None, metavar="CLASS",
+              help="kafka-console-consumer.sh's: its DefaultMessageFormatter only (the one "
+                   "this command implements).")
+@click.option("--formatter-config", type=click.File("r", encoding="utf-8"), default=None,
+              metavar="FILE", help="A properties file of formatter properties (as --property).")
+@click.option("--property", "--formatter-property", "properties", multiple=True,
+              metavar="KEY=VALUE",
               help="kafka-console-consumer.sh's formatter properties: print.key, "
                    "print.partition, print.offset, print.timestamp, print.headers, "
                    "print.value (true/false), key.separator, line.separator, null.literal.")
 @client_options(role="consumer")
 @friendly_errors
 def consume(topic, from_beginning, group, partitions, offset, isolation_level, max_messages,
-            fmt, print_key, idle_timeout, idle_timeout_ms, properties, conf) -> None:
+            fmt, print_key, idle_timeout, idle_timeout_ms, formatter, formatter_config,
+            properties, conf) -> None:
     """Print records of TOPIC, one per line.
 
     Without --group it reads every partition (or those of --partition) from --offset (default:
@@ -351,6 +479,18 @@ def consume(topic, from_beginning, group, partitions, offset, isolation_level, m
     """
     if idle_timeout is None and idle_timeout_ms is not None:
         idle_timeout = idle_timeout_ms / 1000
+    if formatter is not None and formatter.rsplit(".", 1)[-1] != "DefaultMessageFormatter":
+        raise click.BadParameter(f"{formatter}: only Kafka's DefaultMessageFormatter is "
+                                 "implemented here (--property print.* chooses its fields)",
+                                 param_hint="--formatter")
+    if formatter_config is not None:
+        from protocol.properties import parse_properties
+
+        try:
+            from_file = parse_properties(formatter_config.read(), formatter_config.name)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--formatter-config") from None
+        properties = (*(f"{k}={v}" for k, v in from_file.items()), *properties)
     formatter = make_formatter(fmt, print_key)
     shown = console_properties(properties, CONSUMER_PROPERTIES)
     if shown:

@@ -70,6 +70,22 @@ def resource_options(fn):
     return fn
 
 
+def _echo_kafka_acls(bindings: list[AclBinding]) -> None:
+    """kafka-acls.sh --list's blocks: for each resource pattern, ``Current ACLs for resource
+    `ResourcePattern(...)`: `` and one TAB-indented ``(principal=..., host=..., operation=...,
+    permissionType=...)`` line per ACL, then a blank line."""
+    by_resource: dict[tuple[str, str, str], list[AclBinding]] = {}
+    for b in bindings:
+        by_resource.setdefault((b.resource_type, b.name, b.pattern_type), []).append(b)
+    for (kind, name, pattern), acls_of in by_resource.items():
+        click.echo(f"Current ACLs for resource `ResourcePattern(resourceType={kind.upper()}, "
+                   f"name={name}, patternType={pattern.upper()})`: ")
+        click.echo("\n".join(f"\t(principal={b.principal}, host={b.host}, "
+                             f"operation={b.operation.upper()}, "
+                             f"permissionType={b.permission.upper()})" for b in acls_of))
+        click.echo()
+
+
 def _echo(bindings: list[AclBinding], fmt: str) -> None:
     if fmt == "json":
         echo_json([b._asdict() for b in bindings])
@@ -144,6 +160,9 @@ def list_acls(principal, topics, groups, transactional_ids, cluster, pattern, fm
     with Admin(for_admin(conf)) as admin:
         for f in _filters(principal, topics, groups, transactional_ids, cluster, pattern):
             found.extend(b for b in admin.describe_acls(f) if b not in found)
+    if fmt == "text":
+        _echo_kafka_acls(found)
+        return
     _echo(found, fmt)
 
 

@@ -25,6 +25,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     offsets,
     produce,
     security,
+    share,
     txn,
 )
 from protocol.messages._registry import (

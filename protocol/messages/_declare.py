@@ -131,7 +131,8 @@ def _leaf(type_: str, nullable: bool, flexible: bool) -> Construct:
 def _field_construct(f: F, version: int, flexible: bool) -> Construct:
     nullable = in_range(version, f.nullable)
     if f.type == "struct":
-        return struct_for(f.fields, version, flexible)
+        sub = struct_for(f.fields, version, flexible)
+        return NullableStruct(sub) if nullable else sub
     if not f.type.startswith("[]"):
         return _leaf(f.type, nullable, flexible)
     if f.fields:
@@ -257,6 +258,49 @@ class KafkaStruct(Construct):
         lines.append("    return objdict")
         code.append("\n".join(lines))
         return f"build_kstruct_{fid}(obj, io, this)"
+
+
+class NullableStruct(Construct):
+    """A nullable struct field (Kafka's ``"nullableVersions"`` on a struct, e.g. the assignment
+    of ShareGroupHeartbeat): an int8 marker, -1 for null, 1 before a present struct."""
+
+    def __init__(self, sub: KafkaStruct) -> None:
+        super().__init__()
+        self.sub = sub
+
+    def _parse(self, stream, context, path):
+        marker = Int8._parsereport(stream, context, path)
+        return None if marker < 0 else self.sub._parsereport(stream, context, path)
+
+    def _build(self, obj, stream, context, path):
+        if obj is None:
+            Int8._build(-1, stream, context, path)
+        else:
+            Int8._build(1, stream, context, path)
+            self.sub._build(obj, stream, context, path)
+        return obj
+
+    def _emitparse(self, code):
+        fid = code.allocateId()
+        code.append(f"""
+            def parse_nstruct_{fid}(io, this):
+                if {Int8._compileparse(code)} < 0:
+                    return None
+                return {self.sub._compileparse(code)}
+        """)
+        return f"parse_nstruct_{fid}(io, this)"
+
+    def _emitbuild(self, code):
+        fid = code.allocateId()
+        code.append(f"""
+            def build_nstruct_{fid}(obj, io, this):
+                if obj is None:
+                    io.write(b"\\xff")
+                    return None
+                io.write(b"\\x01")
+                return {self.sub._compilebuild(code)}
+        """)
+        return f"build_nstruct_{fid}(obj, io, this)"
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,10 @@ SERVED: dict[ApiKey, Served] = {
         "from v1 (Kafka 4's baseline; v0's list of offsets is gone); to v10, all of Kafka's:"
         " -3 max timestamp (batch granularity), -4 earliest local = earliest, -5 latest tiered"
         " = -1 (no tiered storage)"),
-    ApiKey.METADATA: Served(VersionRange(0, 9),
-        "from v0 (librdkafka <= 2.11 checks old versions); to v9 (flexible): v10+ carry topic"
-        " ids"),
+    ApiKey.METADATA: Served(VersionRange(0, 12),
+        "from v0 (librdkafka <= 2.11 checks old versions); to v12: topic ids (v10, which share"
+        " consumers need: assignments name topics by id), topics asked by id (v12); v13's"
+        " top-level error is not served"),
     ApiKey.OFFSET_COMMIT: Served(VersionRange(2, 9),
         "Kafka 4's range; v9's member epoch is the classic group's generation"),
     ApiKey.OFFSET_FETCH: Served(VersionRange(1, 9),
@@ -133,6 +134,16 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.DELETE_ACLS: Served(VersionRange(1, 3), "Kafka 4's (v0 removed, KIP-896)"),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: Served(VersionRange(0, 0), "all of Kafka's"),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: Served(VersionRange(0, 0), "all of Kafka's"),
+    # Share groups (KIP-932, broker/share/): Kafka 4.4's versions (v0 was 4.0's early access).
+    ApiKey.SHARE_GROUP_HEARTBEAT: Served(VersionRange(1, 1), "Kafka 4.4's only version"),
+    ApiKey.SHARE_GROUP_DESCRIBE: Served(VersionRange(1, 1), "Kafka 4.4's only version"),
+    ApiKey.SHARE_FETCH: Served(VersionRange(1, 2),
+        "Kafka 4.4's: v2 adds the acquire mode and Renew (KIP-1206, KIP-1222)"),
+    ApiKey.SHARE_ACKNOWLEDGE: Served(VersionRange(1, 2), "Kafka 4.4's: v2 adds Renew"),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 1),
+        "Kafka 4.4's: v1 adds the lag"),
+    ApiKey.ALTER_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 0), "Kafka 4.4's only version"),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: Served(VersionRange(0, 0), "Kafka 4.4's only version"),
 }
 
 ADVERTISED: dict[ApiKey, VersionRange] = {key: s.versions for key, s in SERVED.items()}

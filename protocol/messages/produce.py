@@ -27,6 +27,7 @@ from protocol.api_keys import ApiKey
 from protocol.errors import CorruptFrameError
 from protocol.messages._declare import F, declare
 from protocol.primitives import encode_uvarint
+from protocol.trusted import trusted
 
 PRODUCE = declare(
     ApiKey.PRODUCE, valid="0-12", flexible="9+",
@@ -92,10 +93,14 @@ class ProduceRequest(NamedTuple):
     topics: list[ProduceTopic]
 
 
+_new_request = trusted(ProduceRequest)
+_new_topic = trusted(ProduceTopic)
+_new_partition = trusted(ProducePartition)
+
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 # Builds a NamedTuple without its Python-level __new__ (a frame per element of every Produce).
-_new = tuple.__new__
 _ACKS_TIMEOUT_COUNT = struct.Struct(">hii")  # acks, timeout_ms, topic_data count
 _ACKS_TIMEOUT = struct.Struct(">hi")
 _INDEX_SIZE = struct.Struct(">ii")  # partition index, records length
@@ -217,9 +222,9 @@ def _decode_v3(frame: bytearray, offset: int) -> ProduceRequest:
                     raise CorruptFrameError("records run past the end of the frame")
                 records = view[pos : pos + size]
                 pos += size
-            partitions.append(_new(ProducePartition, (index, records)))
-        topics.append(_new(ProduceTopic, (name, partitions)))
-    return _new(ProduceRequest, (transactional_id, acks, timeout_ms, topics))
+            partitions.append(_new_partition((index, records)))
+        topics.append(_new_topic((name, partitions)))
+    return _new_request((transactional_id, acks, timeout_ms, topics))
 
 
 def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
@@ -249,11 +254,11 @@ def _decode_flexible(frame: bytearray, offset: int) -> ProduceRequest:
                 records = view[pos : pos + size]
                 pos += size
             pos = skip_tagged_fields_at(frame, pos, end)
-            partitions.append(_new(ProducePartition, (index, records)))
+            partitions.append(_new_partition((index, records)))
         pos = skip_tagged_fields_at(frame, pos, end)
-        topics.append(_new(ProduceTopic, (name, partitions)))
+        topics.append(_new_topic((name, partitions)))
     skip_tagged_fields_at(frame, pos, end)
-    return _new(ProduceRequest, (transactional_id, acks, timeout_ms, topics))
+    return _new_request((transactional_id, acks, timeout_ms, topics))
 
 
 # Per partition after (index, error_code, base_offset, log_append_time_ms): what each version adds

@@ -414,13 +414,20 @@ def test_configs_describe_and_alter(broker, b):
     }
     ok(run("configs", "alter", "--topic", "configured", "--delete-config", "retention.ms", *b))
     # Every effective config with its source (issue 27 item 10), the overrides first.
-    text = ok(run("configs", "describe", "--topic", "configured", *b)).stdout
+    text = ok(run("configs", "describe", "--topic", "configured", "--format", "table",
+                  *b)).stdout
     rows = [line.split() for line in text.splitlines()[1:]]
     assert rows[0] == ["cleanup.policy", "compact", "DYNAMIC_TOPIC_CONFIG"]
     assert ["retention.ms", "604800000", "DEFAULT_CONFIG"] in rows
     assert len(rows) >= 13
-    everything = ok(run("configs", "describe", "--topic", "configured", "--all", *b)).stdout
+    everything = ok(run("configs", "describe", "--topic", "configured", "--all", "--format",
+                        "table", *b)).stdout
     assert everything == text
+    # The default is kafka-configs.sh's text (issue 39 item 6): the overrides only.
+    assert ok(run("configs", "describe", "--topic", "configured", *b)).stdout.splitlines() == [
+        "Dynamic configs for topic configured are:",
+        "  cleanup.policy=compact sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=compact, DEFAULT_CONFIG:log.cleanup.policy=delete}"]
     broker_configs = json.loads(ok(run("configs", "describe", "--broker", "0", "--all",
                                        "--format", "json", *b)).stdout)
     assert "num.partitions" in {c["name"] for c in broker_configs}

@@ -47,7 +47,7 @@ def test_admin_topics(broker_proc):
 def test_cli_commands_are_exported():
     assert {c.name for c in COMMANDS} == {
         "topics", "produce", "consume", "groups", "transactions", "get-offsets", "perf", "configs",
-        "log-dirs", "delete-records", "acls", "users",
+        "log-dirs", "delete-records", "acls", "users", "broker-api-versions", "features",
     }
 
 

@@ -34,6 +34,13 @@ OLD = {(key, version): cls for (key, version, direction), cls in old_classes().i
 # Versions kafka-python has no class for (Kafka 4 removed them); their codec is held to golden
 # bytes in tests/unit/protocol/messages/test_messages.py instead.
 NO_REFEREE = {(ApiKey.WRITE_TXN_MARKERS, 0)}
+# kafka-python has no share-group classes (KIP-932): golden bytes in
+# tests/unit/protocol/messages/test_share.py, Kafka's own share consumer in
+# tests/kafka_ref/test_share_groups.py.
+SHARE_APIS = {ApiKey.SHARE_GROUP_HEARTBEAT, ApiKey.SHARE_GROUP_DESCRIBE, ApiKey.SHARE_FETCH,
+              ApiKey.SHARE_ACKNOWLEDGE, ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS,
+              ApiKey.ALTER_SHARE_GROUP_OFFSETS, ApiKey.DELETE_SHARE_GROUP_OFFSETS}
+NO_REFEREE |= {(k, v) for k in SHARE_APIS for v in range(ADVERTISED[k].min, ADVERTISED[k].max + 1)}
 
 
 def referee_decode(key: int, version: int, body: bytes):
@@ -146,6 +153,20 @@ def request_body(key: ApiKey, version: int) -> dict:
         ApiKey.WRITE_TXN_MARKERS: {"markers": [{
             "producer_id": 4242, "producer_epoch": 0, "transaction_result": False,
             "topics": [{"name": TOPIC, "partition_indexes": [0]}], "coordinator_epoch": 0}]},
+        ApiKey.SHARE_GROUP_HEARTBEAT: {"group_id": "conf-share", "member_id": f"m{version}",
+                                       "member_epoch": 0, "subscribed_topic_names": [TOPIC]},
+        ApiKey.SHARE_GROUP_DESCRIBE: {"group_ids": ["conf-share"]},
+        ApiKey.SHARE_FETCH: {"group_id": "conf-share", "member_id": f"f{version}",
+                             "share_session_epoch": 0, "max_wait_ms": 0, "min_bytes": 1,
+                             "max_records": 10, "batch_size": 10, "topics": []},
+        ApiKey.SHARE_ACKNOWLEDGE: {"group_id": "conf-share", "member_id": "nobody",
+                                   "share_session_epoch": 1, "topics": []},
+        ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: {"groups": [{"group_id": "conf-share", "topics": [
+            {"topic_name": TOPIC, "partitions": [0]}]}]},
+        ApiKey.ALTER_SHARE_GROUP_OFFSETS: {"group_id": "conf-share-empty", "topics": [
+            {"topic_name": TOPIC, "partitions": [{"partition_index": 0, "start_offset": 0}]}]},
+        ApiKey.DELETE_SHARE_GROUP_OFFSETS: {"group_id": "conf-share-empty",
+                                            "topics": [{"topic_name": TOPIC}]},
     }
     return bodies[key]
 
@@ -173,6 +194,9 @@ ALLOWED_ERRORS = {
     ApiKey.DELETE_ACLS: {ErrorCode.SECURITY_DISABLED},
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: {ErrorCode.NONE, ErrorCode.RESOURCE_NOT_FOUND},
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: {ErrorCode.RESOURCE_NOT_FOUND},
+    ApiKey.SHARE_GROUP_DESCRIBE: {ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND},
+    ApiKey.SHARE_ACKNOWLEDGE: {ErrorCode.SHARE_SESSION_NOT_FOUND},
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: {ErrorCode.NONE},
 }
 
 
@@ -226,7 +250,7 @@ def test_every_served_api_is_covered():
         ApiKey.TXN_OFFSET_COMMIT, ApiKey.LIST_TRANSACTIONS, ApiKey.DELETE_RECORDS,
         ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
-        ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+        ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS, *SHARE_APIS,
     }
 
 

@@ -125,8 +125,8 @@ def test_kafka_server_properties_with_listeners(tmp_path):
     broker.start()
     try:
         output = "".join(broker.output)
-        # (listener.security.protocol.map is read, not ignored)
-        assert "ignored 12 Kafka config key(s)" in output
+        # (listener.security.protocol.map is read, not ignored; the CONTROLLER listener is)
+        assert "ignored 13 Kafka config key(s)" in output
         assert "(advertised localhost:9092)" in output  # advertised.listeners
     finally:
         assert broker.stop() == 0

@@ -756,8 +756,21 @@ def test_write_txn_markers_frame_writes_the_marker_and_moves_the_lso(broker):
 
         # An aborted one: the data stays in the log, listed as aborted for read_committed.
         assert produce(3, 2) == 4
-        write_marker(commit=False)
-        fetched = _fetch(conn, "raw", committed=True, offset=4)
+        # An ABORT marker for a transaction the coordinator still runs (Ongoing) is refused
+        # (issue 39 item 4); the transaction is aborted through its coordinator instead.
+        response = conn.request(ApiKey.WRITE_TXN_MARKERS, 0, {"markers": [{
+            "producer_id": pid, "producer_epoch": epoch, "transaction_result": False,
+            "topics": [{"name": "raw", "partition_indexes": [0]}], "coordinator_epoch": 0}]})
+        assert (response.markers[0].topics[0].partitions[0].error_code
+                == ErrorCode.TRANSACTION_COORDINATOR_FENCED)
+        assert _fetch(conn, "raw", committed=True, offset=4).last_stable_offset == 4
+        ended = conn.request(ApiKey.END_TXN, 0, {"transactional_id": "raw-tx", "producer_id": pid,
+                                                 "producer_epoch": epoch, "committed": False})
+        assert ended.error_code == ErrorCode.NONE
+        deadline = time.monotonic() + 10
+        while (fetched := _fetch(conn, "raw", committed=True, offset=4)).last_stable_offset < 7:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         assert (fetched.high_watermark, fetched.last_stable_offset) == (7, 7)
         assert [(a.producer_id, a.first_offset) for a in fetched.aborted_transactions] == [(pid, 4)]
         uncommitted = _fetch(conn, "raw", committed=False, offset=4)
@@ -794,7 +807,10 @@ def test_transactions_cli_lists_and_describes(broker):
     producer.produce("cli", value=b"x", partition=1)
     producer.flush(10)
     runner = CliRunner()
-    result = runner.invoke(transactions_cli, ["list", "--bootstrap-server", broker.bootstrap])
+    # (our table: --format table; the default is kafka-transactions.sh's columns, compared with
+    # its output by tests/kafka_ref/test_cli_same_output.py)
+    result = runner.invoke(transactions_cli, ["list", "--format", "table", "--bootstrap-server",
+                                              broker.bootstrap])
     assert result.exit_code == 0, result.output
     header, row = result.output.strip().splitlines()
     assert header.split()[:3] == ["TRANSACTIONAL", "ID", "STATE"]
@@ -805,8 +821,12 @@ def test_transactions_cli_lists_and_describes(broker):
     result = runner.invoke(transactions_cli, ["list", "--state", "CompleteCommit",
                                               "--bootstrap-server", broker.bootstrap])
     assert result.exit_code == 0 and len(result.output.strip().splitlines()) == 1
+    kafka = runner.invoke(transactions_cli, ["list", "--bootstrap-server", broker.bootstrap])
+    assert kafka.output.split("\n")[0].split() == ["TransactionalId", "Coordinator", "ProducerId",
+                                                   "TransactionState"]
+    assert kafka.output.split("\n")[1].split() == ["cli-tx", "0", cells[2], "Ongoing"]
     producer.commit_transaction(10)
-    result = runner.invoke(transactions_cli, ["describe", "cli-tx",
+    result = runner.invoke(transactions_cli, ["describe", "cli-tx", "--format", "table",
                                               "--bootstrap-server", broker.bootstrap])
     assert result.exit_code == 0
     assert result.output.strip().splitlines()[1].split()[:6] == \

@@ -5,6 +5,8 @@ instructions; the broker's config file is loaded by the broker's own config code
 from __future__ import annotations
 
 import json
+import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -89,8 +91,8 @@ def test_every_copied_path_exists_and_install_happens_at_build():
             if instruction == "COPY" and not args.startswith("--from"):
                 for source in shlex.split(args)[:-1]:
                     assert (ROOT / source).exists(), source
-    runs = " ".join(a for i, a in dockerfile_stages()["broker"] if i == "RUN")
-    assert 'pip install ".[compression]"' in runs
+    runs = " ".join(a for i, a in dockerfile_stages()["build"] if i == "RUN")
+    assert 'pip install -c docker/requirements.txt ".[compression]"' in runs
 
 
 def test_ports_on_loopback_by_default_and_healthcheck_with_start_period():
@@ -129,7 +131,7 @@ def test_spark_example_runs_against_the_internal_listener():
     assert (ROOT / command[1]).exists()
     assert spark["build"]["target"] == "spark" and "spark" in dockerfile_stages()
     runs = " ".join(a for i, a in dockerfile_stages()["spark"] if i == "RUN")
-    assert "default-jre-headless" in runs and ".[spark" in runs
+    assert "default-jre-headless" in runs and "pip install -c /tmp/requirements.txt pyspark" in runs
     # Without the profile the Spark service is not started.
     assert "spark-example" not in compose_config()["services"]
 
@@ -137,3 +139,63 @@ def test_spark_example_runs_against_the_internal_listener():
 @pytest.mark.parametrize("ignored", [".venv", ".git", "data"])
 def test_dockerignore_keeps_local_state_out_of_the_image(ignored):
     assert ignored in (ROOT / ".dockerignore").read_text().split()
+
+
+# -- issue 39 items 9-11 --------------------------------------------------------------------------
+
+
+def test_pinned_base_image_and_packages():
+    text = (ROOT / "Dockerfile").read_text()
+    (image,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    assert re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", image), image  # a patch release
+    pins = [line for line in (ROOT / "docker" / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert pins and all(re.fullmatch(r"[\w.-]+==[\w.]+", line) for line in pins), pins
+    pinned = {line.split("==")[0].lower() for line in pins}
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["compression"],
+              *project["optional-dependencies"]["spark"]]
+    names = {re.split(r"[<>=\[ ;]", req, maxsplit=1)[0].lower() for req in wanted}
+    assert names <= pinned, names - pinned
+
+
+def test_images_hold_no_second_copy_of_the_sources():
+    stages = dockerfile_stages()
+    for name in ("broker", "spark"):
+        copied = [args for instruction, args in stages[name] if instruction == "COPY"]
+        assert not any(a.split()[0].rstrip("/") in ("broker", "client", "protocol")
+                       for a in copied), copied
+    assert any(a.startswith("--from=build /opt/minibroker") for i, a in stages["broker"]
+               if i == "COPY")
+
+
+def test_restart_policy_name_and_healthcheck_as_a_kafka_request():
+    config = compose_config()
+    assert config["name"] == "minibroker"
+    broker = config["services"]["broker"]
+    assert broker["restart"] == "unless-stopped"
+    test = broker["healthcheck"]["test"]
+    assert "/usr/local/bin/minibroker-healthcheck" in test
+    copied = [a.split() for i, a in dockerfile_stages()["broker"] if i == "COPY"]
+    assert ["docker/healthcheck.py", "/usr/local/bin/minibroker-healthcheck"] in copied
+
+
+def test_one_env_variable_moves_the_published_port_and_the_advertised_listener():
+    defaults = dict(line.split("=", 1) for line in (ROOT / ".env").read_text().splitlines()
+                    if line.strip() and not line.startswith("#"))
+    assert defaults["MINIBROKER_EXTERNAL_PORT"] == "9092"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MINIBROKER_")}
+    broker = compose_config(env={**env, "MINIBROKER_EXTERNAL_PORT": "19092"})["services"][
+        "broker"]
+    assert ("127.0.0.1", "19092", 9092) in {(p["host_ip"], p["published"], p["target"])
+                                           for p in broker["ports"]}
+    command = broker["command"]
+    advertised = command[command.index("--override") + 1]
+    assert advertised.endswith("EXTERNAL://localhost:19092"), advertised
+    # The override is a key the broker reads (its --override, as kafka-server-start.sh's).
+    listeners = read_properties(ROOT / "docker" / "server.properties")
+    listeners.update([advertised.split("=", 1)])
+    (external,) = build_config(listeners).extra_listeners
+    assert (external.advertised_host, external.advertised_port) == ("localhost", 19092)

@@ -139,6 +139,32 @@ class TopicsAdmin(AdminBase):
             "brokers": brokers,
         }
 
+    async def api_versions(self) -> list[dict[str, Any]]:
+        """Each broker's ApiVersions answer (kafka-broker-api-versions.sh, kafka-features.sh
+        describe): its node, ``api_keys`` [(key, min, max)], ``supported_features`` and
+        ``finalized_features`` [(name, min, max)], ``finalized_features_epoch``."""
+        await self._cluster.refresh_metadata([])
+        answers = []
+        for node_id, (host, port) in sorted(self._cluster.brokers.items()):
+            conn = await self._cluster.connection(node_id)
+            version = 3 if conn.supports_version(ApiKey.API_VERSIONS, 3) else 0
+            response = await conn.request(ApiKey.API_VERSIONS, {
+                "client_software_name": "minibroker-client", "client_software_version": "1",
+            }, version=version)
+            if response.error_code:
+                raise error_for(response.error_code, "ApiVersions")
+            answers.append({
+                "node_id": node_id, "host": host, "port": port,
+                "api_keys": [(k.api_key, k.min_version, k.max_version)
+                             for k in response.api_keys],
+                "supported_features": [(f.name, f.min_version, f.max_version)
+                                       for f in getattr(response, "supported_features", ())],
+                "finalized_features": [(f.name, f.min_version_level, f.max_version_level)
+                                       for f in getattr(response, "finalized_features", ())],
+                "finalized_features_epoch": getattr(response, "finalized_features_epoch", -1),
+            })
+        return answers
+
     # -- configs ----------------------------------------------------------------------------------
 
     async def _resource_connection(self, resource: ConfigResource) -> Any:

@@ -239,8 +239,9 @@ class TransactionsAdmin(TopicsAdmin):
         """Abort a hanging transaction on one partition (Kafka's ``Admin.abortTransaction``): an
         ABORT marker through WriteTxnMarkers to the partition's leader, with the producer id and
         epoch ``describe_producers`` or ``find_hanging_transactions`` reported. The broker
-        refuses it (CLUSTER_AUTHORIZATION_FAILED) for a transaction a coordinator still runs:
-        end those through their transactional id."""
+        refuses it for a transaction its coordinator still runs (TRANSACTION_COORDINATOR_FENCED
+        while Ongoing, CLUSTER_AUTHORIZATION_FAILED for any other marker it did not expect): end
+        those through their transactional id."""
         topic, index = partition
         conn = await self._cluster.connection(await self._leader(topic, index))
         response = await conn.request(ApiKey.WRITE_TXN_MARKERS, {"markers": [{

@@ -48,8 +48,8 @@ def test_client_side_errors():
 
 def test_table_is_kafkas():
     """Spot checks against Kafka's Errors.java / protocol error table (name, code, retriable)."""
-    assert len(ErrorCode) == 130  # -1 .. 128, as of Kafka 4.0
-    assert [c.value for c in ErrorCode] == list(range(-1, 129))
+    assert len(ErrorCode) == 135  # -1 .. 133 (Kafka 4.4: SHARE_SESSION_LIMIT_REACHED, KIP-932)
+    assert [c.value for c in ErrorCode] == list(range(-1, 134))
     expected = {
         "MEMBER_ID_REQUIRED": (79, False),
         "FENCED_INSTANCE_ID": (82, False),
@@ -62,6 +62,8 @@ def test_table_is_kafkas():
         "UNKNOWN_TOPIC_ID": (100, True),
         "TRANSACTION_ABORTABLE": (120, False),
         "INVALID_REGULAR_EXPRESSION": (128, False),
+        "STREAMS_TOPOLOGY_FENCED": (132, False),
+        "SHARE_SESSION_LIMIT_REACHED": (133, False),
     }
     for name, (code, retriable) in expected.items():
         assert ErrorCode[name] == code

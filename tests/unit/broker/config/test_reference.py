@@ -35,8 +35,8 @@ def test_every_documented_key_is_accepted_by_the_parser():
         if key.startswith("[") or key in ("listeners", "advertised.listeners"):
             continue
         assert (key in broker_config._PROPERTIES or broker_config.is_security_key(key)
-                or key in ("log.retention.minutes", "log.retention.hours",
-                           "listener.security.protocol.map")), key
+                or key in broker_config._COARSE_UNITS
+                or key == "listener.security.protocol.map"), key
 
 
 def test_drift_is_detected(tmp_path, monkeypatch):

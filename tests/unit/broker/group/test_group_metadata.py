@@ -20,8 +20,8 @@ from broker.group.group_metadata import (
 )
 from broker.group.offsets import decode_offset_key_untrusted
 from broker.group.service import GroupService
-from broker.network.context import Broker
-from broker.network.reply import Deferred
+from broker.handlers.context import Broker
+from broker.reply import Deferred
 from protocol.errors import CorruptFrameError, ErrorCode
 from tests.unit.broker.group.test_service import (
     NOW,

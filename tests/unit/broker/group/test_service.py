@@ -10,10 +10,10 @@ from broker.app import build_broker
 from broker.clock import Clock, ManualClock, TrioClock
 from broker.config import build_config
 from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
+from broker.handlers.context import Broker
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS_TOPIC
 from broker.log.topics import partition_for
-from broker.network.context import Broker
-from broker.network.reply import Deferred
+from broker.reply import Deferred
 from protocol.errors import ErrorCode
 
 NOW = 1_700_000_000_000

@@ -8,7 +8,8 @@ import pytest
 
 from broker import handlers
 from broker.app import build_handler_table
-from broker.network.dispatcher import Dispatcher, check_served, handler_table, handles
+from broker.handlers.marks import handles
+from broker.network.dispatcher import Dispatcher, check_served, handler_table
 from broker.network.dispatcher import implemented as implemented_by
 from protocol.api_keys import ApiKey, VersionRange
 from protocol.messages.api_versions import ADVERTISED, IMPLEMENTED

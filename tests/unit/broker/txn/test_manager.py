@@ -13,9 +13,9 @@ import trio.testing
 from broker.app import build_broker
 from broker.clock import ManualClock
 from broker.config import build_config
+from broker.handlers.context import Broker
 from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
-from broker.network.context import Broker
-from broker.network.reply import AnswerFirst, Deferred
+from broker.reply import AnswerFirst, Deferred
 from broker.storage import flusher
 from broker.txn.manager import CrashHook, InitResult
 from broker.txn.state import TxnState

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from broker.handlers.context import Broker
 from broker.log.manager import BOOT_ID_FILE
-from broker.network.context import Broker
 from broker.txn.coordinator import EPOCH_EXHAUSTED, INT16_MAX
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError

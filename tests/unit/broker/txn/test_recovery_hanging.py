@@ -15,11 +15,11 @@ import os
 import trio
 
 from broker.group.service import OffsetToCommit, TxnProducer
+from broker.handlers.context import Broker
 from broker.log.manager import BOOT_ID_FILE
 from broker.log.partition import Partition
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC
 from broker.log.topics import TRANSACTION_STATE_TOPIC as TOPIC
-from broker.network.context import Broker
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import ControlType

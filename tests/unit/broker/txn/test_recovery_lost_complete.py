@@ -16,9 +16,9 @@ from __future__ import annotations
 import pytest
 
 from broker.group.service import OffsetToCommit, TxnProducer
+from broker.handlers.context import Broker
 from broker.log.manager import BOOT_ID_FILE
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC
-from broker.network.context import Broker
 from broker.txn.state import TxnState
 from protocol.errors import ErrorCode, KafkaError
 from protocol.records import ControlType, encode_batch

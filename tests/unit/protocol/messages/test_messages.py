@@ -174,6 +174,10 @@ KAFKA_4 = {
     ApiKey.SASL_AUTHENTICATE: (0, 2), ApiKey.DESCRIBE_ACLS: (1, 3), ApiKey.CREATE_ACLS: (1, 3),
     ApiKey.DELETE_ACLS: (1, 3), ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
+    ApiKey.SHARE_FETCH: (1, 2), ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
+    ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1), ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
 }
 
 
@@ -462,7 +466,13 @@ OLD_ONLY_CASES = [
 
 
 # Served versions no kafka-python class covers: golden bytes below instead.
-GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0)}
+GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0),
+               # share groups: golden bytes in tests/unit/protocol/messages/test_share.py
+               (ApiKey.SHARE_GROUP_HEARTBEAT, 1), (ApiKey.SHARE_GROUP_DESCRIBE, 1),
+               (ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_FETCH, 2),
+               (ApiKey.SHARE_ACKNOWLEDGE, 1), (ApiKey.SHARE_ACKNOWLEDGE, 2),
+               (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0), (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1),
+               (ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0), (ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0)}
 
 
 def test_every_served_version_has_a_referee() -> None:

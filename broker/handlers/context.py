@@ -17,6 +17,7 @@ from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.log.topics import INTERNAL_TOPICS
 from broker.security.service import Security
+from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.storage.cleaner_service import LogCleaner
 from broker.txn.manager import TransactionManager
@@ -40,6 +41,7 @@ class Broker:
         cross: CrossService,
         security: Security,
         cleaner: LogCleaner | None = None,
+        share: ShareService | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -51,6 +53,7 @@ class Broker:
         self.cross = cross  # the steps that join the group and transaction services
         self.cleaner = cleaner  # log compaction; its task runs in server.serve
         self.security = security  # SASL, SCRAM credentials, ACLs and the authorizer
+        self.share = share  # share groups (KIP-932): broker/share/service.py
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.

@@ -3,7 +3,8 @@
 - ``Deferred(async_fn)``: the result comes later (acks=all fsync, long-poll fetch, a rebalance,
   the markers of EndTxn); the connection awaits it in request order;
 - ``AnswerFirst(value, finish)``: answer ``value`` at once, then run ``finish()`` (the fsync of a
-  change already decided) right after the answer is sent and before anything else runs.
+  change already decided) right after the answer is sent and before anything else runs;
+- ``NO_RESPONSE``: no answer at all (Produce with acks=0).
 
 They sit below the dispatcher so that the services (``broker/txn``, ``broker/group``) can return
 them without importing the shell; the handlers turn results into responses with
@@ -17,6 +18,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 T = TypeVar("T")
 U = TypeVar("U")
+
+NO_RESPONSE = object()
 
 
 class Deferred(Generic[T]):

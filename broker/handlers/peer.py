@@ -29,6 +29,9 @@ class Session:
     sasl: Any = None  # the connection's broker.security.sasl.SaslServer during the exchange
     close_after_reply: bool = False  # a failed authentication: answer, then close
     refusals: Any = None  # the connection's refusal lines (broker.handlers.authz.RefusalLog)
+    # Called once when the connection closes, by key (share sessions opened on it release
+    # their records, as Kafka's do when their connection goes).
+    on_close: dict = field(default_factory=dict)
 
     @classmethod
     def for_listener(cls, security_protocol: str, principal: str | None = None) -> Session:

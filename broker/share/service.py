@@ -1,0 +1,666 @@
+"""The shell around share groups: the log reads, the share state log, replay, long polls.
+
+``ShareGroups`` (membership), ``SharePartitionState`` (records) and ``ShareSessionCache`` are pure;
+this class gives them the outside world:
+
+- Reads: a ShareFetch reads each partition of the member's session from the share partition's
+  next fetch offset, bounded by the high watermark (read_uncommitted) or the last stable offset
+  (read_committed: the same bound and the same aborted-transaction list as a read_committed Fetch,
+  ``Partition.last_stable_offset`` and ``Partition.aborted_transactions``); batches of aborted
+  transactions and control batches are archived, never acquired.
+- Durability: a request that changed share state (acknowledgements, a new share partition's start
+  offset, a released lock) appends one ShareSnapshot per changed share partition to
+  ``__share_group_state`` and is answered once that batch is durable (the storage's group commit).
+  Acquisitions are not written (as in Kafka): after a restart, records acquired and never
+  acknowledged are Available again.
+- Replay: the constructor reads ``__share_group_state`` (latest record per key) and restores each
+  share partition when first used.
+- Housekeeping: ``tick(now_ms)`` removes members whose session timed out (releasing their records
+  and closing their share sessions) and releases expired locks.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.clock import Clock
+from broker.config import BrokerConfig
+from broker.log.cleaner import internal_topic_config
+from broker.log.internal_replay import SkipLog, read_batches
+from broker.log.partition import Partition
+from broker.log.segment import atomic_write
+from broker.log.topics import partition_for
+from broker.share.group import HeartbeatResult, ShareGroup, ShareGroups
+from broker.share.partition_state import (
+    NO_DEADLINE,
+    Acquired,
+    LogBatch,
+    RecordState,
+    SharePartitionState,
+)
+from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionCache
+from broker.share.state_log import (
+    SHARE_GROUP_STATE_TOPIC,
+    Snapshot,
+    StateKey,
+    decode_key_untrusted,
+    decode_value_untrusted,
+    encode_key,
+    encode_snapshot,
+)
+from broker.storage import Commit, Storage
+from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
+from protocol.records import encode_batch, iter_batches_untrusted
+
+log = logging.getLogger("minibroker.share")
+
+AUTO_OFFSET_RESET = "share.auto.offset.reset"
+ISOLATION_LEVEL = "share.isolation.level"
+GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
+LOCK_DURATION = "share.record.lock.duration.ms"
+GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
+                       ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
+# Kafka bounds the group's lock duration by group.share.min/max.record.lock.duration.ms
+# (defaults 15 s and 60 s).
+LOCK_DURATION_RANGE = (15_000, 60_000)
+
+
+def valid_group_config(key: str, value: str) -> bool:
+    if key == LOCK_DURATION:
+        try:
+            return LOCK_DURATION_RANGE[0] <= int(value) <= LOCK_DURATION_RANGE[1]
+        except ValueError:
+            return False
+    return key in GROUP_CONFIG_VALUES and value in GROUP_CONFIG_VALUES[key]
+GROUP_CONFIGS_FILE = "share_group_configs.json"
+STATE_SEGMENT_BYTES = 1 << 20
+MAX_POLL_SLICE_S = 1.0
+
+
+@dataclass
+class AckBatch:
+    first_offset: int
+    last_offset: int
+    types: Sequence[int]
+
+
+@dataclass
+class PartitionFetch:
+    topic_id: uuid.UUID
+    partition: int
+    error: ErrorCode = ErrorCode.NONE
+    ack_error: ErrorCode | None = None
+    records: Any = b""
+    acquired: list[Acquired] = field(default_factory=list)
+
+
+@dataclass
+class FetchOutcome:
+    error: ErrorCode = ErrorCode.NONE
+    message: str | None = None
+    partitions: list[PartitionFetch] = field(default_factory=list)
+
+
+class ShareService:
+    def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock) -> None:
+        self._config = config
+        self._storage = storage
+        self._logs = storage.logs
+        self._clock = clock
+        self.lock_ms = config.group_share_record_lock_duration_ms
+        self.groups = ShareGroups(
+            session_timeout_ms=config.group_share_session_timeout_ms,
+            heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
+            max_size=config.group_share_max_size,
+            lookup=self._lookup_topic,
+        )
+        self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
+        self.states: dict[StateKey, SharePartitionState] = {}
+        # share.auto.offset.reset / share.isolation.level per group (IncrementalAlterConfigs
+        # on a GROUP resource), kept in data_dir/share_group_configs.json.
+        self._configs_path = Path(config.data_dir) / GROUP_CONFIGS_FILE
+        self.group_configs: dict[str, dict[str, str]] = self._read_group_configs()
+        self._restored: dict[StateKey, Snapshot] = {}
+        self._names: dict[uuid.UUID, str] = {}
+        self._released = trio.Event()
+        self.replayed_records = self._replay()
+
+    # -- topics -----------------------------------------------------------------------------
+
+    def _lookup_topic(self, name: str) -> tuple[uuid.UUID, int] | None:
+        count = self._logs.partition_count(name)
+        if count is None:
+            return None
+        topic_id = self._logs.topic_id(name)
+        if topic_id is None:
+            return None
+        self._names[topic_id] = name
+        return topic_id, count
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        name = self._names.get(topic_id)
+        if name is not None and self._logs.topic_id(name) == topic_id:
+            return name
+        name = self._logs.topic_name(topic_id)
+        if name is not None:
+            self._names[topic_id] = name
+        return name
+
+    # -- group configs ----------------------------------------------------------------------
+
+    def group_config(self, group_id: str, key: str) -> str:
+        return self.group_configs.get(group_id, {}).get(key, GROUP_CONFIG_DEFAULTS[key])
+
+    def alter_group_configs(self, group_id: str, changes: Sequence[tuple[str, str | None]],
+                            validate_only: bool = False) -> None:
+        """Set (a value) or delete (None) group configs, durably; INVALID_CONFIG for an unknown
+        key or value (nothing changes then)."""
+        configs = dict(self.group_configs.get(group_id, {}))
+        for key, value in changes:
+            if key not in GROUP_CONFIG_VALUES and key != LOCK_DURATION:
+                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
+            if value is not None and not valid_group_config(key, value):
+                raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                 f"Invalid value {value} for configuration {key}")
+            if value is None:
+                configs.pop(key, None)
+            else:
+                configs[key] = value
+        if validate_only:
+            return
+        updated = {**self.group_configs, group_id: configs}
+        if not configs:
+            del updated[group_id]
+        try:
+            atomic_write(self._configs_path, json.dumps(updated, sort_keys=True).encode())
+        except OSError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+        self.group_configs = updated
+        lock_ms = self.lock_ms_for(group_id)
+        for state_key, state in self.states.items():
+            if state_key.group_id == group_id:
+                state.lock_ms = lock_ms
+
+    def lock_ms_for(self, group_id: str) -> int:
+        """The group's acquisition lock (its ``share.record.lock.duration.ms``, else the
+        broker's ``group.share.record.lock.duration.ms``)."""
+        value = self.group_configs.get(group_id, {}).get(LOCK_DURATION)
+        return int(value) if value is not None else self.lock_ms
+
+    def _read_group_configs(self) -> dict[str, dict[str, str]]:
+        try:
+            doc = json.loads(self._configs_path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            log.error("%s unreadable (%s): share groups use the default configs",
+                      self._configs_path, exc)
+            return {}
+        if not isinstance(doc, dict):
+            return {}
+        return {g: {k: v for k, v in c.items() if isinstance(k, str) and isinstance(v, str)
+                    and valid_group_config(k, v)}
+                for g, c in doc.items() if isinstance(c, dict)}
+
+    # -- membership -------------------------------------------------------------------------
+
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, rack_id: str | None,
+                  subscribed: list[str] | None, client_id: str, client_host: str
+                  ) -> HeartbeatResult:
+        now = self._clock.now_ms()
+        self.tick(now)
+        result = self.groups.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed,
+                                       client_id, client_host, now)
+        if member_epoch == -1:
+            self._member_gone(group_id, member_id)
+        return result
+
+    def _member_gone(self, group_id: str, member_id: str) -> None:
+        session = self.sessions.close(group_id, member_id)
+        if session is not None:
+            self._release(session)
+
+    def _release(self, session: ShareSession) -> None:
+        changed = False
+        for key in list(self.states):
+            if key.group_id == session.group_id:
+                changed |= self.states[key].release_member(session.member_id)
+        if changed:
+            self._wake()
+
+    def tick(self, now_ms: int) -> None:
+        for group_id, member_id in self.groups.expire(now_ms):
+            log.info("share group %s: member %s timed out", group_id, member_id)
+            self._member_gone(group_id, member_id)
+        expired = [k for k, s in self.states.items() if s.expire(now_ms)]
+        if expired:
+            self._wake()
+            self._persist(expired, now_ms)
+
+    def describe(self, group_id: str) -> ShareGroup | None:
+        return self.groups.get(group_id)
+
+    def list_groups(self) -> list[tuple[str, str]]:
+        """``(group_id, state)`` of every share group, those known only by their state too."""
+        known = {g: grp.state for g, grp in self.groups.groups.items()}
+        for key in (*self.states, *self._restored):
+            known.setdefault(key.group_id, "Empty")
+        return sorted(known.items())
+
+    def is_share_group(self, group_id: str) -> bool:
+        return any(g == group_id for g, _ in self.list_groups())
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        if not self.is_share_group(group_id):
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        self.groups.groups.pop(group_id, None)
+        keys = [k for k in (*self.states, *self._restored) if k.group_id == group_id]
+        self._tombstone(keys, self._clock.now_ms())
+        self.group_configs.pop(group_id, None)
+        return ErrorCode.NONE
+
+    # -- share-group offsets (admin) ---------------------------------------------------------
+
+    def group_topics(self, group_id: str) -> dict[str, list[int]]:
+        """Topic name -> partitions for which ``group_id`` has share state."""
+        out: dict[str, list[int]] = {}
+        for key in (*self.states, *self._restored):
+            if key.group_id == group_id:
+                name = self.topic_name(key.topic_id)
+                if name is not None:
+                    out.setdefault(name, []).append(key.partition)
+        return {t: sorted(set(p)) for t, p in sorted(out.items())}
+
+    def start_offset(self, group_id: str, topic: str, index: int) -> tuple[int, int]:
+        """``(share-partition start offset, lag)``, ``(-1, -1)`` without state; raises
+        UNKNOWN_TOPIC_OR_PARTITION."""
+        partition = self._logs.partition(topic, index)
+        topic_id = self._logs.topic_id(topic)
+        assert topic_id is not None
+        key = StateKey(group_id, topic_id, index)
+        state = self.states.get(key)
+        if state is None:
+            snapshot = self._restored.get(key)
+            if snapshot is None:
+                return -1, -1
+            state = SharePartitionState(0, delivery_limit=1, lock_ms=1, max_in_flight=1)
+            state.restore(snapshot.start_offset, snapshot.batches)
+        finished = sum(r.last - r.first + 1 for r in state.runs
+                       if r.state in (RecordState.ACKNOWLEDGED, RecordState.ARCHIVED))
+        return state.start, max(0, partition.high_watermark - state.start - finished)
+
+    def _check_empty(self, group_id: str) -> None:
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
+                             f"The group {group_id} is not empty.")
+
+    def alter_offsets(self, group_id: str, topic: str, offsets: Sequence[tuple[int, int]]
+                      ) -> tuple[dict[int, ErrorCode], list[Commit]]:
+        """Move the start offsets of an empty group's share partitions (AlterShareGroupOffsets):
+        the in-flight state is dropped; a code per partition and the commits to wait for."""
+        self._check_empty(group_id)
+        codes: dict[int, ErrorCode] = {}
+        dirty: set[StateKey] = set()
+        topic_id = self._logs.topic_id(topic)
+        for index, offset in offsets:
+            try:
+                if topic_id is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                partition = self._logs.partition(topic, index)
+                if not partition.log_start_offset <= offset <= partition.high_watermark:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     f"offset {offset} is outside the log")
+                key = StateKey(group_id, topic_id, index)
+                self._state(key, partition, dirty).reset_start(offset)
+                dirty.add(key)
+                codes[index] = ErrorCode.NONE
+            except KafkaError as exc:
+                codes[index] = exc.code
+        self.groups.ensure(group_id)
+        return codes, self._persist(dirty, self._clock.now_ms())
+
+    def delete_offsets(self, group_id: str, topic: str) -> list[Commit]:
+        """Forget an empty group's share state on ``topic`` (DeleteShareGroupOffsets)."""
+        self._check_empty(group_id)
+        topic_id = self._logs.topic_id(topic)
+        if topic_id is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        keys = [k for k in (*self.states, *self._restored)
+                if k.group_id == group_id and k.topic_id == topic_id]
+        return self._tombstone(keys, self._clock.now_ms())
+
+    # -- share partitions -------------------------------------------------------------------
+
+    def _state(self, key: StateKey, partition: Partition, dirty: set[StateKey]
+               ) -> SharePartitionState:
+        state = self.states.get(key)
+        if state is not None:
+            return state
+        state = SharePartitionState(
+            0, delivery_limit=self._config.group_share_delivery_count_limit,
+            lock_ms=self.lock_ms_for(key.group_id),
+            max_in_flight=self._config.group_share_partition_max_record_locks)
+        snapshot = self._restored.pop(key, None)
+        if snapshot is not None:
+            state.restore(max(snapshot.start_offset, partition.log_start_offset),
+                          snapshot.batches)
+        else:
+            reset = self.group_config(key.group_id, AUTO_OFFSET_RESET)
+            start = (partition.log_start_offset if reset == "earliest"
+                     else partition.high_watermark)
+            state.restore(start, ())
+            dirty.add(key)
+        self.states[key] = state
+        return state
+
+    def _partition(self, topic_id: uuid.UUID, index: int) -> tuple[str, Partition]:
+        name = self.topic_name(topic_id)
+        if name is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+        return name, self._logs.partition(name, index)
+
+    # -- ShareFetch / ShareAcknowledge ------------------------------------------------------
+
+    def open_request(self, group_id: str | None, member_id: str | None, epoch: int,
+                     acks_present: bool, fetching: bool) -> ShareSession | None:
+        """The session a ShareFetch (``fetching``) or ShareAcknowledge continues; raises
+        KafkaError with the top-level code. None for a closing request (epoch -1)."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "GroupId must be set.")
+        if not member_id:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, "MemberId must be set.")
+        if epoch == INITIAL_EPOCH:
+            if not fetching:
+                raise KafkaError(ErrorCode.INVALID_SHARE_SESSION_EPOCH,
+                                 "Acknowledge requests cannot open a share session.")
+            if acks_present:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "Acknowledge data present on initial epoch.")
+            opened, old = self.sessions.open(group_id, member_id)
+            if old is not None:
+                self._release(old)
+            return opened
+        session = self.sessions.check(group_id, member_id, epoch)
+        if session is None or epoch == FINAL_EPOCH:
+            return None
+        self.sessions.advance(session)
+        return session
+
+    def acknowledge(self, group_id: str, member_id: str,
+                    acks: Iterable[tuple[uuid.UUID, int, Sequence[AckBatch]]],
+                    dirty: set[StateKey]) -> dict[tuple[uuid.UUID, int], ErrorCode]:
+        """Apply acknowledgements; the code of each (topic id, partition)."""
+        now = self._clock.now_ms()
+        codes: dict[tuple[uuid.UUID, int], ErrorCode] = {}
+        for topic_id, index, batches in acks:
+            code = ErrorCode.NONE
+            try:
+                _, partition = self._partition(topic_id, index)
+                key = StateKey(group_id, topic_id, index)
+                state = self._state(key, partition, dirty)
+                for batch in batches:
+                    result = state.acknowledge(member_id, batch.first_offset, batch.last_offset,
+                                               batch.types, now)
+                    if result != ErrorCode.NONE:
+                        code = result
+                dirty.add(key)
+            except KafkaError as exc:
+                code = exc.code
+            codes[(topic_id, index)] = code
+        self._wake()
+        return codes
+
+    def connection_sessions(self) -> ConnectionSessions:
+        return ConnectionSessions(self)
+
+    def connection_closed(self, session: ShareSession) -> None:
+        """The connection that opened ``session`` closed: if it is still the member's session,
+        close it and release what the member holds (Kafka does the same)."""
+        if self.sessions.get(session.group_id, session.member_id) is session:
+            self.sessions.close(session.group_id, session.member_id)
+            self._release(session)
+
+    def close_session(self, group_id: str, member_id: str) -> None:
+        """After the acknowledgements of a closing request (epoch -1)."""
+        self._member_gone(group_id, member_id)
+
+    def fetch_once(self, group_id: str, member_id: str, session: ShareSession,
+                   max_records: int, max_bytes: int, dirty: set[StateKey]
+                   ) -> list[PartitionFetch]:
+        """Acquire records on every partition of the session, in turn, within the limits."""
+        now = self._clock.now_ms()
+        cap = self._config.fetch_max_bytes
+        remaining_bytes = min(max_bytes, cap) if max_bytes > 0 else cap
+        remaining = max_records if max_records > 0 else 500
+        committed = self.group_config(group_id, ISOLATION_LEVEL) == "read_committed"
+        out = []
+        for topic_id, index in list(session.partitions):
+            result = PartitionFetch(topic_id, index)
+            out.append(result)
+            try:
+                _, partition = self._partition(topic_id, index)
+            except KafkaError as exc:
+                # Answered once, then forgotten: a session holds only partitions that exist
+                # (a client naming random topic ids cannot grow it).
+                result.error = exc.code
+                del session.partitions[(topic_id, index)]
+                continue
+            if remaining <= 0 or remaining_bytes <= 0:
+                continue
+            try:
+                key = StateKey(group_id, topic_id, index)
+                state = self._state(key, partition, dirty)
+                data, acquired = self._acquire(state, partition, member_id, remaining,
+                                               remaining_bytes, committed, now, key, dirty)
+            except KafkaError as exc:
+                result.error = exc.code
+                continue
+            result.records, result.acquired = data, acquired
+            remaining -= sum(a.last_offset - a.first_offset + 1 for a in acquired)
+            remaining_bytes -= len(data)
+        return out
+
+    def _acquire(self, state: SharePartitionState, partition: Partition, member_id: str,
+                 max_records: int, max_bytes: int, committed: bool, now: int, key: StateKey,
+                 dirty: set[StateKey]) -> tuple[Any, list[Acquired]]:
+        if state.expire(now):
+            dirty.add(key)
+        if state.start < partition.log_start_offset:  # retention passed the share partition
+            state.reset_start(partition.log_start_offset)
+            dirty.add(key)
+        offset = state.next_fetch_offset()
+        bound = partition.last_stable_offset if committed else partition.high_watermark
+        if offset is None or offset >= bound:
+            return b"", []
+        try:
+            data = partition.read(offset, max_bytes, bound)
+        except KafkaError as exc:
+            if exc.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+                raise
+            # The log no longer has the offset (records deleted, a tail lost at a power cut):
+            # the share partition starts again where the log is.
+            state.reset_start(min(max(offset, partition.log_start_offset),
+                                  partition.high_watermark))
+            dirty.add(key)
+            return b"", []
+        if not data:
+            return b"", []
+        aborted = partition.aborted_transactions(offset, bound) if committed else []
+        batches, ends = _classify(data, aborted)
+        acquired = state.acquire(member_id, batches, max_records, now)
+        if not acquired:
+            if any(not b.deliverable for b in batches):
+                dirty.add(key)
+            return b"", []
+        top = acquired[-1].last_offset
+        cut = next((end for b, end in zip(batches, ends, strict=True) if b.last >= top),
+                   len(data))
+        return (data[:cut] if cut < len(data) else data), acquired
+
+    def next_deadline(self) -> int:
+        return min((s.next_deadline() for s in self.states.values()), default=NO_DEADLINE)
+
+    async def wait_for_records(self, deadline_s: float, data_arrived: Any) -> None:
+        """Until new data arrives, records are released, a lock expires or ``deadline_s``
+        (trio time)."""
+        released = self._released
+        lock_due = self.next_deadline()
+        wait_until = deadline_s
+        if lock_due < NO_DEADLINE:
+            wait_until = min(wait_until, trio.current_time()
+                             + max(0, lock_due - self._clock.now_ms()) / 1000 + 0.001)
+        wait_until = min(wait_until, trio.current_time() + MAX_POLL_SLICE_S)
+        with trio.move_on_at(wait_until):
+            async with trio.open_nursery() as nursery:
+                async def watch(event: Any) -> None:
+                    await event.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(watch, data_arrived.event())
+                nursery.start_soon(watch, released)
+
+    def _wake(self) -> None:
+        self._released.set()
+        self._released = trio.Event()
+
+    # -- the state log ----------------------------------------------------------------------
+
+    def _state_partition(self, key: StateKey, now_ms: int) -> Partition:
+        logs = self._logs
+        count = logs.partition_count(SHARE_GROUP_STATE_TOPIC)
+        if count is None:
+            count = self._config.share_coordinator_state_topic_num_partitions
+            logs.create_topic(SHARE_GROUP_STATE_TOPIC, count,
+                              internal_topic_config(STATE_SEGMENT_BYTES), now_ms)
+            log.info("created %s with %d partitions", SHARE_GROUP_STATE_TOPIC, count)
+        index = partition_for(f"{key.group_id}:{key.topic_id}:{key.partition}", count)
+        return logs.partition(SHARE_GROUP_STATE_TOPIC, index)
+
+    def persist(self, keys: Iterable[StateKey]) -> list[Commit]:
+        return self._persist(keys, self._clock.now_ms())
+
+    def _persist(self, keys: Iterable[StateKey], now_ms: int) -> list[Commit]:
+        records: dict[int, tuple[Partition, list]] = {}
+        for key in keys:
+            state = self.states.get(key)
+            if state is None:
+                continue
+            value = encode_snapshot(Snapshot(state.start, 0, state.snapshot()), now_ms)
+            self._add(records, key, value, now_ms)
+        return self._append(records, now_ms)
+
+    def _tombstone(self, keys: Iterable[StateKey], now_ms: int) -> list[Commit]:
+        records: dict[int, tuple[Partition, list]] = {}
+        for key in keys:
+            self.states.pop(key, None)
+            self._restored.pop(key, None)
+            self._add(records, key, None, now_ms)
+        return self._append(records, now_ms)
+
+    def _add(self, records: dict[int, tuple[Partition, list]], key: StateKey,
+             value: bytes | None, now_ms: int) -> None:
+        partition = self._state_partition(key, now_ms)
+        entry = records.setdefault(partition.index, (partition, []))
+        entry[1].append((encode_key(key), value, (), now_ms))
+
+    def _append(self, records: dict[int, tuple[Partition, list]], now_ms: int) -> list[Commit]:
+        commits = []
+        for partition, items in records.values():
+            try:
+                _, commit = self._storage.append(partition, bytearray(encode_batch(items)),
+                                                 now_ms)
+            except KafkaError as exc:
+                log.error("could not store share state: %s", exc)
+                raise
+            if commit is not None:
+                commits.append(commit)
+        return commits
+
+    def _replay(self) -> int:
+        logs = self._logs
+        count = logs.partition_count(SHARE_GROUP_STATE_TOPIC) or 0
+        n = 0
+        for index in range(count):
+            partition = logs.partition(SHARE_GROUP_STATE_TOPIC, index)
+            skips = SkipLog(log, partition)
+            for header, records in read_batches(partition, partition.high_watermark, skips):
+                if header.is_control:
+                    continue
+                for record in records:
+                    try:
+                        key = decode_key_untrusted(record.key)
+                        if key is None:
+                            continue
+                        value = decode_value_untrusted(record.key, record.value)  # type: ignore[arg-type]
+                    except CorruptFrameError as exc:
+                        skips.skip(record.offset, str(exc))
+                        continue
+                    n += 1
+                    if value is None:
+                        self._restored.pop(key, None)
+                    else:
+                        self._restored[key] = value
+            skips.close()
+        if n:
+            log.info("loaded the state of %d share partitions from %d records of %s",
+                     len(self._restored), n, SHARE_GROUP_STATE_TOPIC)
+        return n
+
+
+def _classify(data: Any, aborted: list[tuple[int, int]]) -> tuple[list[LogBatch], list[int]]:
+    """The batches of ``data`` as acquisition sees them, and where each ends in ``data``:
+    control batches and (``aborted``: a read_committed read's aborted transactions,
+    ``(producer_id, first_offset)``) the batches of aborted transactions are not deliverable."""
+    pending = sorted(aborted, key=lambda a: a[1])
+    active: set[int] = set()
+    k = 0
+    out: list[LogBatch] = []
+    ends: list[int] = []
+    for pos, header in iter_batches_untrusted(data):
+        last = header.last_offset
+        while k < len(pending) and pending[k][1] <= last:
+            active.add(pending[k][0])
+            k += 1
+        if header.is_control:
+            active.discard(header.producer_id)
+            deliverable = False
+        else:
+            deliverable = not (header.is_transactional and header.producer_id in active)
+        out.append(LogBatch(header.base_offset, last, deliverable))
+        ends.append(pos + header.size)
+    return out, ends
+
+
+
+class ConnectionSessions:
+    """The share sessions one connection opened; called when it closes. Sessions since
+    replaced or closed are pruned as new ones come, so a connection holds no more entries than
+    the cache holds sessions opened on it (and at most ``MAX_PER_CONNECTION`` stale ones)."""
+
+    MAX_PER_CONNECTION = 64
+
+    def __init__(self, service: ShareService) -> None:
+        self._service = service
+        self._opened: dict[tuple[str, str], ShareSession] = {}
+
+    def add(self, session: ShareSession) -> None:
+        self._opened[(session.group_id, session.member_id)] = session
+        if len(self._opened) > self.MAX_PER_CONNECTION:
+            cache = self._service.sessions
+            self._opened = {k: s for k, s in self._opened.items() if cache.get(*k) is s}
+
+    def __call__(self) -> None:
+        for session in self._opened.values():
+            self._service.connection_closed(session)

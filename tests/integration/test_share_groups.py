@@ -1,0 +1,345 @@
+"""Share groups (KIP-932) over the wire, request by request, against the real broker process:
+acquisition, acknowledgement, redelivery after a lock or a member that vanished, the delivery
+limit, read_committed, and the share state across a clean restart and a kill -9.
+
+(Kafka's own share consumer against minibroker and Kafka: tests/kafka_ref/test_share_groups.py.)
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from protocol.api_keys import ApiKey
+from protocol.errors import ErrorCode
+from tests.broker_process import BrokerProcess
+from tests.raw_client import RawConnection
+
+LOCK_MS = 1000
+CONFIG = (f"group.share.record.lock.duration.ms={LOCK_MS}\n"
+          "group.share.delivery.count.limit=3\n")
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+COORDINATOR_WAIT = {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                    ErrorCode.NOT_COORDINATOR}
+
+
+@pytest.fixture
+def broker(tmp_path):
+    with BrokerProcess.configured(tmp_path, CONFIG) as proc:
+        yield proc
+
+
+def create_topic(port: int, name: str, partitions: int = 1) -> uuid.UUID:
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+    admin.create_topics([NewTopic(name, partitions, 1)])[name].result(timeout=10)
+    with RawConnection(port) as conn:
+        meta = conn.request(ApiKey.METADATA, 12, {"topics": [{"name": name}]})
+    return meta.topics[0].topic_id
+
+
+def produce(port: int, topic: str, n: int, transactional: str | None = None,
+            abort: bool = False) -> None:
+    conf = {"bootstrap.servers": f"127.0.0.1:{port}", "linger.ms": 0}
+    if transactional:
+        conf["transactional.id"] = transactional
+    producer = Producer(conf)
+    if transactional:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+    for i in range(n):
+        producer.produce(topic, value=b"v%d" % i)
+        producer.flush(10)  # one batch per record: acknowledgements split nothing
+    if transactional:
+        (producer.abort_transaction if abort else producer.commit_transaction)(10)
+    assert producer.flush(10) == 0
+
+
+def set_group_config(port: int, group: str, key: str, value: str) -> None:
+    with RawConnection(port) as conn:
+        answer = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": 32, "resource_name": group,
+            "configs": [{"name": key, "config_operation": 0, "value": value}]}]})
+    assert answer.responses[0].error_code == 0, answer
+
+
+class Member:
+    """One share consumer as raw requests: a heartbeat to join, then a share session."""
+
+    def __init__(self, port: int, group: str, topic: str, topic_id: uuid.UUID) -> None:
+        self.conn = RawConnection(port)
+        self.group, self.topic_id = group, topic_id
+        self.member_id = str(uuid.uuid4())
+        deadline = time.monotonic() + 30
+        while True:  # Kafka answers NOT_COORDINATOR until its group coordinator has loaded
+            found = self.conn.request(ApiKey.FIND_COORDINATOR, 3, {"key": group, "key_type": 0})
+            beat = self.conn.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": self.member_id, "member_epoch": 0,
+                "subscribed_topic_names": [topic]})
+            if found.error_code == 0 and beat.error_code not in COORDINATOR_WAIT:
+                break
+            assert time.monotonic() < deadline, (found, beat)
+            time.sleep(0.5)
+        assert beat.error_code == 0, beat
+        self.epoch = beat.member_epoch
+        self.assignment = beat.assignment
+        self.session_epoch = 0
+
+    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), max_wait_ms: int = 0,
+              max_records: int = 500):
+        body = {"group_id": self.group, "member_id": self.member_id,
+                "share_session_epoch": self.session_epoch, "max_wait_ms": max_wait_ms,
+                "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+                "batch_size": max_records,
+                "topics": [{"topic_id": self.topic_id, "partitions": [{
+                    "partition_index": 0, "acknowledgement_batches": [
+                        {"first_offset": a, "last_offset": b, "acknowledge_types": t}
+                        for a, b, t in acks]}]}]}
+        answer = self.conn.request(ApiKey.SHARE_FETCH, 1, body)
+        if answer.error_code == 0 and self.session_epoch != -1:
+            self.session_epoch += 1
+        return answer
+
+    def acknowledge(self, acks: list[tuple[int, int, list[int]]], close: bool = False):
+        body = {"group_id": self.group, "member_id": self.member_id,
+                "share_session_epoch": -1 if close else self.session_epoch,
+                "topics": [{"topic_id": self.topic_id, "partitions": [{
+                    "partition_index": 0, "acknowledgement_batches": [
+                        {"first_offset": a, "last_offset": b, "acknowledge_types": t}
+                        for a, b, t in acks]}]}]}
+        answer = self.conn.request(ApiKey.SHARE_ACKNOWLEDGE, 1, body)
+        if answer.error_code == 0 and not close:
+            self.session_epoch += 1
+        return answer
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def acquired(answer) -> list[tuple[int, int, int]]:
+    assert answer.error_code == 0, answer
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in answer.responses for p in t.partitions for a in p.acquired_records]
+
+
+def fetch_until(member: Member, want: int, timeout: float = 10.0) -> list[tuple[int, int, int]]:
+    got: list[tuple[int, int, int]] = []
+    deadline = time.monotonic() + timeout
+    while sum(b - a + 1 for a, b, _ in got) < want:
+        assert time.monotonic() < deadline, f"acquired only {got}"
+        got += acquired(member.fetch(max_wait_ms=500))
+    return got
+
+
+def offsets(ranges) -> list[int]:
+    return sorted(o for a, b, *_ in ranges for o in range(a, b + 1))
+
+
+def test_members_share_a_partition_and_acknowledge_once(broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+    a, b = Member(port, "g", "q", tid), Member(port, "g", "q", tid)
+    try:
+        assert [tp.partitions for tp in b.assignment.topic_partitions] == [[0]]
+        produce(port, "q", 6)
+        first = fetch_until(a, 6)
+        assert offsets(first) == list(range(6)) and {d for *_, d in first} == {1}
+        # everything is locked by a: b gets nothing
+        assert acquired(b.fetch()) == []
+        # a accepts 0-1, releases 2-3 (b gets them, second delivery), rejects 4, keeps 5
+        answer = a.acknowledge([(0, 1, [ACCEPT]), (2, 3, [RELEASE]), (4, 4, [REJECT])])
+        assert answer.responses[0].partitions[0].error_code == 0
+        assert acquired(b.fetch()) == [(2, 3, 2)]
+        # acknowledging what another member holds, or what is done, is INVALID_RECORD_STATE
+        bad = a.acknowledge([(2, 2, [ACCEPT])])
+        assert bad.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+        # acknowledgements ride on the next fetch too
+        fetched = b.fetch(acks=[(2, 3, [ACCEPT])])
+        assert fetched.responses[0].partitions[0].acknowledge_error_code == 0
+        a.acknowledge([(5, 5, [ACCEPT])])
+        # the group and its members as ShareGroupDescribe shows them
+        with RawConnection(port) as conn:
+            described = conn.request(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["g", "nope"]})
+        group, missing = described.groups
+        assert group.group_state == "Stable" and len(group.members) == 2
+        assert group.members[0].assignment.topic_partitions[0].topic_name == "q"
+        assert missing.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+    finally:
+        a.close()
+        b.close()
+
+
+def test_session_epochs_are_checked(broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    m = Member(port, "g", "q", tid)
+    try:
+        assert m.fetch().error_code == 0
+        m.session_epoch = 7
+        assert m.fetch().error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+        m.session_epoch = 0
+        assert m.fetch(acks=[(0, 0, [ACCEPT])]).error_code == ErrorCode.INVALID_REQUEST
+        other = Member(port, "g", "q", tid)
+        other.session_epoch = 3
+        assert other.fetch().error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+        other.close()
+    finally:
+        m.close()
+
+
+def test_records_come_back_after_the_lock_or_a_closed_connection_and_the_limit_archives(
+        broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+    produce(port, "q", 3)
+    silent = Member(port, "g", "q", tid)
+    assert offsets(fetch_until(silent, 3)) == [0, 1, 2]
+    # the holder stays connected and says nothing: the records come back after the lock
+    second = Member(port, "g", "q", tid)
+    started = time.monotonic()
+    again = fetch_until(second, 3)
+    assert time.monotonic() - started >= LOCK_MS / 1000 * 0.5
+    assert {d for *_, d in again} == {2}
+    # the second holder's connection closes: its share session goes, the records come back
+    # at once (as Kafka does), the third delivery
+    second.close()
+    third = Member(port, "g", "q", tid)
+    try:
+        started = time.monotonic()
+        assert {d for *_, d in fetch_until(third, 3)} == {3}
+        assert time.monotonic() - started < LOCK_MS / 1000
+        # released at the limit (3 deliveries): archived, never delivered again
+        third.acknowledge([(0, 2, [RELEASE])])
+        assert acquired(third.fetch(max_wait_ms=300)) == []
+        produce(port, "q", 1)
+        assert fetch_until(third, 1) == [(3, 3, 1)]
+    finally:
+        third.close()
+        silent.close()
+
+
+def test_read_committed_never_delivers_aborted_records(broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+    set_group_config(port, "g", "share.isolation.level", "read_committed")
+    produce(port, "q", 2, transactional="t1")
+    produce(port, "q", 3, transactional="t2", abort=True)
+    produce(port, "q", 2, transactional="t1")
+    m = Member(port, "g", "q", tid)
+    try:
+        got = fetch_until(m, 4)
+        # committed 0-1, marker 2, aborted 3-5, marker 6, committed 7-8, marker 9
+        assert offsets(got) == [0, 1, 7, 8]
+        m.acknowledge([(a, b, [ACCEPT]) for a, b, _ in got])
+        assert acquired(m.fetch(max_wait_ms=200)) == []
+    finally:
+        m.close()
+
+
+@pytest.mark.parametrize("stop", [pytest.param("clean", marks=pytest.mark.slow), "kill9"])
+def test_share_state_survives_a_restart(tmp_path, stop) -> None:
+    with BrokerProcess.configured(tmp_path, CONFIG) as broker:
+        port = broker.port
+        tid = create_topic(port, "q")
+        set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+        produce(port, "q", 6)
+        m = Member(port, "g", "q", tid)
+        assert offsets(fetch_until(m, 6)) == list(range(6))
+        answer = m.acknowledge([(0, 2, [ACCEPT]), (4, 4, [ACCEPT])])
+        assert answer.responses[0].partitions[0].error_code == 0
+        m.close()
+        if stop == "clean":
+            broker.stop()
+        else:
+            broker.kill9()
+        broker.restart()
+        port = broker.port
+        m = Member(port, "g", "q", tid)
+        try:
+            # 0-2 and 4 were acknowledged: never again; 3 and 5 were only acquired: again
+            got = fetch_until(m, 2)
+            assert offsets(got) == [3, 5]
+            m.acknowledge([(3, 3, [ACCEPT]), (5, 5, [ACCEPT])])
+            assert acquired(m.fetch(max_wait_ms=200)) == []
+        finally:
+            m.close()
+
+
+def test_unknown_topics_are_answered_and_not_kept(broker) -> None:
+    port = broker.port
+    tid = create_topic(port, "q")
+    m = Member(port, "g", "q", tid)
+    try:
+        bogus = uuid.uuid4()
+        m.topic_id = bogus
+        answer = m.fetch()
+        codes = {(t.topic_id, p.partition_index): p.error_code
+                 for t in answer.responses for p in t.partitions}
+        assert codes[(bogus, 0)] == ErrorCode.UNKNOWN_TOPIC_ID
+        m.topic_id = tid
+        again = m.fetch()  # the session forgot the bogus topic: only q is answered
+        assert {t.topic_id for t in again.responses} == {tid}
+        # an acknowledgement range far outside what is in flight is refused, not looped over
+        bad = m.acknowledge([(0, 1 << 60, [ACCEPT])])
+        assert bad.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+        bad = m.acknowledge([(0, 3, [ACCEPT, ACCEPT])])  # neither one type nor one per offset
+        assert bad.responses[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+    finally:
+        m.close()
+
+
+def test_acls_read_on_the_group_and_the_topic(tmp_path) -> None:
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    from tests.secured import USERS, sasl_plain, secured
+
+    config = "\n".join(secured("connection.failed.authentication.delay.ms=0")) + "\n"
+    with BrokerProcess.configured(tmp_path, config) as broker:
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap,
+                             "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                             "sasl.username": "admin", "sasl.password": USERS["admin"]})
+        for f in admin.create_topics([NewTopic(t, 1) for t in ("jobs", "secret")]).values():
+            f.result(15)
+        for rtype, name in ((ResourceType.GROUP, "g-alice"), (ResourceType.TOPIC, "jobs")):
+            for f in admin.create_acls([AclBinding(
+                    rtype, name, ResourcePatternType.LITERAL, "User:alice", "*",
+                    AclOperation.READ, AclPermissionType.ALLOW)]).values():
+                f.result(15)
+        with sasl_plain(RawConnection(broker.port), "admin") as conn:
+            meta = conn.request(ApiKey.METADATA, 12, {"topics": [{"name": "jobs"},
+                                                                {"name": "secret"}]})
+        ids = {t.name: t.topic_id for t in meta.topics}
+        with sasl_plain(RawConnection(broker.port), "alice") as conn:
+            def beat(group: str, topics: list[str]):
+                return conn.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+                    "group_id": group, "member_id": "m1", "member_epoch": 0,
+                    "subscribed_topic_names": topics}).error_code
+
+            assert beat("g-other", ["jobs"]) == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            assert beat("g-alice", ["secret"]) == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            assert beat("g-alice", ["jobs"]) == ErrorCode.NONE
+
+            def fetch(group: str):
+                return conn.request(ApiKey.SHARE_FETCH, 1, {
+                    "group_id": group, "member_id": "m1", "share_session_epoch": 0,
+                    "max_wait_ms": 0, "min_bytes": 1, "max_records": 10, "batch_size": 10,
+                    "topics": [{"topic_id": ids[t], "partitions": [{"partition_index": 0}]}
+                               for t in ("jobs", "secret")]})
+
+            assert fetch("g-other").error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+            answer = fetch("g-alice")
+            codes = {t.topic_id: t.partitions[0].error_code for t in answer.responses}
+            assert codes == {ids["jobs"]: ErrorCode.NONE,
+                             ids["secret"]: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
