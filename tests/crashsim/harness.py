@@ -27,9 +27,9 @@ import broker.log.manager as log_manager
 from broker.app import build_broker, build_dispatcher
 from broker.clock import ManualClock
 from broker.config import build_config
+from broker.handlers.context import Broker
 from broker.log.topics import TRANSACTION_STATE_TOPIC
-from broker.network.context import Broker
-from broker.network.reply import AnswerFirst, Deferred
+from broker.reply import AnswerFirst, Deferred
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
