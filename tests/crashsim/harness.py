@@ -396,7 +396,8 @@ def _committed_view(b: Broker, partition: int) -> tuple[list[bytes], list[bytes]
         if not data:
             break
         for header, records in decode_batches_untrusted(bytes(data)):
-            batches.append((header, records))
+            if header.last_offset >= p.log_start_offset:  # (a read may start lower)
+                batches.append((header, records))
             offset = header.last_offset + 1
     every, committed = [], []
     lso = p.last_stable_offset
@@ -504,7 +505,7 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
         for part in range(PARTITIONS):
             start = b.partition(TOPIC, part).log_start_offset  # (DeleteRecords moves it)
             appended = [v for pr in sorted(j.produced, key=lambda x: x.base_offset)
-                        if pr.partition == part and pr.base_offset >= start
+                        if pr.partition == part and pr.base_offset + len(pr.values) > start
                         for v in pr.values]
             plain = [v for v in views[part][0] if v.startswith(b"i-")]
             if plain != appended[:len(plain)]:
