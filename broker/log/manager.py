@@ -19,11 +19,15 @@ Layout of ``data_dir``::
                              where its entry says (same active segment, same size) is loaded as
                              after a clean shutdown; only the others are scanned, so an unclean
                              start costs what changed since the last clean shutdown
-    .boot_id                 the operating system's boot id when this data dir was last opened
-                             (Linux ``/proc/sys/kernel/random/boot_id``): after an unclean
-                             shutdown, the same id means only the process died (kill -9, a crash)
-                             and the page cache kept every write; another id (or none) means the
-                             machine restarted and writes not yet fsynced may be lost
+    .boot_id                 the operating system's boot id of the last start that completed
+                             its recovery (Linux ``/proc/sys/kernel/random/boot_id``): after an
+                             unclean shutdown, the same id means only the process died (kill -9,
+                             a crash) and the page cache kept every write; another id (or none)
+                             means the machine restarted and writes not yet fsynced may be lost.
+                             Recorded by ``record_boot`` on every start (clean or not), once
+                             recovery is complete and durable: a first start after a power cut
+                             that dies during recovery leaves the old id, so the next start
+                             still knows the machine restarted
     <topic>-<partition>/     one directory per partition (partition.py)
 
 Partitions are loaded, created and closed by a pool of threads (``_FILE_THREADS``): their fsyncs
@@ -76,6 +80,14 @@ _OUR_SUFFIXES = (
 )
 
 
+def _current_boot_id() -> str:
+    """The operating system's boot id ("" if unknown)."""
+    try:
+        return BOOT_ID_SOURCE.read_text().strip()
+    except OSError:
+        return ""
+
+
 def validate_topic_name(name: str) -> None:
     """Kafka's rules: 1..249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..`` (Kafka's messages, as
     its tools print them)."""
@@ -125,7 +137,8 @@ class LogManager:
         # ... and the machine restarted since (or that cannot be told): writes answered before
         # their fsync (transactional batches) may be lost, so the transaction coordinator aborts
         # every ongoing transaction. After a kill -9 the page cache kept them: nothing to abort.
-        self.unsynced_writes_lost = self.unclean_start and not self._same_boot()
+        self._boot_id: str | None = None
+        self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
         # After a crash the recovery points serve instead (the marker's content, kept).
         clean = self._read_clean_marker() or self._read_clean_marker(RECOVERY_POINT_FILE)
         todo: list[tuple[str, int, LogConfig]] = []
@@ -208,20 +221,34 @@ class LogManager:
         atomic_write(self.data_dir / TOPICS_FILE, body)
 
     def _same_boot(self) -> bool:
-        """Whether the operating system has not restarted since this data dir was last opened
-        (then records this dir's ``.boot_id``). False when either id is unknown."""
-        try:
-            current = BOOT_ID_SOURCE.read_text().strip()
-        except OSError:
-            current = ""
+        """Whether the operating system has not restarted since the last start that completed
+        its recovery on this data dir. False when either id is unknown. Writes nothing
+        (``record_boot`` does, once recovery is done)."""
+        self._boot_id = _current_boot_id()
         path = self.data_dir / BOOT_ID_FILE
         try:
             previous = path.read_text().strip()
         except (OSError, UnicodeDecodeError):
             previous = ""
-        if current and current != previous:
-            atomic_write(path, current.encode())
-        return bool(current) and current == previous
+        return bool(self._boot_id) and self._boot_id == previous
+
+    def record_boot(self) -> None:
+        """Record the operating system's boot id in ``.boot_id`` (atomically, durable): called
+        by the composition root on every start once recovery is complete and durable (the
+        transaction coordinator's aborts and fences committed). Before that, a start that dies
+        (a SIGTERM, an exception, the OOM killer) must leave the old id: the next start then
+        still treats unsynced writes as lost. After a clean start too: a clean stop, a reboot,
+        a clean start and then a kill -9 is not a machine restart."""
+        current = self._boot_id if self._boot_id is not None else _current_boot_id()
+        if not current:
+            return
+        path = self.data_dir / BOOT_ID_FILE
+        try:
+            if path.read_text().strip() == current:
+                return
+        except (OSError, UnicodeDecodeError):
+            pass
+        atomic_write(path, current.encode())
 
     def _read_clean_marker(self, file_name: str = CLEAN_SHUTDOWN_FILE) -> dict[str, CleanState]:
         """The partitions' clean points in the marker (or in the recovery-point checkpoint, of

@@ -211,6 +211,9 @@ class Partition:
         self._closed = False
         self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
         self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
+        if loaded.aborted:  # a crash between an ABORT marker and its entry (recovery.py)
+            self.txn_index.restore([e for e in loaded.aborted
+                                    if e.last_offset >= self.log_start_offset])
         # (first_offset, marker_offset) of transactions ended by a marker not yet below the HW.
         self._unstable: list[tuple[int, int]] = []
         self.recovery = RecoveryReport(

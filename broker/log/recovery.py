@@ -45,8 +45,17 @@ from broker.log.segment import (
     complete_swap,
     fsync_dir,
 )
+from broker.log.txn_index import AbortedTxn
 from protocol.errors import CorruptFrameError
-from protocol.records import HEADER_SIZE, LOG_OVERHEAD, batch_crc_ok, parse_header_untrusted
+from protocol.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    ControlType,
+    batch_crc_ok,
+    decode_batches_untrusted,
+    parse_control_record,
+    parse_header_untrusted,
+)
 
 _SCAN_CHUNK = 4 << 20
 
@@ -79,6 +88,9 @@ class LoadedLog(NamedTuple):
     producers: ProducerStateManager
     truncated_bytes: int
     clean: bool
+    # The aborted transactions whose ABORT marker the scan replayed, in marker order: the
+    # partition puts back those its aborted-transaction index lacks (``TxnIndex.restore``).
+    aborted: tuple[AbortedTxn, ...] = ()
 
 
 def list_segments(directory: Path) -> list[int]:
@@ -164,9 +176,14 @@ def scan_segment(
     producers: ProducerStateManager,
     replay_from: int,
     now_ms: int,
+    aborted: list[AbortedTxn] | None = None,
 ) -> tuple[int, bool]:
     """CRC-check the segment from its start, rebuild its index, replay batches at or after
     ``replay_from`` into ``producers``, and truncate the file after the last good batch.
+    ``aborted`` collects each replayed ABORT marker that ends an open transaction, as the
+    aborted-transaction index holds it (the marker can be on disk without its entry: it is
+    written first, and a power cut can keep the log's page and lose the index's, or a kill -9
+    fall between the two writes).
 
     Returns ``(truncated_bytes, intact)``: non-zero bytes cut, and whether the file held only
     good batches (if not, the log ends in this segment).
@@ -209,7 +226,16 @@ def scan_segment(
         expected = header.base_offset
         segment.add_batch(pos, expected, size, header.max_timestamp, index_interval)
         if expected >= replay_from:
+            first = None
+            if aborted is not None and header.is_control and header.producer_id >= 0:
+                entry = producers.get(header.producer_id)
+                first = None if entry is None else entry.current_txn_first_offset
             producers.replay(header, now_ms)
+            if first is not None and _is_abort(buf[rel:rel + size]):
+                undecided = producers.first_open_offset()
+                assert aborted is not None
+                aborted.append(AbortedTxn(header.producer_id, first, expected,
+                                          expected + 1 if undecided is None else undecided))
         expected += header.last_offset_delta + 1
         pos += size
     segment.size = pos
@@ -263,6 +289,16 @@ def _load_clean(directory: Path, bases: list[int], clean: CleanState) -> LoadedL
     return LoadedLog(segments, snap[1], 0, True)
 
 
+def _is_abort(batch: bytes) -> bool:
+    """Whether a control batch (CRC checked) is an ABORT marker."""
+    try:
+        for _, records in decode_batches_untrusted(bytes(batch)):
+            return bool(records) and parse_control_record(records[0])[0] == ControlType.ABORT
+    except (CorruptFrameError, ValueError):
+        return False
+    return False
+
+
 def load_log(
     directory: Path, index_interval: int, now_ms: int, clean: CleanState | None
 ) -> LoadedLog:
@@ -299,6 +335,7 @@ def load_log(
         first_scanned = max(bisect_right(bases, recovery_point) - 1, 0)
         segments: list[Segment] = []
         scanned: list[Segment] = []
+        aborted: list[AbortedTxn] = []
         for i, base in enumerate(bases):
             if segments and segments[-1].next_offset != base:
                 # A gap or overlap: the log cannot continue here.
@@ -314,7 +351,8 @@ def load_log(
                     continue
                 except CorruptLogError:
                     first_scanned = i
-            cut, intact = scan_segment(seg, index_interval, producers, recovery_point, now_ms)
+            cut, intact = scan_segment(seg, index_interval, producers, recovery_point, now_ms,
+                                       aborted)
             truncated += cut
             scanned.append(seg)
             if not intact:
@@ -342,7 +380,7 @@ def load_log(
             seg.save_index(fsync=True)
     fsync_dir(directory)
     _finish(segments, now_ms)
-    return LoadedLog(segments, producers, truncated, False)
+    return LoadedLog(segments, producers, truncated, False, tuple(aborted))
 
 
 def _finish(segments: list[Segment], now_ms: int) -> None:

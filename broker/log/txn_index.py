@@ -18,7 +18,11 @@ are few and small), created on the first abort; a flat array of 32-byte entries,
 
 Entries are in marker order, so ``last_offset`` increases. Durability: a flush of the partition
 (``Partition.begin_flush``, which a segment roll leaves to the next round too) fdatasyncs this file
-before the data, so a durable marker always has its durable entry. Loading drops entries whose marker is not in the log (``last_offset`` at or past
+before the data, so a synced marker always has its durable entry; but the marker is written
+to the log before its entry is written here, and unsynced pages reach the disk in any order, so a
+power cut (or a kill -9 between the two writes) can leave a marker without its entry: recovery's
+scan finds every ABORT marker it replays and puts back the missing entries (``restore``; found
+by tests/crashsim, changed 2026-11-29). Loading drops entries whose marker is not in the log (``last_offset`` at or past
 the recovered log end: a torn tail cut them) or was deleted by retention (before the log start),
 and rewrites the file when it dropped anything. A partial entry at the end of the file (a torn
 write) is ignored the same way.
@@ -119,6 +123,25 @@ class TxnIndex:
         self._entries.append(entry)
         self._lasts.append(entry.last_offset)
         self._dirty = True
+
+    def restore(self, found: tuple[AbortedTxn, ...] | list[AbortedTxn]) -> int:
+        """Recovery: put back the aborted transactions a log scan found (``found``, in marker
+        order) whose entry is missing (the marker durable, the entry not), durably; returns how
+        many. An entry the index already has for that marker is kept."""
+        have = set(self._lasts)
+        missing = [e for e in found if e.last_offset not in have]
+        if not missing:
+            return 0
+        if not self._lasts or missing[0].last_offset > self._lasts[-1]:
+            for entry in missing:
+                self.append(entry)
+            self.sync()
+        else:
+            merged = sorted([*self._entries, *missing], key=lambda e: e.last_offset)
+            self._entries = merged
+            self._lasts = [e.last_offset for e in merged]
+            self._rewrite()
+        return len(missing)
 
     def sync(self) -> None:
         """Make appended entries durable (before the data holding their markers)."""

@@ -494,6 +494,34 @@ class TransactionCoordinator:
         md.pending = fence._replace(state=TxnState.PREPARE_ABORT)
         return md.pending
 
+    def prepare_restart_fence(
+        self, transactional_id: str, now_ms: int
+    ) -> TxnTransition | None:
+        """Recovery after a machine restart: fence the producer of an id with no transaction
+        recorded (Empty, CompleteCommit, CompleteAbort; nothing pending). Its next transaction
+        may have begun before the power cut, its add record and batches answered once appended
+        and lost with the page cache: an EndTxn(commit) from it would be taken for a retry of
+        the last one and answered NONE, or an AddPartitionsToTxn would start a transaction
+        without the lost batches. The epoch is bumped (``last_producer_epoch`` -1: nothing is a
+        retry any more), state Empty, as an InitProducerId would leave it but answered to no
+        one: every request of the old instance is fenced (INVALID_PRODUCER_EPOCH /
+        PRODUCER_FENCED) and its application initializes again. An exhausted epoch rotates to a
+        new producer id at epoch 0 instead. None if the id is not in such a state."""
+        md = self._txns.get(transactional_id)
+        if md is None or md.pending is not None or md.state not in _NOTHING_STARTED \
+                or md.producer_epoch < 0:
+            return None
+        if md.producer_epoch + 1 >= EPOCH_EXHAUSTED:
+            target = md._target(TxnState.EMPTY, now_ms, producer_id=self._next_producer_id(),
+                                last_producer_id=md.producer_id, producer_epoch=0,
+                                last_producer_epoch=NO_PRODUCER_EPOCH, partitions=frozenset(),
+                                txn_start_ms=-1, next_producer_id=NO_PRODUCER_ID)
+        else:
+            target = md._target(TxnState.EMPTY, now_ms, producer_epoch=md.producer_epoch + 1,
+                                last_producer_epoch=NO_PRODUCER_EPOCH, partitions=frozenset(),
+                                txn_start_ms=-1, next_producer_id=NO_PRODUCER_ID)
+        return self._prepare(md, target)
+
     def prepare_complete(self, transactional_id: str, now_ms: int) -> TxnTransition:
         """CompleteCommit / CompleteAbort once every marker is durable."""
         md = self._txns[transactional_id]

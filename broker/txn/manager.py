@@ -56,7 +56,11 @@ Complete record. Nothing here fsyncs or asks whether a round is under way.
   transactions partitions have open that the coordinator does not run there (``abort_hanging``:
   a power cut between the fsyncs of one round lost the record that added the partition, or the
   Complete record before it, not the batch), fencing their producer if it still holds that
-  epoch.
+  epoch. Then, still only after a machine restart, fence every other producer
+  (``_fence_after_restart``: an epoch bump, state Empty): a transaction begun before the cut
+  may have lost its add records and its answered batches with the page cache, and its
+  EndTxn(commit) would otherwise be taken for a retry of the previous commit (issue 42). One
+  fsync round at start; nothing on the serving path.
 
 Ordering that makes kill -9 (and power loss) safe: a committed transition's record is durable
 before its effects are visible or acknowledged (an add record's effect, a batch, is durable no
@@ -154,6 +158,8 @@ class TxnRecovery:
     # partitions of a prepared transaction whose marker was found written and followed by the
     # producer's next transaction (its Complete record lost): not written again (the same)
     marked: int = 0
+    # producers of ids with no transaction recorded, fenced after a machine restart (the same)
+    fenced: int = 0
 
 
 def _control_batch_of(p: Partition, producer_id: int, start: int, stop: int) -> bool:
@@ -199,6 +205,9 @@ class TransactionManager:
         self._completing: dict[str, trio.Event | None] = {}
         self._crash_hook = crash_hook
         self.recovery: TxnRecovery | None = None
+        # ids recovery after a machine restart could not fence yet (prepared, their markers
+        # failed): fenced as soon as they complete (``_markers_decided``)
+        self._fence_when_complete: set[str] = set()
         # id -> its __transaction_state partition, for the ids that wrote a record since start
         # (the partitions of their unsynced batches are tied to it: ``verify_produce``)
         self._log_partitions: dict[str, Partition] = {}
@@ -237,6 +246,10 @@ class TransactionManager:
         for transactional_id, transition in self.log.replay():
             self.coordinator.load(transactional_id, transition)
             records += 1
+        # Each id's producer as the log left it: after a machine restart, every one that
+        # recovery does not fence on the way is fenced at the end (``_fence_after_restart``).
+        replayed = {md.transactional_id: (md.producer_id, md.producer_epoch)
+                    for md in self.coordinator.transactions()}
         aborted = not_whole = 0
         if unclean:
             # First, before any marker is appended: the end offsets found are the recovered ones.
@@ -283,15 +296,56 @@ class TransactionManager:
         completed = len(prepared) - len(left & prepared.keys())
         # After the skipped markers: the next transaction open there is hanging now.
         hanging = self.abort_hanging(now_ms) if unclean else 0
+        fenced = self._fence_after_restart(replayed, now_ms) if unclean else 0
         skipped = sum(len(ahead) for ahead in marked.values())
         if records or hanging:
             log.info("transaction log: %d records, %d transactional ids, %d prepared "
                      "transactions completed (%d markers found already written), %d commits "
-                     "not whole aborted, %d ongoing ones aborted, %d hanging ones aborted",
-                     records, len(self.coordinator), completed, skipped, not_whole, aborted,
-                     hanging)
+                     "not whole aborted, %d ongoing ones aborted, %d hanging ones aborted, "
+                     "%d idle producers fenced", records, len(self.coordinator), completed,
+                     skipped, not_whole, aborted, hanging, fenced)
         return TxnRecovery(records, len(self.coordinator), completed, aborted, hanging, not_whole,
-                           skipped)
+                           skipped, fenced)
+
+    def _fence_after_restart(self, replayed: dict[str, tuple[int, int]], now_ms: int) -> int:
+        """After a machine restart, last: fence the producer of every id that recovery did not
+        already fence (an ongoing, not-whole or hanging transaction bumped its epoch), Empty,
+        CompleteCommit or CompleteAbort now (``prepare_restart_fence``); returns how many.
+
+        Records that add partitions to a transaction are answered once appended (durable with
+        its Prepare record, one fsync round per transaction), and so are its batches; a power
+        cut can take the record and the batches of a transaction under way while the
+        coordinator's durable state shows the previous one complete at the same epoch. Nothing
+        on disk then tells whether that producer had begun another transaction, so every
+        producer whose epoch the log shows with no transaction is fenced: its EndTxn(commit)
+        would otherwise be answered as a retry of the last commit (DESIGN.md section 3) and its
+        next AddPartitionsToTxn would start a transaction without the lost batches. The
+        records are committed in one round (``settle``); only a machine restart pays it."""
+        fenced = 0
+        for transactional_id, before in sorted(replayed.items()):
+            md = self.coordinator.get(transactional_id)
+            if md is None or (md.producer_id, md.producer_epoch) != before:
+                continue  # gone, or fenced on the way
+            if md.state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+                # Its markers failed: fenced once the periodic task completes it.
+                self._fence_when_complete.add(transactional_id)
+                continue
+            try:
+                fence = self.coordinator.prepare_restart_fence(transactional_id, now_ms)
+                if fence is None:
+                    continue
+                self._commit(fence, now_ms)
+            except KafkaError as exc:
+                log.error("recovery: fencing the producer of %r failed: %s", transactional_id,
+                          exc)
+                continue
+            fenced += 1
+        if fenced:
+            self._storage.settle()
+            log.info("recovery: fenced the producers of %d transactional ids with no transaction "
+                     "recorded (a machine restart: a transaction begun before it may have lost "
+                     "its answered batches and its add records)", fenced)
+        return fenced
 
     def _marked_ahead(self, md: TxnMetadata) -> list[tuple[TopicPartition, int, int]]:
         """The partitions of the prepared transaction ``md`` whose marker is already written
@@ -519,6 +573,11 @@ class TransactionManager:
                 log.error("writing the completion of %r failed (%s); retrying later",
                           transactional_id, exc)
                 return
+            if transactional_id in self._fence_when_complete:
+                self._fence_when_complete.discard(transactional_id)
+                fence = self.coordinator.prepare_restart_fence(transactional_id, now)
+                if fence is not None:
+                    self._commit(fence, now)
         finally:
             self._completed(transactional_id)
 

@@ -13,7 +13,6 @@ import pytest
 
 import broker.log.recovery as recovery
 from broker.log.manager import (
-    BOOT_ID_FILE,
     CLEAN_SHUTDOWN_FILE,
     RECOVERY_POINT_FILE,
     TOPICS_FILE,
@@ -808,7 +807,8 @@ def test_create_topic_errors(tmp_path: Path, name: str, partitions: int,
         m.create_topic(name, partitions, overrides)
     assert e.value.code == code
     assert m.topics() == {}
-    assert sorted(x.name for x in (tmp_path / "data").iterdir()) == [BOOT_ID_FILE, TOPICS_FILE]
+    # (no .boot_id: the composition root records it once recovery is done, LogManager.record_boot)
+    assert sorted(x.name for x in (tmp_path / "data").iterdir()) == [TOPICS_FILE]
 
 
 def test_create_existing_topic(mgr: LogManager) -> None:

@@ -252,3 +252,33 @@ def test_retention_prunes_the_index(tmp_path: Path) -> None:
     assert p.log_start_offset > 0
     assert all(e.last_offset >= p.log_start_offset for e in p.txn_index.entries)
     assert len(p.txn_index) < 6
+
+
+@pytest.mark.parametrize("kept", ["no entry", "earlier entry only"])
+def test_recovery_puts_back_the_entry_of_a_marker_that_outlived_it(tmp_path: Path,
+                                                                    kept: str) -> None:
+    """The ABORT marker is written to the log before its entry to ``aborted.txnindex``, and
+    neither is synced until the round: a power cut that keeps the log's page and loses the
+    index's (or a kill -9 between the two writes) left an aborted transaction that a
+    read_committed Fetch served as committed (found by tests/crashsim). Recovery's scan puts
+    the entry back."""
+    mgr = make(tmp_path)
+    p = mgr.partition("t", 0)
+    a, b = Producer(1), Producer(2)
+    p.append_untrusted(a.batch(2), NOW)  # 0-1
+    marker(p, a, False)  # 2
+    p.flush()
+    p.append_untrusted(b.batch(), NOW)  # 3
+    p.append_untrusted(a.batch(), NOW)  # 4
+    marker(p, b, False)  # 5
+    marker(p, a, True)  # 6
+    crash(mgr)
+    index = tmp_path / "data" / "t-0" / FILE_NAME
+    if kept == "no entry":
+        index.unlink()
+    else:
+        index.write_bytes(index.read_bytes()[:ENTRY_SIZE])
+    again = make(tmp_path).partition("t", 0)
+    assert again.txn_index.entries == [AbortedTxn(1, 0, 2, 3), AbortedTxn(2, 3, 5, 4)]
+    assert again.aborted_transactions(0, again.log_end_offset) == [(1, 0), (2, 3)]
+    assert again.txn_index.entries == TxnIndex(tmp_path / "data" / "t-0", 0, 7).entries

@@ -146,8 +146,9 @@ async def test_nothing_after_the_marker_writes_it_again_as_before(tmp_path, nurs
     assert (recovery.completed, recovery.hanging, recovery.marked) == (1, 0, 0)
     assert markers(again, 0) == [(2, epoch, ControlType.COMMIT), (3, epoch, ControlType.COMMIT)]
     assert read_committed(again.partition("t", 0)) == [b"v0", b"v1"]
+    # Completed, then its producer fenced (a machine restart: ``_fence_after_restart``).
     md = again.transactions.coordinator.get("tx")
-    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_COMMIT, epoch)
+    assert (md.state, md.producer_epoch, recovery.fenced) == (TxnState.EMPTY, epoch + 1, 1)
     again.close()
 
 
@@ -182,7 +183,9 @@ async def test_a_batch_appended_after_the_prepare_record_still_gets_the_commit_m
     recovery = again.transactions.recovery
     assert (recovery.completed, recovery.not_whole, recovery.hanging, recovery.marked) == \
         (1, 0, 0, 0)
-    assert again.transactions.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
+    # Completed, then its producer fenced (a machine restart: ``_fence_after_restart``).
+    assert again.transactions.coordinator.get("tx").state is TxnState.EMPTY
+    assert recovery.fenced == 1
     again.close()
 
 

@@ -127,12 +127,15 @@ async def test_a_commit_a_power_cut_left_whole_completes(tmp_path, nursery) -> N
     nursery.start_soon(again.flusher.run)
     recovery = again.transactions.recovery
     assert (recovery.not_whole, recovery.completed, recovery.aborted) == (0, 1, 0)
+    # Completed, then its producer fenced: after a machine restart a retried EndTxn(commit)
+    # cannot be told from the commit of a next transaction the power cut took (issue 42), so
+    # the producer is fenced rather than answered NONE (``_fence_after_restart``).
     md = again.transactions.coordinator.get("tx")
-    assert (md.state, md.producer_epoch) == (TxnState.COMPLETE_COMMIT, epoch)
+    assert (md.state, md.producer_epoch, recovery.fenced) == (TxnState.EMPTY, epoch + 1, 1)
     assert read_committed(again.partition("t", 0)) == [b"v0", b"v1", b"v2", b"v3"]
     assert read_committed(again.partition("t", 1)) == [b"v0", b"v1", b"v2", b"v3", b"v4"]
-    # The producer's retried EndTxn is answered as the retry it is.
-    assert await run(again.transactions.end_txn("tx", pid, epoch, True, NOW)) == ErrorCode.NONE
+    assert await run(again.transactions.end_txn("tx", pid, epoch, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
     again.close()
 
 
@@ -146,7 +149,36 @@ async def test_a_prepare_commit_record_without_end_offsets_completes_as_before(
     again = make_broker(tmp_path)
     nursery.start_soon(again.flusher.run)
     assert (again.transactions.recovery.not_whole, again.transactions.recovery.completed) == (0, 1)
-    assert again.transactions.coordinator.get("tx").state is TxnState.COMPLETE_COMMIT
+    # Completed, then its producer fenced (a machine restart: ``_fence_after_restart``).
+    assert again.transactions.coordinator.get("tx").state is TxnState.EMPTY
     assert read_committed(again.partition("t", 0)) == [b"v0", b"v1", b"v2", b"v3"]
     assert read_committed(again.partition("t", 1)) == [b"v0", b"v1"]
+    again.close()
+
+
+async def test_a_commit_whose_markers_fail_at_recovery_is_fenced_once_complete(
+        tmp_path, nursery, monkeypatch) -> None:
+    """After a machine restart every producer is fenced (``_fence_after_restart``); one whose
+    prepared transaction recovery could not complete (its markers failed) is fenced when the
+    periodic task completes it, not left at its epoch (a commit of a next transaction the power
+    cut took would be answered as a retry)."""
+    from broker.txn.manager import TransactionManager
+
+    broker, pid, epoch, _ = await committed_then_crash_in_the_next_commit(tmp_path, nursery)
+    crash(broker)
+    (tmp_path / "data" / BOOT_ID_FILE).write_text("the boot before a power cut")
+    start = TransactionManager._start_markers
+    with monkeypatch.context() as m:
+        m.setattr(TransactionManager, "_start_markers", lambda self, *a, **k: None)
+        again = make_broker(tmp_path)
+    nursery.start_soon(again.flusher.run)
+    md = again.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.PREPARE_COMMIT, epoch)
+    assert TransactionManager._start_markers is start
+    await again.transactions.housekeeping(NOW)
+    md = again.transactions.coordinator.get("tx")
+    assert (md.state, md.producer_epoch) == (TxnState.EMPTY, epoch + 1)
+    assert read_committed(again.partition("t", 1)) == [b"v0", b"v1", b"v2", b"v3", b"v4"]
+    assert await run(again.transactions.end_txn("tx", pid, epoch, True, NOW)) == \
+        ErrorCode.INVALID_PRODUCER_EPOCH
     again.close()
