@@ -106,15 +106,16 @@ class Dispatcher:
         self.metrics = metrics
         # ``dispatch(frame)``: the module's function with the table and context bound (a
         # partial: no Python frame of its own, on the path of every request).
-        self.dispatch: Callable[[bytearray], tuple[RequestHeader | None, Any]] = (
+        self.dispatch: Callable[..., tuple[RequestHeader | None, Any]] = (
             self._dispatch_counted if metrics is not None
             else functools.partial(dispatch, table, context))
 
-    def _dispatch_counted(self, frame: bytearray) -> tuple[RequestHeader | None, Any]:
+    def _dispatch_counted(self, frame: bytearray,
+                          session: peer.Session | None = None) -> tuple[RequestHeader | None, Any]:
         metrics: Metrics = self.metrics  # type: ignore[assignment]  # set when counting
         started = time.perf_counter()
         try:
-            header, result = dispatch(self.table, self.context, frame)
+            header, result = dispatch(self.table, self.context, frame, session)
         except CloseConnection:
             if len(frame) >= 4:
                 metrics.connection_closed_on_error(*_API_AND_VERSION.unpack_from(frame, 0))
@@ -139,12 +140,15 @@ async def _timed(metrics: Metrics, key: int, version: int, started: float,
     return value
 
 
-def dispatch(table: HandlerTable, broker: Any, frame: bytearray) -> tuple[RequestHeader | None, Any]:
-    """Run the handler for one request frame: ``(header, handler result)``.
+def dispatch(table: HandlerTable, broker: Any, frame: bytearray,
+             session: peer.Session | None = None) -> tuple[RequestHeader | None, Any]:
+    """Run the handler for one request frame: ``(header, handler result)``. ``session``: the
+    connection's (its task passes it; else the current peer's).
 
     Raises CloseConnection for requests that cannot be answered.
     """
-    session = peer.session()
+    if session is None:
+        session = peer.session()
     if session.sasl_state == "tokens":
         return _bare_sasl_token(broker, session, frame)
     try:

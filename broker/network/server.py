@@ -708,7 +708,7 @@ class _Connection:
                     break
                 handled = True
                 try:
-                    header, result = dispatch(frame)
+                    header, result = dispatch(frame, session)
                 except CloseConnection as exc:
                     log.warning("closing %s: %s", self.peer, exc)
                     return
