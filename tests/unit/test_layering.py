@@ -154,7 +154,8 @@ ROOT_AND_SHELL = {
     "broker.network.server", "broker.network.dispatcher", "broker.metrics", "broker.metrics.http",
 }
 SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service",
-            "broker.txn.manager", "broker.txn.markers", "broker.storage.cleaner_service",
+            "broker.txn.manager", "broker.txn.recovery", "broker.txn.markers",
+            "broker.storage.cleaner_service",
             "broker.share.service"}
 # Pure: no I/O of any kind, no clock.
 PURE_DOMAIN = {
