@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 from broker.config.principal_mapping import DEFAULT_RULES, Rule, parse_rules
 from broker.log.topic_config import BROKER_KEYS, LogConfig
+from protocol.jaas import JaasError, parse_one
 from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000
@@ -547,7 +548,6 @@ def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> list
 
 
 _JAAS_KEY = re.compile(r"^(listener\.name\.[a-z0-9_]+\.)?([a-z0-9-]+\.)?sasl\.jaas\.config$")
-_JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _SECURITY_KEYS = frozenset({
     "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
     "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
@@ -610,11 +610,16 @@ def is_security_key(key: str) -> bool:
 
 def _plain_users(key: str, value: str) -> list[tuple[str, str]]:
     """The ``user_NAME="password"`` options of a PlainLoginModule jaas config (Kafka's way of
-    listing PLAIN users); other login modules carry no users."""
-    if "PlainLoginModule" not in value:
+    listing PLAIN users), read as Kafka's JaasConfig reads the value (``protocol/jaas.py``:
+    quoting, escapes, flags in any case); other login modules carry no users. The error never
+    shows a value (they are passwords)."""
+    try:
+        entry = parse_one(value)
+    except JaasError as exc:
+        raise ConfigError(f"invalid value for {key}: {exc}") from None
+    if not entry.module.endswith("PlainLoginModule"):
         return []
-    users = [(k[5:], v.replace('\\"', '"')) for k, v in _JAAS_OPTION.findall(value)
-             if k.startswith("user_") and len(k) > 5]
+    users = [(k[5:], v) for k, v in entry.options.items() if k.startswith("user_") and len(k) > 5]
     if not users:
         raise ConfigError(f"invalid value for {key}: a PlainLoginModule without user_NAME=\"...\" "
                           "entries lets nobody in")

@@ -80,6 +80,13 @@ def cluster_authorized_operations(broker: Broker) -> int:
     return authorized_operations(broker, ResourceType.CLUSTER, CLUSTER_NAME)
 
 
+def _shown(principal: str) -> str:
+    """A principal in a refusal line: as it is when it is printable and short (``User:alice``,
+    as Kafka's authorizer log shows it), else clipped, quoted and escaped (a SASL or
+    certificate name is the client's text)."""
+    return principal if len(principal) <= 512 and principal.isprintable() else for_log(principal, 512)
+
+
 class RefusalLog:
     """The refusal lines of one connection (``Session.refusals``): at most
     ``REFUSAL_LINES_PER_SECOND`` in each one-second window; the others are counted, and the
@@ -102,7 +109,7 @@ class RefusalLog:
             self._window, self._lines = now, 0
         if self._lines < REFUSAL_LINES_PER_SECOND:
             self._lines += 1
-            log.info("refused: %s from %s may not %s %s %s", for_log(self._principal, 512),
+            log.info("refused: %s from %s may not %s %s %s", _shown(self._principal),
                      self._host, operation.name, resource_type.name, for_log(name))
         else:
             self._suppressed += 1
@@ -113,6 +120,6 @@ class RefusalLog:
     def _report_suppressed(self) -> None:
         if self._suppressed:
             log.info("refused: %d more refusals of %s from %s not logged (at most %d lines a "
-                     "second per connection)", self._suppressed, self._principal, self._host,
+                     "second per connection)", self._suppressed, _shown(self._principal), self._host,
                      REFUSAL_LINES_PER_SECOND)
             self._suppressed = 0
