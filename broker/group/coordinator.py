@@ -599,13 +599,9 @@ class GroupCoordinator:
             return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
         if group.state is GroupState.DEAD:
             return Outcome(SyncResult(ErrorCode.COORDINATOR_NOT_AVAILABLE), out)
-        if group.fenced(group_instance_id, member_id):
-            return Outcome(SyncResult(ErrorCode.FENCED_INSTANCE_ID), out)
-        member = group.members.get(member_id)
+        code, member = _member_of(group, member_id, generation_id, group_instance_id)
         if member is None:
-            return Outcome(SyncResult(ErrorCode.UNKNOWN_MEMBER_ID), out)
-        if generation_id != group.generation_id:
-            return Outcome(SyncResult(ErrorCode.ILLEGAL_GENERATION), out)
+            return Outcome(SyncResult(code), out)
         if (_inconsistent(protocol_type, group.protocol_type)
                 or _inconsistent(protocol_name, group.protocol)):
             return Outcome(SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL), out)
@@ -644,13 +640,9 @@ class GroupCoordinator:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
         if group.state is GroupState.DEAD:
             return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
-        if group.fenced(group_instance_id, member_id):
-            return Outcome(ErrorCode.FENCED_INSTANCE_ID, out)
-        member = group.members.get(member_id)
+        code, member = _member_of(group, member_id, generation_id, group_instance_id)
         if member is None:
-            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
-        if generation_id != group.generation_id:
-            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
+            return Outcome(code, out)
         if group.state is GroupState.EMPTY:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
         member.last_heartbeat_ms = now_ms
@@ -706,13 +698,9 @@ class GroupCoordinator:
             return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
         if generation_id < 0 and group.state is GroupState.EMPTY:
             return Outcome(ErrorCode.NONE, out)
-        if group.fenced(group_instance_id, member_id):
-            return Outcome(ErrorCode.FENCED_INSTANCE_ID, out)
-        member = group.members.get(member_id)
+        code, member = _member_of(group, member_id, generation_id, group_instance_id)
         if member is None:
-            return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
-        if generation_id != group.generation_id:
-            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
+            return Outcome(code, out)
         if group.state is GroupState.COMPLETING_REBALANCE:
             return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, out)
         member.last_heartbeat_ms = now_ms
@@ -886,3 +874,18 @@ def _subscription_topics(metadata: bytes) -> list[str]:
 def _inconsistent(requested: str | None, groups: str | None) -> bool:
     """A protocol type or name the request names that is not the group's (either unset: no)."""
     return requested is not None and groups is not None and requested != groups
+
+
+def _member_of(group: Group, member_id: str, generation_id: int,
+               group_instance_id: str | None) -> tuple[ErrorCode, Member | None]:
+    """The member of ``group`` a SyncGroup, Heartbeat or OffsetCommit comes from, with NONE; or
+    the refusal with None: FENCED_INSTANCE_ID (a stale member id of a static member),
+    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION (not the group's current generation)."""
+    if group.fenced(group_instance_id, member_id):
+        return ErrorCode.FENCED_INSTANCE_ID, None
+    member = group.members.get(member_id)
+    if member is None:
+        return ErrorCode.UNKNOWN_MEMBER_ID, None
+    if generation_id != group.generation_id:
+        return ErrorCode.ILLEGAL_GENERATION, None
+    return ErrorCode.NONE, member

@@ -648,16 +648,12 @@ class TransactionCoordinator:
 
     # -- the Produce path (KIP-890 part 1) ---------------------------------------------------
 
-    def prepare_produce(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition,
-        now_ms: int,
-    ) -> TxnTransition | None:
-        """Transaction version 2 (Produce v12): the first transactional batch for a partition adds
-        it to the producer's transaction (starting one if none is Ongoing), as AddPartitionsToTxn
-        did. None: it is in the Ongoing transaction already. Raises INVALID_PRODUCER_ID_MAPPING,
-        INVALID_PRODUCER_EPOCH (a stale epoch: a late batch of an ended transaction, or a zombie),
-        INVALID_TXN_STATE (an epoch the coordinator never handed out) or CONCURRENT_TRANSACTIONS
-        (the previous transaction is still completing)."""
+    def _producer_of(self, transactional_id: str, producer_id: int,
+                     producer_epoch: int) -> TxnMetadata:
+        """The id's metadata when ``producer_id`` at ``producer_epoch`` or later is its producer
+        (a newer epoch than the coordinator's is the caller's to judge). Raises
+        INVALID_PRODUCER_ID_MAPPING (an unknown id, another producer) or INVALID_PRODUCER_EPOCH
+        (the producer was replaced, or its epoch is older: fenced)."""
         md = self._txns.get(transactional_id)
         if md is None:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
@@ -673,6 +669,19 @@ class TransactionCoordinator:
             raise _fenced(
                 f"producer {producer_id} epoch {producer_epoch} is older than {md.producer_epoch}"
             )
+        return md
+
+    def prepare_produce(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition,
+        now_ms: int,
+    ) -> TxnTransition | None:
+        """Transaction version 2 (Produce v12): the first transactional batch for a partition adds
+        it to the producer's transaction (starting one if none is Ongoing), as AddPartitionsToTxn
+        did. None: it is in the Ongoing transaction already. Raises INVALID_PRODUCER_ID_MAPPING,
+        INVALID_PRODUCER_EPOCH (a stale epoch: a late batch of an ended transaction, or a zombie),
+        INVALID_TXN_STATE (an epoch the coordinator never handed out) or CONCURRENT_TRANSACTIONS
+        (the previous transaction is still completing)."""
+        md = self._producer_of(transactional_id, producer_id, producer_epoch)
         if producer_epoch > md.producer_epoch:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
@@ -690,21 +699,7 @@ class TransactionCoordinator:
         """A transactional batch may be written only to a partition of its producer's Ongoing
         transaction, not while its end is pending. Raises INVALID_PRODUCER_ID_MAPPING (unknown id or producer),
         INVALID_PRODUCER_EPOCH (a fenced producer) or INVALID_TXN_STATE."""
-        md = self._txns.get(transactional_id)
-        if md is None:
-            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                             f"no producer id for {transactional_id!r}")
-        if md.producer_id != producer_id:
-            if producer_id == md.last_producer_id:
-                raise _fenced(f"producer {producer_id} of {transactional_id!r} was replaced")
-            raise KafkaError(
-                ErrorCode.INVALID_PRODUCER_ID_MAPPING,
-                f"{transactional_id!r} belongs to producer {md.producer_id}, not {producer_id}",
-            )
-        if producer_epoch < md.producer_epoch:
-            raise _fenced(
-                f"producer {producer_id} epoch {producer_epoch} is older than {md.producer_epoch}"
-            )
+        md = self._producer_of(transactional_id, producer_id, producer_epoch)
         if producer_epoch > md.producer_epoch or md.state is not TxnState.ONGOING:
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
