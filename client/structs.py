@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import NamedTuple
 
 
@@ -97,6 +98,7 @@ class TopicDescription(NamedTuple):
     name: str
     partitions: tuple[PartitionInfo, ...]
     is_internal: bool = False
+    topic_id: uuid.UUID | None = None  # Metadata v10+ (KIP-516); None from older brokers
 
 
 class GroupListing(NamedTuple):

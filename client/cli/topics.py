@@ -4,7 +4,9 @@ config; ``--topic-config`` is the older name), ``--partitions``, ``--exclude-int
 
 from __future__ import annotations
 
+import base64
 import re
+import uuid
 
 import click
 
@@ -26,6 +28,7 @@ from client.cli.common import (
 )
 from client.errors import KafkaClientError, TopicAlreadyExistsError
 from client.structs import ConfigResource, NewTopic
+from protocol.api_keys import ApiKey
 
 
 @click.group(context_settings=CONTEXT)
@@ -151,6 +154,10 @@ def _describe_text(admin: Admin, described: list, filters: set[str] = frozenset(
     """kafka-topics.sh --describe's lines: a topic's line and its partitions' (with a partition
     filter, only the partitions that match; with --topics-with-overrides, only the topic lines
     of topics with overrides)."""
+    # Kafka's tool reads partitions with DescribeTopicPartitions where the broker serves it and
+    # prints the eligible leader replicas it answers (none on one broker: empty); else "N/A".
+    elr = "" if any(key == ApiKey.DESCRIBE_TOPIC_PARTITIONS for answer in admin.api_versions()
+                    for key, _, _ in answer["api_keys"]) else "N/A"
     for topic in described:
         if not filters:
             overrides = _set_configs(admin, topic.name, dynamic_only=True)
@@ -158,7 +165,8 @@ def _describe_text(admin: Admin, described: list, filters: set[str] = frozenset(
                 continue
             configs = _set_configs(admin, topic.name)
             factor = len(topic.partitions[0].replicas) if topic.partitions else 0
-            click.echo(f"Topic: {topic.name}\tPartitionCount: {len(topic.partitions)}"
+            shown_id = f"\tTopicId: {kafka_uuid(topic.topic_id)}" if topic.topic_id else ""
+            click.echo(f"Topic: {topic.name}{shown_id}\tPartitionCount: {len(topic.partitions)}"
                        f"\tReplicationFactor: {factor}\tConfigs: {configs}")
             if with_overrides:
                 continue
@@ -172,12 +180,15 @@ def _describe_text(admin: Admin, described: list, filters: set[str] = frozenset(
                 continue
             replicas = ",".join(map(str, p.replicas))
             isr = ",".join(map(str, p.isr))
-            # Elr, LastKnownElr: N/A, as Kafka's tool prints them for a broker without
-            # DescribeTopicPartitions (eligible leader replicas need replication anyway).
             click.echo(
                 f"\tTopic: {topic.name}\tPartition: {p.partition}\tLeader: {p.leader}"
-                f"\tReplicas: {replicas}\tIsr: {isr}\tElr: N/A\tLastKnownElr: N/A"
+                f"\tReplicas: {replicas}\tIsr: {isr}\tElr: {elr}\tLastKnownElr: {elr}"
             )
+
+
+def kafka_uuid(value: uuid.UUID) -> str:
+    """A UUID as Kafka's tools print it (``Uuid.toString``: URL-safe base64, no padding)."""
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
 def _set_configs(admin: Admin, topic: str, dynamic_only: bool = False) -> str:

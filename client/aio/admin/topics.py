@@ -115,7 +115,10 @@ class TopicsAdmin(AdminBase):
                 )
                 for p in sorted(topic.partitions, key=lambda p: p.partition_index)
             )
-            result.append(TopicDescription(topic.name, partitions, topic.is_internal))
+            topic_id = getattr(topic, "topic_id", None)
+            result.append(TopicDescription(topic.name, partitions, topic.is_internal,
+                                           topic_id if topic_id is not None and topic_id.int
+                                           else None))
         return sorted(result)
 
     async def describe_cluster(self) -> dict[str, Any]:
