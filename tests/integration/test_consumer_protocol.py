@@ -396,7 +396,7 @@ def test_cli_lists_and_describes_both_kinds_of_group(broker):
         assert member["client_id"] == "consumer-client"
         assert sorted(map(tuple, member["assignment"])) == [(topic, 0), (topic, 1)]
         assert {r["consumer_id"] for r in described["partitions"]} == {member["consumer_id"]}
-        text = ok(run("groups", "describe", "new-kind", "--members", *b)).stdout
+        text = ok(run("groups", "describe", "new-kind", "--members", "--verbose", *b)).stdout
         assert "consumer-client" in text and f"{topic}-0,{topic}-1" in text
     finally:
         for consumer in consumers:

@@ -267,6 +267,8 @@ def test_kafka_configs(minibroker, kafka):
         "metrics.port", "metrics.host", "log.flush", "request.receive.timeout.ms",
         "transaction.version",  # a feature level in Kafka (kafka-features), a property here
         "host.name", "port", "advertised.host.name", "advertised.port",  # Kafka before 3.0
+        "sasl.server.authentication.timeout.ms",  # a deadline for SASL (Kafka has none)
+        "max.partitions", "max.partitions.per.request",  # caps (KIP-578's name, not in Kafka)
     }
     assert listed - known <= own, listed - known - own
     # Broker configs are read-only on minibroker (set in server.properties; no dynamic broker
