@@ -4,10 +4,11 @@
     .venv/bin/python bench/instr.py --flush always --transactions 500 --runs 5
     .venv/bin/python bench/instr.py --tree ../base        # the broker of another checkout
 
-Wall-clock and CPU-time figures on a shared 2-core VM vary by +-30%; an instruction count does
-not: the same binary, inputs and environment give the same count whatever else the machine runs.
-That makes it the tool for a small change on the request path, where a 1% gain is far inside the
-noise of every timed benchmark.
+Wall-clock and CPU-time figures on a shared 2-core VM vary by +-30%; an instruction count of the
+same binary, inputs and environment repeats within 0.1% at the same machine load (the broker's
+timers tick in wall time, so on a much busier machine more of their work falls into each
+transaction: compare trees in turns, in one quiet run). That makes it the tool for a small
+change on the request path, where a 1% gain is far inside the noise of every timed benchmark.
 
 How: the broker runs as a subprocess under ``valgrind --tool=callgrind`` (about 50 times slower).
 A minimal blocking client (``bench/transactions.py``'s ``RawTransactions``: AddPartitionsToTxn,
