@@ -88,7 +88,7 @@ MAX_GROUP_ID_BYTES = 32_767
 
 def valid_group_id(group_id: str | None) -> TypeGuard[str]:
     """Not empty, and short enough for the internal topics' keys."""
-    return bool(group_id) and len(str(group_id).encode("utf-8", "surrogatepass")) <= MAX_GROUP_ID_BYTES
+    return group_id is not None and 0 < len(group_id.encode("utf-8", "surrogatepass")) <= MAX_GROUP_ID_BYTES
 
 
 def encode_offset_key(group_id: str, topic: str, partition: int) -> bytes:
