@@ -85,7 +85,7 @@ from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_conf
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.log.topics import TRANSACTION_STATE_TOPIC, partition_for
-from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
+from broker.txn.metadata import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
 from protocol.bounded import BoundedReader
 from protocol.errors import KafkaError
