@@ -764,6 +764,10 @@ class GroupService:
             for topic, index, value in found
         ]
 
+    def groups_with_offsets(self) -> list[str]:
+        """The ids of the groups that have committed offsets, sorted (for the metrics)."""
+        return sorted(self.coordinator.offsets.group_ids())
+
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int,
                               now_ms: int) -> ErrorCode:
         """OffsetFetch v9+ naming a member of a consumer-protocol group: UNKNOWN_MEMBER_ID or

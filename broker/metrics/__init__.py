@@ -235,7 +235,7 @@ class BrokerState:
     def open_transactions(self) -> list[tuple[str, str, int]]:
         now = self._broker.clock.now_ms()
         result = []
-        for md in self._broker.transactions.coordinator.transactions():
+        for md in self._broker.transactions.transactions():
             name = md.state.display_name
             if name in IN_PROGRESS_STATES:
                 started = md.txn_start_ms if md.txn_start_ms >= 0 else now
@@ -246,7 +246,7 @@ class BrokerState:
         broker = self._broker
         now = broker.clock.now_ms()
         rows = []
-        for group_id in sorted(broker.groups.coordinator.offsets.group_ids()):
+        for group_id in broker.groups.groups_with_offsets():
             for f in broker.groups.fetch_offsets(group_id, None, now):
                 if f.offset < 0:
                     continue
