@@ -303,6 +303,8 @@ ACTIONS: dict[str, dict[str, str]] = {
                "--delete": "delete", "--alter": "alter"},
     "groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
                "--reset-offsets": "reset-offsets"},
+    "share-groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
+                     "--reset-offsets": "reset-offsets", "--delete-offsets": "delete-offsets"},
     "configs": {"--describe": "describe", "--alter": "alter"},
     "acls": {"--add": "add", "--list": "list", "--remove": "remove"},
     "log-dirs": {"--describe": None},  # kafka-log-dirs.sh --describe: the command itself
@@ -310,7 +312,8 @@ ACTIONS: dict[str, dict[str, str]] = {
 # Options of Kafka's tools that take several space-separated values (nargs +).
 VARIADIC = frozenset({"--producer-props"})
 # Options whose value Kafka's tool lets out (`groups --list --state`): given "" when it is.
-OPTIONAL_VALUE = {("groups", "list"): frozenset({"--state"})}
+OPTIONAL_VALUE = {("groups", "list"): frozenset({"--state"}),
+                  ("share-groups", "list"): frozenset({"--state"})}
 
 # Kafka 4.4's options (the tools' --help) that this command line refuses, with the reason printed
 # in place of "No such option": per command (its group for the tools with actions). The others
@@ -418,6 +421,7 @@ REFUSED: dict[str, dict[str, str]] = {
         "--bootstrap-controller": _CONTROLLER,
     },
     "transactions": {},
+    "share-groups": {},
 }
 # Kafka's subcommands that are refused, with the reason.
 REFUSED_COMMANDS: dict[str, dict[str, str]] = {
