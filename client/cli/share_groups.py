@@ -390,11 +390,12 @@ def share_groups_delete_offsets(group_id, topics, timeout_ms, conf) -> None:
     with admin_for(conf, timeout_ms) as admin:
         top, per_topic = admin.delete_share_group_offsets(group_id, wanted)
     if top is not None and top.wire_code not in _TOPIC_LEVEL:
-        click.echo(f"\nError: {top}")
+        click.echo(f"\nError: {top.message}")
     status = {t: per_topic.get(t, top) for t in wanted}
     click.echo()
     echo_table(["TOPIC", "STATUS"],
-               [(t, "Successful" if e is None else f"Error: {e}") for t, e in status.items()])
+               [(t, "Successful" if e is None else f"Error: {e.message}")
+                for t, e in status.items()])
     if top is not None or any(status.values()):
         raise click.exceptions.Exit(1)
 

@@ -127,10 +127,11 @@ class ShareGroupsAdmin(AdminBase):
             group_id, ApiKey.DELETE_SHARE_GROUP_OFFSETS,
             {"group_id": group_id, "topics": [{"topic_name": t} for t in topics]},
             "DeleteShareGroupOffsets", lambda r: r.error_code)
-        top = (error_for(response.error_code, response.error_message or f"group {group_id}")
+        # (the broker's message, else the error's own: Kafka's tool prints them)
+        top = (error_for(response.error_code, response.error_message)
                if response.error_code else None)
         return top, {
-            t.topic_name: error_for(t.error_code, t.error_message or t.topic_name)
+            t.topic_name: error_for(t.error_code, t.error_message)
             if t.error_code else None
             for t in response.responses
         }
