@@ -305,7 +305,7 @@ class ShareService:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
-                             f"The group {group_id} is not empty.")
+                             "The group is not empty.")  # (Kafka 4.4's text)
 
     def alter_offsets(self, group_id: str, topic: str, offsets: Sequence[tuple[int, int]]
                       ) -> tuple[dict[int, ErrorCode], list[Commit]]:
