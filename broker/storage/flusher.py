@@ -373,7 +373,9 @@ class FlushScheduler:
             if round_.first:
                 await self._sync_lane(round_, round_.first)
             round_.step(_LATE)
-            if round_.late:
+            if len(round_.late) == 1:
+                await self._sync_lane(round_, round_.late)
+            elif round_.late:
                 # Each large file on its own: its commits do not wait for a larger one's.
                 async with trio.open_nursery() as lane:
                     for ticket in round_.late:
