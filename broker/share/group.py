@@ -190,6 +190,11 @@ class ShareGroups:
         del group.members[member_id]
         self._refresh(group, True)
 
+    def next_deadline(self) -> int | None:
+        """The earliest member session deadline (None: no members)."""
+        return min((m.deadline_ms for g in self.groups.values() for m in g.members.values()),
+                   default=None)
+
     def expire(self, now_ms: int) -> list[tuple[str, str]]:
         """Remove the members whose session timed out; their ``(group_id, member_id)``."""
         gone = []

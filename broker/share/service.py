@@ -70,6 +70,7 @@ SESSION_TIMEOUT = "share.session.timeout.ms"
 HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 STATE_SEGMENT_BYTES = 1 << 20
 MAX_POLL_SLICE_S = 1.0
+TIMER_IDLE_S = 5.0  # the timer's longest sleep (a safety net: deadlines wake it sooner)
 
 
 @dataclass
@@ -120,6 +121,8 @@ class ShareService:
         self._restored: dict[StateKey, Snapshot] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._released = trio.Event()
+        self._timer_wake = trio.Event()
+        self._timer_due: int | None = None
         self.replayed_records = self._replay()
 
     # -- topics -----------------------------------------------------------------------------
@@ -171,6 +174,8 @@ class ShareService:
         self.tick(now)
         result = self.groups.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed,
                                        client_id, client_host, now)
+        if member_epoch != -1:
+            self._timer_check(now + self.groups.timing(group_id)[0])
         if member_epoch == -1:
             self._member_gone(group_id, member_id)
         return result
@@ -188,6 +193,36 @@ class ShareService:
         if changed:
             self._wake()
 
+    async def run_timer(self) -> None:
+        """The share timer (as Kafka's): releases records whose acquisition lock ran out and
+        removes members whose session timed out when they are due, not when a request happens
+        to look. Sleeps until the earliest deadline; an earlier one set meanwhile (a new lock, a
+        new member) wakes it (``_timer_check``)."""
+        while True:
+            now = self._clock.now_ms()
+            try:
+                self.tick(now)
+            except KafkaError:  # the state log refused a write: logged, tried again next time
+                pass
+            due = self._next_due()
+            self._timer_due = due
+            self._timer_wake = trio.Event()
+            delay = TIMER_IDLE_S if due is None else max(0, due - self._clock.now_ms()) / 1000
+            with trio.move_on_after(min(delay, TIMER_IDLE_S)):
+                await self._timer_wake.wait()
+
+    def _next_due(self) -> int | None:
+        lock = self.next_deadline()
+        member = self.groups.next_deadline()
+        candidates = [d for d in (member, lock if lock < NO_DEADLINE else None) if d is not None]
+        return min(candidates, default=None)
+
+    def _timer_check(self, deadline_ms: int) -> None:
+        """A deadline was set: wake the timer if it sleeps past it."""
+        if self._timer_due is None or deadline_ms < self._timer_due:
+            self._timer_due = deadline_ms
+            self._timer_wake.set()
+
     def tick(self, now_ms: int) -> None:
         for group_id, member_id in self.groups.expire(now_ms):
             log.info("share group %s: member %s timed out", group_id, member_id)
@@ -196,6 +231,20 @@ class ShareService:
         if expired:
             self._wake()
             self._persist(expired, now_ms)
+
+    def metrics(self) -> list[tuple[str, str, int, int, int, int, int, int]]:
+        """Per share partition in memory: ``(group, topic, partition, start offset, records in
+        flight (Available or Acquired), Acquired, redelivered, archived)``; the last two count
+        since the share partition was loaded (Prometheus counters: a restart resets them)."""
+        rows = []
+        for key, state in self.states.items():
+            name = self.topic_name(key.topic_id)
+            if name is None:
+                continue
+            rows.append((key.group_id, name, key.partition, state.start,
+                         state.unfinished_count(), state.acquired_count(), state.redelivered,
+                         state.archived))
+        return sorted(rows)
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
@@ -220,6 +269,22 @@ class ShareService:
         keys = [k for k in (*self.states, *self._restored) if k.group_id == group_id]
         self._tombstone(keys, self._clock.now_ms())
         return ErrorCode.NONE
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> list[Commit]:
+        """A topic was deleted: every group's state on it goes (tombstones in the state log, as
+        Kafka's share coordinator deletes it); a topic created again under the name has a new id
+        and starts afresh."""
+        keys = {k for k in (*self.states, *self._restored) if k.topic_id == topic_id}
+        self._names.pop(topic_id, None)
+        if not keys:
+            return []
+        log.info("topic %s deleted: dropped the share state of %d share partitions", topic_id,
+                 len(keys))
+        self._wake()
+        try:
+            return self._tombstone(keys, self._clock.now_ms())
+        except KafkaError:  # logged; the replay at the next start drops them instead
+            return []
 
     # -- share-group offsets (admin) ---------------------------------------------------------
 
@@ -376,6 +441,8 @@ class ShareService:
                     if result != ErrorCode.NONE:
                         code = result
                 dirty.add(key)
+                if state.next_deadline() < NO_DEADLINE:  # a renewed lock
+                    self._timer_check(state.next_deadline())
             except KafkaError as exc:
                 code = exc.code
             codes[(topic_id, index)] = code
@@ -460,6 +527,8 @@ class ShareService:
         aborted = partition.aborted_transactions(offset, bound) if committed else []
         batches, ends = _classify(data, aborted)
         acquired = state.acquire(member_id, batches, max_records, now)
+        if acquired:
+            self._timer_check(state.next_deadline())
         if not acquired:
             if any(not b.deliverable for b in batches):
                 dirty.add(key)
@@ -576,6 +645,10 @@ class ShareService:
         if n:
             log.info("loaded the state of %d share partitions from %d records of %s",
                      len(self._restored), n, SHARE_GROUP_STATE_TOPIC)
+        # State of a topic deleted before its tombstones were durable goes now.
+        gone = {k for k in self._restored if logs.topic_name(k.topic_id) is None}
+        if gone:
+            self._tombstone(gone, self._clock.now_ms())
         return n
 
 
