@@ -487,3 +487,22 @@ def test_deleting_a_topic_drops_its_share_state(tmp_path) -> None:
             assert offsets(fetch_until(m, 2)) == [0, 1]
         finally:
             m.close()
+
+
+def test_consumer_group_configs_reach_consumer_protocol_groups(broker) -> None:
+    """consumer.heartbeat.interval.ms set on a GROUP resource is the interval a KIP-848
+    member of that group is told; another group keeps the broker's (5 s)."""
+    port = broker.port
+    create_topic(port, "cq")
+    set_group_config(port, "cg", "consumer.heartbeat.interval.ms", "7000")
+    with RawConnection(port) as conn:
+        def join(group: str) -> int:
+            joined = conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                "rebalance_timeout_ms": 30_000, "subscribed_topic_names": ["cq"],
+                "topic_partitions": []})
+            assert joined.error_code == 0, joined
+            return joined.heartbeat_interval_ms
+
+        assert join("cg") == 7000
+        assert join("other") == 5000
