@@ -52,7 +52,7 @@ class GroupKey:
     bounds: tuple[int, int] | None = None  # the broker's group.*.min/max for this key
     at_most: int | None = None
     choices: tuple[str, ...] | None = None
-    internal: bool = False  # accepted, not described (Kafka's GroupConfig.isInternal)
+    internal: bool = False  # described only when set (Kafka's GroupConfig.isInternal)
     doc: str = ""
 
 
@@ -242,7 +242,7 @@ def validate(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[str, ob
     if assignor is not None and assignor not in STREAMS_ASSIGNORS:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
                          f"streams.assignor.name '{clip(str(assignor))}' is not a registered "
-                         f"task assignor. Registered assignors are: {', '.join(STREAMS_ASSIGNORS)}.")
+                         f"task assignor. Registered assignors are: [{', '.join(STREAMS_ASSIGNORS)}].")
     for session_key, heartbeat_key in _SESSION_PAIRS:
         if session_key not in parsed and heartbeat_key not in parsed:
             continue
@@ -296,8 +296,9 @@ def describe(broker: BrokerConfig, overrides: Mapping[str, str], keys: Iterable[
     wanted = None if keys is None else set(keys)
     entries = []
     for name, key in sorted(KEYS.items()):
-        if key.internal or (wanted is not None and name not in wanted):
-            continue
+        if (key.internal and name not in overrides) or (wanted is not None
+                                                         and name not in wanted):
+            continue  # an internal key is described only when the group overrides it (Kafka)
         default = key.default(broker)
         synonyms = []
         if name in overrides:

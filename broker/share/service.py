@@ -16,7 +16,10 @@ this class gives them the outside world:
 - Replay: the constructor reads ``__share_group_state`` (latest record per key) and restores each
   share partition when first used.
 - Housekeeping: ``tick(now_ms)`` removes members whose session timed out (releasing their records
-  and closing their share sessions) and releases expired locks.
+  and closing their share sessions) and releases expired locks; ``run_timer`` (a server task)
+  calls it when the earliest deadline is due.
+- Group configs (``share.*``): read from the ``GroupConfigStore`` (broker/config/group_configs.py),
+  which tells ``_configs_changed`` of every change.
 """
 
 from __future__ import annotations

@@ -43,6 +43,9 @@ BROKER = build_config({})
     ({"share.renew.acknowledge.enable": "maybe"},
      "Invalid value maybe for configuration share.renew.acknowledge.enable: Expected value to "
      "be either true or false"),
+    ({"streams.assignor.name": "foo"},
+     "streams.assignor.name 'foo' is not a registered task assignor. Registered assignors are: "
+     "[sticky]."),
     ({"streams.num.standby.replicas": "3"},
      "streams.num.standby.replicas must be less than or equal to 2"),
     ({"consumer.assignment.interval.ms": "100000000"},
@@ -93,6 +96,11 @@ def test_describe_lists_kafka_s_keys_with_sources_and_synonyms():
     assert (limit.value, limit.source) == ("3", ConfigSource.STATIC_BROKER_CONFIG)
     assert [(s.name, s.value) for s in limit.synonyms] == [
         ("group.share.delivery.count.limit", "3"), ("group.share.delivery.count.limit", "5")]
+    internal = {e.name: e for e in describe(BROKER, {"consumer.assignor.offload.enable": "false"},
+                                            None)}["consumer.assignor.offload.enable"]
+    assert [(s.name, s.value, s.source) for s in internal.synonyms] == [
+        ("consumer.assignor.offload.enable", "false", ConfigSource.DYNAMIC_GROUP_CONFIG),
+        ("group.consumer.assignor.offload.enable", "true", ConfigSource.DEFAULT_CONFIG)]
     assignor = entries["streams.assignor.name"]
     assert [(s.name, s.value, s.source) for s in assignor.synonyms] == [
         ("group.streams.assignors", "sticky", ConfigSource.DEFAULT_CONFIG)]
