@@ -23,6 +23,7 @@ import trio
 from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
@@ -72,7 +73,12 @@ def build_broker(
         MarkerWriter(storage, on_durable=cross.markers_durable), crash_hook,
     )
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
-    groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
+    # GROUP config resources (kafka-configs --entity-type groups), durable in the data dir.
+    group_configs = GroupConfigStore(config)
+    groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce,
+                          group_timing=lambda g: (
+                              group_configs.int_value(g, "consumer.session.timeout.ms"),
+                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")))
     cross.attach(groups, transactions)
     # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
     # been lost (an unclean shutdown and a machine restart), completes prepared ones, and then
@@ -97,9 +103,9 @@ def build_broker(
     )
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
-    share = ShareService(config, storage, clock)
+    share = ShareService(config, storage, clock, group_configs)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share)
+                  security, cleaner, share, group_configs)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

@@ -173,6 +173,7 @@ class GroupService:
         storage: Storage,
         clock: Clock,
         verify_txn_produce: VerifyTxnProduce,
+        group_timing: Callable[[str], tuple[int, int]] | None = None,
     ) -> None:
         self._storage = storage
         self._logs = storage.logs
@@ -195,6 +196,7 @@ class GroupService:
             assignors=tuple(a.strip() for a in config.group_consumer_assignors.split(",")
                             if a.strip()) or ("uniform",),
             internal_topics=INTERNAL_TOPICS,
+            timing=group_timing,  # consumer.* GROUP configs (broker/config/group_configs.py)
         ))
         self._slots: dict[int, _Slot] = {}
         self.replayed_batches = self._replay()

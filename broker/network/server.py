@@ -215,6 +215,8 @@ async def serve(
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
             nursery.start_soon(_release_memory)
+            if broker.share is not None:
+                nursery.start_soon(broker.share.run_timer)  # lock and member-session expiry
             if broker.cleaner is not None:
                 nursery.start_soon(broker.cleaner.run)
             for sock, info in extra:
