@@ -32,7 +32,8 @@ Layout of ``data_dir``::
 
 Partitions are loaded, created and closed by a pool of threads (``_FILE_THREADS``): their fsyncs
 overlap (the journal commits them together), so shutdown and start with many partitions cost
-about the changed partitions' syncs divided by the threads.
+about the changed partitions' syncs divided by the threads. With many changed partitions the
+storage has them close without fsyncs and syncs the file system once (``close``).
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
 the partition directories first and then adds the topic; delete_topic removes the topic first and
@@ -46,6 +47,7 @@ from __future__ import annotations
 import concurrent.futures
 import gc
 import json
+import os
 import re
 import shutil
 import uuid
@@ -140,7 +142,10 @@ class LogManager:
         self._boot_id: str | None = None
         self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
         # After a crash the recovery points serve instead (the marker's content, kept).
-        clean = self._read_clean_marker() or self._read_clean_marker(RECOVERY_POINT_FILE)
+        clean = self._read_clean_marker()
+        clean_shutdown = bool(clean)
+        if not clean:
+            clean = self._read_clean_marker(RECOVERY_POINT_FILE)
         todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -151,7 +156,7 @@ class LogManager:
             name, i, config = item
             dir_name = _partition_dir_name(name, i)
             return Partition(name, i, self.data_dir / dir_name, config, now_ms,
-                             clean.get(dir_name))
+                             clean.get(dir_name), clean_shutdown)
 
         # Loading builds many objects that all live on: the collector would walk them again and
         # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
@@ -543,15 +548,29 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
-    def close(self) -> None:
-        """Flush and close every partition (snapshots, trimmed files), then write the
-        recovery points and the clean-shutdown marker so that the next start skips the scan.
-        Partitions unchanged since their clean point only close their files; the others are
-        closed by the thread pool, their fsyncs overlapping."""
+    def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
+        """Flush and close every partition (indexes, snapshots), then write the recovery points
+        and the clean-shutdown marker so that the next start skips the scan. Partitions
+        unchanged since their clean point only close their files; the others are closed by the
+        thread pool, their fsyncs overlapping.
+
+        ``sync_file_system(data_dir)`` (the storage's: one ``syncfs(2)``): the partitions then
+        write their close files without fsyncs of their own and this makes them durable
+        together, before the recovery points and the marker; it returns False where it cannot
+        (no syncfs), and every file the partitions hold is then fsynced one by one. A power cut
+        before the marker is durable is an unclean start: the files the partitions wrote are
+        only ever trusted through the marker or the recovery points (a snapshot or index that
+        comes back torn or empty is rejected by its loader, and the partition scanned)."""
         if self._closed:
             return
         partitions = list(self.all_partitions())
-        _in_threads(Partition.close, [p for p in partitions if p.changed])
+        changed = [p for p in partitions if p.changed]
+        if sync_file_system is None:
+            _in_threads(Partition.close, changed)
+        else:
+            _in_threads(_close_without_fsync, changed)
+            if not sync_file_system(self.data_dir):
+                _in_threads(_sync_directory_files, [p.dir for p in changed])
         states: dict[str, CleanState] = {}
         for p in partitions:
             p.close()  # (the unchanged ones)
@@ -591,6 +610,22 @@ class PendingTopic:
                                            self.now_ms, self.parts)
         except OSError as exc:
             self.error = exc
+
+
+def _close_without_fsync(partition: Partition) -> None:
+    partition.close(fsync=False)
+
+
+def _sync_directory_files(directory: Path) -> None:
+    """fsync every file of a partition directory, then the directory (the fallback of a close
+    without per-file fsyncs where the file system cannot be synced at once)."""
+    for name in os.listdir(directory):
+        fd = os.open(directory / name, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    fsync_dir(directory)
 
 
 def _in_threads(fn: Callable, items: list) -> list:

@@ -129,22 +129,26 @@ class FlushTicket:
     entries: bool = False  # a segment file was created: ``directory`` syncs its entry
     txn_index: bool = False  # ``fds[0]`` is the aborted-transaction index's
 
-    def sync(self) -> None:
+    def sync(self, fsync: bool = True) -> None:
         """fdatasync the files, then the rolled segments' indexes, then write the snapshots
         (temporary file, fsync, rename), then fsync the directory; safe in a worker thread
         (when the fds are owned duplicates, which it closes). An OSError is kept in ``error``
         (the high watermark must then not move). The order is what recovery relies on: a
-        snapshot is in place only once every segment below its offset is durable."""
+        snapshot is in place only once every segment below its offset is durable.
+        ``fsync=False`` (a clean close that syncs the whole file system afterwards,
+        ``Partition.close``): the same writes, no fsync."""
         try:
-            for fd in self.fds:
-                os.fdatasync(fd)
-            for seg in self.rolled:
-                fdatasync_path(seg.index_path)
+            if fsync:
+                for fd in self.fds:
+                    os.fdatasync(fd)
+                for seg in self.rolled:
+                    fdatasync_path(seg.index_path)
             if self.snapshots:
                 assert self.directory is not None
                 for offset, data in self.snapshots:
-                    atomic_write(snapshot_path(self.directory, offset), data, sync_dir=False)
-            if self.directory is not None:
+                    atomic_write(snapshot_path(self.directory, offset), data, sync_dir=False,
+                                 fsync=fsync)
+            if self.directory is not None and fsync:
                 fsync_dir(self.directory)
             if self.snapshots:
                 assert self.directory is not None
@@ -170,10 +174,12 @@ class Partition:
         config: LogConfig,
         now_ms: int,
         clean: CleanState | None = None,
+        clean_shutdown: bool = False,
     ) -> None:
         """Open (creating if needed) and load or recover the partition in ``directory``.
 
-        ``clean`` is this partition's entry in the clean-shutdown marker, if any. The outcome is in
+        ``clean`` is this partition's clean point, if any: its entry in the clean-shutdown marker
+        (``clean_shutdown``) or in the recovery-point checkpoint. The outcome is in
         ``self.recovery``.
         """
         self.topic = topic
@@ -187,7 +193,8 @@ class Partition:
             # first flush (the creator's), so that a topic's partitions are synced together.
             loaded = LoadedLog([Segment.create(directory, 0)], ProducerStateManager(), 0, True)
         else:
-            loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
+            loaded = load_log(directory, config.index_interval_bytes, now_ms, clean,
+                              clean_shutdown)
         self.segments: list[Segment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self.segments]
         self.producers: ProducerStateManager = loaded.producers
@@ -588,19 +595,20 @@ class Partition:
             self.on_roll(self)
         return seg
 
-    def _write_snapshot(self, offset: int) -> None:
-        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset)
+    def _write_snapshot(self, offset: int, fsync: bool = True) -> None:
+        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset, fsync)
         for old in list_snapshots(self.dir)[:-SNAPSHOTS_RETAINED]:
             snapshot_path(self.dir, old).unlink(missing_ok=True)
 
     # -- durability --------------------------------------------------------------------------
 
-    def flush(self) -> int:
+    def flush(self, fsync: bool = True) -> int:
         """fdatasync what was written since the last flush (and what rolls left); then
-        HW = LEO. Returns the HW."""
+        HW = LEO. Returns the HW. ``fsync=False``: write what rolls left, sync nothing (only
+        ``close(fsync=False)``, whose caller syncs the file system)."""
         ticket = self.begin_flush(shared=False, active=True)
         if ticket is not None:
-            ticket.sync()
+            ticket.sync(fsync)
             if not self.complete_flush(ticket):
                 assert ticket.error is not None
                 raise ticket.error
@@ -848,27 +856,37 @@ class Partition:
     def changed(self) -> bool:
         """Something was appended, rolled or left unsynced since the clean point on disk
         (``checkpoint``): a clean close has to write it."""
-        active = self.segments[-1]
-        return (self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
-                or active.allocated != active.size)
+        return self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
 
-    def close(self) -> None:
-        """Trim, fdatasync, save the active index and a producer-state snapshot at the LEO, close
-        the files. After this the partition can be loaded without a scan (given the marker).
-        A partition unchanged since its clean point (``changed``) only closes its files: what
-        a clean close would write is on disk already. Safe in a worker thread (one partition
-        per thread: it touches nothing but its own files and fields)."""
+    def close(self, fsync: bool = True) -> None:
+        """fdatasync what is not yet durable, save the active index and a producer-state
+        snapshot at the LEO, close the files. After this the partition can be loaded without a
+        scan (given the marker). A partition unchanged since its clean point (``changed``) only
+        closes its files: what a clean close would write is on disk already. Safe in a worker
+        thread (one partition per thread: it touches nothing but its own files and fields).
+
+        The active segment keeps its preallocated tail (zeros after ``size``): truncating it
+        cost a file-system journal operation per partition, serialized across the file system
+        (2-3 ms each here, most of a clean close with thousands of partitions once the fsyncs
+        are shared); the clean point records the data's size and the loader reads up to it
+        (``recovery._load_clean``). A roll still trims.
+
+        ``fsync=False``: the same writes, no fsync; the caller makes them durable together
+        (``LogManager.close``: one syncfs of the data dir's file system) before it writes the
+        clean-shutdown marker."""
         if self._closed:
             return
         if self.changed:
             active = self.segments[-1]
-            active.trim()
-            self._dirty = True  # the new file length must be durable too
-            self.flush()
-            active.save_index(fsync=True)
-            self._write_snapshot(self.log_end_offset)
+            # Without fsync only when nothing but the active segment's own writes is unsynced:
+            # what a roll left (rolled segments, their snapshots) and aborted-transaction
+            # entries keep their order (the rolled data and the entries durable before a
+            # snapshot or marker past them: recovery trusts that), as in every flush round.
+            self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
+            active.save_index(fsync=fsync)
+            self._write_snapshot(self.log_end_offset, fsync)
             self.checkpoint = self.clean_state
-        self.txn_index.close()
+        self.txn_index.close(sync=fsync)
         for seg in self.segments:
             seg.close()
         self._closed = True
