@@ -445,13 +445,33 @@ class LogManager:
     def create_partitions(
         self, topic: str, count: int, now_ms: int, validate_only: bool = False
     ) -> None:
-        """Grow ``topic`` to ``count`` partitions durably (CreatePartitions).
+        """Grow ``topic`` to ``count`` partitions durably (CreatePartitions), here and now
+        (``prepare_partitions`` for the same off the event loop).
 
         Raises UNKNOWN_TOPIC_OR_PARTITION, or INVALID_PARTITIONS when ``count`` is not above the
         current count (Kafka never shrinks a topic) or above the limit."""
+        pending = self.prepare_partitions(topic, count, now_ms, validate_only)
+        if pending is None:
+            return
+        try:
+            pending.build()
+        finally:
+            self.finish_partitions(pending)
+
+    def prepare_partitions(
+        self, topic: str, count: int, now_ms: int, validate_only: bool = False
+    ) -> PendingPartitions | None:
+        """Validate a CreatePartitions of ``topic`` and reserve it (event loop): None with
+        ``validate_only``. Then ``PendingPartitions.build()`` (any thread: the files and their
+        fsyncs) and, always, on the event loop, ``finish_partitions``. Raises what
+        ``create_partitions`` raises, and INVALID_PARTITIONS while the topic is already growing
+        or being created."""
         current = len(self._partitions.get(topic, ()))
         if topic not in self._topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if topic in self._pending:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic {topic} is already getting new partitions.")
         if count == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                              f"Topic already has {current} partition(s).")
@@ -468,22 +488,38 @@ class LogManager:
         if topic not in INTERNAL_TOPICS:
             self._check_total(count - current)
         if validate_only:
-            return
-        config = self._configs[topic]
-        parts: list[Partition] = []
-        try:
-            self._build_partitions(topic, range(current, count), config, now_ms, parts)
-            topics = dict(self._topics)
-            topics[topic] = {**topics[topic], "partitions": count}
-            self._write_topics(topics)  # the commit point
-        except BaseException as exc:
+            return None
+        self._pending[topic] = count - current
+        return PendingPartitions(self, topic, range(current, count), self._configs[topic], now_ms)
+
+    def finish_partitions(self, pending: PendingPartitions) -> None:
+        """Commit built partitions (``topics.json``, then in memory) or remove what a failed or
+        abandoned build left, or what a topic deleted meanwhile would not own. Raises
+        KAFKA_STORAGE_ERROR for a failed build or commit, UNKNOWN_TOPIC_OR_PARTITION if the
+        topic was deleted meanwhile."""
+        self._pending.pop(pending.topic, None)
+        topic, parts, error = pending.topic, pending.parts, pending.error
+        if topic not in self._topics or len(self._partitions[topic]) != pending.indexes.start:
             for p in parts:
                 p.delete()
-            if isinstance(exc, OSError):  # disk full, out of descriptors: an answer, not a crash
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-            raise
-        self._topics = topics
-        self._partitions[topic] = self._partitions[topic] + parts
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {topic!r} was deleted meanwhile")
+        if error is None and len(parts) == len(pending.indexes):
+            topics = dict(self._topics)
+            topics[topic] = {**topics[topic], "partitions": pending.indexes.stop}
+            try:
+                self._write_topics(topics)  # the commit point
+            except OSError as exc:
+                error = exc
+            else:
+                for p in parts:
+                    p.config = self._configs[topic]  # (an AlterConfigs meanwhile)
+                self._topics = topics
+                self._partitions[topic] = self._partitions[topic] + parts
+                return
+        for p in parts:
+            p.delete()
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}: {error or 'creation interrupted'}")
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its files. UNKNOWN_TOPIC_OR_PARTITION if there is none."""
@@ -608,6 +644,31 @@ class PendingTopic:
         try:
             self.manager._build_partitions(self.name, range(self.num_partitions), self.config,
                                            self.now_ms, self.parts)
+        except OSError as exc:
+            self.error = exc
+
+
+class PendingPartitions:
+    """New partitions of an existing topic being made (``LogManager.prepare_partitions``):
+    ``build`` makes them (in a worker thread when called through ``trio.to_thread``), then
+    ``LogManager.finish_partitions`` commits them on the event loop."""
+
+    def __init__(self, manager: LogManager, topic: str, indexes: range, config: LogConfig,
+                 now_ms: int) -> None:
+        self.manager = manager
+        self.topic = topic
+        self.indexes = indexes
+        self.config = config
+        self.now_ms = now_ms
+        self.parts: list[Partition] = []
+        self.error: OSError | None = None
+
+    def build(self) -> None:
+        """Create and fsync the partitions' directories; an OSError is kept for
+        ``finish_partitions``. Touches no state of the manager but reads ``on_roll``."""
+        try:
+            self.manager._build_partitions(self.topic, self.indexes, self.config, self.now_ms,
+                                           self.parts)
         except OSError as exc:
             self.error = exc
 
