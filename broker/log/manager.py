@@ -30,7 +30,7 @@ Layout of ``data_dir``::
                              still knows the machine restarted
     <topic>-<partition>/     one directory per partition (partition.py)
 
-Partitions are loaded, created and closed by a pool of threads (``_FILE_THREADS``): their fsyncs
+Partitions are loaded, created and closed by a pool of threads (``file_pool.py``): their fsyncs
 overlap (the journal commits them together), so shutdown and start with many partitions cost
 about the changed partitions' syncs divided by the threads. With many changed partitions the
 storage has them close without fsyncs and syncs the file system once (``close``).
@@ -44,16 +44,15 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
-import concurrent.futures
 import gc
 import json
-import os
 import re
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from broker.log.file_pool import close_without_fsync, in_threads, sync_directory_files
 from broker.log.partition import Partition
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
@@ -71,10 +70,6 @@ BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
 MAX_PARTITIONS = 10_000
 # Partitions of the whole broker (``max.partitions``), the internal topics not counted against it.
 DEFAULT_MAX_PARTITIONS = 20_000
-# Threads that load, create and close partitions at once (their fsyncs overlap). Measured on this
-# VM (bench/many_partitions.py): see bench/README.md.
-_FILE_THREADS = 16
-_FILE_POOL = concurrent.futures.ThreadPoolExecutor(_FILE_THREADS, thread_name_prefix="logs")
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 _OUR_SUFFIXES = (
@@ -163,7 +158,7 @@ class LogManager:
         collecting = gc.isenabled()
         gc.disable()
         try:
-            loaded = _in_threads(load, todo)
+            loaded = in_threads(load, todo)
         finally:
             if collecting:
                 gc.enable()
@@ -408,7 +403,7 @@ class LogManager:
             p = Partition(topic, i, directory, config, now_ms)
             p.on_roll = self._on_roll
             out.append(p)
-        _in_threads(Partition.flush, out)  # each new directory's entries
+        in_threads(Partition.flush, out)  # each new directory's entries
         fsync_dir(self.data_dir)
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
@@ -602,11 +597,11 @@ class LogManager:
         partitions = list(self.all_partitions())
         changed = [p for p in partitions if p.changed]
         if sync_file_system is None:
-            _in_threads(Partition.close, changed)
+            in_threads(Partition.close, changed)
         else:
-            _in_threads(_close_without_fsync, changed)
+            in_threads(close_without_fsync, changed)
             if not sync_file_system(self.data_dir):
-                _in_threads(_sync_directory_files, [p.dir for p in changed])
+                in_threads(sync_directory_files, [p.dir for p in changed])
         states: dict[str, CleanState] = {}
         for p in partitions:
             p.close()  # (the unchanged ones)
@@ -671,54 +666,3 @@ class PendingPartitions:
                                            self.parts)
         except OSError as exc:
             self.error = exc
-
-
-def _close_without_fsync(partition: Partition) -> None:
-    partition.close(fsync=False)
-
-
-def _sync_directory_files(directory: Path) -> None:
-    """fsync every file of a partition directory, then the directory (the fallback of a close
-    without per-file fsyncs where the file system cannot be synced at once)."""
-    for name in os.listdir(directory):
-        fd = os.open(directory / name, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    fsync_dir(directory)
-
-
-def _in_threads(fn: Callable, items: list) -> list:
-    """``[fn(item) for item in items]`` run by the file thread pool (one item: inline); the
-    first exception is raised once every call has ended."""
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    # In chunks, a few per thread: a future per item cost 50 us each of the calling thread's
-    # time (half a second at 10,000 partitions).
-    size = max(1, -(-len(items) // (4 * _FILE_THREADS)))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    futures = [_FILE_POOL.submit(_run_chunk, fn, chunk) for chunk in chunks]
-    concurrent.futures.wait(futures)
-    results: list = []
-    errors = []
-    for future in futures:
-        done, error = future.result()
-        results.extend(done)
-        if error is not None:
-            errors.append(error)
-    if errors:
-        raise errors[0]
-    return results
-
-
-def _run_chunk(fn: Callable, chunk: list) -> tuple[list, BaseException | None]:
-    """``fn`` over ``chunk``, every item even after one failed: (results, the first error)."""
-    out, first = [], None
-    for item in chunk:
-        try:
-            out.append(fn(item))
-        except BaseException as exc:  # noqa: BLE001  (handed to the caller, which raises it)
-            if first is None:
-                first = exc
-    return out, first
