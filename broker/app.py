@@ -28,7 +28,7 @@ from broker.group.service import GroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
-from broker.network import server
+from broker.network import memory, server
 from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
 from broker.share.service import ShareService
@@ -129,12 +129,12 @@ async def serve(
     """Build the broker (recovery included), serve it until cancelled, then close it (flush,
     snapshots, clean marker). ``task_status.started(port)`` and ``on_listening(broker, port)``
     once the listeners are bound. ``settle_collector``: the long-lived process's garbage
-    collector settings (``server.settle_garbage_collector``), not for brokers inside tests."""
+    collector settings (``memory.settle_garbage_collector``), not for brokers inside tests."""
     metrics = build_metrics(config)
     broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
     try:
         if settle_collector:
-            server.settle_garbage_collector()
+            memory.settle_garbage_collector()
         async with trio.open_nursery() as nursery:
             port = await nursery.start(partial(
                 server.serve, config, broker=broker, dispatcher=build_dispatcher(broker, metrics),

@@ -7,16 +7,20 @@ handler serves them all and returns every field (the encoder skips the absent on
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from typing import Any
+
+import trio
 
 from broker.config import resources
 from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
+from broker.log.manager import PendingPartitions
 from broker.log.topics import INTERNAL_TOPICS
-from broker.reply import reply
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.txn.state import TxnState
@@ -188,8 +192,11 @@ def incremental_alter_configs(broker: Broker, header, request) -> dict:
 
 
 @handles(ApiKey.CREATE_PARTITIONS, *_versions(ApiKey.CREATE_PARTITIONS))
-def create_partitions(broker: Broker, header, request) -> dict:
-    results = []
+def create_partitions(broker: Broker, header, request) -> dict | Deferred[dict]:
+    """The new partitions' files are made in a worker thread, as CreateTopics' (thousands of
+    directories and fsyncs must not stop the event loop); the answer waits for them."""
+    results: list[dict] = []
+    pending: list[tuple[dict, PendingPartitions]] = []
     seen: set[str] = set()
     for topic in request.topics:
         code, message = ErrorCode.NONE, None
@@ -204,11 +211,36 @@ def create_partitions(broker: Broker, header, request) -> dict:
             if topic.assignments:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  "manual replica assignments are not supported")
-            broker.logs.create_partitions(topic.name, topic.count, broker.clock.now_ms(), request.validate_only)
+            growing = broker.logs.prepare_partitions(topic.name, topic.count,
+                                                     broker.clock.now_ms(), request.validate_only)
         except KafkaError as exc:
             code, message = _error(exc)
+            growing = None
         results.append({"name": topic.name, "error_code": code, "error_message": message})
-    return {"throttle_time_ms": 0, "results": results}
+        if growing is not None:
+            pending.append((results[-1], growing))
+    if not pending:
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def grow() -> dict:
+        finished: set[int] = set()
+        try:
+            for i, (result, partitions) in enumerate(pending):
+                # Not cancellable: a shutdown or a closed connection waits for the files.
+                await trio.to_thread.run_sync(partitions.build)
+                finished.add(i)
+                try:
+                    broker.logs.finish_partitions(partitions)
+                except KafkaError as exc:
+                    result["error_code"], result["error_message"] = _error(exc)
+        finally:
+            for i, (_, partitions) in enumerate(pending):
+                if i not in finished:  # cancelled: commit what was built, release the topic
+                    with contextlib.suppress(KafkaError):
+                        broker.logs.finish_partitions(partitions)
+        return {"throttle_time_ms": 0, "results": results}
+
+    return Deferred(grow)
 
 
 @handles(ApiKey.DELETE_RECORDS, *_versions(ApiKey.DELETE_RECORDS))
