@@ -143,6 +143,45 @@ def _re2_compiler(pattern: str) -> Callable[[str], bool]:
     return lambda name: compiled.fullmatch(name) is not None
 
 
+class MigrationPolicy(enum.Enum):
+    """``group.consumer.migration.policy`` (Kafka's ConsumerGroupMigrationPolicy): whether a
+    non-empty classic group whose member joins with the consumer protocol becomes a consumer
+    group (upgrade), and whether a consumer group whose last consumer-protocol member leaves
+    becomes a classic group again (downgrade). Empty groups change in both directions always."""
+
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @property
+    def upgrade(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def downgrade(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+    @classmethod
+    def parse(cls, value: str) -> MigrationPolicy:
+        """Case-insensitive, as Kafka's validator; ValueError for another value."""
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ValueError(f"group.consumer.migration.policy must be one of "
+                             f"{', '.join(p.value for p in cls)}, not {value!r}") from None
+
+
+@dataclass(frozen=True)
+class ClassicMetadata:
+    """What a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
+    consumer group keeps (Kafka's ClassicMemberMetadata): its session timeout and the
+    ``(name, subscription)`` protocols of its last JoinGroup, in its order of preference."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+
 @dataclass(frozen=True)
 class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
@@ -151,6 +190,9 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1  # group.consumer.max.size
     # Topics a regex never matches (Kafka's internal topics).
     internal_topics: frozenset[str] = frozenset()
+    # group.consumer.migration.policy: whether a non-empty group may change protocol
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    classic_max_size: int = 2**31 - 1  # group.max.size (a downgraded group must fit it)
 
 
 @dataclass(frozen=True)
@@ -203,6 +245,20 @@ class ConsumerMember:
     # (topic, partition) -> the member epoch at which the member got it (Kafka 4.3+: a commit
     # from an older epoch is accepted for the partitions the member already had then)
     assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
+    # A member that speaks the classic protocol (None: the consumer protocol), and its join or
+    # sync deadline (the rebalance timeout after a JoinGroup or a REBALANCE_IN_PROGRESS)
+    classic: ClassicMetadata | None = None
+    classic_deadline_ms: int | None = None
+
+    def session_deadline(self, session_timeout_ms: int) -> int:
+        """When the member is removed unless it heartbeats (or revokes, or joins/syncs)."""
+        if self.classic is not None:
+            session_timeout_ms = self.classic.session_timeout_ms
+        deadline = self.last_heartbeat_ms + session_timeout_ms
+        for other in (self.revocation_deadline_ms, self.classic_deadline_ms):
+            if other is not None and other < deadline:
+                deadline = other
+        return deadline
 
     def owns(self) -> Iterable[tuple[str, int]]:
         for assignment in (self.assigned, self.pending_revocation):
@@ -304,6 +360,7 @@ class ConsumerGroupCoordinator:
         # Groups whose records must be written (take_records), in order; a deleted group maps
         # to True (its tombstones).
         self._to_store: dict[str, bool] = {}
+        self._downgrades: list[tuple[ConsumerGroup, str]] = []
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -463,18 +520,54 @@ class ConsumerGroupCoordinator:
         expired = []
         earliest: int | None = None
         for m in group.members.values():
-            deadline = m.last_heartbeat_ms + session
-            if m.revocation_deadline_ms is not None:
-                deadline = min(deadline, m.revocation_deadline_ms)
+            deadline = m.session_deadline(session)
             if now_ms >= deadline:
                 expired.append(m)
             elif earliest is None or deadline < earliest:
                 earliest = deadline
         group.next_expiry_ms = earliest if earliest is not None else now_ms + session
         for member in expired:
+            if self._maybe_downgrade(group, member):
+                return
             self._remove_member(group, member)
         if expired:
             self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+
+    # -- groups that change protocol ------------------------------------------------------------
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: ConsumerMember) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember: when the last member that speaks the
+        consumer protocol leaves (or is fenced) and classic members remain, the group becomes
+        a classic group again, if the policy allows it and the classic group size limit holds.
+        Then the group is gone from here: ``take_downgrades`` hands it (without ``leaving``) to
+        the caller, which builds the classic group; its records here are all tombstoned."""
+        others = [m for m in group.members.values() if m.member_id != leaving.member_id]
+        if (not others or any(m.classic is None for m in others) or leaving.classic is not None
+                or not self.config.migration_policy.downgrade
+                or len(others) > self.config.classic_max_size):
+            return False
+        del group.members[leaving.member_id]
+        self.groups.pop(group.group_id, None)
+        self._to_store.pop(group.group_id, None)
+        self._downgrades.append((group, leaving.member_id))
+        return True
+
+    def take_downgrades(self) -> list[tuple[ConsumerGroup, str]]:
+        """``(group, leaving member id)`` of every group that became classic since the last
+        call; the group still holds its other members, their target assignments and epoch."""
+        out, self._downgrades = self._downgrades, []
+        return out
+
+    def adopt(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> None:
+        """Take in a group converted from a classic group (upgrade): every record of it is
+        written (the caller tombstones the classic group's), sessions start at ``now_ms``."""
+        self.load_group(group, topics)
+        for member in group.members.values():
+            member.last_heartbeat_ms = now_ms
+        group.next_expiry_ms = 0
+        group.dirty_group = True
+        group.dirty_members.update(group.members)
+        self._store(group)
 
     def _remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         del group.members[member.member_id]
@@ -496,6 +589,8 @@ class ConsumerGroupCoordinator:
         whose subscribed topics changed."""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
+            if group.group_id not in self.groups:
+                continue  # it became a classic group
             self._maybe_update_target(group, topics, now_ms=now_ms)
             self._store(group)
 
@@ -548,6 +643,9 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is not None:
             self._expire(group, topics, now_ms)
+            if req.group_id not in self.groups:  # it became a classic group
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                       f"Group {req.group_id} is not a consumer group.")
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req, topics, now_ms)
         if group is None:
@@ -573,6 +671,41 @@ class ConsumerGroupCoordinator:
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             self.config.heartbeat_interval_ms, member.assigned if send else None)
 
+    # -- for classic members (classic_members.py) -----------------------------------------
+
+    def new_member_id(self) -> str:
+        return self._new_member_id()
+
+    @staticmethod
+    def rename_member(group: ConsumerGroup, member: ConsumerMember, member_id: str) -> None:
+        """A static member's new incarnation takes over its membership under ``member_id``."""
+        old_id = member.member_id
+        del group.members[old_id]
+        group.removed_members.add(old_id)
+        group.dirty_members.discard(old_id)
+        member.member_id = member_id
+        group.members[member_id] = member
+        group.target[member_id] = group.target.pop(old_id, {})
+        group.removed_members.discard(member_id)
+        group.dirty_members.add(member_id)
+
+    def update_target(self, group: ConsumerGroup, topics: TopicsView, force: bool,
+                      now_ms: int) -> None:
+        self._maybe_update_target(group, topics, force=force, now_ms=now_ms)
+
+    def reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None,
+                  now_ms: int) -> None:
+        self._reconcile(group, member, owned, now_ms)
+
+    def store(self, group: ConsumerGroup) -> None:
+        self._store(group)
+
+    def remove_member(self, group: ConsumerGroup, member: ConsumerMember, topics: TopicsView,
+                      now_ms: int) -> None:
+        """A member left: removed, the epoch bumped, a new target computed."""
+        self._remove_member(group, member)
+        self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+
     def _forget_if_new_and_empty(self, group: ConsumerGroup) -> None:
         if not group.members and group.group_epoch == 0:
             self.groups.pop(group.group_id, None)
@@ -588,17 +721,8 @@ class ConsumerGroupCoordinator:
                         f"Static member {static.member_id} with instance id "
                         f"{req.instance_id} is not released.")
                 # The new incarnation takes over the departed one's assignment and epoch.
-                old_id = static.member_id
-                member_id = req.member_id or self._new_member_id()
-                del group.members[old_id]
-                group.removed_members.add(old_id)
-                group.dirty_members.discard(old_id)
-                static.member_id = member_id
+                self.rename_member(group, static, req.member_id or self._new_member_id())
                 static.member_epoch = static.previous_member_epoch
-                group.members[member_id] = static
-                group.target[member_id] = group.target.pop(old_id, {})
-                group.removed_members.discard(member_id)
-                group.dirty_members.add(member_id)
                 return static, None
             member = group.members.get(req.member_id) if req.member_id else None
             if member is None:
@@ -702,6 +826,8 @@ class ConsumerGroupCoordinator:
                 member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH
             group.dirty_members.add(member.member_id)
+        elif self._maybe_downgrade(group, member):
+            return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
         else:
             self._remove_member(group, member)
             self._maybe_update_target(group, topics, force=True, now_ms=req_now)
@@ -739,6 +865,10 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return every(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member.classic is not None:
+            # A classic member's generation is its member epoch (Kafka's validateMemberEpoch).
+            return every(ErrorCode.NONE if member_epoch == member.member_epoch
+                         else ErrorCode.ILLEGAL_GENERATION)
         if not transactional and api_version < 9:
             return every(ErrorCode.UNSUPPORTED_VERSION)
         if member_epoch == member.member_epoch:
@@ -759,7 +889,8 @@ class ConsumerGroupCoordinator:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return (ErrorCode.ILLEGAL_GENERATION if member.classic is not None
+                    else ErrorCode.STALE_MEMBER_EPOCH)
         return ErrorCode.NONE
 
     def subscribed_topics(self, group_id: str) -> set[str]:

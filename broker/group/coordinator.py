@@ -786,6 +786,46 @@ class GroupCoordinator:
                 result[group_id] = ErrorCode.NONE
         return result
 
+    # -- groups that change protocol (classic_members.py) ------------------------------------
+
+    def remove_for_upgrade(self, group_id: str) -> list[Completion]:
+        """The group becomes a consumer group: forgotten here (its record tombstoned, its
+        offsets kept), its waiting JoinGroup and SyncGroup answered REBALANCE_IN_PROGRESS so
+        that the members rejoin the consumer group (Kafka's convertToConsumerGroup)."""
+        out: list[Completion] = []
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return out
+        for member in group.members.values():
+            if member.join_waiter is not None:
+                out.append((member.join_waiter, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS,
+                                                           member_id=member.member_id)))
+                member.join_waiter = None
+            if member.sync_waiter is not None:
+                out.append((member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+                member.sync_waiter = None
+        self._to_store[group_id] = None
+        return out
+
+    def adopt_downgraded(self, group_id: str, generation_id: int, protocol_type: str,
+                         members: Sequence[Member], now_ms: int) -> list[Completion]:
+        """A consumer group whose last consumer-protocol member left becomes this classic group:
+        Stable at ``generation_id`` with ``members`` (their assignments set), written, then a
+        rebalance starts so that they rejoin (Kafka's convertToClassicGroup)."""
+        out: list[Completion] = []
+        group = self.groups[group_id] = Group(group_id)
+        group.generation_id = generation_id
+        group.protocol_type = protocol_type
+        for member in members:
+            member.last_heartbeat_ms = now_ms
+            group.members[member.member_id] = member
+        group.leader_id = next(iter(group.members), None)
+        group.protocol = self._select_protocol(group)
+        group.state = GroupState.STABLE  # built, not transitioned: as a loaded group
+        self._to_store[group_id] = None
+        self._prepare_rebalance(group, now_ms, out)
+        return out
+
     def subscribed_topics(self, group_id: str) -> set[str]:
         """Topics the members of a "consumer" group subscribe to (their subscriptions for the
         chosen protocol; an undecodable one counts as none)."""

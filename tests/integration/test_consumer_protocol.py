@@ -299,12 +299,16 @@ def test_group_apis_answer_as_kafka(broker):
             "topic_partitions": []})
         assert joined.error_code == ErrorCode.NONE and joined.member_epoch == 1
         assert sum(len(tp.partitions) for tp in joined.assignment.topic_partitions) == 2
-        # A classic JoinGroup for a consumer group: INCONSISTENT_GROUP_PROTOCOL.
-        classic = conn.request(ApiKey.JOIN_GROUP, 5, {
-            "group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
-            "member_id": "", "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b""}]})
+        # A classic JoinGroup for a consumer group with members is the group's to answer
+        # (a classic member of it, as Kafka): another protocol type is refused, a new member
+        # without an id gets one first.
+        join = {"group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
+                "member_id": "", "protocol_type": "connect",
+                "protocols": [{"name": "range", "metadata": b""}]}
+        classic = conn.request(ApiKey.JOIN_GROUP, 5, join)
         assert classic.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        classic = conn.request(ApiKey.JOIN_GROUP, 5, {**join, "protocol_type": "consumer"})
+        assert classic.error_code == ErrorCode.MEMBER_ID_REQUIRED
         # OffsetCommit v9: the member's epoch commits, an older one is stale.
         commit = {"group_id": group, "generation_id": 1, "member_id": "member-1",
                   "topics": [{"name": topic, "partitions": [
