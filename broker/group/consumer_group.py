@@ -267,11 +267,17 @@ class ConsumerMember:
                     yield topic, index
 
 
+# A new group's epoch and target assignment epoch: Kafka 4.4's ModernGroup starts both at 1 (not
+# 0), so the first member's join (a subscription change: one bump) gets member epoch 2, as
+# Kafka 4.4 answers (checked on it: the first ConsumerGroupMetadata record of a new group holds 2).
+NEW_GROUP_EPOCH = 1
+
+
 @dataclass
 class ConsumerGroup:
     group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
+    group_epoch: int = NEW_GROUP_EPOCH
+    assignment_epoch: int = NEW_GROUP_EPOCH
     members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: TargetAssignment = field(default_factory=dict)
     # topic -> partition count of the subscribed topics when the target was computed
@@ -707,7 +713,7 @@ class ConsumerGroupCoordinator:
         self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
 
     def _forget_if_new_and_empty(self, group: ConsumerGroup) -> None:
-        if not group.members and group.group_epoch == 0:
+        if not group.members and group.group_epoch == NEW_GROUP_EPOCH and not group.target:
             self.groups.pop(group.group_id, None)
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest, now_ms: int
