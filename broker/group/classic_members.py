@@ -5,9 +5,10 @@ Rules / theory of operation (Kafka 4's GroupMetadataManager: classicGroupJoinToC
 classicGroupSyncToConsumerGroup, classicGroupHeartbeatToConsumerGroup,
 classicGroupLeaveToConsumerGroup, convertToConsumerGroup, convertToClassicGroup):
 
-- Upgrade. A ConsumerGroupHeartbeat for a classic group with members converts it, when
-  ``group.consumer.migration.policy`` allows upgrades, its protocol type is "consumer" and it
-  fits ``group.consumer.max.size`` (else GROUP_ID_NOT_FOUND, as Kafka). Every classic member
+- Upgrade. A ConsumerGroupHeartbeat joining (epoch 0) a classic group with members converts it,
+  when ``group.consumer.migration.policy`` allows upgrades, its protocol type is "consumer", it
+  fits ``group.consumer.max.size``, its members' protocol decodes and no assignment carries a
+  custom assignor's user data (else GROUP_ID_NOT_FOUND with Kafka 4.4's message). Every classic member
   becomes a member of the consumer group at member epoch = the generation, Stable, its target
   and current assignment its last classic assignment; the group epoch and the assignment epoch
   are the generation. The joining member then bumps the epoch as any join does. Offsets are the
@@ -45,7 +46,7 @@ from broker.group.consumer_group import (
 )
 from broker.group.consumer_protocol import (
     Subscription,
-    decode_assignment_untrusted,
+    decode_assignment_with_user_data_untrusted,
     decode_subscription_untrusted,
     encode_assignment,
     protocol_version,
@@ -75,28 +76,46 @@ class ClassicJoin:
 # -- upgrade ------------------------------------------------------------------------------------
 
 
-def upgrade_refusal(classic: Group, coordinator: ConsumerGroupCoordinator) -> str | None:
-    """Why a classic group with members may not become a consumer group now (None: it may):
-    Kafka's validateOnlineUpgrade."""
+class UpgradeRefused(Exception):
+    """GROUP_ID_NOT_FOUND with Kafka 4.4's message: the classic group stays classic."""
+
+
+def _refused(group_id: str, because: str) -> UpgradeRefused:
+    return UpgradeRefused(f"Cannot upgrade classic group {group_id} to consumer group because "
+                          f"{because}.")
+
+
+def check_upgrade(classic: Group, coordinator: ConsumerGroupCoordinator) -> None:
+    """Kafka 4.4's validateOnlineUpgrade: raises UpgradeRefused unless the classic group with
+    members may become a consumer group now."""
     config = coordinator.config
     if not config.migration_policy.upgrade:
-        return "the online upgrade is disabled"
+        raise _refused(classic.group_id, "online upgrade is disabled")
     if classic.protocol_type != CONSUMER_PROTOCOL_TYPE:
-        return "the group does not use the consumer embedded protocol"
+        raise _refused(classic.group_id, "the group does not use the consumer embedded protocol")
     if len(classic.members) > config.max_size:
-        return "the group size exceeds the consumer group maximum size"
-    return None
+        raise _refused(classic.group_id,
+                       "the group size exceeds the consumer group maximum size")
 
 
 def consumer_group_from_classic(classic: Group) -> ConsumerGroup:
-    """Kafka's ConsumerGroup.fromClassicGroup. Raises CorruptFrameError if a member's
-    subscription or assignment does not decode."""
+    """Kafka 4.4's ConsumerGroup.fromClassicGroup. Raises UpgradeRefused if a member's
+    subscription or assignment does not decode, or an assignment carries a custom assignor's
+    user data (which the consumer group would lose)."""
     generation = classic.generation_id
     group = ConsumerGroup(classic.group_id, group_epoch=generation, assignment_epoch=generation)
     for m in classic.members.values():
         metadata = m.metadata_for(classic.protocol) if classic.protocol else m.protocols[0][1]
-        subscription = decode_subscription_untrusted(metadata)
-        assigned = decode_assignment_untrusted(m.assignment)
+        try:
+            subscription = decode_subscription_untrusted(metadata)
+            assigned, user_data = decode_assignment_with_user_data_untrusted(m.assignment)
+        except CorruptFrameError:
+            raise _refused(classic.group_id,
+                           "the embedded consumer protocol is malformed") from None
+        if user_data:
+            raise _refused(classic.group_id, "an unsupported custom assignor is in use. Please "
+                           "refer to the documentation or switch to a default assignor before "
+                           "re-attempting the upgrade")
         member = ConsumerMember(
             m.member_id, instance_id=m.group_instance_id, rack_id=subscription.rack_id,
             client_id=m.client_id, client_host=m.client_host,

@@ -109,12 +109,25 @@ def decode_subscription_untrusted(data: bytes) -> Subscription:
 
 def decode_assignment_untrusted(data: bytes) -> Assignment:
     """The assigned partitions (an empty ``data``: none). Raises CorruptFrameError."""
+    return decode_assignment_with_user_data_untrusted(data)[0]
+
+
+def decode_assignment_with_user_data_untrusted(data: bytes) -> tuple[Assignment, bool]:
+    """The assigned partitions and whether the assignment carries user data (a custom
+    assignor's, which a consumer group could not keep). Raises CorruptFrameError."""
     if not data:
-        return {}
+        return {}, False
     r = _Reader(data)
     if r.i16() < 0:
         raise CorruptFrameError("negative embedded consumer protocol version")
-    return r.partitions()
+    partitions = r.partitions()
+    user_data = False
+    if r.pos < len(data):
+        n = r.i32()
+        user_data = n > 0
+        if n > 0:
+            r.take(n)
+    return partitions, user_data
 
 
 def protocol_version(metadata: bytes) -> int:

@@ -39,13 +39,14 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.group.classic_members import (
     ClassicJoin,
+    UpgradeRefused,
+    check_upgrade,
     classic_heartbeat,
     classic_join,
     classic_leave,
     classic_members_of,
     classic_sync,
     consumer_group_from_classic,
-    upgrade_refusal,
 )
 from broker.group.consumer_group import (
     ConsumerGroup,
@@ -448,24 +449,18 @@ class GroupService:
         """A ConsumerGroupHeartbeat for a classic group with members: converted to a consumer
         group when the migration policy and the group allow it (None), else Kafka's refusal."""
         classic = self.coordinator.groups[group_id]
-        refusal = upgrade_refusal(classic, self.consumer)
-        if refusal is None:
-            try:
-                group = consumer_group_from_classic(classic)
-            except CorruptFrameError:
-                return HeartbeatResult(
-                    ErrorCode.GROUP_ID_NOT_FOUND,
-                    f"Cannot upgrade the classic group {group_id} to consumer group because "
-                    "the embedded consumer protocol is malformed.")
-            self._resolve(self.coordinator.remove_for_upgrade(group_id), [])
-            self._store_groups(now_ms)
-            self.consumer.adopt(group, self._logs, now_ms)
-            log.info("group %s: a member joined with the consumer protocol; it is a consumer "
-                     "group now (generation %d)", group_id, group.group_epoch)
-            return None
-        log.info("cannot upgrade classic group %s to a consumer group: %s", group_id, refusal)
-        return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
-                               f"Group {group_id} is not a consumer group.")
+        try:
+            check_upgrade(classic, self.consumer)
+            group = consumer_group_from_classic(classic)
+        except UpgradeRefused as refused:
+            log.info("%s", refused)
+            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, str(refused))
+        self._resolve(self.coordinator.remove_for_upgrade(group_id), [])
+        self._store_groups(now_ms)
+        self.consumer.adopt(group, self._logs, now_ms)
+        log.info("group %s: a member joined with the consumer protocol; it is a consumer "
+                 "group now (generation %d)", group_id, group.group_epoch)
+        return None
 
     def is_consumer_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group (KIP-848)."""

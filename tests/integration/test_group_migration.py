@@ -243,7 +243,9 @@ def test_policy_without_upgrade_refuses_the_consumer_member(tmp_path, policy):
             classic = _classic_group_with_offsets(conn, group, topic)
             refused = _consumer_heartbeat(conn, group, "new-1", 0, topic)
             assert refused.error_code == ErrorCode.GROUP_ID_NOT_FOUND
-            assert refused.error_message == f"Group {group} is not a consumer group."
+            assert refused.error_message == (f"Cannot upgrade classic group {group} to "
+                                             "consumer group because online upgrade is "
+                                             "disabled.")
             assert classic.heartbeat() == ErrorCode.NONE
             assert _group_type(_port(broker), group) == ("classic", "Stable")
 

@@ -13,13 +13,14 @@ import pytest
 
 from broker.group.classic_members import (
     ClassicJoin,
+    UpgradeRefused,
+    check_upgrade,
     classic_heartbeat,
     classic_join,
     classic_leave,
     classic_members_of,
     classic_sync,
     consumer_group_from_classic,
-    upgrade_refusal,
 )
 from broker.group.consumer_group import (
     ConsumerGroupConfig,
@@ -109,14 +110,34 @@ def test_upgrade_keeps_generation_members_and_assignments():
     assert group.target == {"a": {"t": frozenset({0, 1})}, "b": {"t": frozenset({2, 3})}}
 
 
-def test_upgrade_refusals_follow_the_policy_type_and_size():
-    assert upgrade_refusal(classic_group(), coordinator()) is None
-    assert upgrade_refusal(classic_group(), coordinator(MigrationPolicy.DOWNGRADE)) == \
-        "the online upgrade is disabled"
+def _refusal(group, c) -> str | None:
+    try:
+        check_upgrade(group, c)
+        consumer_group_from_classic(group)
+    except UpgradeRefused as exc:
+        return str(exc)
+    return None
+
+
+def test_upgrade_refusals_as_kafka_4_4_words_them():
+    assert _refusal(classic_group(), coordinator()) is None
+    prefix = "Cannot upgrade classic group g to consumer group because "
+    assert _refusal(classic_group(), coordinator(MigrationPolicy.DOWNGRADE)) == \
+        prefix + "online upgrade is disabled."
     connect = classic_group()
     connect.protocol_type = "connect"
-    assert "embedded protocol" in upgrade_refusal(connect, coordinator())
-    assert "maximum size" in upgrade_refusal(classic_group(), coordinator(max_size=1))
+    assert _refusal(connect, coordinator()) == \
+        prefix + "the group does not use the consumer embedded protocol."
+    assert _refusal(classic_group(), coordinator(max_size=1)) == \
+        prefix + "the group size exceeds the consumer group maximum size."
+    malformed = classic_group()
+    malformed.members["a"].assignment = b"\x00\x01\x00"
+    assert _refusal(malformed, coordinator()) == \
+        prefix + "the embedded consumer protocol is malformed."
+    custom = classic_group()
+    custom.members["b"].assignment = custom.members["b"].assignment[:-4] + b"\x00\x00\x00\x01x"
+    assert _refusal(custom, coordinator()).startswith(
+        prefix + "an unsupported custom assignor is in use.")
     with pytest.raises(ValueError):
         MigrationPolicy.parse("sideways")
     assert MigrationPolicy.parse(" Upgrade ") is MigrationPolicy.UPGRADE
