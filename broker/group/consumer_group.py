@@ -17,7 +17,7 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   *target assignment* with the group's assignor (the one most members ask for, else the first
   configured: ``uniform``) and stamps it with the group epoch (the assignment epoch).
 - Each member then moves from its current assignment to its target, one heartbeat at a time,
-  by the reconciliation table ``RECONCILE`` below: partitions it must give up are revoked first
+  by the reconciliation table ``RECONCILE`` (``reconciliation.py``): partitions it must give up are revoked first
   (the member keeps its epoch until it reports, in a later heartbeat's owned partitions, that it
   no longer owns them); only then does it get the target's epoch and the target partitions that
   no other member still owns. Partitions still owned elsewhere are handed over by later
@@ -46,303 +46,39 @@ has partitions to revoke or receive), Stable.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from broker.group.assignors import ASSIGNORS, UNIFORM, Assignment, TargetAssignment, assign
+from broker.group.assignors import ASSIGNORS, Assignment, assign
+from broker.group.consumer_model import JOIN_EPOCH as JOIN_EPOCH
+from broker.group.consumer_model import LEAVE_EPOCH as LEAVE_EPOCH
+from broker.group.consumer_model import MEMBER_TYPE_CONSUMER as MEMBER_TYPE_CONSUMER
+from broker.group.consumer_model import NEW_GROUP_EPOCH as NEW_GROUP_EPOCH
+from broker.group.consumer_model import STATIC_LEAVE_EPOCH as STATIC_LEAVE_EPOCH
+from broker.group.consumer_model import ClassicMetadata as ClassicMetadata
+from broker.group.consumer_model import ConsumerGroup as ConsumerGroup
+from broker.group.consumer_model import ConsumerGroupConfig as ConsumerGroupConfig
+from broker.group.consumer_model import ConsumerGroupState as ConsumerGroupState
+from broker.group.consumer_model import ConsumerMember as ConsumerMember
+from broker.group.consumer_model import HeartbeatRequest as HeartbeatRequest
+from broker.group.consumer_model import HeartbeatResult as HeartbeatResult
+from broker.group.consumer_model import MigrationPolicy as MigrationPolicy
+from broker.group.consumer_model import RegexCompiler as RegexCompiler
+from broker.group.consumer_model import TopicsView as TopicsView
+from broker.group.consumer_model import _re2_compiler
 from broker.group.offsets import valid_group_id
+from broker.group.reconciliation import RECONCILE as RECONCILE
+from broker.group.reconciliation import Finding as Finding
+from broker.group.reconciliation import IllegalMemberTransition as IllegalMemberTransition
+from broker.group.reconciliation import MemberState as MemberState
+from broker.group.reconciliation import (
+    _intersect,
+    _normalized,
+    _subtract,
+    _union,
+    next_member_state,
+)
 from protocol.errors import ErrorCode
-
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2  # a static member leaves and will come back under its instance id
-
-# ConsumerGroupDescribe v1 (KIP-1099): the member's protocol
-MEMBER_TYPE_CONSUMER = 1
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class MemberState(enum.IntEnum):
-    """Kafka's MemberState, with its record values."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-
-# The reconciliation table: (the member's state, what this heartbeat finds) -> the next state.
-# "behind": the member's epoch is below the target assignment's; "revoke": its current
-# assignment holds partitions the target does not; "revoked": the member reported (owned
-# partitions) that it gave up those pending revocation; "unreleased": target partitions it lacks
-# are still owned by another member.
-class Finding(enum.Enum):
-    UP_TO_DATE = "up to date"  # at the target's epoch, holding every target partition
-    REVOKE = "revoke"  # behind, and must give partitions up first
-    STILL_REVOKING = "still revoking"  # partitions pending revocation still reported owned
-    UNRELEASED = "unreleased"  # at the target's epoch, some target partitions owned elsewhere
-
-
-_M = MemberState
-_F = Finding
-RECONCILE: dict[tuple[MemberState, Finding], MemberState] = {
-    (_M.STABLE, _F.UP_TO_DATE): _M.STABLE,
-    (_M.STABLE, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-    (_M.STABLE, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.STILL_REVOKING): _M.UNREVOKED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.UP_TO_DATE): _M.STABLE,
-    (_M.UNREVOKED_PARTITIONS, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNRELEASED_PARTITIONS, _F.UP_TO_DATE): _M.STABLE,
-    (_M.UNRELEASED_PARTITIONS, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNRELEASED_PARTITIONS, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-}
-
-
-class IllegalMemberTransition(Exception):
-    """A coordinator bug: a (state, finding) pair the reconciliation table does not have."""
-
-
-def next_member_state(state: MemberState, finding: Finding) -> MemberState:
-    """The table's answer; IllegalMemberTransition for a pair it does not list."""
-    try:
-        return RECONCILE[(state, finding)]
-    except KeyError:
-        raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
-
-
-class TopicsView(Protocol):
-    """What the coordinator needs to know of the topics (the log manager has these)."""
-
-    def partition_count(self, topic: str) -> int | None: ...
-
-    def topics(self) -> Mapping[str, int]: ...
-
-
-# Compiles a regex (RE2 syntax) and returns its fullmatch, or raises ValueError.
-RegexCompiler = Callable[[str], Callable[[str], bool]]
-
-
-def _re2_compiler(pattern: str) -> Callable[[str], bool]:
-    import re2  # google-re2: the syntax Kafka's RE2/J accepts
-
-    try:
-        compiled = re2.compile(pattern)
-    except re2.error as exc:
-        raise ValueError(str(exc)) from None
-    return lambda name: compiled.fullmatch(name) is not None
-
-
-class MigrationPolicy(enum.Enum):
-    """``group.consumer.migration.policy`` (Kafka's ConsumerGroupMigrationPolicy): whether a
-    non-empty classic group whose member joins with the consumer protocol becomes a consumer
-    group (upgrade), and whether a consumer group whose last consumer-protocol member leaves
-    becomes a classic group again (downgrade). Empty groups change in both directions always."""
-
-    BIDIRECTIONAL = "bidirectional"
-    UPGRADE = "upgrade"
-    DOWNGRADE = "downgrade"
-    DISABLED = "disabled"
-
-    @property
-    def upgrade(self) -> bool:
-        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
-
-    @property
-    def downgrade(self) -> bool:
-        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
-
-    @classmethod
-    def parse(cls, value: str) -> MigrationPolicy:
-        """Case-insensitive, as Kafka's validator; ValueError for another value."""
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            raise ValueError(f"group.consumer.migration.policy must be one of "
-                             f"{', '.join(p.value for p in cls)}, not {value!r}") from None
-
-
-@dataclass(frozen=True)
-class ClassicMetadata:
-    """What a member that speaks the classic protocol (JoinGroup/SyncGroup/Heartbeat) inside a
-    consumer group keeps (Kafka's ClassicMemberMetadata): its session timeout and the
-    ``(name, subscription)`` protocols of its last JoinGroup, in its order of preference."""
-
-    session_timeout_ms: int
-    protocols: tuple[tuple[str, bytes], ...]
-
-
-@dataclass(frozen=True)
-class ConsumerGroupConfig:
-    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
-    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
-    assignors: tuple[str, ...] = (UNIFORM, "range")  # group.consumer.assignors
-    max_size: int = 2**31 - 1  # group.consumer.max.size
-    # Topics a regex never matches (Kafka's internal topics).
-    internal_topics: frozenset[str] = frozenset()
-    # group.consumer.migration.policy: whether a non-empty group may change protocol
-    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
-    classic_max_size: int = 2**31 - 1  # group.max.size (a downgraded group must fit it)
-
-
-@dataclass(frozen=True)
-class HeartbeatRequest:
-    """A decoded ConsumerGroupHeartbeat (topic ids of owned partitions already resolved)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None  # None: unchanged since the last heartbeat
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass(frozen=True)
-class HeartbeatResult:
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None  # None: unchanged (not sent)
-
-
-@dataclass
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout_ms: int = 0
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    last_heartbeat_ms: int = 0
-    revocation_deadline_ms: int | None = None
-    # (topic, partition) -> the member epoch at which the member got it (Kafka 4.3+: a commit
-    # from an older epoch is accepted for the partitions the member already had then)
-    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
-    # A member that speaks the classic protocol (None: the consumer protocol), and its join or
-    # sync deadline (the rebalance timeout after a JoinGroup or a REBALANCE_IN_PROGRESS)
-    classic: ClassicMetadata | None = None
-    classic_deadline_ms: int | None = None
-
-    def session_deadline(self, session_timeout_ms: int) -> int:
-        """When the member is removed unless it heartbeats (or revokes, or joins/syncs)."""
-        if self.classic is not None:
-            session_timeout_ms = self.classic.session_timeout_ms
-        deadline = self.last_heartbeat_ms + session_timeout_ms
-        for other in (self.revocation_deadline_ms, self.classic_deadline_ms):
-            if other is not None and other < deadline:
-                deadline = other
-        return deadline
-
-    def owns(self) -> Iterable[tuple[str, int]]:
-        for assignment in (self.assigned, self.pending_revocation):
-            for topic, indexes in assignment.items():
-                for index in indexes:
-                    yield topic, index
-
-
-# A new group's epoch and target assignment epoch: Kafka 4.4's ModernGroup starts both at 1 (not
-# 0), so the first member's join (a subscription change: one bump) gets member epoch 2, as
-# Kafka 4.4 answers (checked on it: the first ConsumerGroupMetadata record of a new group holds 2).
-NEW_GROUP_EPOCH = 1
-
-
-@dataclass
-class ConsumerGroup:
-    group_id: str
-    group_epoch: int = NEW_GROUP_EPOCH
-    assignment_epoch: int = NEW_GROUP_EPOCH
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    target: TargetAssignment = field(default_factory=dict)
-    # topic -> partition count of the subscribed topics when the target was computed
-    subscribed: dict[str, int] = field(default_factory=dict)
-    assignor: str = UNIFORM
-    # The topic names the members subscribe to by name (existing or not) and whether some
-    # subscribe by regex: what a heartbeat checks for topic changes without visiting every
-    # member (recomputed when membership or a subscription changes).
-    watched: frozenset[str] = frozenset()
-    has_regex: bool = False
-    next_regex_check_ms: int = 0
-    # No member's session or revocation deadline is before this (0: unknown, scan).
-    next_expiry_ms: int = 0
-    # what changed since the last take_records()
-    dirty_group: bool = False
-    dirty_members: set[str] = field(default_factory=set)
-    removed_members: set[str] = field(default_factory=set)
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.assignment_epoch < self.group_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for member in self.members.values():
-            if member.member_epoch != self.assignment_epoch or member.state is not MemberState.STABLE:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
-
-    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
-        if instance_id is None:
-            return None
-        for member in self.members.values():
-            if member.instance_id == instance_id:
-                return member
-        return None
-
-
-def _subtract(a: Assignment, b: Assignment) -> Assignment:
-    out = {}
-    for topic, indexes in a.items():
-        left = indexes - b.get(topic, frozenset())
-        if left:
-            out[topic] = left
-    return out
-
-
-def _intersect(a: Assignment, b: Assignment) -> Assignment:
-    out = {}
-    for topic, indexes in a.items():
-        both = indexes & b.get(topic, frozenset())
-        if both:
-            out[topic] = both
-    return out
-
-
-def _union(a: Assignment, b: Assignment) -> Assignment:
-    out = dict(a)
-    for topic, indexes in b.items():
-        out[topic] = out.get(topic, frozenset()) | indexes
-    return {t: p for t, p in sorted(out.items()) if p}
-
-
-def _normalized(a: Assignment) -> Assignment:
-    return {t: frozenset(p) for t, p in sorted(a.items()) if p}
 
 
 def _new_member_id() -> str:
