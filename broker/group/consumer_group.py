@@ -151,6 +151,7 @@ class ConsumerGroupCoordinator:
 
     def _bump(self, group: ConsumerGroup) -> None:
         group.group_epoch += 1
+        group.rebalances += 1
         group.dirty_group = True
 
     def _topics_changed(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> bool:

@@ -201,6 +201,8 @@ class ConsumerGroup:
     next_regex_check_ms: int = 0
     # No member's session or revocation deadline is before this (0: unknown, scan).
     next_expiry_ms: int = 0
+    # group epoch bumps since this broker started (Kafka's consumer-group rebalances sensor)
+    rebalances: int = 0
     # what changed since the last take_records()
     dirty_group: bool = False
     dirty_members: set[str] = field(default_factory=set)

@@ -381,6 +381,28 @@ class GroupService:
             self.consumer.tick(self._logs, now_ms)
             self._store_consumer_groups(now_ms)
 
+    async def run_timer_task(self) -> None:
+        """Expire sessions and end rebalances on time even when no request comes (a group
+        whose every member died): sleep until the earliest deadline of either protocol's
+        groups, at most ``MAX_TIMER_SLEEP_S`` (a deadline set meanwhile is at most that late),
+        then run the due timers. Runs for the broker's life in its nursery."""
+        while True:
+            now = self._clock.now_ms()
+            deadlines = [d for d in (self.coordinator.next_deadline(),
+                                     self.consumer.next_deadline()) if d is not None]
+            delay = MAX_TIMER_SLEEP_S
+            if deadlines:
+                delay = min(delay, max(min(deadlines) - now + 1, 0) / 1000)
+            await trio.sleep(delay)
+            self.run_timers(self._clock.now_ms())
+
+    def consumer_group_stats(self) -> list[tuple[str, str, int, int, int, int, int]]:
+        """Per consumer-protocol group, for the metrics: ``(group_id, state, members, classic
+        members, group epoch, assignment epoch, rebalances since start)``."""
+        return [(g.group_id, g.state.value, len(g.members),
+                 sum(m.classic is not None for m in g.members.values()), g.group_epoch,
+                 g.assignment_epoch, g.rebalances) for g in self.consumer.groups.values()]
+
     def tick(self, now_ms: int) -> None:
         """Housekeeping: run every due timer, forget Empty groups that hold no offsets."""
         self.run_timers(now_ms)

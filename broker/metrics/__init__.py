@@ -213,6 +213,20 @@ def render(metrics: Metrics, state: BrokerState) -> str:
         if lso is not None:
             w.sample("minibroker_group_lag", max(lso - committed, 0), group=group, topic=topic,
                      partition=partition)
+    consumer_groups = sorted(state.consumer_groups())
+    for name, index, kind, help_text in (
+        ("members", 2, "gauge", "Members of a consumer-protocol group (KIP-848), by state."),
+        ("classic_members", 3, "gauge",
+         "Its members that speak the classic protocol (a group that changed protocol)."),
+        ("epoch", 4, "gauge", "The group epoch."),
+        ("assignment_epoch", 5, "gauge", "The epoch of the group's target assignment."),
+        ("rebalances_total", 6, "counter", "Group epoch bumps since the broker started."),
+    ):
+        metric = f"minibroker_consumer_group_{name}"
+        w.family(metric, kind, help_text)
+        for cg in consumer_groups:
+            labels = {"group": cg[0], "state": cg[1]} if index == 2 else {"group": cg[0]}
+            w.sample(metric, float(cg[index]), **labels)
     return "\n".join(w.lines) + "\n"
 
 
@@ -241,6 +255,9 @@ class BrokerState:
                 started = md.txn_start_ms if md.txn_start_ms >= 0 else now
                 result.append((md.transactional_id, name, max(now - started, 0)))
         return result
+
+    def consumer_groups(self) -> list[tuple[str, str, int, int, int, int, int]]:
+        return self._broker.groups.consumer_group_stats()
 
     def group_offsets(self) -> list[tuple[str, str, int, int, int | None]]:
         broker = self._broker

@@ -213,6 +213,7 @@ async def serve(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
+            nursery.start_soon(broker.groups.run_timer_task)
             nursery.start_soon(_transaction_housekeeping, broker)
             nursery.start_soon(_release_memory)
             if broker.cleaner is not None:

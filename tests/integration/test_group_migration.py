@@ -363,3 +363,40 @@ def test_mixed_group_upgrades_and_downgrades_online_every_record_once(tmp_path):
         twice = {k: v for k, v in seen.items() if len(v) > 1}
         assert not twice, f"{len(twice)} records consumed twice: {sorted(twice)[:5]}"
         assert [tp.offset for tp in committed] == [per_partition] * PARTITIONS
+
+
+def test_timer_expires_a_silent_group_and_metrics_show_it(tmp_path):
+    """No request after the last member dies: the broker's timer task still expires it at its
+    session timeout (not at the next request or housekeeping), and the Prometheus endpoint
+    shows the group's members, epochs and rebalances as they change."""
+    from tests.integration.test_metrics import metrics_port, scrape, value
+
+    topic, group = "timed", "timed-group"
+    config = BASE_CONFIG.replace("group.consumer.session.timeout.ms=6000",
+                                 "group.consumer.session.timeout.ms=1500") + "metrics.port=0\n"
+    with BrokerProcess.configured(tmp_path, config) as broker:
+        _create(broker.bootstrap, topic, 2)
+        port = _port(broker)
+        with RawConnection(port) as conn:
+            assert _consumer_heartbeat(conn, group, "m1", 0, topic).member_epoch == 2
+        samples = scrape(metrics_port(broker))
+        families = {k: v for k, v in samples.items() if k.startswith("minibroker_consumer_group")}
+        assert value(families["minibroker_consumer_group_members"],
+                     "minibroker_consumer_group_members", group=group, state="Stable") == 1
+        assert value(families["minibroker_consumer_group_epoch"],
+                     "minibroker_consumer_group_epoch", group=group) == 2
+        assert value(families["minibroker_consumer_group_rebalances"],
+                     "minibroker_consumer_group_rebalances_total", group=group) == 1
+        # Watched through the metrics alone: a scrape runs no group timer (ListGroups would).
+        deadline = time.monotonic() + 1.5 + 3.0
+        while True:
+            samples = scrape(metrics_port(broker))
+            if not any(s.labels.get("group") == group and s.labels.get("state") == "Stable"
+                       for s in samples["minibroker_consumer_group_members"]):
+                break
+            assert time.monotonic() < deadline, "the silent member was not expired"
+            time.sleep(0.2)
+        assert value(samples["minibroker_consumer_group_members"],
+                     "minibroker_consumer_group_members", group=group, state="Empty") == 0
+        assert value(samples["minibroker_consumer_group_epoch"],
+                     "minibroker_consumer_group_epoch", group=group) == 3
