@@ -52,6 +52,7 @@ from collections.abc import Callable, Iterable, Mapping
 from broker.group.assignors import ASSIGNORS, Assignment, assign
 from broker.group.consumer_model import JOIN_EPOCH as JOIN_EPOCH
 from broker.group.consumer_model import LEAVE_EPOCH as LEAVE_EPOCH
+from broker.group.consumer_model import MEMBER_TYPE_CLASSIC as MEMBER_TYPE_CLASSIC
 from broker.group.consumer_model import MEMBER_TYPE_CONSUMER as MEMBER_TYPE_CONSUMER
 from broker.group.consumer_model import NEW_GROUP_EPOCH as NEW_GROUP_EPOCH
 from broker.group.consumer_model import STATIC_LEAVE_EPOCH as STATIC_LEAVE_EPOCH

@@ -20,6 +20,7 @@ STATIC_LEAVE_EPOCH = -2  # a static member leaves and will come back under its i
 
 # ConsumerGroupDescribe v1 (KIP-1099): the member's protocol
 MEMBER_TYPE_CONSUMER = 1
+MEMBER_TYPE_CLASSIC = 0  # a member of a group that changed protocol, on the classic one
 
 
 class ConsumerGroupState(enum.Enum):

@@ -188,6 +188,11 @@ def test_upgrade_and_downgrade_steps_as_kafka(tmp_path):
             assert joined.member_epoch == 2
             assert sum(len(tp.partitions) for tp in joined.assignment.topic_partitions) == 0
             assert _group_type(port, group) == ("consumer", "Reconciling")
+            described = conn.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {
+                "group_ids": [group], "include_authorized_operations": False}).groups[0]
+            assert (described.group_epoch, described.assignment_epoch) == (2, 2)
+            assert {m.member_id: m.member_type for m in described.members} == {
+                classic.member_id: 0, "new-1": 1}  # classic 0, consumer 1, as Kafka
             topic_id = _describe_topic_id(conn, topic)
             # The classic member is told to rejoin; it must give one partition up first.
             assert classic.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
