@@ -405,3 +405,29 @@ def test_timer_expires_a_silent_group_and_metrics_show_it(tmp_path):
                      "minibroker_consumer_group_members", group=group, state="Empty") == 0
         assert value(samples["minibroker_consumer_group_epoch"],
                      "minibroker_consumer_group_epoch", group=group) == 3
+
+
+def test_upgraded_group_and_its_classic_member_survive_kill9(tmp_path):
+    """The conversion is durable: after kill -9 the group is still a consumer group with its
+    classic member (metadata record tag 0) and epochs, and the classic member carries on."""
+    topic, group = "durable-mixed", "durable-mixed-group"
+    with _broker(tmp_path, None) as broker:
+        _create(broker.bootstrap, topic, 2)
+        with RawConnection(_port(broker)) as conn:
+            classic = _classic_group_with_offsets(conn, group, topic)
+            assert _consumer_heartbeat(conn, group, "new-1", 0, topic).member_epoch == 2
+            before = conn.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {
+                "group_ids": [group], "include_authorized_operations": False}).groups[0]
+        broker.kill9()
+        broker.restart()
+        with RawConnection(_port(broker)) as conn:
+            after = conn.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {
+                "group_ids": [group], "include_authorized_operations": False}).groups[0]
+            assert (after.group_epoch, after.assignment_epoch) == (before.group_epoch,
+                                                                   before.assignment_epoch)
+            assert sorted((m.member_id, m.member_type, m.member_epoch) for m in after.members) \
+                == sorted((m.member_id, m.member_type, m.member_epoch) for m in before.members)
+            classic.conn = conn
+            assert classic.heartbeat() == ErrorCode.REBALANCE_IN_PROGRESS
+            assert classic.join().error_code == ErrorCode.NONE
+            assert _committed_offset(conn, group, topic) == 7
