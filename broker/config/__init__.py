@@ -99,6 +99,7 @@ class BrokerConfig:
     group_consumer_heartbeat_interval_ms: int = 5_000
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_assignors: str = "uniform,range"
+    group_consumer_migration_policy: str = "bidirectional"
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
@@ -157,6 +158,14 @@ class Property(NamedTuple):
 
 
 _OWN = "minibroker's own"
+
+
+def _migration_policy(value: str) -> str:
+    """group.consumer.migration.policy, case-insensitive as Kafka's validator."""
+    policy = value.strip().lower()
+    if policy not in ("bidirectional", "upgrade", "downgrade", "disabled"):
+        raise ValueError("must be one of bidirectional, upgrade, downgrade, disabled")
+    return policy
 # Kafka property -> Property. The topic-level defaults (log.cleanup.policy, ...) are added below
 # from the topic-config table.
 _PROPERTIES: dict[str, Property] = {
@@ -332,6 +341,12 @@ _PROPERTIES: dict[str, Property] = {
         "group_consumer_assignors", str, None,
         "The server-side assignors of consumer-protocol groups, the default first (uniform, "
         "range)."),
+    "group.consumer.migration.policy": Property(
+        "group_consumer_migration_policy", _migration_policy, None,
+        "Whether a classic group with members becomes a consumer-protocol group when a member "
+        "joins with the consumer protocol (upgrade), and back when its last such member leaves "
+        "(downgrade): bidirectional, upgrade, downgrade or disabled. Empty groups change "
+        "either way always."),
     "metrics.port": Property("metrics_port", int, 0,
                              "Serve Prometheus metrics on http://metrics.host:PORT/metrics "
                              "(unset: no metrics are counted; as --metrics-port).", _OWN),

@@ -17,7 +17,7 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   *target assignment* with the group's assignor (the one most members ask for, else the first
   configured: ``uniform``) and stamps it with the group epoch (the assignment epoch).
 - Each member then moves from its current assignment to its target, one heartbeat at a time,
-  by the reconciliation table ``RECONCILE`` below: partitions it must give up are revoked first
+  by the reconciliation table ``RECONCILE`` (``reconciliation.py``): partitions it must give up are revoked first
   (the member keeps its epoch until it reports, in a later heartbeat's owned partitions, that it
   no longer owns them); only then does it get the target's epoch and the target partitions that
   no other member still owns. Partitions still owned elsewhere are handed over by later
@@ -46,250 +46,40 @@ has partitions to revoke or receive), Stable.
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
-from broker.group.assignors import ASSIGNORS, UNIFORM, Assignment, TargetAssignment, assign
+from broker.group.assignors import ASSIGNORS, Assignment, assign
+from broker.group.consumer_model import JOIN_EPOCH as JOIN_EPOCH
+from broker.group.consumer_model import LEAVE_EPOCH as LEAVE_EPOCH
+from broker.group.consumer_model import MEMBER_TYPE_CLASSIC as MEMBER_TYPE_CLASSIC
+from broker.group.consumer_model import MEMBER_TYPE_CONSUMER as MEMBER_TYPE_CONSUMER
+from broker.group.consumer_model import NEW_GROUP_EPOCH as NEW_GROUP_EPOCH
+from broker.group.consumer_model import STATIC_LEAVE_EPOCH as STATIC_LEAVE_EPOCH
+from broker.group.consumer_model import ClassicMetadata as ClassicMetadata
+from broker.group.consumer_model import ConsumerGroup as ConsumerGroup
+from broker.group.consumer_model import ConsumerGroupConfig as ConsumerGroupConfig
+from broker.group.consumer_model import ConsumerGroupState as ConsumerGroupState
+from broker.group.consumer_model import ConsumerMember as ConsumerMember
+from broker.group.consumer_model import HeartbeatRequest as HeartbeatRequest
+from broker.group.consumer_model import HeartbeatResult as HeartbeatResult
+from broker.group.consumer_model import MigrationPolicy as MigrationPolicy
+from broker.group.consumer_model import RegexCompiler as RegexCompiler
+from broker.group.consumer_model import TopicsView as TopicsView
+from broker.group.consumer_model import _re2_compiler
 from broker.group.offsets import valid_group_id
+from broker.group.reconciliation import RECONCILE as RECONCILE
+from broker.group.reconciliation import Finding as Finding
+from broker.group.reconciliation import IllegalMemberTransition as IllegalMemberTransition
+from broker.group.reconciliation import MemberState as MemberState
+from broker.group.reconciliation import (
+    _intersect,
+    _normalized,
+    _subtract,
+    _union,
+    next_member_state,
+)
 from protocol.errors import ErrorCode
-
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2  # a static member leaves and will come back under its instance id
-
-# ConsumerGroupDescribe v1 (KIP-1099): the member's protocol
-MEMBER_TYPE_CONSUMER = 1
-
-
-class ConsumerGroupState(enum.Enum):
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-    DEAD = "Dead"
-
-
-class MemberState(enum.IntEnum):
-    """Kafka's MemberState, with its record values."""
-
-    STABLE = 0
-    UNREVOKED_PARTITIONS = 1
-    UNRELEASED_PARTITIONS = 2
-    UNKNOWN = 127
-
-
-# The reconciliation table: (the member's state, what this heartbeat finds) -> the next state.
-# "behind": the member's epoch is below the target assignment's; "revoke": its current
-# assignment holds partitions the target does not; "revoked": the member reported (owned
-# partitions) that it gave up those pending revocation; "unreleased": target partitions it lacks
-# are still owned by another member.
-class Finding(enum.Enum):
-    UP_TO_DATE = "up to date"  # at the target's epoch, holding every target partition
-    REVOKE = "revoke"  # behind, and must give partitions up first
-    STILL_REVOKING = "still revoking"  # partitions pending revocation still reported owned
-    UNRELEASED = "unreleased"  # at the target's epoch, some target partitions owned elsewhere
-
-
-_M = MemberState
-_F = Finding
-RECONCILE: dict[tuple[MemberState, Finding], MemberState] = {
-    (_M.STABLE, _F.UP_TO_DATE): _M.STABLE,
-    (_M.STABLE, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-    (_M.STABLE, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.STILL_REVOKING): _M.UNREVOKED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-    (_M.UNREVOKED_PARTITIONS, _F.UP_TO_DATE): _M.STABLE,
-    (_M.UNREVOKED_PARTITIONS, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNRELEASED_PARTITIONS, _F.UP_TO_DATE): _M.STABLE,
-    (_M.UNRELEASED_PARTITIONS, _F.UNRELEASED): _M.UNRELEASED_PARTITIONS,
-    (_M.UNRELEASED_PARTITIONS, _F.REVOKE): _M.UNREVOKED_PARTITIONS,
-}
-
-
-class IllegalMemberTransition(Exception):
-    """A coordinator bug: a (state, finding) pair the reconciliation table does not have."""
-
-
-def next_member_state(state: MemberState, finding: Finding) -> MemberState:
-    """The table's answer; IllegalMemberTransition for a pair it does not list."""
-    try:
-        return RECONCILE[(state, finding)]
-    except KeyError:
-        raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
-
-
-class TopicsView(Protocol):
-    """What the coordinator needs to know of the topics (the log manager has these)."""
-
-    def partition_count(self, topic: str) -> int | None: ...
-
-    def topics(self) -> Mapping[str, int]: ...
-
-
-# Compiles a regex (RE2 syntax) and returns its fullmatch, or raises ValueError.
-RegexCompiler = Callable[[str], Callable[[str], bool]]
-
-
-def _re2_compiler(pattern: str) -> Callable[[str], bool]:
-    import re2  # google-re2: the syntax Kafka's RE2/J accepts
-
-    try:
-        compiled = re2.compile(pattern)
-    except re2.error as exc:
-        raise ValueError(str(exc)) from None
-    return lambda name: compiled.fullmatch(name) is not None
-
-
-@dataclass(frozen=True)
-class ConsumerGroupConfig:
-    heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
-    session_timeout_ms: int = 45_000  # group.consumer.session.timeout.ms
-    assignors: tuple[str, ...] = (UNIFORM, "range")  # group.consumer.assignors
-    max_size: int = 2**31 - 1  # group.consumer.max.size
-    # Topics a regex never matches (Kafka's internal topics).
-    internal_topics: frozenset[str] = frozenset()
-    # group id -> (session timeout, heartbeat interval): the group's consumer.session.timeout.ms
-    # and consumer.heartbeat.interval.ms (GROUP configs, broker/config/group_configs.py); None:
-    # the two above for every group.
-    timing: Callable[[str], tuple[int, int]] | None = field(default=None, compare=False)
-
-    def timing_of(self, group_id: str) -> tuple[int, int]:
-        if self.timing is None:
-            return self.session_timeout_ms, self.heartbeat_interval_ms
-        return self.timing(group_id)
-
-
-@dataclass(frozen=True)
-class HeartbeatRequest:
-    """A decoded ConsumerGroupHeartbeat (topic ids of owned partitions already resolved)."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None  # None: unchanged since the last heartbeat
-    client_id: str = ""
-    client_host: str = ""
-    version: int = 1
-
-
-@dataclass(frozen=True)
-class HeartbeatResult:
-    error: ErrorCode
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None  # None: unchanged (not sent)
-
-
-@dataclass
-class ConsumerMember:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    client_id: str = ""
-    client_host: str = ""
-    rebalance_timeout_ms: int = 0
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = 0
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    last_heartbeat_ms: int = 0
-    revocation_deadline_ms: int | None = None
-    # (topic, partition) -> the member epoch at which the member got it (Kafka 4.3+: a commit
-    # from an older epoch is accepted for the partitions the member already had then)
-    assignment_epochs: dict[tuple[str, int], int] = field(default_factory=dict)
-
-    def owns(self) -> Iterable[tuple[str, int]]:
-        for assignment in (self.assigned, self.pending_revocation):
-            for topic, indexes in assignment.items():
-                for index in indexes:
-                    yield topic, index
-
-
-@dataclass
-class ConsumerGroup:
-    group_id: str
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    members: dict[str, ConsumerMember] = field(default_factory=dict)
-    target: TargetAssignment = field(default_factory=dict)
-    # topic -> partition count of the subscribed topics when the target was computed
-    subscribed: dict[str, int] = field(default_factory=dict)
-    assignor: str = UNIFORM
-    # The topic names the members subscribe to by name (existing or not) and whether some
-    # subscribe by regex: what a heartbeat checks for topic changes without visiting every
-    # member (recomputed when membership or a subscription changes).
-    watched: frozenset[str] = frozenset()
-    has_regex: bool = False
-    next_regex_check_ms: int = 0
-    # No member's session or revocation deadline is before this (0: unknown, scan).
-    next_expiry_ms: int = 0
-    # what changed since the last take_records()
-    dirty_group: bool = False
-    dirty_members: set[str] = field(default_factory=set)
-    removed_members: set[str] = field(default_factory=set)
-
-    @property
-    def state(self) -> ConsumerGroupState:
-        if not self.members:
-            return ConsumerGroupState.EMPTY
-        if self.assignment_epoch < self.group_epoch:
-            return ConsumerGroupState.ASSIGNING
-        for member in self.members.values():
-            if member.member_epoch != self.assignment_epoch or member.state is not MemberState.STABLE:
-                return ConsumerGroupState.RECONCILING
-        return ConsumerGroupState.STABLE
-
-    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
-        if instance_id is None:
-            return None
-        for member in self.members.values():
-            if member.instance_id == instance_id:
-                return member
-        return None
-
-
-def _subtract(a: Assignment, b: Assignment) -> Assignment:
-    out = {}
-    for topic, indexes in a.items():
-        left = indexes - b.get(topic, frozenset())
-        if left:
-            out[topic] = left
-    return out
-
-
-def _intersect(a: Assignment, b: Assignment) -> Assignment:
-    out = {}
-    for topic, indexes in a.items():
-        both = indexes & b.get(topic, frozenset())
-        if both:
-            out[topic] = both
-    return out
-
-
-def _union(a: Assignment, b: Assignment) -> Assignment:
-    out = dict(a)
-    for topic, indexes in b.items():
-        out[topic] = out.get(topic, frozenset()) | indexes
-    return {t: p for t, p in sorted(out.items()) if p}
-
-
-def _normalized(a: Assignment) -> Assignment:
-    return {t: frozenset(p) for t, p in sorted(a.items()) if p}
 
 
 def _new_member_id() -> str:
@@ -313,6 +103,7 @@ class ConsumerGroupCoordinator:
         # Groups whose records must be written (take_records), in order; a deleted group maps
         # to True (its tombstones).
         self._to_store: dict[str, bool] = {}
+        self._downgrades: list[tuple[ConsumerGroup, str]] = []
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -361,6 +152,7 @@ class ConsumerGroupCoordinator:
 
     def _bump(self, group: ConsumerGroup) -> None:
         group.group_epoch += 1
+        group.rebalances += 1
         group.dirty_group = True
 
     def _topics_changed(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> bool:
@@ -472,18 +264,54 @@ class ConsumerGroupCoordinator:
         expired = []
         earliest: int | None = None
         for m in group.members.values():
-            deadline = m.last_heartbeat_ms + session
-            if m.revocation_deadline_ms is not None:
-                deadline = min(deadline, m.revocation_deadline_ms)
+            deadline = m.session_deadline(session)
             if now_ms >= deadline:
                 expired.append(m)
             elif earliest is None or deadline < earliest:
                 earliest = deadline
         group.next_expiry_ms = earliest if earliest is not None else now_ms + session
         for member in expired:
+            if self._maybe_downgrade(group, member):
+                return
             self._remove_member(group, member)
         if expired:
             self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+
+    # -- groups that change protocol ------------------------------------------------------------
+
+    def _maybe_downgrade(self, group: ConsumerGroup, leaving: ConsumerMember) -> bool:
+        """Kafka's validateOnlineDowngradeWithFencedMember: when the last member that speaks the
+        consumer protocol leaves (or is fenced) and classic members remain, the group becomes
+        a classic group again, if the policy allows it and the classic group size limit holds.
+        Then the group is gone from here: ``take_downgrades`` hands it (without ``leaving``) to
+        the caller, which builds the classic group; its records here are all tombstoned."""
+        others = [m for m in group.members.values() if m.member_id != leaving.member_id]
+        if (not others or any(m.classic is None for m in others) or leaving.classic is not None
+                or not self.config.migration_policy.downgrade
+                or len(others) > self.config.classic_max_size):
+            return False
+        del group.members[leaving.member_id]
+        self.groups.pop(group.group_id, None)
+        self._to_store.pop(group.group_id, None)
+        self._downgrades.append((group, leaving.member_id))
+        return True
+
+    def take_downgrades(self) -> list[tuple[ConsumerGroup, str]]:
+        """``(group, leaving member id)`` of every group that became classic since the last
+        call; the group still holds its other members, their target assignments and epoch."""
+        out, self._downgrades = self._downgrades, []
+        return out
+
+    def adopt(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> None:
+        """Take in a group converted from a classic group (upgrade): every record of it is
+        written (the caller tombstones the classic group's), sessions start at ``now_ms``."""
+        self.load_group(group, topics)
+        for member in group.members.values():
+            member.last_heartbeat_ms = now_ms
+        group.next_expiry_ms = 0
+        group.dirty_group = True
+        group.dirty_members.update(group.members)
+        self._store(group)
 
     def _remove_member(self, group: ConsumerGroup, member: ConsumerMember) -> None:
         del group.members[member.member_id]
@@ -505,6 +333,8 @@ class ConsumerGroupCoordinator:
         whose subscribed topics changed."""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
+            if group.group_id not in self.groups:
+                continue  # it became a classic group
             self._maybe_update_target(group, topics, now_ms=now_ms)
             self._store(group)
 
@@ -557,6 +387,9 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is not None:
             self._expire(group, topics, now_ms)
+            if req.group_id not in self.groups:  # it became a classic group
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                       f"Group {req.group_id} is not a consumer group.")
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req, topics, now_ms)
         if group is None:
@@ -582,8 +415,43 @@ class ConsumerGroupCoordinator:
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             self.config.timing_of(group.group_id)[1], member.assigned if send else None)
 
+    # -- for classic members (classic_members.py) -----------------------------------------
+
+    def new_member_id(self) -> str:
+        return self._new_member_id()
+
+    @staticmethod
+    def rename_member(group: ConsumerGroup, member: ConsumerMember, member_id: str) -> None:
+        """A static member's new incarnation takes over its membership under ``member_id``."""
+        old_id = member.member_id
+        del group.members[old_id]
+        group.removed_members.add(old_id)
+        group.dirty_members.discard(old_id)
+        member.member_id = member_id
+        group.members[member_id] = member
+        group.target[member_id] = group.target.pop(old_id, {})
+        group.removed_members.discard(member_id)
+        group.dirty_members.add(member_id)
+
+    def update_target(self, group: ConsumerGroup, topics: TopicsView, force: bool,
+                      now_ms: int) -> None:
+        self._maybe_update_target(group, topics, force=force, now_ms=now_ms)
+
+    def reconcile(self, group: ConsumerGroup, member: ConsumerMember, owned: Assignment | None,
+                  now_ms: int) -> None:
+        self._reconcile(group, member, owned, now_ms)
+
+    def store(self, group: ConsumerGroup) -> None:
+        self._store(group)
+
+    def remove_member(self, group: ConsumerGroup, member: ConsumerMember, topics: TopicsView,
+                      now_ms: int) -> None:
+        """A member left: removed, the epoch bumped, a new target computed."""
+        self._remove_member(group, member)
+        self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+
     def _forget_if_new_and_empty(self, group: ConsumerGroup) -> None:
-        if not group.members and group.group_epoch == 0:
+        if not group.members and group.group_epoch == NEW_GROUP_EPOCH and not group.target:
             self.groups.pop(group.group_id, None)
 
     def _member(self, group: ConsumerGroup, req: HeartbeatRequest, now_ms: int
@@ -597,17 +465,8 @@ class ConsumerGroupCoordinator:
                         f"Static member {static.member_id} with instance id "
                         f"{req.instance_id} is not released.")
                 # The new incarnation takes over the departed one's assignment and epoch.
-                old_id = static.member_id
-                member_id = req.member_id or self._new_member_id()
-                del group.members[old_id]
-                group.removed_members.add(old_id)
-                group.dirty_members.discard(old_id)
-                static.member_id = member_id
+                self.rename_member(group, static, req.member_id or self._new_member_id())
                 static.member_epoch = static.previous_member_epoch
-                group.members[member_id] = static
-                group.target[member_id] = group.target.pop(old_id, {})
-                group.removed_members.discard(member_id)
-                group.dirty_members.add(member_id)
                 return static, None
             member = group.members.get(req.member_id) if req.member_id else None
             if member is None:
@@ -711,6 +570,8 @@ class ConsumerGroupCoordinator:
                 member.previous_member_epoch = member.member_epoch
             member.member_epoch = STATIC_LEAVE_EPOCH
             group.dirty_members.add(member.member_id)
+        elif self._maybe_downgrade(group, member):
+            return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
         else:
             self._remove_member(group, member)
             self._maybe_update_target(group, topics, force=True, now_ms=req_now)
@@ -748,6 +609,10 @@ class ConsumerGroupCoordinator:
         member = group.members.get(member_id)
         if member is None:
             return every(ErrorCode.UNKNOWN_MEMBER_ID)
+        if member.classic is not None:
+            # A classic member's generation is its member epoch (Kafka's validateMemberEpoch).
+            return every(ErrorCode.NONE if member_epoch == member.member_epoch
+                         else ErrorCode.ILLEGAL_GENERATION)
         if not transactional and api_version < 9:
             return every(ErrorCode.UNSUPPORTED_VERSION)
         if member_epoch == member.member_epoch:
@@ -768,7 +633,8 @@ class ConsumerGroupCoordinator:
         if member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if member_epoch != member.member_epoch:
-            return ErrorCode.STALE_MEMBER_EPOCH
+            return (ErrorCode.ILLEGAL_GENERATION if member.classic is not None
+                    else ErrorCode.STALE_MEMBER_EPOCH)
         return ErrorCode.NONE
 
     def subscribed_topics(self, group_id: str) -> set[str]:

@@ -11,7 +11,9 @@ every struct)::
     type 5  ConsumerGroupMemberMetadata      key: group, member
             value: instance_id str?, rack_id str?, client_id str, client_host str,
                    subscribed_topic_names [str], subscribed_topic_regex str?,
-                   rebalance_timeout_ms int32, server_assignor str?
+                   rebalance_timeout_ms int32, server_assignor str?,
+                   tag 0: classic_member_metadata? (a member speaking the classic protocol:
+                          session_timeout_ms int32, supported_protocols [name str, metadata bytes])
     type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32
     type 7  ConsumerGroupTargetAssignmentMember    key: group, member
             value: topic_partitions [topic_id uuid, partitions [int32]]
@@ -38,7 +40,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker.group.assignors import Assignment
-from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from broker.group.consumer_group import (
+    ClassicMetadata,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
 from protocol.bounded import BoundedReader
 from protocol.records import encode_batch
 
@@ -106,6 +113,30 @@ def _ctopics(assignment: Assignment, topic_id: TopicIdOf,
     return _uvarint(len(items) + 1) + b"".join(items)
 
 
+def _classic_tag(classic: ClassicMetadata | None) -> bytes:
+    """The member metadata value's tagged fields: ClassicMemberMetadata (tag 0) for a member
+    that speaks the classic protocol: session_timeout_ms int32, supported_protocols
+    [name str, metadata bytes]."""
+    if classic is None:
+        return b"\x00"
+    body = _INT32.pack(classic.session_timeout_ms) + _uvarint(len(classic.protocols) + 1)
+    for name, metadata in classic.protocols:
+        body += _cstr(name) + _uvarint(len(metadata) + 1) + metadata + b"\x00"
+    body += b"\x00"
+    return b"\x01" + b"\x00" + _uvarint(len(body)) + body
+
+
+def _decode_classic_untrusted(data: bytes) -> ClassicMetadata:
+    r = _Reader(data)
+    session = r.i32()
+    protocols = []
+    for _ in range(r.compact_count()):
+        name = r.compact_string() or ""
+        protocols.append((name, r.take(r.compact_count())))
+        r.tagged_fields()
+    return ClassicMetadata(session, tuple(protocols))
+
+
 def encode_key(record_type: int, group_id: str, member_id: str | None = None) -> bytes:
     key = _INT16.pack(record_type) + _str16(group_id)
     return key if member_id is None else key + _str16(member_id)
@@ -131,11 +162,11 @@ def group_records(
     dirty = [group.members[m] for m in sorted(group.dirty_members) if m in group.members]
     for m in dirty:
         names = m.subscribed_topic_names
-        out.append((encode_key(MEMBER_METADATA, gid, m.member_id), _value(
-            _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
+        out.append((encode_key(MEMBER_METADATA, gid, m.member_id), _INT16.pack(0)
+            + _cstr(m.instance_id) + _cstr(m.rack_id) + _cstr(m.client_id) + _cstr(m.client_host)
             + _uvarint(len(names) + 1) + b"".join(_cstr(n) for n in names)
             + _cstr(m.subscribed_topic_regex) + _INT32.pack(m.rebalance_timeout_ms)
-            + _cstr(m.server_assignor))))
+            + _cstr(m.server_assignor) + _classic_tag(m.classic)))
     if group.dirty_group or dirty or group.removed_members:
         out.append((encode_key(GROUP_METADATA, gid), _value(_INT32.pack(group.group_epoch))))
     for m in dirty:
@@ -159,6 +190,17 @@ def deleted_group_records(group_id: str) -> list[tuple[bytes, bytes | None]]:
     """Tombstones of a deleted (empty) group."""
     return [(encode_key(TARGET_METADATA, group_id), None),
             (encode_key(GROUP_METADATA, group_id), None)]
+
+
+def converted_group_records(group_id: str, member_ids: Iterable[str]
+                            ) -> list[tuple[bytes, bytes | None]]:
+    """Tombstones of every record of a group that became a classic group (its members' and
+    the group's, in Kafka's order: members first)."""
+    out: list[tuple[bytes, bytes | None]] = []
+    for member_id in sorted(set(member_ids)):
+        for record_type in (CURRENT_MEMBER, TARGET_MEMBER, MEMBER_METADATA):
+            out.append((encode_key(record_type, group_id, member_id), None))
+    return out + deleted_group_records(group_id)
 
 
 def build_batch(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> bytearray:
@@ -270,10 +312,14 @@ class ConsumerGroupReplay:
                 m = ConsumerMember(member_id)
                 m.instance_id, m.rack_id = r.compact_string(), r.compact_string()
                 m.client_id, m.client_host = r.compact_string() or "", r.compact_string() or ""
-                m.subscribed_topic_names = tuple(r.compact_string() or "" for _ in range(r.compact_count()))
+                m.subscribed_topic_names = tuple(
+                    r.compact_string() or "" for _ in range(r.compact_count()))
                 m.subscribed_topic_regex = r.compact_string()
                 m.rebalance_timeout_ms = r.i32()
                 m.server_assignor = r.compact_string()
+                classic = r.tagged_fields().get(0)
+                if classic is not None:
+                    m.classic = _decode_classic_untrusted(classic)
                 m.last_heartbeat_ms = now_ms
                 current = state.currents.get(member_id)
                 if current is not None:

@@ -38,162 +38,34 @@ JoinGroup v2 / SyncGroup v0 / Heartbeat v0 / LeaveGroup v0 belong to; states in 
 
 from __future__ import annotations
 
-import struct
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 
-from broker.group.group_metadata import GroupMetadataRecord, MemberRecord
+from broker.group.classic_model import NO_GENERATION as NO_GENERATION
+from broker.group.classic_model import NO_MEMBER_ID as NO_MEMBER_ID
+from broker.group.classic_model import Completion as Completion
+from broker.group.classic_model import Group as Group
+from broker.group.classic_model import GroupConfig as GroupConfig
+from broker.group.classic_model import GroupSummary as GroupSummary
+from broker.group.classic_model import JoinResult as JoinResult
+from broker.group.classic_model import Member as Member
+from broker.group.classic_model import MemberSummary as MemberSummary
+from broker.group.classic_model import Outcome as Outcome
+from broker.group.classic_model import SyncResult as SyncResult
+from broker.group.classic_model import Waiting as Waiting
+from broker.group.classic_model import _inconsistent, _member_of, _subscription_topics
+from broker.group.classic_store import ClassicOffsetsAndRecords
 from broker.group.offsets import OffsetStore, valid_group_id
 from broker.group.state import GroupState, check_transition
 from protocol.errors import ErrorCode
-
-NO_GENERATION = -1
-NO_MEMBER_ID = ""
-
-
-@dataclass(frozen=True)
-class GroupConfig:
-    min_session_timeout_ms: int = 6_000  # group.min.session.timeout.ms
-    max_session_timeout_ms: int = 1_800_000  # group.max.session.timeout.ms
-    initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    error: ErrorCode
-    generation_id: int = NO_GENERATION
-    protocol_name: str = ""
-    leader: str = ""
-    member_id: str = NO_MEMBER_ID
-    members: tuple[tuple[str, bytes], ...] = ()  # only in the leader's answer
-    member_instance_ids: tuple[str | None, ...] = ()  # group.instance.id of each of ``members``
-    protocol_type: str = ""
-    # KIP-814: a static leader that rejoined a Stable group gets the members but must not assign.
-    skip_assignment: bool = False
-
-
-@dataclass(frozen=True)
-class SyncResult:
-    error: ErrorCode
-    assignment: bytes = b""
-
-
-@dataclass(frozen=True)
-class Waiting:
-    """The answer will come as a completion for ``waiter``."""
-
-    waiter: int
-
-
-Completion = tuple[int, JoinResult | SyncResult]
-
-
-@dataclass
-class Outcome:
-    """What a coordinator call returns: its own reply (or ``Waiting``) and answers to earlier
-    waiting requests that this call produced."""
-
-    reply: JoinResult | SyncResult | Waiting | ErrorCode
-    completions: list[Completion] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class MemberSummary:
-    member_id: str
-    client_id: str
-    client_host: str
-    metadata: bytes
-    assignment: bytes
-    group_instance_id: str | None = None
-
-
-@dataclass(frozen=True)
-class GroupSummary:
-    group_id: str
-    state: str
-    protocol_type: str
-    protocol: str
-    members: tuple[MemberSummary, ...]
-
-
-@dataclass
-class Member:
-    member_id: str
-    client_id: str
-    client_host: str
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    protocol_type: str
-    protocols: tuple[tuple[str, bytes], ...]
-    last_heartbeat_ms: int
-    assignment: bytes = b""
-    group_instance_id: str | None = None  # static membership (KIP-345)
-    join_waiter: int | None = None
-    sync_waiter: int | None = None
-
-    @property
-    def protocol_names(self) -> frozenset[str]:
-        return frozenset(name for name, _ in self.protocols)
-
-    def metadata_for(self, protocol: str) -> bytes:
-        for name, metadata in self.protocols:
-            if name == protocol:
-                return metadata
-        return b""
-
-    def session_deadline(self) -> int | None:
-        """When the session expires; None while a JoinGroup or SyncGroup of it is waiting."""
-        if self.join_waiter is not None or self.sync_waiter is not None:
-            return None
-        return self.last_heartbeat_ms + self.session_timeout_ms
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: GroupState = GroupState.EMPTY
-    generation_id: int = 0
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader_id: str | None = None
-    members: dict[str, Member] = field(default_factory=dict)  # join order
-    # PreparingRebalance timer: when the join phase ends (or is re-examined, initial delay)
-    rebalance_deadline_ms: int | None = None
-    initial_delay: bool = False  # the running rebalance is an initial delayed join
-    initial_remaining_ms: int = 0
-    new_member_added: bool = False
-    # KIP-394: member ids handed out with MEMBER_ID_REQUIRED, until they join (id -> expiry)
-    pending_members: dict[str, int] = field(default_factory=dict)
-
-    def static_member(self, group_instance_id: str | None) -> Member | None:
-        """The member with this group.instance.id (static membership, KIP-345)."""
-        if group_instance_id is None:
-            return None
-        for member in self.members.values():
-            if member.group_instance_id == group_instance_id:
-                return member
-        return None
-
-    def fenced(self, group_instance_id: str | None, member_id: str) -> bool:
-        """A static member id that was replaced by a newer instance (FENCED_INSTANCE_ID)."""
-        member = self.static_member(group_instance_id)
-        return member is not None and member.member_id != member_id
-
-    @property
-    def rebalance_timeout_ms(self) -> int:
-        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
-
-    def all_joined(self) -> bool:
-        return all(m.join_waiter is not None for m in self.members.values())
 
 
 def _random_member_id(client_id: str) -> str:
     return f"{client_id}-{uuid.uuid4()}"
 
 
-class GroupCoordinator:
+class GroupCoordinator(ClassicOffsetsAndRecords):
     """All groups of this broker (the coordinator of every group) and their committed offsets."""
 
     def __init__(
@@ -673,68 +545,6 @@ class GroupCoordinator:
             return Outcome(ErrorCode.UNKNOWN_MEMBER_ID, out)
         self._remove_member(group, member, now_ms, out)
         return Outcome(ErrorCode.NONE, out)
-
-    def validate_offset_commit(
-        self, group_id: str, generation_id: int, member_id: str, now_ms: int,
-        group_instance_id: str | None = None,
-    ) -> Outcome:
-        """May this OffsetCommit store offsets? ``Outcome(ErrorCode, completions)``.
-
-        Generation -1 commits ("standalone", manual assignment) are allowed for a group without
-        members, which is created if unknown; members of a group must give their member id and
-        the current generation. Commits are accepted while a rebalance is being prepared (members
-        commit before they rejoin) but not while the new generation waits for its assignment.
-        """
-        out: list[Completion] = []
-        if not valid_group_id(group_id):
-            return Outcome(ErrorCode.INVALID_GROUP_ID, out)
-        group = self._known(group_id, now_ms, out)
-        if group is None:
-            if generation_id < 0:
-                self.ensure_group(group_id)
-                return Outcome(ErrorCode.NONE, out)
-            return Outcome(ErrorCode.ILLEGAL_GENERATION, out)
-        if group.state is GroupState.DEAD:
-            return Outcome(ErrorCode.COORDINATOR_NOT_AVAILABLE, out)
-        if generation_id < 0 and group.state is GroupState.EMPTY:
-            return Outcome(ErrorCode.NONE, out)
-        code, member = _member_of(group, member_id, generation_id, group_instance_id)
-        if member is None:
-            return Outcome(code, out)
-        if group.state is GroupState.COMPLETING_REBALANCE:
-            return Outcome(ErrorCode.REBALANCE_IN_PROGRESS, out)
-        member.last_heartbeat_ms = now_ms
-        return Outcome(ErrorCode.NONE, out)
-
-    def validate_txn_offset_commit(
-        self, group_id: str, generation_id: int = NO_GENERATION, member_id: str = NO_MEMBER_ID,
-        group_instance_id: str | None = None,
-    ) -> ErrorCode:
-        """TxnOffsetCommit v0-2 carry no member or generation: only the group must be usable.
-        Creates the group if unknown (as Kafka does). v3+ (KIP-447) may carry the consumer's
-        member id and generation: then they must be the group's current ones (a zombie's
-        commit is fenced)."""
-        if not valid_group_id(group_id):
-            return ErrorCode.INVALID_GROUP_ID
-        group = self.ensure_group(group_id)
-        if group.state is GroupState.DEAD:
-            return ErrorCode.COORDINATOR_NOT_AVAILABLE
-        if group.fenced(group_instance_id, member_id):
-            return ErrorCode.FENCED_INSTANCE_ID
-        if member_id != NO_MEMBER_ID and member_id not in group.members:
-            return ErrorCode.UNKNOWN_MEMBER_ID
-        if generation_id >= 0 and generation_id != group.generation_id:
-            return ErrorCode.ILLEGAL_GENERATION
-        return ErrorCode.NONE
-
-    def on_txn_marker(self, offsets_partition: int, producer_id: int, commit: bool) -> None:
-        """A COMMIT or ABORT marker for ``producer_id`` was written to ``__consumer_offsets``
-        partition ``offsets_partition``: its pending transactional offsets there become committed
-        offsets (COMMIT) or are dropped (ABORT)."""
-        for group_id in self.offsets.complete_txn(offsets_partition, producer_id, commit):
-            if commit:
-                self.ensure_group(group_id)
-
     # -- admin -------------------------------------------------------------------------------
 
     def describe_group(self, group_id: str, now_ms: int) -> tuple[GroupSummary, list[Completion]]:
@@ -786,6 +596,46 @@ class GroupCoordinator:
                 result[group_id] = ErrorCode.NONE
         return result
 
+    # -- groups that change protocol (classic_members.py) ------------------------------------
+
+    def remove_for_upgrade(self, group_id: str) -> list[Completion]:
+        """The group becomes a consumer group: forgotten here (its record tombstoned, its
+        offsets kept), its waiting JoinGroup and SyncGroup answered REBALANCE_IN_PROGRESS so
+        that the members rejoin the consumer group (Kafka's convertToConsumerGroup)."""
+        out: list[Completion] = []
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return out
+        for member in group.members.values():
+            if member.join_waiter is not None:
+                out.append((member.join_waiter, JoinResult(ErrorCode.REBALANCE_IN_PROGRESS,
+                                                           member_id=member.member_id)))
+                member.join_waiter = None
+            if member.sync_waiter is not None:
+                out.append((member.sync_waiter, SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)))
+                member.sync_waiter = None
+        self._to_store[group_id] = None
+        return out
+
+    def adopt_downgraded(self, group_id: str, generation_id: int, protocol_type: str,
+                         members: Sequence[Member], now_ms: int) -> list[Completion]:
+        """A consumer group whose last consumer-protocol member left becomes this classic group:
+        Stable at ``generation_id`` with ``members`` (their assignments set), written, then a
+        rebalance starts so that they rejoin (Kafka's convertToClassicGroup)."""
+        out: list[Completion] = []
+        group = self.groups[group_id] = Group(group_id)
+        group.generation_id = generation_id
+        group.protocol_type = protocol_type
+        for member in members:
+            member.last_heartbeat_ms = now_ms
+            group.members[member.member_id] = member
+        group.leader_id = next(iter(group.members), None)
+        group.protocol = self._select_protocol(group)
+        group.state = GroupState.STABLE  # built, not transitioned: as a loaded group
+        self._to_store[group_id] = None
+        self._prepare_rebalance(group, now_ms, out)
+        return out
+
     def subscribed_topics(self, group_id: str) -> set[str]:
         """Topics the members of a "consumer" group subscribe to (their subscriptions for the
         chosen protocol; an undecodable one counts as none)."""
@@ -796,96 +646,3 @@ class GroupCoordinator:
         for member in group.members.values():
             topics.update(_subscription_topics(member.metadata_for(group.protocol or "")))
         return topics
-
-    # -- persistence ---------------------------------------------------------------------------
-
-    def take_to_store(self) -> list[str]:
-        """Groups whose metadata record (``group_record``) must be written now; clears the list."""
-        ids, self._to_store = list(self._to_store), {}
-        return ids
-
-    def group_record(self, group_id: str, now_ms: int) -> GroupMetadataRecord | None:
-        """The group's metadata record as of its last settled generation; None (a tombstone)
-        for a group that is gone."""
-        group = self.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return None
-        protocol = group.protocol or ""
-        return GroupMetadataRecord(
-            protocol_type=group.protocol_type or "",
-            generation_id=group.generation_id,
-            protocol=group.protocol,
-            leader=group.leader_id if group.members else None,
-            current_state_timestamp=now_ms,
-            members=tuple(
-                MemberRecord(
-                    m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                    m.rebalance_timeout_ms, m.session_timeout_ms, m.metadata_for(protocol),
-                    m.assignment,
-                )
-                for m in group.members.values()
-            ),
-        )
-
-    def load_group(self, group_id: str, record: GroupMetadataRecord, now_ms: int) -> Group:
-        """Restore a group from its last record (broker start): Stable with its members, their
-        assignments and generation if it had members, else Empty. Sessions restart at
-        ``now_ms``, so members that do not heartbeat expire as usual."""
-        group = self.groups[group_id] = Group(group_id)
-        group.generation_id = record.generation_id
-        group.protocol_type = record.protocol_type or None
-        if record.members and record.protocol:
-            group.protocol = record.protocol
-            for m in record.members:
-                group.members[m.member_id] = Member(
-                    m.member_id, m.client_id, m.client_host, m.session_timeout_ms,
-                    m.rebalance_timeout_ms, record.protocol_type,
-                    ((record.protocol, m.subscription),), now_ms, m.assignment,
-                    m.group_instance_id,
-                )
-            group.leader_id = (
-                record.leader if record.leader in group.members else next(iter(group.members))
-            )
-            # Loaded, not transitioned: the generation was settled before the restart.
-            group.state = GroupState.STABLE
-        return group
-
-    def group_ids(self) -> Iterable[str]:
-        return self.groups.keys()
-
-
-def _subscription_topics(metadata: bytes) -> list[str]:
-    """The topic list of a consumer-protocol subscription (``version int16, topics [str],
-    ...``); [] if it does not decode."""
-    try:
-        (count,) = struct.unpack_from(">i", metadata, 2)
-        pos, topics = 6, []
-        for _ in range(max(count, 0)):
-            (n,) = struct.unpack_from(">h", metadata, pos)
-            if n < 0 or pos + 2 + n > len(metadata):
-                return []
-            topics.append(metadata[pos + 2 : pos + 2 + n].decode("utf-8"))
-            pos += 2 + n
-        return topics
-    except (struct.error, UnicodeDecodeError):
-        return []
-
-
-def _inconsistent(requested: str | None, groups: str | None) -> bool:
-    """A protocol type or name the request names that is not the group's (either unset: no)."""
-    return requested is not None and groups is not None and requested != groups
-
-
-def _member_of(group: Group, member_id: str, generation_id: int,
-               group_instance_id: str | None) -> tuple[ErrorCode, Member | None]:
-    """The member of ``group`` a SyncGroup, Heartbeat or OffsetCommit comes from, with NONE; or
-    the refusal with None: FENCED_INSTANCE_ID (a stale member id of a static member),
-    UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION (not the group's current generation)."""
-    if group.fenced(group_instance_id, member_id):
-        return ErrorCode.FENCED_INSTANCE_ID, None
-    member = group.members.get(member_id)
-    if member is None:
-        return ErrorCode.UNKNOWN_MEMBER_ID, None
-    if generation_id != group.generation_id:
-        return ErrorCode.ILLEGAL_GENERATION, None
-    return ErrorCode.NONE, member

@@ -37,15 +37,29 @@ import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.group.classic_members import (
+    ClassicJoin,
+    UpgradeRefused,
+    check_upgrade,
+    classic_heartbeat,
+    classic_join,
+    classic_leave,
+    classic_members_of,
+    classic_sync,
+    consumer_group_from_classic,
+)
 from broker.group.consumer_group import (
+    ConsumerGroup,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     HeartbeatRequest,
     HeartbeatResult,
+    MigrationPolicy,
 )
 from broker.group.consumer_records import (
     ConsumerGroupReplay,
     build_batch,
+    converted_group_records,
     deleted_group_records,
     group_records,
 )
@@ -197,6 +211,7 @@ class GroupService:
                             if a.strip()) or ("uniform",),
             internal_topics=INTERNAL_TOPICS,
             timing=group_timing,  # consumer.* GROUP configs (broker/config/group_configs.py)
+            migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),
         ))
         self._slots: dict[int, _Slot] = {}
         self.replayed_batches = self._replay()
@@ -368,6 +383,28 @@ class GroupService:
             self.consumer.tick(self._logs, now_ms)
             self._store_consumer_groups(now_ms)
 
+    async def run_timer_task(self) -> None:
+        """Expire sessions and end rebalances on time even when no request comes (a group
+        whose every member died): sleep until the earliest deadline of either protocol's
+        groups, at most ``MAX_TIMER_SLEEP_S`` (a deadline set meanwhile is at most that late),
+        then run the due timers. Runs for the broker's life in its nursery."""
+        while True:
+            now = self._clock.now_ms()
+            deadlines = [d for d in (self.coordinator.next_deadline(),
+                                     self.consumer.next_deadline()) if d is not None]
+            delay = MAX_TIMER_SLEEP_S
+            if deadlines:
+                delay = min(delay, max(min(deadlines) - now + 1, 0) / 1000)
+            await trio.sleep(delay)
+            self.run_timers(self._clock.now_ms())
+
+    def consumer_group_stats(self) -> list[tuple[str, str, int, int, int, int, int]]:
+        """Per consumer-protocol group, for the metrics: ``(group_id, state, members, classic
+        members, group epoch, assignment epoch, rebalances since start)``."""
+        return [(g.group_id, g.state.value, len(g.members),
+                 sum(m.classic is not None for m in g.members.values()), g.group_epoch,
+                 g.assignment_epoch, g.rebalances) for g in self.consumer.groups.values()]
+
     def tick(self, now_ms: int) -> None:
         """Housekeeping: run every due timer, forget Empty groups that hold no offsets."""
         self.run_timers(now_ms)
@@ -386,7 +423,7 @@ class GroupService:
         """Append the records of every consumer group that changed (one batch per group);
         the returned events are set once they are durable. A failed append is logged: the
         group lives on in memory and its next change writes its records again."""
-        events = []
+        events = self._downgrade_groups(now_ms)
         topic_id = self._logs.topic_id
         for group_id, group in self.consumer.take_changes():
             records = (deleted_group_records(group_id) if group is None
@@ -406,25 +443,82 @@ class GroupService:
                 events.append(flushed)
         return events
 
+    def _downgrade_groups(self, now_ms: int) -> list[Commit]:
+        """Consumer groups whose last consumer-protocol member left become classic groups
+        (``classic_members.py``): their records tombstoned, the classic group's written."""
+        events: list[Commit] = []
+        for group, leaving in self.consumer.take_downgrades():
+            records = converted_group_records(group.group_id, [*group.members, leaving])
+            try:
+                partition = self.offsets_partition(group.group_id, now_ms)
+                _, flushed = self._storage.append(partition, build_batch(records, now_ms), now_ms)
+            except (KafkaError, ValueError) as exc:
+                log.error("could not store the downgrade of group %s: %s", group.group_id, exc)
+                flushed = None
+            if flushed is not None:
+                events.append(flushed)
+            completions = self.coordinator.adopt_downgraded(
+                group.group_id, group.group_epoch, "consumer",
+                classic_members_of(group, now_ms), now_ms)
+            log.info("group %s: its last consumer-protocol member %s left; it is a classic "
+                     "group again", group.group_id, leaving)
+            self._resolve(completions, [])
+        if events:
+            events += self._store_groups(now_ms)
+        else:
+            self._store_groups(now_ms)
+        return events
+
+    def _upgrade(self, group_id: str, now_ms: int) -> HeartbeatResult | None:
+        """A ConsumerGroupHeartbeat for a classic group with members: converted to a consumer
+        group when the migration policy and the group allow it (None), else Kafka's refusal."""
+        classic = self.coordinator.groups[group_id]
+        try:
+            check_upgrade(classic, self.consumer)
+            group = consumer_group_from_classic(classic)
+        except UpgradeRefused as refused:
+            log.info("%s", refused)
+            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND, str(refused))
+        self._resolve(self.coordinator.remove_for_upgrade(group_id), [])
+        self._store_groups(now_ms)
+        self.consumer.adopt(group, self._logs, now_ms)
+        log.info("group %s: a member joined with the consumer protocol; it is a consumer "
+                 "group now (generation %d)", group_id, group.group_epoch)
+        return None
+
     def is_consumer_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group (KIP-848)."""
         return group_id in self.consumer.groups
 
     def consumer_group_heartbeat(
-        self, request: HeartbeatRequest, now_ms: int
+        self, request: HeartbeatRequest, now_ms: int, _retry: bool = False
     ) -> HeartbeatResult | Deferred[HeartbeatResult]:
         """ConsumerGroupHeartbeat: answered once the records it produced are durable. A group
         id a classic group with members uses is GROUP_ID_NOT_FOUND (Kafka's answer when the
         group cannot be converted); an empty classic group becomes a consumer group."""
         classic = self.coordinator.groups.get(request.group_id)
         if classic is not None and request.group_id not in self.consumer.groups:
+            self.run_timers(now_ms)
+            classic = self.coordinator.groups.get(request.group_id)
+        if classic is not None and request.group_id not in self.consumer.groups:
             if classic.members:
-                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
-                                       f"Group {request.group_id} is not a consumer group.")
-            self.coordinator.delete_groups([request.group_id], now_ms)
-            self._store_groups(now_ms)
+                if request.member_epoch != 0:
+                    return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                           f"Group {request.group_id} is not a consumer group.")
+                refused = self._upgrade(request.group_id, now_ms)
+                if refused is not None:
+                    return refused
+            else:
+                self.coordinator.delete_groups([request.group_id], now_ms)
+                self._store_groups(now_ms)
         result = self.consumer.heartbeat(request, self._logs, now_ms)
-        return _after_all(self._store_consumer_groups(now_ms), result)
+        events = self._store_consumer_groups(now_ms)
+        if (result.error is ErrorCode.GROUP_ID_NOT_FOUND and request.member_epoch == 0
+                and request.group_id in self.coordinator.groups and not _retry):
+            # Its group just became classic (its last consumer-protocol member expired):
+            # this join upgrades it again, as it would have a moment later.
+            return self.consumer_group_heartbeat(request, now_ms, _retry=True)
+        return _after_all(events, result)
 
     def _leave_classic_for_consumer(self, group_id: str, now_ms: int) -> ErrorCode:
         """A classic request for a consumer group: INCONSISTENT_GROUP_PROTOCOL while it has
@@ -454,9 +548,17 @@ class GroupService:
         group_instance_id: str | None = None,
         require_known_member_id: bool = False,
     ) -> JoinResult | Deferred[JoinResult]:
-        """``protocols``: ``(name, metadata)`` in the member's order of preference."""
-        if self._leave_classic_for_consumer(group_id, now_ms) is not ErrorCode.NONE:
-            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        """``protocols``: ``(name, metadata)`` in the member's order of preference. A consumer
+        group with members answers it itself (its classic members, ``classic_members.py``)."""
+        group = self._consumer_group_with_members(group_id, now_ms)
+        if group is not None:
+            result = classic_join(self.consumer, group, ClassicJoin(
+                group_id, member_id, client_id, client_host, session_timeout_ms,
+                rebalance_timeout_ms, protocol_type,
+                tuple((name, bytes(metadata)) for name, metadata in protocols),
+                group_instance_id, require_known_member_id), self._logs, now_ms)
+            return _after_all(self._store_consumer_groups(now_ms), result)
+        self._leave_classic_for_consumer(group_id, now_ms)
         outcome = self.coordinator.join_group(
             group_id, member_id, client_id, client_host, session_timeout_ms,
             rebalance_timeout_ms, protocol_type, list(protocols), now_ms,
@@ -477,6 +579,10 @@ class GroupService:
         protocol_name: str | None = None,
     ) -> SyncResult | Deferred[SyncResult]:
         """``assignments``: member id -> assignment (the leader's; empty from the others)."""
+        group = self._consumer_group_with_members(group_id, now_ms)
+        if group is not None:
+            return classic_sync(group, member_id, generation_id, group_instance_id,
+                                protocol_type, protocol_name, now_ms)
         outcome = self.coordinator.sync_group(
             group_id, generation_id, member_id, assignments, now_ms,
             group_instance_id=group_instance_id,
@@ -489,6 +595,9 @@ class GroupService:
         self, group_id: str, generation_id: int, member_id: str, now_ms: int,
         group_instance_id: str | None = None,
     ) -> ErrorCode:
+        group = self._consumer_group_with_members(group_id, now_ms)
+        if group is not None:
+            return classic_heartbeat(group, member_id, generation_id, group_instance_id, now_ms)
         return self._reply(
             self.coordinator.heartbeat(
                 group_id, generation_id, member_id, now_ms, group_instance_id
@@ -499,9 +608,23 @@ class GroupService:
     def leave_group(
         self, group_id: str, member_id: str, now_ms: int, group_instance_id: str | None = None
     ) -> ErrorCode:
+        group = self._consumer_group_with_members(group_id, now_ms)
+        if group is not None:
+            code = classic_leave(self.consumer, group, member_id, group_instance_id, self._logs,
+                                 now_ms)
+            self._store_consumer_groups(now_ms)
+            return code
         return self._reply(
             self.coordinator.leave_group(group_id, member_id, now_ms, group_instance_id), now_ms
         )
+
+    def _consumer_group_with_members(self, group_id: str, now_ms: int) -> ConsumerGroup | None:
+        """The consumer group a classic request goes to (its timers run first), or None."""
+        if group_id not in self.consumer.groups:
+            return None
+        self.run_timers(now_ms)
+        group = self.consumer.groups.get(group_id)
+        return group if group is not None and group.members else None
 
     def describe_group(self, group_id: str, now_ms: int) -> GroupSummary:
         summary, completions = self.coordinator.describe_group(group_id, now_ms)

@@ -8,6 +8,7 @@ from broker.handlers import (
     admin_apis,
     fetch,
     groups,
+    leader_epoch,
     produce,
     producer_id,
     security,
@@ -15,4 +16,4 @@ from broker.handlers import (
     txn,
 )
 
-MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, share, txn)
+MODULES = (admin, admin_apis, fetch, groups, leader_epoch, produce, producer_id, security, share, txn)

@@ -11,7 +11,12 @@ return a ``Deferred``.
 from __future__ import annotations
 
 from broker.group.assignors import Assignment
-from broker.group.consumer_group import MEMBER_TYPE_CONSUMER, HeartbeatRequest, HeartbeatResult
+from broker.group.consumer_group import (
+    MEMBER_TYPE_CLASSIC,
+    MEMBER_TYPE_CONSUMER,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
 from broker.group.coordinator import JoinResult, SyncResult
 from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers import peer
@@ -466,7 +471,8 @@ def consumer_group_describe(broker: Broker, header, request) -> dict:
                     "assignment": {"topic_partitions": _by_id(broker, m.assigned, True)},
                     "target_assignment": {"topic_partitions": _by_id(
                         broker, group.target.get(m.member_id, {}), True)},
-                    "member_type": MEMBER_TYPE_CONSUMER,
+                    "member_type": (MEMBER_TYPE_CONSUMER if m.classic is None
+                                    else MEMBER_TYPE_CLASSIC),
                 }
                 for m in group.members.values()
             ],

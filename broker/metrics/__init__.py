@@ -214,6 +214,20 @@ def render(metrics: Metrics, state: BrokerState) -> str:
             w.sample("minibroker_group_lag", max(lso - committed, 0), group=group, topic=topic,
                      partition=partition)
     _render_share(w, state.share_partitions())
+    consumer_groups = sorted(state.consumer_groups())
+    for name, index, kind, help_text in (
+        ("members", 2, "gauge", "Members of a consumer-protocol group (KIP-848), by state."),
+        ("classic_members", 3, "gauge",
+         "Its members that speak the classic protocol (a group that changed protocol)."),
+        ("epoch", 4, "gauge", "The group epoch."),
+        ("assignment_epoch", 5, "gauge", "The epoch of the group's target assignment."),
+        ("rebalances_total", 6, "counter", "Group epoch bumps since the broker started."),
+    ):
+        metric = f"minibroker_consumer_group_{name}"
+        w.family(metric, kind, help_text)
+        for cg in consumer_groups:
+            labels = {"group": cg[0], "state": cg[1]} if index == 2 else {"group": cg[0]}
+            w.sample(metric, float(cg[index]), **labels)
     return "\n".join(w.lines) + "\n"
 
 
@@ -267,6 +281,8 @@ class BrokerState:
         """Share groups' partitions (broker/share/service.py ``metrics``)."""
         share = getattr(self._broker, "share", None)
         return share.metrics() if share is not None else []
+    def consumer_groups(self) -> list[tuple[str, str, int, int, int, int, int]]:
+        return self._broker.groups.consumer_group_stats()
 
     def group_offsets(self) -> list[tuple[str, str, int, int, int | None]]:
         broker = self._broker

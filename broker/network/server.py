@@ -116,6 +116,7 @@ async def serve(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
+            nursery.start_soon(broker.groups.run_timer_task)
             nursery.start_soon(_transaction_housekeeping, broker)
             nursery.start_soon(release_memory)
             if broker.share is not None:

@@ -24,6 +24,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     init_producer_id,
     list_offsets,
     metadata,
+    offset_for_leader_epoch,
     offsets,
     produce,
     security,

@@ -115,6 +115,9 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Served(VersionRange(0, 0),
         "Kafka's only version (KIP-966; kafka-topics.sh --describe asks it): one broker, so the"
         " eligible leader replicas are always empty"),
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: Served(VersionRange(2, 4),
+        "all of Kafka 4's (KIP-896 removed v0-1): one broker, so every partition's only leader"
+        " epoch is 0"),
     ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
         "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),
     # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x),

@@ -161,6 +161,8 @@ def request_body(key: ApiKey, version: int) -> dict:
         ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": [GROUP, "cg-0"]},
         ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": TOPIC}],
                                            "response_partition_limit": 2000, "cursor": None},
+        ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [
+            {"partition": 0, "current_leader_epoch": -1, "leader_epoch": 0}]}]},
         ApiKey.WRITE_TXN_MARKERS: {"markers": [{
             "producer_id": 4242, "producer_epoch": 0, "transaction_result": False,
             "topics": [{"name": TOPIC, "partition_indexes": [0]}], "coordinator_epoch": 0}]},
@@ -265,7 +267,7 @@ def test_every_served_api_is_covered():
         ApiKey.DESCRIBE_CONFIGS, ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS,
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS, *SHARE_APIS,
-        ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+        ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FOR_LEADER_EPOCH,
     }
 
 

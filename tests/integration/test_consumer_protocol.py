@@ -297,16 +297,21 @@ def test_group_apis_answer_as_kafka(broker):
             "group_id": group, "member_id": "member-1", "member_epoch": 0,
             "rebalance_timeout_ms": 30_000, "subscribed_topic_names": [topic],
             "topic_partitions": []})
-        assert joined.error_code == ErrorCode.NONE and joined.member_epoch == 1
+        # A new group starts at epoch 1, as on Kafka 4.4: the first member gets 2.
+        assert joined.error_code == ErrorCode.NONE and joined.member_epoch == 2
         assert sum(len(tp.partitions) for tp in joined.assignment.topic_partitions) == 2
-        # A classic JoinGroup for a consumer group: INCONSISTENT_GROUP_PROTOCOL.
-        classic = conn.request(ApiKey.JOIN_GROUP, 5, {
-            "group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
-            "member_id": "", "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": b""}]})
+        # A classic JoinGroup for a consumer group with members is the group's to answer
+        # (a classic member of it, as Kafka): another protocol type is refused, a new member
+        # without an id gets one first.
+        join = {"group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
+                "member_id": "", "protocol_type": "connect",
+                "protocols": [{"name": "range", "metadata": b""}]}
+        classic = conn.request(ApiKey.JOIN_GROUP, 5, join)
         assert classic.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+        classic = conn.request(ApiKey.JOIN_GROUP, 5, {**join, "protocol_type": "consumer"})
+        assert classic.error_code == ErrorCode.MEMBER_ID_REQUIRED
         # OffsetCommit v9: the member's epoch commits, an older one is stale.
-        commit = {"group_id": group, "generation_id": 1, "member_id": "member-1",
+        commit = {"group_id": group, "generation_id": 2, "member_id": "member-1",
                   "topics": [{"name": topic, "partitions": [
                       {"partition_index": 0, "committed_offset": 5,
                        "committed_metadata": None}]}]}
@@ -318,7 +323,7 @@ def test_group_apis_answer_as_kafka(broker):
                              "topics": None}], "require_stable": False}
         assert conn.request(ApiKey.OFFSET_FETCH, 9, fetch).groups[0].error_code == \
             ErrorCode.STALE_MEMBER_EPOCH
-        fetch["groups"][0]["member_epoch"] = 1
+        fetch["groups"][0]["member_epoch"] = 2
         fetched = conn.request(ApiKey.OFFSET_FETCH, 9, fetch).groups[0]
         assert fetched.error_code == ErrorCode.NONE
         assert fetched.topics[0].partitions[0].committed_offset == 5

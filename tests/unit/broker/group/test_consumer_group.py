@@ -70,16 +70,17 @@ def test_reconciliation_table_rejects_pairs_it_does_not_list():
         next_member_state(MemberState.STABLE, Finding.STILL_REVOKING)
 
 
-def test_first_member_gets_every_partition_at_epoch_one():
+def test_first_member_gets_every_partition_at_epoch_two():
+    # A new group starts at epoch 1 (Kafka 4.4); the join bumps it.
     c, topics = coordinator(), Topics(t=4)
     r = join(c, topics, "a")
-    assert r.error is ErrorCode.NONE and r.member_epoch == 1 and r.member_id == "a"
+    assert r.error is ErrorCode.NONE and r.member_epoch == 2 and r.member_id == "a"
     assert r.assignment == {"t": frozenset({0, 1, 2, 3})}
     assert r.heartbeat_interval_ms == HB
     assert c.groups["g"].state is ConsumerGroupState.STABLE
     # An unchanged heartbeat sends no assignment.
-    again = beat(c, topics, "a", 1, None, now=100)
-    assert again.error is ErrorCode.NONE and again.assignment is None and again.member_epoch == 1
+    again = beat(c, topics, "a", 2, None, now=100)
+    assert again.error is ErrorCode.NONE and again.assignment is None and again.member_epoch == 2
 
 
 def test_v0_member_gets_an_id_from_the_coordinator():
@@ -94,20 +95,20 @@ def test_revocation_before_assignment_no_partition_owned_twice():
     a = join(c, topics, "a").assignment
     b = join(c, topics, "b", now=10)
     # b is at the new epoch but gets nothing a still owns.
-    assert b.member_epoch == 2 and b.assignment == {}
+    assert b.member_epoch == 3 and b.assignment == {}
     group = c.groups["g"]
     assert group.state is ConsumerGroupState.RECONCILING
     # a's next heartbeat: keep two, revoke two; a keeps its epoch until it reports.
-    ra = beat(c, topics, "a", 1, a, now=20)
-    assert ra.member_epoch == 1 and sum(map(len, ra.assignment.values())) == 2
+    ra = beat(c, topics, "a", 2, a, now=20)
+    assert ra.member_epoch == 2 and sum(map(len, ra.assignment.values())) == 2
     assert group.members["a"].state is MemberState.UNREVOKED_PARTITIONS
     # b still gets nothing: the revoked partitions are a's until a says so.
-    assert beat(c, topics, "b", 2, {}, now=30).assignment is None
+    assert beat(c, topics, "b", 3, {}, now=30).assignment is None
     # a still reporting the old set: still revoking.
-    assert beat(c, topics, "a", 1, a, now=40).member_epoch == 1
-    ra2 = beat(c, topics, "a", 1, ra.assignment, now=50)
-    assert ra2.member_epoch == 2
-    rb = beat(c, topics, "b", 2, {}, now=60)
+    assert beat(c, topics, "a", 2, a, now=40).member_epoch == 2
+    ra2 = beat(c, topics, "a", 2, ra.assignment, now=50)
+    assert ra2.member_epoch == 3
+    rb = beat(c, topics, "b", 3, {}, now=60)
     assert rb.assignment is not None
     owners = [tp for m in group.members.values() for tp in m.owns()]
     assert len(owners) == len(set(owners)) == 4
@@ -118,14 +119,14 @@ def test_fenced_and_unknown_member_and_lost_response():
     c, topics = coordinator(), Topics(t=2)
     a = join(c, topics, "a")
     assert beat(c, topics, "a", 5, a.assignment).error is ErrorCode.FENCED_MEMBER_EPOCH
-    assert beat(c, topics, "x", 1, {}).error is ErrorCode.UNKNOWN_MEMBER_ID
+    assert beat(c, topics, "x", 2, {}).error is ErrorCode.UNKNOWN_MEMBER_ID
     join(c, topics, "b", now=1)
-    beat(c, topics, "a", 1, a.assignment, now=2)
-    ra = beat(c, topics, "a", 1, {"t": frozenset({0})}, now=3)
-    assert ra.member_epoch == 2
+    beat(c, topics, "a", 2, a.assignment, now=2)
+    ra = beat(c, topics, "a", 2, {"t": frozenset({0})}, now=3)
+    assert ra.member_epoch == 3
     # The response was lost: the previous epoch with owned partitions it holds is accepted.
-    assert beat(c, topics, "a", 1, {"t": frozenset({0})}, now=4).error is ErrorCode.NONE
-    assert beat(c, topics, "a", 0 + 1, {"t": frozenset({0, 1})}, now=5).error is \
+    assert beat(c, topics, "a", 2, {"t": frozenset({0})}, now=4).error is ErrorCode.NONE
+    assert beat(c, topics, "a", 2, {"t": frozenset({0, 1})}, now=5).error is \
         ErrorCode.FENCED_MEMBER_EPOCH
 
 
@@ -145,14 +146,14 @@ def test_leave_bumps_the_epoch_and_moves_partitions():
     c, topics = coordinator(), Topics(t=2)
     a = join(c, topics, "a")
     join(c, topics, "b", now=1)
-    ra = beat(c, topics, "a", 1, a.assignment, now=2)
-    beat(c, topics, "a", 1, ra.assignment, now=3)
+    ra = beat(c, topics, "a", 2, a.assignment, now=2)
+    beat(c, topics, "a", 2, ra.assignment, now=3)
     left = c.heartbeat(HeartbeatRequest("g", "b", -1), topics, 4)
     assert left.error is ErrorCode.NONE and left.member_epoch == -1
     group = c.groups["g"]
-    assert set(group.members) == {"a"} and group.group_epoch == 3
-    r = beat(c, topics, "a", 2, ra.assignment, now=5)
-    assert r.member_epoch == 3 and r.assignment == {"t": frozenset({0, 1})}
+    assert set(group.members) == {"a"} and group.group_epoch == 4
+    r = beat(c, topics, "a", 3, ra.assignment, now=5)
+    assert r.member_epoch == 4 and r.assignment == {"t": frozenset({0, 1})}
 
 
 def test_session_and_rebalance_timeouts_remove_members():
@@ -160,14 +161,14 @@ def test_session_and_rebalance_timeouts_remove_members():
     a = join(c, topics, "a")
     join(c, topics, "b", now=1)
     # a never revokes: at its rebalance timeout (5 s) it is removed.
-    ra = beat(c, topics, "a", 1, a.assignment, now=2)
+    ra = beat(c, topics, "a", 2, a.assignment, now=2)
     assert c.groups["g"].members["a"].state is MemberState.UNREVOKED_PARTITIONS
     assert c.next_deadline() == 2 + 5_000
-    beat(c, topics, "b", 2, {}, now=5_001)
+    beat(c, topics, "b", 3, {}, now=5_001)
     assert set(c.groups["g"].members) == {"a", "b"}
-    rb = beat(c, topics, "b", 2, {}, now=5_002)
+    rb = beat(c, topics, "b", 3, {}, now=5_002)
     assert set(c.groups["g"].members) == {"b"}
-    assert rb.member_epoch == 3 and rb.assignment == {"t": frozenset({0, 1})}
+    assert rb.member_epoch == 4 and rb.assignment == {"t": frozenset({0, 1})}
     assert ra.error is ErrorCode.NONE
     # b's session expires without heartbeats: tick removes it.
     c.tick(topics, 5_002 + SESSION)
@@ -211,24 +212,24 @@ def test_offset_checks_with_member_epochs():
     assert commit("a", a.member_epoch) == [ErrorCode.NONE]
     assert commit("a", 0) == [ErrorCode.STALE_MEMBER_EPOCH]
     assert commit("a", 7) == [ErrorCode.STALE_MEMBER_EPOCH]
-    assert commit("zz", 1) == [ErrorCode.UNKNOWN_MEMBER_ID]
-    assert commit("a", 1, version=8) == [ErrorCode.UNSUPPORTED_VERSION]
+    assert commit("zz", 2) == [ErrorCode.UNKNOWN_MEMBER_ID]
+    assert commit("a", 2, version=8) == [ErrorCode.UNSUPPORTED_VERSION]
     assert commit("", -1) == [ErrorCode.UNKNOWN_MEMBER_ID]
     assert c.validate_offset_fetch("g", "a", 0) is ErrorCode.STALE_MEMBER_EPOCH
     assert c.validate_offset_fetch("g", None, -1) is ErrorCode.NONE
     assert commit("a", 0, txn=True) == [ErrorCode.ILLEGAL_GENERATION]
     assert commit("", -1, txn=True) == [ErrorCode.NONE]
-    # b joins; a gives up one partition and moves to epoch 2 keeping the other: a commit from
-    # epoch 1 still counts for the partition a had since epoch 1, not for the one it gave up.
+    # b joins; a gives up one partition and moves to epoch 3 keeping the other: a commit from
+    # epoch 2 still counts for the partition a had since epoch 2, not for the one it gave up.
     join(c, topics, "b", now=1)
-    ra = beat(c, topics, "a", 1, a.assignment, now=2)
-    beat(c, topics, "a", 1, ra.assignment, now=3)
+    ra = beat(c, topics, "a", 2, a.assignment, now=2)
+    beat(c, topics, "a", 2, ra.assignment, now=3)
     kept = next(iter(ra.assignment["t"]))
     gone = 1 - kept
-    assert c.groups["g"].members["a"].member_epoch == 2
-    assert commit("a", 1, tps=(("t", kept), ("t", gone))) == [
+    assert c.groups["g"].members["a"].member_epoch == 3
+    assert commit("a", 2, tps=(("t", kept), ("t", gone))) == [
         ErrorCode.NONE, ErrorCode.STALE_MEMBER_EPOCH]
-    assert commit("a", 2, tps=(("t", kept),)) == [ErrorCode.NONE]
+    assert commit("a", 3, tps=(("t", kept),)) == [ErrorCode.NONE]
 
 
 def test_records_restore_epochs_and_assignments():
@@ -237,14 +238,14 @@ def test_records_restore_epochs_and_assignments():
     names = {v: k for k, v in ids.items()}
     a = join(c, topics, "a", instance="i1")
     join(c, topics, "b", now=1)
-    beat(c, topics, "a", 1, a.assignment, now=2)
+    beat(c, topics, "a", 2, a.assignment, now=2)
     replay = ConsumerGroupReplay()
     for _, group in c.take_changes():
         for key, value in group_records(group, ids.get):
             assert replay.apply_untrusted(key, value)
     [restored] = replay.groups(names.get, 100)
     group = c.groups["g"]
-    assert (restored.group_epoch, restored.assignment_epoch) == (2, 2)
+    assert (restored.group_epoch, restored.assignment_epoch) == (3, 3)
     for member_id, member in group.members.items():
         r = restored.members[member_id]
         assert (r.member_epoch, r.previous_member_epoch, r.state, r.assigned,
@@ -260,7 +261,7 @@ def test_records_restore_epochs_and_assignments():
         for key, value in group_records(g, ids.get):
             replay.apply_untrusted(key, value)
     [again] = replay.groups(names.get, 200)
-    assert set(again.members) == {"a"} and again.group_epoch == 3
+    assert set(again.members) == {"a"} and again.group_epoch == 4
 
 
 def test_uniform_is_balanced_and_sticky():
@@ -303,9 +304,9 @@ def test_expiry_scans_only_when_the_earliest_deadline_is_due():
     join(c, topics, "b", now=5)
     group = c.groups["g"]
     assert c.next_deadline() is not None and c.next_deadline() <= SESSION
-    beat(c, topics, "b", 2, {}, now=SESSION - 1)  # b alive; a silent since 0
+    beat(c, topics, "b", 3, {}, now=SESSION - 1)  # b alive; a silent since 0
     assert "a" in group.members
-    beat(c, topics, "b", 2, {}, now=SESSION)
+    beat(c, topics, "b", 3, {}, now=SESSION)
     assert set(group.members) == {"b"} and a.error is ErrorCode.NONE
     # a lower bound: b's deadline as of the scan (its heartbeat at SESSION - 1)
     assert c.next_deadline() == 2 * SESSION - 1
