@@ -31,6 +31,7 @@ every caller, so handlers only ever call those two.
 
 from __future__ import annotations
 
+import keyword
 import struct
 import uuid
 from collections.abc import Callable, Sequence
@@ -266,6 +267,7 @@ _NAMESPACE: dict[str, Any] = {
     "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
     "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
+    "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
 }
@@ -360,20 +362,26 @@ class _Decoder:
                 local = self.src.fresh("v")
                 self.field(f, nullable, f"{path}{_camel(f.name)}", indent, local)
                 values.append((f.name, local))
-        e(indent, f"{target} = {cls}()")
-        for name, expr in values:
-            e(indent, f"{target}[{name!r}] = {expr}")
-        for f in absent:
-            e(indent, f"{target}[{f.name!r}] = {_default(self.src, f, v)}")
+        items = [*values, *((f.name, _default(self.src, f, v)) for f in absent)]
+        entries = []
         if self.flexible:
-            entries = []
             for f in sorted(tagged, key=_tag_of):
-                e(indent, f"{target}[{f.name!r}] = {_default(self.src, f, v)}")
+                items.append((f.name, _default(self.src, f, v)))
                 entries.append(f"{f.tag}: ({f.name!r}, {self.tag_parser(f, path)})")
+            items.append(("tagged_fields", "{}"))
+        # built in one call, from keywords (a fifth of the cost of setting each item)
+        if all(name.isidentifier() and not keyword.iskeyword(name) for name, _ in items):
+            e(indent, f"{target} = {cls}({', '.join(f'{n}={x}' for n, x in items)})")
+        else:
+            e(indent, f"{target} = {cls}({{{', '.join(f'{n!r}: {x}' for n, x in items)}}})")
+        if self.flexible:
             known = self.src.constant("KNOWN", None)
             self.src.lines.insert(0, f"{known} = {{{', '.join(entries)}}}")
-            e(indent, f"{target}['tagged_fields'], pos = _tagged_at(frame, pos, end, {target}, "
-                      f"{known})")
+            e(indent, "if frame[pos] == 0:  # no tagged fields: what clients send")
+            e(indent + 1, "pos += 1")
+            e(indent, "else:")
+            e(indent + 1, f"{target}['tagged_fields'], pos = _tagged_at(frame, pos, end, "
+                          f"{target}, {known})")
 
     def tag_parser(self, f: F, path: str) -> str:
         """A function decoding the tagged field ``f`` from its bytes (no element budget: the
@@ -395,6 +403,14 @@ class _Decoder:
             e(indent, f"pos += {struct.calcsize('>' + _FIXED[f.type])}")
         elif f.type == "uuid":
             e(indent, f"{target}, pos = _uuid_at(frame, pos, end)")
+        elif f.type == "string" and compact:
+            n = self.src.fresh("n")
+            e(indent, f"{n} = frame[pos] - 1")
+            e(indent, f"if 0 <= {n} < 0x7F and pos + 1 + {n} <= end:  # a one-byte length")
+            e(indent + 1, f"{target} = str(frame[pos + 1 : pos + 1 + {n}], 'utf-8')")
+            e(indent + 1, f"pos += 1 + {n}")
+            e(indent, "else:")
+            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, True, {nullable})")
         elif f.type == "string":
             e(indent, f"{target}, pos = _string_at(frame, pos, end, {compact}, {nullable})")
         elif f.type in ("bytes", "records"):
@@ -413,7 +429,15 @@ class _Decoder:
                 self.struct(f.fields, path, indent, target)
         elif f.type.startswith("[]"):
             count = self.src.fresh("n")
-            e(indent, f"{count}, pos, left = _count_at(frame, pos, {compact}, {nullable}, left)")
+            if compact:
+                e(indent, f"{count} = frame[pos] - 1")
+                e(indent, f"if 0 <= {count} < 0x7F and {count} <= left:  # a one-byte count")
+                e(indent + 1, "pos += 1")
+                e(indent + 1, f"left -= {count}")
+                e(indent, "else:")
+                e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, True, {nullable}, left)")
+            else:
+                e(indent, f"{count}, pos, left = _count_at(frame, pos, False, {nullable}, left)")
             e(indent, f"if {count} is None:")
             e(indent + 1, f"{target} = None")
             e(indent, "else:")
@@ -481,7 +505,13 @@ class _Encoder:
         elif f.type == "uuid":
             e(indent, f"_put_uuid(a, {value})")
         elif f.type == "string":
-            e(indent, f"_put_string(a, {value}, {compact}, {nullable})")
+            e(indent, f"if {value} is None:")
+            e(indent + 1, f"_put_string(a, None, {compact}, {nullable})")
+            e(indent, "else:")
+            data = self.src.fresh("d")
+            e(indent + 1, f"{data} = {value}.encode('utf-8')")
+            e(indent + 1, _length_line(data, compact))
+            e(indent + 1, f"a({data})")
         elif f.type in ("bytes", "records"):
             e(indent, f"_put_bytes(a, {value}, {compact}, {nullable or f.type == 'records'})")
         elif f.type == "struct":
@@ -494,7 +524,10 @@ class _Encoder:
             else:
                 self.struct(f.fields, value, indent)
         elif f.type.startswith("[]"):
-            e(indent, f"if _put_count(a, {value}, {compact}, {nullable}):")
+            e(indent, f"if {value} is None:")
+            e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
+            e(indent, "else:")
+            e(indent + 1, _length_line(value, compact, wide=True))
             item = self.src.fresh("item")
             e(indent + 1, f"for {item} in {value}:")
             if f.fields:
@@ -503,6 +536,13 @@ class _Encoder:
                 self.field(F(f.name, f.type[2:]), False, item, indent + 2)
         else:
             raise ValueError(f"unknown field type {f.type!r}")
+
+
+def _length_line(value: str, compact: bool, wide: bool = False) -> str:
+    """The line appending the length of ``value`` (a string's bytes, an array)."""
+    if compact:
+        return f"a(UVARINT1[len({value}) + 1] if len({value}) < 0x7F else _uvarint(len({value}) + 1))"
+    return f"a({'P32' if wide else 'P16'}(len({value})))"
 
 
 def _camel(name: str) -> str:
