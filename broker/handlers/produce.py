@@ -17,7 +17,6 @@ from broker.reply import NO_RESPONSE, Deferred
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.produce import decode_produce_request_untrusted, encode_produce_response
 
 VALID_ACKS = (-1, 0, 1)
 # The log's refusals answered without the partition's log start offset; every other refusal of
@@ -33,12 +32,10 @@ MAGIC_OFFSET = 16  # of a record batch's magic byte
 TV2_PRODUCE = 12  # the first version of transaction version 2 (KIP-890 part 2)
 
 
-@handles(ApiKey.PRODUCE, raw=True)
-def produce(broker: Broker, header, frame: bytearray, offset: int):
+@handles(ApiKey.PRODUCE)
+def produce(broker: Broker, header, request):
     version = header.api_version
-    request = decode_produce_request_untrusted(frame, offset, version)
-    # (the request's fields in locals: a NamedTuple's field read by name is a descriptor call)
-    transactional_id, acks, _, topics = request
+    transactional_id, acks, topics = request.transactional_id, request.acks, request.topic_data
     now = broker.clock.now_ms()
     transactions = broker.transactions
     commits = []
@@ -49,19 +46,20 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
     txn_refused = transactional_id is not None and not allowed(
         broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     if transactional_id is None and any(
-            records is not None and transactions.needs_verification(records, None)
-            for topic in topics for _, records in topic.partitions):
+            p.records is not None and transactions.needs_verification(p.records, None)
+            for topic in topics for p in topic.partition_data):
         # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
         # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
         txn_refused = True
     for topic in topics:
         name = topic.name
-        partition_responses: list[tuple[int, ErrorCode, int, int, int]] = []
+        partition_responses: list[dict] = []
         refused = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if txn_refused
                    else ErrorCode.TOPIC_AUTHORIZATION_FAILED
                    if not allowed(broker, Operation.WRITE, ResourceType.TOPIC, name)
                    else None)
-        for index, records in topic.partitions:
+        for p in topic.partition_data:
+            index, records = p.index, p.records
             error, base_offset, log_append_time, log_start = ErrorCode.NONE, -1, -1, -1
             appending = None
             try:
@@ -100,23 +98,24 @@ def produce(broker: Broker, header, frame: bytearray, offset: int):
                 error = exc.code
                 if appending is not None and error not in NO_LOG_START:
                     log_start = appending.log_start_offset
-            partition_responses.append(
-                (index, error, base_offset, log_append_time, log_start)
-            )
-        responses.append((name, partition_responses))
+            partition_responses.append({
+                "index": index, "error_code": error, "base_offset": base_offset,
+                "log_append_time_ms": log_append_time, "log_start_offset": log_start,
+            })
+        responses.append({"name": name, "partition_responses": partition_responses})
     if acks == 0:
         return NO_RESPONSE
     if commits:
-        # (a module function, not a closure: a closure would make these variables cells for
-        # the whole handler, on every request)
-        return Deferred(partial(_durable_answer, commits, version, responses))
-    return encode_produce_response(version, responses)
+        return Deferred(partial(_durable_answer, commits, responses))
+    return {"responses": responses, "throttle_time_ms": 0}
 
 
-async def _durable_answer(commits: list, version: int, responses: list) -> bytes:
+async def _durable_answer(commits: list, responses: list) -> dict:
     """The answer once the acks=all appends are durable."""
     for commit, answers, i in commits:
         if not await commit.wait():
             # The fsync failed (disk full, I/O error): not acknowledged.
-            answers[i] = (answers[i][0], ErrorCode.KAFKA_STORAGE_ERROR, -1, -1, -1)
-    return encode_produce_response(version, responses)
+            answers[i] = {"index": answers[i]["index"],
+                          "error_code": ErrorCode.KAFKA_STORAGE_ERROR, "base_offset": -1,
+                          "log_append_time_ms": -1, "log_start_offset": -1}
+    return {"responses": responses, "throttle_time_ms": 0}

@@ -22,11 +22,6 @@ from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from broker.txn.state import TxnState
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.txn_fast import (
-    ADD_PARTITIONS_FIRST_FLEXIBLE,
-    encode_end_txn_answer,
-    encode_errors_by_topic,
-)
 
 COORDINATOR_KEY_TYPES = (0, 1)  # 0 = group, 1 = transaction
 
@@ -69,8 +64,7 @@ def producer_fenced(code: ErrorCode, version: int, first: int) -> ErrorCode:
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN)
 def add_partitions_to_txn(broker: Broker, header, request):
     version = header.api_version
-    flexible = version >= ADD_PARTITIONS_FIRST_FLEXIBLE
-    topics = []  # (topic, its partitions) once: the request's fields are properties
+    topics = []  # (topic, its partitions)
     requested = []
     unknown = set()
     for t in request.topics:
@@ -84,48 +78,47 @@ def add_partitions_to_txn(broker: Broker, header, request):
                 unknown.add((topic, index))
 
     transactional_id = request.transactional_id
-    # (no closures in this function: they would make its variables cells on every request)
     if not allowed(broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-        return _every_partition(topics, flexible, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        return _every_partition(topics, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     # Internal topics are refused whoever asks (Kafka: TOPIC_AUTHORIZATION_FAILED, authorizer
     # or not): the markers EndTxn writes would land in the broker's own logs.
-    refused = set()  # (loops rather than comprehensions here: a frame each, per request)
+    refused = set()
     for topic, _ in topics:
         if topic in INTERNAL_TOPICS or not allowed(broker, Operation.WRITE, ResourceType.TOPIC,
                                                    topic):
             refused.add(topic)
     if refused or unknown:
         # As Kafka: nothing is added; the others are reported as not attempted.
-        return encode_errors_by_topic(
+        return _answer(
             [(topic, [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED if topic in refused
                        else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if (topic, p) in unknown
                        else ErrorCode.OPERATION_NOT_ATTEMPTED) for p in indexes])
-             for topic, indexes in topics], flexible)
+             for topic, indexes in topics])
     result = broker.transactions.add_partitions(
         transactional_id, request.producer_id, request.producer_epoch, requested,
         broker.clock.now_ms(),
     )
     if isinstance(result, Deferred):  # only while the previous transaction completes
-        return result.then(partial(_added, topics, flexible, version))
-    return _every_partition(topics, flexible, producer_fenced(result, version, 2))
+        return result.then(partial(_added, topics, version))
+    return _every_partition(topics, producer_fenced(result, version, 2))
 
 
-def _every_partition(topics: list[tuple[str, list[int]]], flexible: bool,
-                     code: ErrorCode) -> bytes:
+def _answer(results: list[tuple[str, list[tuple[int, ErrorCode]]]]) -> dict:
+    """The AddPartitionsToTxn answer: ``[(topic, [(partition, error code), ...]), ...]``."""
+    return {"throttle_time_ms": 0, "results": [
+        {"name": topic, "results": [{"partition_index": p, "error_code": code}
+                                    for p, code in answers]}
+        for topic, answers in results]}
+
+
+def _every_partition(topics: list[tuple[str, list[int]]], code: ErrorCode) -> dict:
     """The AddPartitionsToTxn answer with ``code`` for every partition."""
-    results = []
-    for topic, indexes in topics:
-        answers = []
-        for p in indexes:
-            answers.append((p, code))
-        results.append((topic, answers))
-    return encode_errors_by_topic(results, flexible)
+    return _answer([(topic, [(p, code) for p in indexes]) for topic, indexes in topics])
 
 
-def _added(topics: list[tuple[str, list[int]]], flexible: bool, version: int,
-           code: ErrorCode) -> bytes:
+def _added(topics: list[tuple[str, list[int]]], version: int, code: ErrorCode) -> dict:
     """The answer once the transaction service decided (``code``: for every partition)."""
-    return _every_partition(topics, flexible, producer_fenced(code, version, 2))
+    return _every_partition(topics, producer_fenced(code, version, 2))
 
 
 def add_group(broker: Broker, request):
@@ -170,17 +163,17 @@ def end_txn(broker: Broker, header, request):
         transactional_id, request.producer_id, request.producer_epoch,
         request.committed, broker.clock.now_ms(), bump_epoch=tv2, answer_first=True,
     )
-    # (a partial, not a closure: see add_partitions_to_txn)
     return reply(result, partial(_ended, transactions, transactional_id, version))
 
 
-def _ended(transactions, transactional_id: str, version: int, code: ErrorCode) -> bytes:
+def _ended(transactions, transactional_id: str, version: int, code: ErrorCode) -> dict:
     """The EndTxn answer for ``code``; from v5 (transaction version 2) with the producer id and
     epoch to go on with."""
     if version >= TV2_END_TXN and code == ErrorCode.NONE:
         producer_id, epoch = transactions.producer_after_end(transactional_id)
-        return encode_end_txn_answer(version, code, producer_id, epoch)
-    return encode_end_txn_answer(version, producer_fenced(code, version, 2))
+        return {"throttle_time_ms": 0, "error_code": code, "producer_id": producer_id,
+                "producer_epoch": epoch}
+    return {"throttle_time_ms": 0, "error_code": producer_fenced(code, version, 2)}
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS)

@@ -148,7 +148,6 @@ def _check_entry(entry: ProducerStateEntry | None, header: BatchHeader) -> Dupli
     batches = entry.batches
     if batches:
         last_seq = header.last_sequence
-        # (unpacked: a NamedTuple's field read by name is a descriptor call each)
         for cached_first, cached_last, first_offset, last_offset in batches:
             if cached_first == first_seq and cached_last == last_seq:
                 return Duplicate(first_offset, last_offset)

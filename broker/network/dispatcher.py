@@ -124,8 +124,6 @@ class Dispatcher:
             return header, result
         key, version = header.api_key, header.api_version
         if isinstance(result, Deferred):
-            # (a partial, not a closure: it would make this function's variables cells on
-            # every request)
             return header, Deferred(functools.partial(_timed, metrics, key, version, started, result.wait))
         answer = result.value if isinstance(result, AnswerFirst) else result
         metrics.request(key, version, time.perf_counter() - started, error_codes(answer))
@@ -155,7 +153,7 @@ def dispatch(table: HandlerTable, broker: Any, frame: bytearray,
         header, offset = parse_request_header_untrusted(frame)
     except CorruptFrameError as exc:
         raise CloseConnection(f"bad request header: {exc}") from None
-    key, version, _, _ = header  # (one unpacking: a NamedTuple's field read is a call each)
+    key, version, _, _ = header
     if session.sasl_state != "done" and key not in _SASL_EXCHANGE:
         # As Kafka: nothing but the SASL exchange (and ApiVersions) before authentication.
         name = ApiKey(key).name if key in _KNOWN_KEYS else str(key)

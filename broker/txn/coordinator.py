@@ -86,8 +86,7 @@ class TransactionCoordinator:
         if transition.state is TxnState.DEAD:
             del self._txns[transition.transactional_id]
             return
-        # Every field but the id, in the order both declare them (one unpacking: a NamedTuple's
-        # field read by name is a descriptor call each).
+        # Every field but the id, in the order both declare them.
         (_, md.producer_id, md.last_producer_id, md.producer_epoch, md.last_producer_epoch,
          md.txn_timeout_ms, md.state, md.partitions, md.txn_start_ms, md.txn_last_update_ms,
          md.next_producer_id, md.txn_version, md.end_offsets) = transition

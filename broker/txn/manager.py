@@ -262,7 +262,7 @@ class TransactionManager(Recovery):
             md = self.coordinator.get(transactional_id)
             if md is None:
                 return
-            if not _MARKER_DONE.issuperset(written.errors.values()):  # (no comprehension)
+            if not _MARKER_DONE.issuperset(written.errors.values()):
                 failed = {tp: code for tp, code in written.errors.items()
                           if code not in _MARKER_DONE}
                 log.error("markers of %r not all written (%s); retrying later", transactional_id,
@@ -405,7 +405,7 @@ class TransactionManager(Recovery):
         (``_abort_hanging``). A Deferred only while the previous transaction completes.
         """
         partitions = list(partitions)
-        for topic, _ in partitions:  # (a loop: no generator per request)
+        for topic, _ in partitions:
             if topic == TRANSACTION_STATE_TOPIC:
                 return ErrorCode.TOPIC_AUTHORIZATION_FAILED  # the handlers refuse it first
         if transactional_id in self._completing:

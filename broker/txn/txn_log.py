@@ -180,7 +180,6 @@ _encode_few_partitions = lru_cache(maxsize=_CACHED)(_group_partitions)
 def encode_value(t: TxnTransition) -> bytes | None:
     """The record value of a transition; None (a tombstone) for Dead. Version 2 only when a
     tagged field is present (a PrepareCommit's end offsets), else version 1."""
-    # (one unpacking: a NamedTuple's field read by name is a descriptor call each)
     (_, producer_id, last_producer_id, producer_epoch, last_producer_epoch, txn_timeout_ms, state,
      partitions, txn_start_ms, txn_last_update_ms, next_producer_id, txn_version,
      end_offsets) = t

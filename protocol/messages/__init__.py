@@ -3,12 +3,10 @@ version range, the codec of every version follows).
 
 Importing this package registers every codec; use ``decode_request`` / ``encode_response``
 (broker) and ``encode_request`` / ``decode_response`` (client) with an (api_key, api_version)
-pair. The Produce request and the Fetch response also have hand-written fast paths
-(``produce.decode_produce_request_untrusted``, ``produce.encode_produce_response``,
-``fetch.encode_fetch_response_parts``, ``fetch.decode_fetch_response_untrusted``), checked against
-the declared codecs by tests, and so do the transaction requests and responses (``txn_fast``,
-registered with their schemas: ``decode_request`` / ``encode_response`` use them);
-``api_versions.SERVED`` is the table of served versions.
+pair. The broker's request path (``_codegen.FAST_APIS``) decodes requests and encodes responses
+with codecs generated from the same declarations (``_codegen``, registered with their schemas:
+``decode_request`` / ``encode_response`` use them); ``api_versions.SERVED`` is the table of
+served versions.
 """
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)
@@ -31,6 +29,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     share,
     txn,
 )
+from protocol.messages._codegen import install as _install_generated_codecs
 from protocol.messages._registry import (
     SCHEMAS,
     Schema,
@@ -39,6 +38,8 @@ from protocol.messages._registry import (
     encode_request,
     encode_response,
 )
+
+_install_generated_codecs()
 
 __all__ = [
     "SCHEMAS",

@@ -6,9 +6,9 @@ import would cost every process start about a second). Decoded messages are cons
 (attribute access, like a frozen record; they are never mutated by our code). To encode, pass a
 dict or Container with every field.
 
-A few (api_key, version)s also have hand-written codecs (``register_fast``: the transaction requests
-and responses of ``txn_fast``), which ``decode_request`` and ``encode_response`` use instead for
-every caller; the declared codec stays the specification (``decode_request_declared``,
+The APIs of the broker's request path also have codecs generated from the same declarations
+(``register_fast``, by ``_codegen``), which ``decode_request`` and ``encode_response`` use instead
+for every caller; the declared codec stays the specification (``decode_request_declared``,
 ``encode_response_declared``), and tests hold the two to the same values and bytes.
 """
 
@@ -37,7 +37,7 @@ class Schema:
         self.version = version
         self._request = request
         self._response = response
-        # Hand-written codecs (``register_fast``): ``fast_request(frame, offset, version)`` decodes
+        # Generated codecs (``register_fast``): ``fast_request(frame, offset, version)`` decodes
         # an untrusted request as the declared codec does; ``fast_response(obj, version)`` encodes
         # a response to the same bytes, or returns None to leave it to the declared codec.
         self.fast_request: FastDecoder | None = None
@@ -90,7 +90,7 @@ def register_fast(
     api_key: int, version: int, *, decode_request: FastDecoder | None = None,
     encode_response: FastEncoder | None = None,
 ) -> None:
-    """Give the registered (api_key, version) a hand-written request decoder and/or response
+    """Give the registered (api_key, version) a generated request decoder and/or response
     encoder, used by ``decode_request`` / ``encode_response`` in place of the declared codec.
 
     The decoder must accept exactly what the declared codec accepts (the array-element budget
@@ -143,7 +143,7 @@ def decode_request(api_key: int, version: int, data, offset: int = 0) -> Contain
 
 
 def decode_request_declared(api_key: int, version: int, data, offset: int = 0) -> Container:
-    """``decode_request`` with the declared codec, whether or not a hand-written one exists."""
+    """``decode_request`` with the declared codec, whether or not a generated one exists."""
     return _parse_untrusted(_schema(api_key, version).request, data, offset, budgeted=True)
 
 
@@ -169,5 +169,5 @@ def encode_response(api_key: int, version: int, obj: Any) -> bytes:
 
 
 def encode_response_declared(api_key: int, version: int, obj: Any) -> bytes:
-    """``encode_response`` with the declared codec, whether or not a hand-written one exists."""
+    """``encode_response`` with the declared codec, whether or not a generated one exists."""
     return _schema(api_key, version).response.build(obj)

@@ -22,10 +22,10 @@ import struct
 from collections.abc import Sequence, Sized
 from typing import NamedTuple
 
-from protocol.api_keys import ApiKey
+from protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey
 from protocol.errors import CorruptFrameError
+from protocol.messages._codegen import uvarint_at
 from protocol.messages._declare import F, declare
-from protocol.messages.produce import compact_string_at, skip_tagged_fields_at, uvarint_at
 from protocol.primitives import encode_uvarint
 
 FETCH = declare(
@@ -86,7 +86,28 @@ FETCH = declare(
     ],
 )
 
-FIRST_FLEXIBLE = 12
+FIRST_FLEXIBLE = FIRST_FLEXIBLE_VERSION[ApiKey.FETCH]
+
+
+def compact_string_at(frame, pos: int, end: int) -> tuple[str, int]:
+    n, pos = uvarint_at(frame, pos)
+    if n == 0:
+        raise CorruptFrameError("null for a non-nullable compact string")
+    n -= 1
+    if pos + n > end:
+        raise CorruptFrameError("string runs past the end of the frame")
+    return str(frame[pos : pos + n], "utf-8"), pos + n
+
+
+def skip_tagged_fields_at(frame, pos: int, end: int) -> int:
+    count, pos = uvarint_at(frame, pos)
+    for _ in range(count):
+        _, pos = uvarint_at(frame, pos)
+        size, pos = uvarint_at(frame, pos)
+        pos += size
+        if pos > end:
+            raise CorruptFrameError("tagged field runs past the end of the frame")
+    return pos
 
 
 # -- broker fast path -------------------------------------------------------------------------------

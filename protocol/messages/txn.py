@@ -16,7 +16,6 @@ v2 committed_leader_epoch; v3 flexible, with the consumer's generation, member i
 """
 
 from protocol.api_keys import ApiKey
-from protocol.messages import txn_fast
 from protocol.messages._declare import F, declare
 
 ADD_PARTITIONS_TO_TXN = declare(
@@ -115,7 +114,3 @@ TXN_OFFSET_COMMIT = declare(
         ]),
     ],
 )
-
-# The broker's codecs of AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit are
-# hand-written (``txn_fast``, held to these declarations by tests).
-txn_fast.install()

@@ -33,13 +33,6 @@ from protocol.messages.api_versions import (
     SERVED,
 )
 from protocol.messages.fetch import decode_fetch_response_untrusted, encode_fetch_response_parts
-from protocol.messages.produce import (
-    ProducePartition,
-    ProduceRequest,
-    ProduceTopic,
-    decode_produce_request_untrusted,
-    encode_produce_response,
-)
 from tests.kafka_python_classes import json_classes, old_classes
 
 DIRECTIONS = ("request", "response")
@@ -360,13 +353,14 @@ def test_golden_produce_v9_request_and_response() -> None:
     value = {"transactional_id": "t1", "acks": 1, "timeout_ms": 1000, "topic_data": [
         {"name": "orders", "partition_data": [{"index": 0, "records": batch}]}]}
     assert encode_request(ApiKey.PRODUCE, 9, value) == golden
-    fast = decode_produce_request_untrusted(bytearray(golden), 0, 9)
-    assert bytes(fast.topics[0].partitions[0].records) == batch
+    fast = decode_request(ApiKey.PRODUCE, 9, bytearray(golden))
+    assert bytes(fast.topic_data[0].partition_data[0].records) == batch
     response = (
         b"\x02" + _cstr("orders") + b"\x02" + struct.pack(">ihqqq", 0, 0, 42, -1, 0)
         + b"\x01" + b"\x00" + b"\x00" + b"\x00" + struct.pack(">i", 0) + b"\x00"
     )
-    assert encode_produce_response(9, [("orders", [(0, 0, 42, -1, 0)])]) == response
+    assert encode_response(ApiKey.PRODUCE, 9, {"responses": [{"name": "orders", "partition_responses": [
+        {"index": 0, "error_code": 0, "base_offset": 42, "log_start_offset": 0}]}]}) == response
     decoded = decode_response(ApiKey.PRODUCE, 9, response)
     p = decoded.responses[0].partition_responses[0]
     assert (p.base_offset, p.log_start_offset, p.error_message, list(p.record_errors)) == (
@@ -614,52 +608,7 @@ def test_kafka_python_old_classes_read_our_bytes(case, data) -> None:
     assert OLD[case].decode(ours).encode() == ours
 
 
-# -- Produce fast path --------------------------------------------------------------------------------
-
-PRODUCE_VERSIONS = range(ADVERTISED[ApiKey.PRODUCE].min, ADVERTISED[ApiKey.PRODUCE].max + 1)
-
-
-def _expected_fast(value) -> ProduceRequest:
-    return ProduceRequest(
-        value["transactional_id"], value["acks"], value["timeout_ms"],
-        [ProduceTopic(t["name"], [ProducePartition(p["index"], p["records"])
-                                  for p in t["partition_data"]]) for t in value["topic_data"]],
-    )
-
-
-def _fast_as_plain(request: ProduceRequest) -> ProduceRequest:
-    topics = [
-        ProduceTopic(t.name, [ProducePartition(p.index, None if p.records is None
-                                               else bytes(p.records)) for p in t.partitions])
-        for t in request.topics
-    ]
-    return request._replace(topics=topics)
-
-
-@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=60, deadline=None)
-@given(data=st.data(), prefix=st.binary(max_size=8), suffix=st.binary(max_size=8))
-def test_fast_produce_decoder_agrees_with_codec(version, data, prefix, suffix) -> None:
-    value = data.draw(values_for(ApiKey.PRODUCE, version, "request"))
-    body = encode_request(ApiKey.PRODUCE, version, value)
-    fast = decode_produce_request_untrusted(bytearray(prefix + body + suffix), len(prefix), version)
-    assert _fast_as_plain(fast) == _expected_fast(value)
-    for cut in range(len(body)):
-        with pytest.raises(CorruptFrameError):
-            decode_produce_request_untrusted(bytearray(body[:cut]), 0, version)
-
-
-@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=40, deadline=None)
-@given(blob=st.binary(max_size=80))
-def test_fast_produce_decoder_agrees_on_random_bytes(version, blob: bytes) -> None:
-    try:
-        expected = _expected_fast(decode_request(ApiKey.PRODUCE, version, blob))
-    except CorruptFrameError:
-        with pytest.raises(CorruptFrameError):
-            decode_produce_request_untrusted(bytearray(blob), 0, version)
-        return
-    assert _fast_as_plain(decode_produce_request_untrusted(bytearray(blob), 0, version)) == expected
+# -- Produce: records as views ------------------------------------------------------------------
 
 
 def test_fast_produce_records_are_writable_views_into_the_frame() -> None:
@@ -669,7 +618,7 @@ def test_fast_produce_records_are_writable_views_into_the_frame() -> None:
             "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": b"abcd"}]}],
         })
         frame = bytearray(body)
-        records = decode_produce_request_untrusted(frame, 0, version).topics[0].partitions[0].records
+        records = decode_request(ApiKey.PRODUCE, version, frame).topic_data[0].partition_data[0].records
         records[0:1] = b"X"
         assert b"Xbcd" in frame
 
@@ -677,27 +626,6 @@ def test_fast_produce_records_are_writable_views_into_the_frame() -> None:
 _i16 = st.integers(-(2**15), 2**15 - 1)
 _i32 = st.integers(-(2**31), 2**31 - 1)
 _i64 = st.integers(-(2**63), 2**63 - 1)
-_produce_responses = st.lists(
-    st.tuples(_text, st.lists(st.tuples(_i32, _i16, _i64, _i64, _i64), max_size=3)), max_size=3
-)
-
-
-@pytest.mark.parametrize("version", PRODUCE_VERSIONS)
-@settings(max_examples=60, deadline=None)
-@given(responses=_produce_responses, throttle=st.integers(0, 2**31 - 1))
-def test_fast_produce_response_matches_codec(version, responses, throttle: int) -> None:
-    value = {
-        "responses": [
-            {"name": name, "partition_responses": [
-                {"index": i, "error_code": e, "base_offset": b, "log_append_time_ms": t,
-                 "log_start_offset": s}
-                for i, e, b, t, s in partitions]}
-            for name, partitions in responses
-        ],
-        "throttle_time_ms": throttle,
-    }
-    ours = encode_produce_response(version, responses, throttle)
-    assert ours == encode_response(ApiKey.PRODUCE, version, value)
 
 
 # -- Fetch fast paths -------------------------------------------------------------------------------

@@ -1,0 +1,616 @@
+"""The fast codecs, generated from the declarations (``_declare``): the one home of the request
+path's speed-ups.
+
+For a declared message at one version, ``request_decoder`` and ``response_encoder`` write the
+source of one straight-line Python function (consecutive fixed-width fields read or written by one
+``struct.Struct``, strings and counts read in place from the frame, no stream object) and compile
+it. The declaration stays the one source of truth: nothing here knows a message, and
+tests/unit/protocol/messages/test_codegen.py holds every generated codec to the declared
+(construct) codec for every version, value for value, byte for byte and rejection for rejection.
+
+``install`` registers them (``_registry.register_fast``) for the APIs of ``FAST_APIS``, generated
+on first use of each (api_key, version); ``decode_request`` / ``encode_response`` then use them for
+every caller, so handlers only ever call those two.
+
+- A generated decoder ``(frame, offset, version) -> Container`` returns what the declared codec
+  returns: the same keys in the same order (the fields a version lacks at their defaults,
+  ``tagged_fields`` in each struct of a flexible version), arrays as lists, each struct an
+  instance of a generated ``Container`` subclass whose fields are properties (a Container finds a
+  field in ``__getattr__``, after a failed lookup: a tenth of the cost through a property). A
+  ``records`` field is a ``memoryview`` into the frame (writable when the frame is a bytearray:
+  the log patches a batch's baseOffset in place), equal to the declared codec's bytes. It accepts
+  exactly what the declared codec accepts, the request array-element budget
+  (``MAX_REQUEST_ARRAY_ELEMENTS``) included, and raises only ``CorruptFrameError``.
+- A generated encoder ``(obj, version) -> bytes | None`` takes what the declared codec takes (a
+  dict or Container, a missing field as its default, fields the version lacks ignored) and returns
+  the same bytes; it returns None, leaving the value to the declared codec, when there are tagged
+  fields to write (raw ``tagged_fields``, or a tagged field away from its default).
+  ``encode_response`` also falls back to the declared codec when it raises, so invalid values fail
+  as they always did.
+"""
+
+from __future__ import annotations
+
+import keyword
+import struct
+import uuid
+from collections.abc import Callable, Sequence
+from operator import itemgetter
+from typing import Any
+
+from construct import Container
+
+from protocol.api_keys import ApiKey
+from protocol.errors import CorruptFrameError
+from protocol.messages._declare import APIS, Api, F, in_range
+from protocol.messages._registry import MAX_REQUEST_ARRAY_ELEMENTS, SCHEMAS, register_fast
+from protocol.primitives import encode_uvarint
+
+# The APIs whose requests the broker decodes, and whose responses it encodes, with generated
+# codecs: the request path of producers, consumers, transactions and groups.
+FAST_APIS = (
+    ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS, ApiKey.METADATA, ApiKey.API_VERSIONS,
+    ApiKey.FIND_COORDINATOR, ApiKey.INIT_PRODUCER_ID, ApiKey.ADD_PARTITIONS_TO_TXN,
+    ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT, ApiKey.OFFSET_COMMIT,
+    ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT,
+    ApiKey.LEAVE_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT,
+)
+
+_FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "float64": "d", "bool": "B"}
+_DECODE_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError)
+
+
+# -- helpers the generated decoders call (over (frame, position, end)) ------------------------------
+
+_I8 = struct.Struct(">b").unpack_from
+_I16 = struct.Struct(">h").unpack_from
+_I32 = struct.Struct(">i").unpack_from
+
+
+def uvarint_at(frame, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``: ``(value, position after it)``."""
+    n = len(frame)
+    if pos < n:
+        first = frame[pos]
+        if first < 0x80:  # one byte: counts, lengths, empty tag sections
+            return first, pos + 1
+        if pos + 1 < n and frame[pos + 1] < 0x80:  # two: a record batch's size up to 16 KiB
+            return (first & 0x7F) | (frame[pos + 1] << 7), pos + 2
+    result = 0
+    for shift in range(0, 35, 7):
+        if pos >= n:
+            raise CorruptFrameError("truncated varint")
+        byte = frame[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+    raise CorruptFrameError("unsigned varint longer than 5 bytes")
+
+
+def _length(frame, pos: int, compact: bool, wide: bool) -> tuple[int, int]:
+    """A string's (``wide``: bytes') length, -1 for null."""
+    if compact:
+        n, pos = uvarint_at(frame, pos)
+        return n - 1, pos
+    if wide:
+        return _I32(frame, pos)[0], pos + 4
+    return _I16(frame, pos)[0], pos + 2
+
+
+def _bad_length(n: int, nullable: bool, compact: bool, what: str) -> None:
+    if compact:
+        raise CorruptFrameError(f"null for a non-nullable compact {what}")
+    raise CorruptFrameError(f"invalid {what} length {n}")
+
+
+def _string_at(frame, pos: int, end: int, compact: bool, nullable: bool) -> tuple[Any, int]:
+    n, pos = _length(frame, pos, compact, False)
+    if n < 0:
+        if (n == -1 or compact) and nullable:
+            return None, pos
+        _bad_length(n, nullable, compact, "string")
+    if pos + n > end:
+        raise CorruptFrameError("string runs past the end of the frame")
+    return str(frame[pos : pos + n], "utf-8"), pos + n
+
+
+def _bytes_at(frame, pos: int, end: int, compact: bool, nullable: bool,
+              view: memoryview | None) -> tuple[Any, int]:
+    """Bytes (``view`` given: a slice of it, a ``records`` field)."""
+    n, pos = _length(frame, pos, compact, True)
+    if n < 0:
+        if (n == -1 or compact) and nullable:
+            return None, pos
+        _bad_length(n, nullable, compact, "bytes")
+    if pos + n > end:
+        raise CorruptFrameError("bytes run past the end of the frame")
+    if view is not None:
+        return view[pos : pos + n], pos + n
+    return bytes(frame[pos : pos + n]), pos + n
+
+
+def _count_at(frame, pos: int, compact: bool, nullable: bool, left: float
+              ) -> tuple[int | None, int, float]:
+    """An array's count (None: null) and the element budget left."""
+    if compact:
+        n, pos = uvarint_at(frame, pos)
+        n -= 1
+    else:
+        n = _I32(frame, pos)[0]
+        pos += 4
+    if n < 0:
+        if (n == -1 or compact) and nullable:
+            return None, pos, left
+        if compact:
+            raise CorruptFrameError("null for a non-nullable compact array")
+        raise CorruptFrameError(f"invalid array length {n}")
+    if n > left:
+        raise CorruptFrameError("too many array elements in one request")
+    return n, pos, left - n
+
+
+def _fixed_array_at(frame, pos: int, end: int, n: int, code: str) -> tuple[list, int]:
+    size = struct.calcsize(code)
+    stop = pos + size * n
+    if stop > end:
+        raise CorruptFrameError("array runs past the end of the frame")
+    values = list(struct.unpack_from(f">{n}{code}", frame, pos))
+    if code == "B":
+        values = [v != 0 for v in values]
+    return values, stop
+
+
+def _uuid_at(frame, pos: int, end: int) -> tuple[uuid.UUID, int]:
+    if pos + 16 > end:
+        raise CorruptFrameError("uuid runs past the end of the frame")
+    return uuid.UUID(bytes=bytes(frame[pos : pos + 16])), pos + 16
+
+
+def _tagged_at(frame, pos: int, end: int, r, known: dict) -> tuple[dict[int, bytes], int]:
+    """A tagged-field section: the declared tags decoded into ``r``, the others returned raw (a
+    repeated tag keeps its last value, as the declared codec does)."""
+    if frame[pos] == 0:  # what clients send
+        return {}, pos + 1
+    count, pos = uvarint_at(frame, pos)
+    unknown: dict[int, bytes] = {}
+    for _ in range(count):
+        tag, pos = uvarint_at(frame, pos)
+        size, pos = uvarint_at(frame, pos)
+        if pos + size > end:
+            raise CorruptFrameError("tagged field runs past the end of the frame")
+        data = bytes(frame[pos : pos + size])
+        pos += size
+        entry = known.get(tag)
+        if entry is None:
+            unknown[tag] = data
+        else:
+            r[entry[0]] = entry[1](data)
+    return unknown, pos
+
+
+# -- helpers the generated encoders call ------------------------------------------------------------
+
+_P16 = struct.Struct(">h").pack
+_P32 = struct.Struct(">i").pack
+_UVARINT1 = tuple(bytes((n,)) for n in range(0x80))
+
+
+def _uvarint(n: int) -> bytes:
+    return _UVARINT1[n] if 0 <= n < 0x80 else encode_uvarint(n)
+
+
+def _null(nullable: bool, compact: bool, wide: bool, what: str) -> bytes:
+    if not nullable:
+        raise ValueError(f"null for a non-nullable {what}")
+    return b"\x00" if compact else b"\xff\xff\xff\xff" if wide else b"\xff\xff"
+
+
+def _put_string(a, v, compact: bool, nullable: bool) -> None:
+    if v is None:
+        a(_null(nullable, compact, False, "string"))
+        return
+    data = v.encode("utf-8")
+    a(_uvarint(len(data) + 1) if compact else _P16(len(data)))
+    a(data)
+
+
+def _put_bytes(a, v, compact: bool, nullable: bool) -> None:
+    if v is None:
+        a(_null(nullable, compact, True, "bytes"))
+        return
+    a(_uvarint(len(v) + 1) if compact else _P32(len(v)))
+    a(v)
+
+
+def _put_count(a, v, compact: bool, nullable: bool) -> bool:
+    """An array's count; False for null (no elements follow)."""
+    if v is None:
+        a(_null(nullable, compact, True, "array"))
+        return False
+    a(_uvarint(len(v) + 1) if compact else _P32(len(v)))
+    return True
+
+
+def _put_uuid(a, v) -> None:
+    data = v.bytes if isinstance(v, uuid.UUID) else bytes(v)
+    if len(data) != 16:
+        raise ValueError("a UUID is 16 bytes")
+    a(data)
+
+
+def _is_default(value, default) -> bool:
+    if isinstance(default, list | tuple):  # an empty array is the default of arrays
+        return value is not None and len(value) == 0
+    return value == default
+
+
+# -- the generated record types ---------------------------------------------------------------------
+
+
+def record_type(name: str, fields: Sequence[str]) -> type[Container]:
+    """A ``Container`` subclass whose ``fields`` read as properties; everything else is
+    Container's (item access, equality, attribute assignment, AttributeError for a field the
+    message lacks). A field named like a dict method (``values``) stays an item."""
+    namespace: dict[str, Any] = {"__slots__": (), "__module__": __name__}
+    for field in fields:
+        if not hasattr(Container, field):
+            namespace[field] = property(itemgetter(field))
+    return type(name, (Container,), namespace)
+
+
+# -- the generator ----------------------------------------------------------------------------------
+
+_NAMESPACE: dict[str, Any] = {
+    "CorruptFrameError": CorruptFrameError, "uvarint_at": uvarint_at, "_I8": _I8,
+    "_string_at": _string_at, "_bytes_at": _bytes_at, "_count_at": _count_at,
+    "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
+    "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
+    "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
+    "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
+    "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
+    "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
+}
+
+
+class _Source:
+    """The lines of one generated module and the constants they name."""
+
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {}
+        self._ids = 0
+
+    def fresh(self, prefix: str) -> str:
+        self._ids += 1
+        return f"{prefix}{self._ids}"
+
+    def constant(self, prefix: str, value: Any) -> str:
+        name = self.fresh(prefix)
+        self.names[name] = value
+        return name
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+    def compile(self, function: str) -> Callable:
+        namespace = {**_NAMESPACE, **self.names}
+        code = compile("\n".join(self.lines) + "\n", f"<generated {self.title}>", "exec")
+        exec(code, namespace)  # noqa: S102 - our own generated source
+        return namespace[function]
+
+
+def _default(src: _Source, f: F, version: int) -> str:
+    value = f.default_for(version)
+    if value == () or isinstance(value, list):
+        return "[]"
+    if isinstance(value, uuid.UUID):
+        return src.constant("UUID", value)
+    return repr(value)
+
+
+def _runs(fields: list[tuple[F, bool]]) -> list[list[tuple[F, bool]]]:
+    """The fields in order, consecutive fixed-width non-nullable ones grouped."""
+    runs: list[list[tuple[F, bool]]] = []
+    for f, nullable in fields:
+        fixed = f.type in _FIXED
+        if fixed and runs and runs[-1][0][0].type in _FIXED:
+            runs[-1].append((f, nullable))
+        else:
+            runs.append([(f, nullable)])
+    return runs
+
+
+class _Decoder:
+    def __init__(self, api: Api, version: int, src: _Source) -> None:
+        self.api = api
+        self.version = version
+        self.flexible = api.is_flexible(version)
+        self.src = src
+
+    def struct(self, fields: Sequence[F], path: str, indent: int, target: str) -> None:
+        """Lines that decode a struct of ``fields`` at ``pos`` into the new local ``target``."""
+        v, e = self.version, self.src.emit
+        members, absent, tagged = [], [], []
+        for f in fields:
+            if not in_range(v, f.versions):
+                absent.append(f)
+            elif f.tag is not None:
+                tagged.append(f)
+            else:
+                members.append((f, in_range(v, f.nullable)))
+        names = [f.name for f in fields if in_range(v, f.versions) and f.tag is None]
+        names += [f.name for f in absent] + [f.name for f in sorted(tagged, key=_tag_of)]
+        if self.flexible:
+            names.append("tagged_fields")
+        suffix = "Flexible" if self.flexible else ""
+        cls = self.src.constant("R", record_type(f"{path}V{v}{suffix}", names))
+        values: list[tuple[str, str]] = []
+        for run in _runs(members):
+            if run[0][0].type in _FIXED:
+                fmt = "".join(_FIXED[f.type] for f, _ in run)
+                unpack = self.src.constant("S", struct.Struct(">" + fmt).unpack_from)
+                locals_ = [self.src.fresh("v") for _ in run]
+                e(indent, f"{', '.join(locals_)}{',' if len(run) == 1 else ''} = "
+                          f"{unpack}(frame, pos)")
+                e(indent, f"pos += {struct.calcsize('>' + fmt)}")
+                for (f, _), local in zip(run, locals_, strict=True):
+                    values.append((f.name, f"{local} != 0" if f.type == "bool" else local))
+            else:
+                f, nullable = run[0]
+                local = self.src.fresh("v")
+                self.field(f, nullable, f"{path}{_camel(f.name)}", indent, local)
+                values.append((f.name, local))
+        items = [*values, *((f.name, _default(self.src, f, v)) for f in absent)]
+        entries = []
+        if self.flexible:
+            for f in sorted(tagged, key=_tag_of):
+                items.append((f.name, _default(self.src, f, v)))
+                entries.append(f"{f.tag}: ({f.name!r}, {self.tag_parser(f, path)})")
+            items.append(("tagged_fields", "{}"))
+        # built in one call, from keywords (a fifth of the cost of setting each item)
+        if all(name.isidentifier() and not keyword.iskeyword(name) for name, _ in items):
+            e(indent, f"{target} = {cls}({', '.join(f'{n}={x}' for n, x in items)})")
+        else:
+            e(indent, f"{target} = {cls}({{{', '.join(f'{n!r}: {x}' for n, x in items)}}})")
+        if self.flexible:
+            known = self.src.constant("KNOWN", None)
+            self.src.lines.insert(0, f"{known} = {{{', '.join(entries)}}}")
+            e(indent, "if frame[pos] == 0:  # no tagged fields: what clients send")
+            e(indent + 1, "pos += 1")
+            e(indent, "else:")
+            e(indent + 1, f"{target}['tagged_fields'], pos = _tagged_at(frame, pos, end, "
+                          f"{target}, {known})")
+
+    def tag_parser(self, f: F, path: str) -> str:
+        """A function decoding the tagged field ``f`` from its bytes (no element budget: the
+        declared codec reads them from a stream of their own)."""
+        name = self.src.fresh("parse_tag")
+        lines, self.src.lines = self.src.lines, []
+        self.src.emit(0, f"def {name}(frame):")
+        self.src.emit(1, "pos, end, left, view = 0, len(frame), INFINITE, None")
+        self.field(f, in_range(self.version, f.nullable), f"{path}{_camel(f.name)}", 1, "value")
+        self.src.emit(1, "return value")
+        self.src.lines = self.src.lines + lines
+        return name
+
+    def field(self, f: F, nullable: bool, path: str, indent: int, target: str) -> None:
+        e, compact = self.src.emit, self.flexible
+        if f.type in _FIXED:
+            unpack = self.src.constant("S", struct.Struct(">" + _FIXED[f.type]).unpack_from)
+            e(indent, f"{target} = {unpack}(frame, pos)[0]" + (" != 0" if f.type == "bool" else ""))
+            e(indent, f"pos += {struct.calcsize('>' + _FIXED[f.type])}")
+        elif f.type == "uuid":
+            e(indent, f"{target}, pos = _uuid_at(frame, pos, end)")
+        elif f.type == "string" and compact:
+            n = self.src.fresh("n")
+            e(indent, f"{n} = frame[pos] - 1")
+            e(indent, f"if 0 <= {n} < 0x7F and pos + 1 + {n} <= end:  # a one-byte length")
+            e(indent + 1, f"{target} = str(frame[pos + 1 : pos + 1 + {n}], 'utf-8')")
+            e(indent + 1, f"pos += 1 + {n}")
+            e(indent, "else:")
+            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, True, {nullable})")
+        elif f.type == "string":
+            e(indent, f"{target}, pos = _string_at(frame, pos, end, {compact}, {nullable})")
+        elif f.type in ("bytes", "records"):
+            records = f.type == "records"
+            e(indent, f"{target}, pos = _bytes_at(frame, pos, end, {compact}, "
+                      f"{nullable or records}, {'view' if records else 'None'})")
+        elif f.type == "struct":
+            if nullable:
+                e(indent, "if _I8(frame, pos)[0] < 0:")
+                e(indent + 1, f"{target} = None")
+                e(indent + 1, "pos += 1")
+                e(indent, "else:")
+                e(indent + 1, "pos += 1")
+                self.struct(f.fields, path, indent + 1, target)
+            else:
+                self.struct(f.fields, path, indent, target)
+        elif f.type.startswith("[]"):
+            count = self.src.fresh("n")
+            if compact:
+                e(indent, f"{count} = frame[pos] - 1")
+                e(indent, f"if 0 <= {count} < 0x7F and {count} <= left:  # a one-byte count")
+                e(indent + 1, "pos += 1")
+                e(indent + 1, f"left -= {count}")
+                e(indent, "else:")
+                e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, True, {nullable}, left)")
+            else:
+                e(indent, f"{count}, pos, left = _count_at(frame, pos, False, {nullable}, left)")
+            e(indent, f"if {count} is None:")
+            e(indent + 1, f"{target} = None")
+            e(indent, "else:")
+            item = f.type[2:]
+            if f.fields:
+                e(indent + 1, f"{target} = []")
+                e(indent + 1, f"for _ in range({count}):")
+                element = self.src.fresh("item")
+                self.struct(f.fields, path, indent + 2, element)
+                e(indent + 2, f"{target}.append({element})")
+            elif item in _FIXED:
+                e(indent + 1, f"{target}, pos = _fixed_array_at(frame, pos, end, {count}, "
+                              f"{_FIXED[item]!r})")
+            else:
+                e(indent + 1, f"{target} = []")
+                e(indent + 1, f"for _ in range({count}):")
+                element = self.src.fresh("item")
+                self.field(F(f.name, item), False, path, indent + 2, element)
+                e(indent + 2, f"{target}.append({element})")
+        else:
+            raise ValueError(f"unknown field type {f.type!r}")
+
+
+class _Encoder:
+    def __init__(self, api: Api, version: int, src: _Source) -> None:
+        self.version = version
+        self.flexible = api.is_flexible(version)
+        self.src = src
+
+    def struct(self, fields: Sequence[F], obj: str, indent: int) -> None:
+        """Lines that append the encoding of the struct ``obj`` (a dict) to the parts."""
+        v, e = self.version, self.src.emit
+        members = [(f, in_range(v, f.nullable)) for f in fields
+                   if in_range(v, f.versions) and f.tag is None]
+        tagged = [f for f in fields if in_range(v, f.versions) and f.tag is not None]
+        for run in _runs(members):
+            if run[0][0].type in _FIXED:
+                fmt = "".join(_FIXED[f.type] for f, _ in run)
+                pack = self.src.constant("P", struct.Struct(">" + fmt).pack)
+                args = []
+                for f, _ in run:
+                    get = f"{obj}.get({f.name!r}, {_default(self.src, f, v)})"
+                    args.append(f"1 if {get} else 0" if f.type == "bool" else get)
+                e(indent, f"a({pack}({', '.join(args)}))")
+            else:
+                f, nullable = run[0]
+                value = self.src.fresh("v")
+                e(indent, f"{value} = {obj}.get({f.name!r}, {_default(self.src, f, v)})")
+                self.field(f, nullable, value, indent)
+        if self.flexible:
+            e(indent, f"if {obj}.get('tagged_fields'):")
+            e(indent + 1, "return None")
+            for f in tagged:
+                default = _default(self.src, f, v)
+                e(indent, f"if not _is_default({obj}.get({f.name!r}, {default}), {default}):")
+                e(indent + 1, "return None")
+            e(indent, "a(b'\\x00')")
+
+    def field(self, f: F, nullable: bool, value: str, indent: int) -> None:
+        e, compact = self.src.emit, self.flexible
+        if f.type in _FIXED:
+            pack = self.src.constant("P", struct.Struct(">" + _FIXED[f.type]).pack)
+            e(indent, f"a({pack}(1 if {value} else 0))" if f.type == "bool"
+              else f"a({pack}({value}))")
+        elif f.type == "uuid":
+            e(indent, f"_put_uuid(a, {value})")
+        elif f.type == "string":
+            e(indent, f"if {value} is None:")
+            e(indent + 1, f"_put_string(a, None, {compact}, {nullable})")
+            e(indent, "else:")
+            data = self.src.fresh("d")
+            e(indent + 1, f"{data} = {value}.encode('utf-8')")
+            e(indent + 1, _length_line(data, compact))
+            e(indent + 1, f"a({data})")
+        elif f.type in ("bytes", "records"):
+            e(indent, f"_put_bytes(a, {value}, {compact}, {nullable or f.type == 'records'})")
+        elif f.type == "struct":
+            if nullable:
+                e(indent, f"if {value} is None:")
+                e(indent + 1, "a(b'\\xff')")
+                e(indent, "else:")
+                e(indent + 1, "a(b'\\x01')")
+                self.struct(f.fields, value, indent + 1)
+            else:
+                self.struct(f.fields, value, indent)
+        elif f.type.startswith("[]"):
+            e(indent, f"if {value} is None:")
+            e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
+            e(indent, "else:")
+            e(indent + 1, _length_line(value, compact, wide=True))
+            item = self.src.fresh("item")
+            e(indent + 1, f"for {item} in {value}:")
+            if f.fields:
+                self.struct(f.fields, item, indent + 2)
+            else:
+                self.field(F(f.name, f.type[2:]), False, item, indent + 2)
+        else:
+            raise ValueError(f"unknown field type {f.type!r}")
+
+
+def _length_line(value: str, compact: bool, wide: bool = False) -> str:
+    """The line appending the length of ``value`` (a string's bytes, an array)."""
+    if compact:
+        return f"a(UVARINT1[len({value}) + 1] if len({value}) < 0x7F else _uvarint(len({value}) + 1))"
+    return f"a({'P32' if wide else 'P16'}(len({value})))"
+
+
+def _camel(name: str) -> str:
+    return "".join(part.title() for part in name.split("_"))
+
+
+def request_decoder(api_key: int, version: int) -> tuple[Callable, str]:
+    """The generated decoder of (api_key, version)'s request, and its source."""
+    api = APIS[ApiKey(api_key)]
+    src = _Source(f"{ApiKey(api_key).name} v{version} request decoder")
+    decoder = _Decoder(api, version, src)
+    src.emit(0, "def decode(frame, offset, version):")
+    src.emit(1, "try:")
+    src.emit(2, "pos, end, left = offset, len(frame), MAX_REQUEST_ARRAY_ELEMENTS")
+    if any(_has_records(f) for f in api.request):
+        src.emit(2, "view = memoryview(frame)")
+    decoder.struct(api.request, _camel(ApiKey(api_key).name.lower()) + "Request", 2, "r")
+    src.emit(2, "return r")
+    src.emit(1, "except CorruptFrameError:")
+    src.emit(2, "raise")
+    src.emit(1, "except UnicodeDecodeError as exc:")
+    src.emit(2, "raise CorruptFrameError(f'string is not UTF-8: {exc}') from None")
+    src.emit(1, "except DECODE_ERRORS as exc:")
+    src.emit(2, "raise CorruptFrameError(f'undecodable message: {exc}') from None")
+    # the tables of tagged fields name the tag parsers: they go after every definition
+    src.lines = ([line for line in src.lines if not line.startswith("KNOWN")]
+                 + [line for line in src.lines if line.startswith("KNOWN")])
+    return src.compile("decode"), "\n".join(src.lines)
+
+
+def _has_records(f: F) -> bool:
+    return f.type == "records" or any(_has_records(g) for g in f.fields)
+
+
+def response_encoder(api_key: int, version: int) -> tuple[Callable, str]:
+    """The generated encoder of (api_key, version)'s response, and its source."""
+    api = APIS[ApiKey(api_key)]
+    src = _Source(f"{ApiKey(api_key).name} v{version} response encoder")
+    src.emit(0, "def encode(obj, version):")
+    src.emit(1, "parts = []")
+    src.emit(1, "a = parts.append")
+    _Encoder(api, version, src).struct(api.response, "obj", 1)
+    src.emit(1, "return b''.join(parts)")
+    return src.compile("encode"), "\n".join(src.lines)
+
+
+def _lazy(api_key: int, version: int, which: str) -> Callable:
+    """A stand-in registered until first use: it generates the codec, puts it in the schema's
+    place and runs it."""
+
+    def first_use(*args):
+        schema = SCHEMAS[(api_key, version)]
+        if which == "request":
+            codec = schema.fast_request = request_decoder(api_key, version)[0]
+        else:
+            codec = schema.fast_response = response_encoder(api_key, version)[0]
+        return codec(*args)
+
+    return first_use
+
+
+def install() -> None:
+    """Register the generated codecs of every declared version of ``FAST_APIS``."""
+    for key in FAST_APIS:
+        for version in APIS[key].versions:
+            register_fast(key, version, decode_request=_lazy(key, version, "request"),
+                          encode_response=_lazy(key, version, "response"))
+
+
+def _tag_of(f: F) -> int:
+    return -1 if f.tag is None else f.tag
