@@ -24,6 +24,7 @@ from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
+from broker.group.streams_service import StreamsGroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
@@ -98,8 +99,12 @@ def build_broker(
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
     share = ShareService(config, storage, clock)
+    # Streams groups (KIP-1071): replays their records of __consumer_offsets; their offsets are
+    # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
+    streams = StreamsGroupService(config, storage, clock, groups)
+    groups.epoch_groups.append(streams)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share)
+                  security, cleaner, share, streams)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

@@ -12,7 +12,8 @@ from broker.handlers import (
     producer_id,
     security,
     share,
+    streams,
     txn,
 )
 
-MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, share, txn)
+MODULES = (admin, admin_apis, fetch, groups, produce, producer_id, security, share, streams, txn)

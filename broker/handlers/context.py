@@ -13,6 +13,7 @@ from collections.abc import Callable
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.group.service import GroupService
+from broker.group.streams_service import StreamsGroupService
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.log.topics import INTERNAL_TOPICS
@@ -43,6 +44,7 @@ class Broker:
         security: Security,
         cleaner: LogCleaner | None = None,
         share: ShareService | None = None,
+        streams: StreamsGroupService | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -55,6 +57,7 @@ class Broker:
         self.cleaner = cleaner  # log compaction; its task runs in server.serve
         self.security = security  # SASL, SCRAM credentials, ACLs and the authorizer
         self.share = share  # share groups (KIP-932): broker/share/service.py
+        self.streams = streams  # streams groups (KIP-1071): broker/group/streams_service.py
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.

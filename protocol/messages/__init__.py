@@ -28,6 +28,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     produce,
     security,
     share,
+    streams_groups,
     txn,
 )
 from protocol.messages._registry import (
