@@ -166,11 +166,33 @@ def test_streams_group_lifecycle(broker):
         bad["subtopologies"][1]["subtopology_id"] = "0"
         assert _join(conn, "bad", "b1", "p", bad).error_code == ErrorCode.STREAMS_INVALID_TOPOLOGY
         assert _beat(conn, app, "m1", 99).error_code == ErrorCode.FENCED_MEMBER_EPOCH
-        state_before = {m.member_id: (m.member_epoch, _tasks(m.assignment.active_tasks))
-                        for m in _describe(conn, app).members}
-        group_epoch = _describe(conn, app).group_epoch
 
-    # kill -9: the group comes back with its topology, epochs and tasks.
+        # Members leave; the empty group is deleted.
+        for member in ("m1", "m2"):
+            assert _beat(conn, app, member, -1).error_code == ErrorCode.NONE
+        assert _describe(conn, app).group_state == "Empty"
+        deleted = conn.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [app, "nope"]})
+        assert [r.error_code for r in deleted.results] == [ErrorCode.NONE,
+                                                            ErrorCode.GROUP_ID_NOT_FOUND]
+        assert _describe(conn, app).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+@pytest.mark.slow
+def test_streams_group_survives_kill9(broker):
+    """Topology, epochs and tasks come back after a kill -9; a deleted group stays deleted."""
+    app = "wc"
+    _create(broker.bootstrap, "words", 4)
+    with RawConnection(_port(broker)) as conn:
+        first = _join(conn, app, "m1", "p1", _topology(app, "words"))
+        second = _join(conn, app, "m2", "p2", _topology(app, "words"))
+        revoke = _beat(conn, app, "m1", first.member_epoch, _owned(first))
+        _beat(conn, app, "m1", first.member_epoch, _owned(revoke))
+        _beat(conn, app, "m2", second.member_epoch, _owned(second))
+        described = _describe(conn, app)
+        assert described.group_state == "Stable" and len(described.members) == 2
+        state_before = {m.member_id: (m.member_epoch, _tasks(m.assignment.active_tasks))
+                        for m in described.members}
+        group_epoch = described.group_epoch
     broker.kill9()
     broker.restart()
     with RawConnection(_port(broker)) as conn:
