@@ -161,6 +161,15 @@ def test_streams_group_lifecycle(broker):
         assert _join(conn, "cg", "m9", "p9", _topology("cg", "words")).error_code == \
             ErrorCode.GROUP_ID_NOT_FOUND
 
+        classic = conn.request(ApiKey.DESCRIBE_GROUPS, 6, {
+            "groups": [app], "include_authorized_operations": False}).groups[0]
+        assert classic.error_code == ErrorCode.GROUP_ID_NOT_FOUND
+        joined_classic = conn.request(ApiKey.JOIN_GROUP, 6, {
+            "group_id": app, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000,
+            "member_id": "", "group_instance_id": None, "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}]})
+        assert joined_classic.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+
         # A bad topology; a fenced epoch.
         bad = _topology("bad", "words")
         bad["subtopologies"][1]["subtopology_id"] = "0"
