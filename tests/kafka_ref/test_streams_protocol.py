@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from protocol.api_keys import ApiKey
 from tests.kafka_ref.harness import KafkaCluster
 from tests.kafka_ref.javaproc import JavaProgram
 from tests.kafka_ref.test_java_client import create_topic, fault
 from tests.kafka_ref.tools import Tool, normalize, run_batch
+from tests.raw_client import RawConnection
 
 pytestmark = [pytest.mark.xdist_group("kafka_ref"), pytest.mark.slow]
 
@@ -93,6 +95,24 @@ def _wait_counts(bootstrap: str, expected: dict[str, int], timeout: float = 150)
     raise AssertionError(f"counts differ: {sorted(set(got.items()) ^ set(expected.items()))[:10]}")
 
 
+def _wait_tasks_split(port: int, timeout: float = 60) -> None:
+    """Both instances own active tasks, none twice, all eight of them (2 subtopologies x 4)."""
+    deadline = time.monotonic() + timeout
+    owned: list[list[tuple[str, int]]] = []
+    while time.monotonic() < deadline:
+        with RawConnection(port) as conn:
+            group = conn.request(ApiKey.STREAMS_GROUP_DESCRIBE, 1, {
+                "group_ids": ["wordcount"], "include_authorized_operations": False}).groups[0]
+        owned = [[(t.subtopology_id, p) for t in m.assignment.active_tasks for p in t.partitions]
+                 for m in group.members]
+        flat = [task for tasks in owned for task in tasks]
+        if group.group_state == "Stable" and len(owned) == 2 and all(owned) \
+                and len(flat) == len(set(flat)) == 8:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"tasks not split between the two instances: {owned}")
+
+
 def _app(bootstrap: str, state_dir: Path, *extra: str) -> JavaProgram:
     return JavaProgram("StreamsApp", "--bootstrap", bootstrap, "--app-id", "wordcount",
                        "--input", "words", "--output", "counts", "--state-dir", str(state_dir),
@@ -120,6 +140,7 @@ def test_kafka_streams_streams_protocol_exactly_once_through_kill9(kafka_ref, tm
                 b.wait_for(lambda e: e.get("state") == "RUNNING", timeout=90)
                 _produce(bootstrap, 1000, 1000)
                 _wait_counts(bootstrap, _expected(2000))
+                _wait_tasks_split(broker.port)
                 fault(broker, "kill9")
                 _produce(broker.bootstrap, 2000, 1000)
                 _wait_counts(broker.bootstrap, _expected(3000))
