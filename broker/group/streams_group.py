@@ -397,6 +397,11 @@ class HeartbeatResult:
     heartbeat_interval_ms: int = 0
     status: tuple[tuple[Status, str], ...] | None = None
     tasks: TaskSet | None = None  # None: unchanged (not sent)
+    endpoint_information_epoch: int = 0
+    # Interactive queries: (host, port) -> (active, standby) partitions by topic; None: the
+    # member's endpoint information is current (not sent).
+    endpoints: list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]] | None \
+        = None
 
 
 @dataclass
@@ -431,6 +436,8 @@ class StreamsGroup:
     configured: ConfiguredTopology | None = None
     task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
     shutdown_requested: bool = False
+    # Bumped when a member's tasks or endpoint change: members behind it get the endpoint map.
+    endpoint_information_epoch: int = 0
     # what changed since the last take_changes()
     dirty_group: bool = False
     dirty_topology: bool = False
@@ -565,6 +572,8 @@ class StreamsGroupCoordinator:
         if before != (member.member_epoch, member.state, member.assigned,
                       member.pending_revocation):
             group.dirty_members.add(member.member_id)
+        if before[2] != member.assigned:
+            group.endpoint_information_epoch += 1
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -673,10 +682,37 @@ class StreamsGroupCoordinator:
         send = (req.member_epoch == JOIN_EPOCH
                 or sent_before != (member.member_epoch, member.assigned)
                 or (req.owned is not None and req.owned != member.assigned))
+        endpoints = None
+        if req.endpoint_information_epoch < group.endpoint_information_epoch \
+                and any(m.user_endpoint is not None for m in group.members.values()):
+            endpoints = self._endpoints(group)
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             self.config.heartbeat_interval_ms, self._status(group, member, creation_errors),
-            member.assigned if send else None)
+            member.assigned if send else None, group.endpoint_information_epoch, endpoints)
+
+    @staticmethod
+    def _endpoints(group: StreamsGroup
+                   ) -> list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]]:
+        """For each member with an endpoint (interactive queries), the partitions of the source
+        and repartition source topics its active and standby tasks read (Kafka's
+        EndpointToPartitionsManager)."""
+        topics_of: dict[str, list[str]] = {}
+        if group.topology is not None:
+            for sub in group.topology.subtopologies:
+                topics_of[sub.subtopology_id] = [*sub.source_topics,
+                                                 *(t.name for t in sub.repartition_source_topics)]
+
+        def partitions(tasks: Tasks) -> dict[str, list[int]]:
+            out: dict[str, set[int]] = {}
+            for sub_id, parts in tasks.items():
+                for topic in topics_of.get(sub_id, ()):
+                    out.setdefault(topic, set()).update(parts)
+            return {t: sorted(p) for t, p in sorted(out.items())}
+
+        return [(m.user_endpoint, partitions(m.assigned.active), partitions(m.assigned.standby))
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+                if m.user_endpoint is not None]
 
     def _status(self, group: StreamsGroup, member: StreamsMember,
                 creation_errors: Mapping[str, str] | None) -> tuple[tuple[Status, str], ...]:
@@ -769,6 +805,8 @@ class StreamsGroupCoordinator:
         if changed or metadata != (member.instance_id, member.rack_id, member.client_id,
                                    member.client_host, member.rebalance_timeout_ms,
                                    member.user_endpoint, member.client_tags):
+            if member.user_endpoint != metadata[5]:
+                group.endpoint_information_epoch += 1
             (member.instance_id, member.rack_id, member.client_id, member.client_host,
              member.rebalance_timeout_ms, member.user_endpoint, member.client_tags) = metadata
             group.dirty_members.add(member.member_id)

@@ -123,7 +123,13 @@ def streams_group_heartbeat(broker: Broker, header, request):
             "active_tasks": None if tasks is None else _tasks_out(tasks.active),
             "standby_tasks": None if tasks is None else _tasks_out(tasks.standby),
             "warmup_tasks": None if tasks is None else _tasks_out(tasks.warmup),
-            "endpoint_information_epoch": 0,
+            "endpoint_information_epoch": result.endpoint_information_epoch,
+            "partitions_by_user_endpoint": (None if result.endpoints is None else [
+                {"user_endpoint": {"host": host, "port": port},
+                 "active_partitions": [{"topic": t, "partitions": p} for t, p in active.items()],
+                 "standby_partitions": [{"topic": t, "partitions": p}
+                                        for t, p in standby.items()]}
+                for (host, port), active, standby in result.endpoints]),
         }
         if result.error == ErrorCode.NONE and result.heartbeat_interval_ms:
             out["task_offset_interval_ms"] = config.task_offset_interval_ms

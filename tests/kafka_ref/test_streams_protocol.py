@@ -133,14 +133,24 @@ def test_kafka_streams_streams_protocol_exactly_once_through_kill9(kafka_ref, tm
         create_topic(bootstrap, "words", PARTITIONS)
         create_topic(bootstrap, "counts", PARTITIONS)
         _produce(bootstrap, 0, 1000)
-        with _app(bootstrap, tmp_path / "a") as a:
+        # application.server: the broker answers each instance the endpoint map of the other
+        # (interactive queries), as Kafka does
+        with _app(bootstrap, tmp_path / "a", "--prop", "application.server=127.0.0.1:7001") as a:
             a.wait_for(lambda e: e.get("state") == "RUNNING", timeout=90)
             _wait_counts(bootstrap, _expected(1000))
-            with _app(bootstrap, tmp_path / "b") as b:
+            with _app(bootstrap, tmp_path / "b",
+                      "--prop", "application.server=127.0.0.1:7002") as b:
                 b.wait_for(lambda e: e.get("state") == "RUNNING", timeout=90)
                 _produce(bootstrap, 1000, 1000)
                 _wait_counts(bootstrap, _expected(2000))
                 _wait_tasks_split(broker.port)
+                # each instance knows both endpoints and the partitions behind them: 4 of "words"
+                # and 4 of the repartition topic between the two
+                both = lambda e: re.fullmatch(  # noqa: E731
+                    r"127\.0\.0\.1:7001=\d+,127\.0\.0\.1:7002=\d+", e.get("hosts", "")) and \
+                    sum(int(x.split("=")[1]) for x in e["hosts"].split(",")) == 8
+                a.wait_for(both, timeout=30)
+                b.wait_for(both, timeout=30)
                 fault(broker, "kill9")
                 _produce(broker.bootstrap, 2000, 1000)
                 _wait_counts(broker.bootstrap, _expected(3000))

@@ -8,7 +8,9 @@
 //
 // Each value of T is a word; T2 gets (word, count) as a string key and a long value. Prints one
 // JSON object per line: {"state": "RUNNING"} at each state change, {"error": "..."} for an
-// uncaught exception (the thread is replaced). Closes when its stdin closes.
+// uncaught exception (the thread is replaced), {"hosts": "h:p=n,..."} when the instances known for
+// interactive queries (application.server; n: their topic partitions) change. Closes when its
+// stdin closes.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -72,6 +74,30 @@ public class StreamsApp {
             return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.REPLACE_THREAD;
         });
         streams.start();
+        // Interactive queries: the instances the broker's endpoint map names, when it changes.
+        Thread metadata = new Thread(() -> {
+            String last = "";
+            while (true) {
+                try {
+                    Thread.sleep(500);
+                    java.util.TreeSet<String> hosts = new java.util.TreeSet<>();
+                    for (var m : streams.metadataForAllStreamsClients()) {
+                        hosts.add(m.host() + ":" + m.port() + "=" + m.topicPartitions().size());
+                    }
+                    String now = String.join(",", hosts);
+                    if (!now.equals(last)) {
+                        emit("{\"hosts\": " + quote(now) + "}");
+                        last = now;
+                    }
+                } catch (InterruptedException e) {
+                    return;
+                } catch (RuntimeException e) {
+                    // not running yet
+                }
+            }
+        });
+        metadata.setDaemon(true);
+        metadata.start();
         BufferedReader stdin = new BufferedReader(new InputStreamReader(System.in));
         while (stdin.readLine() != null) {
             // nothing: stdin closing is the signal to stop

@@ -183,3 +183,18 @@ def test_session_expiry_and_validation():
 @pytest.mark.parametrize("pair", sorted(RECONCILE, key=str))
 def test_reconcile_table_is_total_over_its_states(pair):
     assert RECONCILE[pair] in MemberState
+
+
+def test_endpoint_map_for_interactive_queries():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    join = HeartbeatRequest("app", "m1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                            owned=TaskSet(), process_id="p1", user_endpoint=("h1", 7001))
+    one = c.heartbeat(join, READY, 0)
+    assert one.endpoint_information_epoch >= 1
+    assert one.endpoints == [(("h1", 7001), {"app-rep": [0, 1], "words": [0, 1]}, {})]
+    current = c.heartbeat(HeartbeatRequest("app", "m1", one.member_epoch,
+                                           endpoint_information_epoch=one.endpoint_information_epoch),
+                          READY, 10)
+    assert current.endpoints is None  # up to date: not sent again
+    no_endpoint = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    assert no_endpoint.heartbeat(_join("m1"), READY, 0).endpoints is None
