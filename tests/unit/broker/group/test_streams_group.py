@@ -136,6 +136,11 @@ def test_revoke_before_assign_then_replay():
     theirs = {(s, p) for s, ps in got.tasks.active.items() for p in ps}
     assert not mine & theirs and len(mine | theirs) == 4
 
+    # a heartbeat that changes nothing writes nothing
+    records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
+    assert c.heartbeat(_beat("m1", 2), READY, 45).tasks is None
+    assert c.take_changes() == []
+
     # fenced epochs; a leave bumps the group epoch
     assert c.heartbeat(_beat("m1", 7), READY, 50).error is ErrorCode.FENCED_MEMBER_EPOCH
     assert c.heartbeat(_beat("nobody", 1), READY, 50).error is ErrorCode.UNKNOWN_MEMBER_ID
@@ -150,7 +155,6 @@ def test_revoke_before_assign_then_replay():
         ErrorCode.UNKNOWN_MEMBER_ID]
 
     # the records replay to the same group
-    records = []
     for _group_id, changed in c.take_changes():
         assert changed is not None
         records += group_records(changed)
