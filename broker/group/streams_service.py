@@ -49,9 +49,9 @@ class StreamsGroupService:
         self._clock = clock
         self._groups = groups
         self.coordinator = StreamsGroupCoordinator(StreamsGroupConfig(
-            heartbeat_interval_ms=getattr(config, "group_streams_heartbeat_interval_ms", 5_000),
-            session_timeout_ms=getattr(config, "group_streams_session_timeout_ms", 45_000),
-            num_standby_replicas=getattr(config, "group_streams_num_standby_replicas", 0),
+            heartbeat_interval_ms=config.group_streams_heartbeat_interval_ms,
+            session_timeout_ms=config.group_streams_session_timeout_ms,
+            num_standby_replicas=config.group_streams_num_standby_replicas,
         ))
         self._replay()
 
