@@ -19,7 +19,7 @@ DATA_DIR ?= ./data
 ARGS ?=
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: python run test test-fast test-programs lint docs bench clean
+.PHONY: python run test test-reference test-fast test-programs lint docs bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,13 +53,19 @@ PYTEST_WORKERS := -n auto --maxprocesses=4 --dist loadgroup
 test-programs:
 	@bash tests/system_programs.sh
 
+# `make test`: everything but the suites that run against a reference Kafka (a JVM Kafka started
+# by the tests: tests/kafka_ref/fixtures.py marks them `reference`). `make test-reference` runs
+# those; CI (.ci/run) runs both, one after the other.
 test: $(TEST_STAMP) test-programs
 	$(PY) -m ruff check .
 	$(PY) -m mypy
-	$(PY) -m pytest $(PYTEST_WORKERS)
+	$(PY) -m pytest $(PYTEST_WORKERS) -m "not reference"
+
+test-reference: $(TEST_STAMP) test-programs
+	$(PY) -m pytest $(PYTEST_WORKERS) -m reference
 
 test-fast: $(TEST_STAMP) test-programs
-	$(PY) -m pytest $(PYTEST_WORKERS) -m "not slow"
+	$(PY) -m pytest $(PYTEST_WORKERS) -m "not slow and not reference"
 
 lint: $(TEST_STAMP)
 	$(PY) -m ruff check .

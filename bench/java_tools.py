@@ -20,6 +20,10 @@ per produced and per consumed MB; throughput and latency are printed too, noisy 
 machine. Peak RSS (VmHWM) at the end of each run.
 
     .venv/bin/python bench/java_tools.py --base bench/.cache/base --runs 3
+    .venv/bin/python bench/java_tools.py --cells consume,e2e --pair durable --runs 3
+
+``--cells`` times a subset of the tools (produce1k, produce100, consume, e2e; consume produces
+its topic untimed when produce1k is not among them), ``--warmup`` the untimed records first.
 
 Writes bench/results/java-tools-<ts>.json and prints a markdown table.
 """
@@ -123,27 +127,40 @@ def end_to_end(broker, topic: str, records: int) -> dict:
             "e2e_p999_ms": float(match[3])}
 
 
-def one_run(broker, records_1k: int, records_100: int, e2e: int) -> dict:
+CELLS = ("produce1k", "produce100", "consume", "e2e")
+
+
+def one_run(broker, records_1k: int, records_100: int, e2e: int,
+            cells: tuple[str, ...] = CELLS, warmup: int = 20_000) -> dict:
     broker.start()
+    out: dict = {}
     try:
         for topic in ("warm", "t1k", "t100", "e2e"):
             common.create_topic(broker.bootstrap, topic, PARTITIONS if topic != "e2e" else 1)
-        produce(broker, "warm", 20_000, 1024)  # untimed: JIT, page cache, imports
-        consume(broker, "warm", 20_000)
-        p1k = produce(broker, "t1k", records_1k, 1024)
-        p100 = produce(broker, "t100", records_100, 100)
-        c = consume(broker, "t1k", records_1k)
-        e = end_to_end(broker, "e2e", e2e)
-        memory = broker.memory()
+        if warmup:
+            produce(broker, "warm", warmup, 1024)  # untimed: JIT, page cache, imports
+            consume(broker, "warm", warmup)
+        if "produce1k" in cells:
+            p1k = produce(broker, "t1k", records_1k, 1024)
+            out |= {"produce_1k_records_per_s": p1k["records_per_s"],
+                    "produce_1k_p99_ms": p1k["p99_ms"],
+                    "produce_1k_cpu_ms_per_mb": p1k["cpu_ms_per_mb"]}
+        if "produce100" in cells:
+            p100 = produce(broker, "t100", records_100, 100)
+            out |= {"produce_100_records_per_s": p100["records_per_s"],
+                    "produce_100_p99_ms": p100["p99_ms"]}
+        if "consume" in cells:
+            if "produce1k" not in cells:
+                produce(broker, "t1k", records_1k, 1024)  # untimed: what the consumer reads
+            c = consume(broker, "t1k", records_1k)
+            out |= {"consume_fetch_mb_per_s": c["fetch_mb_per_s"],
+                    "consume_cpu_ms_per_mb": c["cpu_ms_per_mb"]}
+        if "e2e" in cells:
+            out |= end_to_end(broker, "e2e", e2e)
+        out["peak_rss_mb"] = broker.memory().hwm_mb
     finally:
         broker.stop()
-    return {
-        "produce_1k_records_per_s": p1k["records_per_s"], "produce_1k_p99_ms": p1k["p99_ms"],
-        "produce_1k_cpu_ms_per_mb": p1k["cpu_ms_per_mb"],
-        "produce_100_records_per_s": p100["records_per_s"], "produce_100_p99_ms": p100["p99_ms"],
-        "consume_fetch_mb_per_s": c["fetch_mb_per_s"], "consume_cpu_ms_per_mb": c["cpu_ms_per_mb"],
-        **e, "peak_rss_mb": memory.hwm_mb,
-    }
+    return out
 
 
 FIGURES = [
@@ -169,7 +186,16 @@ def main() -> None:
     parser.add_argument("--records-100", type=int, default=1_000_000)
     parser.add_argument("--e2e", type=int, default=2_000)
     parser.add_argument("--no-kafka", action="store_true")
+    parser.add_argument("--cells", default=",".join(CELLS),
+                        help=f"which tools to time, comma-separated, of {','.join(CELLS)}")
+    parser.add_argument("--warmup", type=int, default=20_000,
+                        help="records produced and consumed untimed first on each broker")
     args = parser.parse_args()
+    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
+    unknown = sorted(set(cells) - set(CELLS))
+    if unknown or not cells:
+        parser.error(f"--cells: unknown {', '.join(unknown) or '(none given)'}; "
+                     f"choose from {','.join(CELLS)}")
     reason = None if args.no_kafka else unavailable()
     if reason:
         sys.exit(f"the reference Kafka cannot run here: {reason}")
@@ -189,19 +215,22 @@ def main() -> None:
                 for broker in brokers[shift:] + brokers[:shift]:
                     label = "Kafka 4.4" if isinstance(broker, kafka_anchor.Kafka) else broker.label
                     log(f"run {run + 1} {pair}: {label}")
-                    r = one_run(broker, args.records_1k, args.records_100, args.e2e)
+                    r = one_run(broker, args.records_1k, args.records_100, args.e2e, cells,
+                                args.warmup)
                     results[pair].setdefault(label, []).append(r)
-                    log("  " + ", ".join(f"{k} {r[k]:{f}}" for k, _, f in FIGURES))
+                    log("  " + ", ".join(f"{k} {r[k]:{f}}" for k, _, f in FIGURES if k in r))
     for pair, by_broker in results.items():
         labels = list(by_broker)
         rows = []
         for key, title, fmt in FIGURES:
-            cells = []
+            if not all(key in r for runs in by_broker.values() for r in runs):
+                continue  # a cell not run
+            row = []
             for label in labels:
                 values = [r[key] for r in by_broker[label]]
-                cells.append(f"{statistics.median(values):{fmt}} "
-                             f"({min(values):{fmt}}-{max(values):{fmt}})")
-            rows.append([title, *cells])
+                row.append(f"{statistics.median(values):{fmt}} "
+                           f"({min(values):{fmt}}-{max(values):{fmt}})")
+            rows.append([title, *row])
         print(f"\n{pair} pair, median (range) of {args.runs} runs:\n")
         print(common.markdown_table(["figure", *labels], rows))
     path = common.write_results_json("java-tools", {

@@ -23,12 +23,13 @@ import trio
 from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
 from broker.group.streams_service import StreamsGroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
-from broker.network import server
+from broker.network import memory, server
 from broker.network.dispatcher import Dispatcher, HandlerTable, handler_table
 from broker.security.service import Security
 from broker.share.service import ShareService
@@ -73,7 +74,12 @@ def build_broker(
         MarkerWriter(storage, on_durable=cross.markers_durable), crash_hook,
     )
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
-    groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce)
+    # GROUP config resources (kafka-configs --entity-type groups), durable in the data dir.
+    group_configs = GroupConfigStore(config)
+    groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce,
+                          group_timing=lambda g: (
+                              group_configs.int_value(g, "consumer.session.timeout.ms"),
+                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")))
     cross.attach(groups, transactions)
     # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
     # been lost (an unclean shutdown and a machine restart), completes prepared ones, and then
@@ -98,13 +104,13 @@ def build_broker(
     )
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
-    share = ShareService(config, storage, clock)
+    share = ShareService(config, storage, clock, group_configs)
     # Streams groups (KIP-1071): replays their records of __consumer_offsets; their offsets are
     # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
     streams = StreamsGroupService(config, storage, clock, groups)
     groups.epoch_groups.append(streams)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share, streams)
+                  security, cleaner, share, group_configs, streams)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:
@@ -128,12 +134,12 @@ async def serve(
     """Build the broker (recovery included), serve it until cancelled, then close it (flush,
     snapshots, clean marker). ``task_status.started(port)`` and ``on_listening(broker, port)``
     once the listeners are bound. ``settle_collector``: the long-lived process's garbage
-    collector settings (``server.settle_garbage_collector``), not for brokers inside tests."""
+    collector settings (``memory.settle_garbage_collector``), not for brokers inside tests."""
     metrics = build_metrics(config)
     broker = build_broker(config, crash_hook=crash_hook, metrics=metrics)
     try:
         if settle_collector:
-            server.settle_garbage_collector()
+            memory.settle_garbage_collector()
         async with trio.open_nursery() as nursery:
             port = await nursery.start(partial(
                 server.serve, config, broker=broker, dispatcher=build_dispatcher(broker, metrics),

@@ -17,7 +17,7 @@ import trio
 
 from broker import logsetup
 from broker.config import BrokerConfig, ConfigError, build_config, read_properties
-from broker.network.server import ConnectionLimits
+from broker.network.limits import ConnectionLimits
 from broker.security.tls import listener_context
 from client.cli.common import ToolRoot  # the one import of client/ besides the tools below
 

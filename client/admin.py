@@ -31,6 +31,8 @@ from client.structs import (
     NewTopic,
     OffsetAndMetadata,
     ProducerState,
+    ShareGroupDescription,
+    SharePartitionOffset,
     TopicDescription,
     TopicPartition,
     TransactionDescription,
@@ -171,6 +173,35 @@ class Admin:
             group_id,
             None if partitions is None else list(partitions),
         )
+
+    # -- share groups (KIP-932) -------------------------------------------------------------------
+
+    def describe_share_groups(
+        self, group_ids: Iterable[str]
+    ) -> dict[str, ShareGroupDescription | BrokerResponseError]:
+        """Per group its description or its error (``GroupIdNotFoundError``: no such share
+        group)."""
+        return self._loop.call(self._engine.describe_share_groups, list(group_ids))
+
+    def list_share_group_offsets(
+        self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
+    ) -> dict[TopicPartition, SharePartitionOffset | None]:
+        """The group's start offset (and lag) per partition; None where it has none yet."""
+        return self._loop.call(self._engine.list_share_group_offsets, group_id,
+                               None if partitions is None else list(partitions))
+
+    def alter_share_group_offsets(
+        self, group_id: str, offsets: Mapping[tuple[str, int], int]
+    ) -> dict[TopicPartition, BrokerResponseError | None]:
+        """Set an empty share group's start offsets; per partition None or its error."""
+        return self._loop.call(self._engine.alter_share_group_offsets, group_id, dict(offsets))
+
+    def delete_share_group_offsets(
+        self, group_id: str, topics: Iterable[str]
+    ) -> tuple[BrokerResponseError | None, dict[str, BrokerResponseError | None]]:
+        """Forget an empty share group's state of ``topics``: the request's error and per topic
+        None or its error."""
+        return self._loop.call(self._engine.delete_share_group_offsets, group_id, list(topics))
 
     def list_offsets(
         self, specs: Mapping[tuple[str, int], int], read_committed: bool = True

@@ -25,6 +25,7 @@ import struct
 from collections.abc import Mapping, Sequence
 
 from client.structs import TopicPartition
+from protocol.bounded import BoundedReader
 from protocol.errors import CorruptFrameError
 
 PROTOCOL_TYPE = "consumer"
@@ -60,61 +61,25 @@ def encode_assignment(
     return b"".join(parts)
 
 
-class _Reader:
-    """Bounds-checked reads over untrusted bytes; every failure is a ``CorruptFrameError``."""
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptFrameError("consumer protocol data is truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def i16(self) -> int:
-        return _I16.unpack(self.take(2))[0]
-
-    def i32(self) -> int:
-        return _I32.unpack(self.take(4))[0]
-
-    def string(self) -> str:
-        try:
-            return self.take(self.i16()).decode("utf-8")
-        except UnicodeDecodeError:
-            raise CorruptFrameError("consumer protocol string is not UTF-8") from None
-
-    def count(self) -> int:
-        n = self.i32()
-        # Each element takes at least 2 bytes: a count beyond that is forged.
-        if n < 0 or n > (len(self.data) - self.pos) // 2:
-            raise CorruptFrameError(f"bad array length {n}")
-        return n
-
-
 def decode_subscription_untrusted(data: bytes) -> list[str]:
     """The topics of a Subscription (any version; fields after the topics are ignored)."""
-    reader = _Reader(bytes(data))
+    reader = BoundedReader(bytes(data), "consumer protocol data")
     if reader.i16() < 0:
         raise CorruptFrameError("negative subscription version")
-    return [reader.string() for _ in range(reader.count())]
+    return [reader.string() for _ in range(reader.count(min_size=2))]
 
 
 def decode_assignment_untrusted(data: bytes) -> list[TopicPartition]:
     """The partitions of an Assignment; an empty byte string means no partitions."""
     if not data:
         return []
-    reader = _Reader(bytes(data))
+    reader = BoundedReader(bytes(data), "consumer protocol data")
     if reader.i16() < 0:
         raise CorruptFrameError("negative assignment version")
     result: list[TopicPartition] = []
-    for _ in range(reader.count()):
+    for _ in range(reader.count(min_size=2)):
         topic = reader.string()
-        n = reader.i32()
-        if n < 0 or n > (len(reader.data) - reader.pos) // 4:
-            raise CorruptFrameError(f"bad partition count {n}")
+        n = reader.count(min_size=4)
         result.extend(TopicPartition(topic, reader.i32()) for _ in range(n))
     return result
 

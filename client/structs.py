@@ -124,6 +124,34 @@ class GroupDescription(NamedTuple):
     error_code: int = 0
 
 
+class ShareMemberDescription(NamedTuple):
+    """A member of a share group (ShareGroupDescribe): its partitions are shared with the other
+    members that are assigned them."""
+    member_id: str
+    client_id: str
+    client_host: str
+    member_epoch: int
+    assignment: tuple[TopicPartition, ...]
+
+
+class ShareGroupDescription(NamedTuple):
+    """A share group (KIP-932) as ShareGroupDescribe answers it."""
+    group_id: str
+    state: str  # Empty, Stable, Dead
+    group_epoch: int
+    assignment_epoch: int
+    assignor: str
+    members: tuple[ShareMemberDescription, ...]
+
+
+class SharePartitionOffset(NamedTuple):
+    """A share group's start offset in one partition (DescribeShareGroupOffsets); -1 for the
+    leader epoch or the lag when the broker does not say."""
+    start_offset: int
+    leader_epoch: int = -1
+    lag: int = -1
+
+
 class TransactionListing(NamedTuple):
     transactional_id: str
     producer_id: int

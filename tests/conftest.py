@@ -12,6 +12,7 @@ from tests.kafka_ref.fixtures import (  # noqa: F401  (the reference Kafka's fix
     kafka_one,
     kafka_ref,
     kafka_three,
+    pytest_collection_modifyitems,
     pytest_runtest_makereport,
 )
 from tests.process_guard import pytest_sessionfinish  # noqa: F401  (fails a session that leaks a process)

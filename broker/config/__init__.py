@@ -10,65 +10,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import logging
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from broker.config.principal_mapping import DEFAULT_RULES, Rule, parse_rules
+from broker.config.listeners import Listener, apply_listeners
+from broker.config.security import SECURITY_KEYS, SecurityConfig, is_security_key, security_config
+from broker.config.values import ConfigError, parse_bool
 from broker.log.topic_config import BROKER_KEYS, LogConfig
-from protocol.jaas import JaasError, parse_one
 from protocol.properties import parse_properties
 
 DAY_MS = 24 * 3600 * 1000
 _log = logging.getLogger("minibroker.config")
-
-
-class ConfigError(ValueError):
-    """A configuration key or value that cannot be used."""
-
-
-@dataclass(frozen=True)
-class Listener:
-    """One more address to listen on (Kafka's ``listeners``), with what its clients are told."""
-
-    name: str
-    host: str
-    port: int
-    advertised_host: str | None = None
-    advertised_port: int | None = None
-    security_protocol: str = "PLAINTEXT"  # from listener.security.protocol.map
-
-
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-
-
-@dataclass(frozen=True)
-class SecurityConfig:
-    """TLS, SASL and authorization settings (Kafka's keys; docs/security.md)."""
-
-    # TLS (listeners whose protocol is SSL or SASL_SSL): PEM files only.
-    ssl_keystore_location: Path | None = None  # private key and certificate chain
-    ssl_key_password: str | None = None
-    ssl_truststore_location: Path | None = None  # CA certificates for client certificates
-    ssl_client_auth: str = "none"  # none | requested | required
-    # ssl.principal.mapping.rules: an mTLS certificate's subject -> the principal's name.
-    ssl_principal_mapping_rules: tuple[Rule, ...] = DEFAULT_RULES
-    # SASL (SASL_PLAINTEXT, SASL_SSL).
-    sasl_enabled_mechanisms: tuple[str, ...] = SASL_MECHANISMS
-    plain_users: tuple[tuple[str, str], ...] = ()  # from a PlainLoginModule jaas config
-    connection_failed_authentication_delay_ms: int = 100
-    # Authorization: on when authorizer.class.name is set (as in Kafka).
-    authorizer: bool = False
-    super_users: frozenset[str] = frozenset()
-    allow_everyone_if_no_acl_found: bool = False
-
-    def __repr__(self) -> str:  # never print passwords
-        return (f"SecurityConfig(keystore={self.ssl_keystore_location}, "
-                f"client_auth={self.ssl_client_auth}, mechanisms={self.sasl_enabled_mechanisms}, "
-                f"plain_users={len(self.plain_users)}, authorizer={self.authorizer})")
 
 
 @dataclass(frozen=True)
@@ -170,15 +124,6 @@ class BrokerConfig:
         return host, self.advertised_port or self.port
 
 
-def _bool(value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "1", "yes"):
-        return True
-    if lowered in ("false", "0", "no"):
-        return False
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
 def _transaction_version(value: str) -> int:
     if value.strip() not in ("1", "2"):
         raise ValueError("expected 1 or 2")
@@ -247,7 +192,7 @@ _PROPERTIES: dict[str, Property] = {
                                            "past it every topic of the request fails with "
                                            "POLICY_VIOLATION.",
                                            _OWN + " (Kafka: fixed at 10000)"),
-    "auto.create.topics.enable": Property("auto_create_topics", _bool, None,
+    "auto.create.topics.enable": Property("auto_create_topics", parse_bool, None,
                                           "Metadata requests for an unknown topic create it."),
     "socket.request.max.bytes": Property("socket_request_max_bytes", int, 1024,
                                          "Largest request frame; a bigger one closes the "
@@ -292,7 +237,7 @@ _PROPERTIES: dict[str, Property] = {
                                          "Bytes between two offset index entries."),
     "message.max.bytes": Property("log.max_message_bytes", int, 0,
                                   "Largest record batch (topic key max.message.bytes)."),
-    "log.preallocate": Property("log.preallocate", _bool, None,
+    "log.preallocate": Property("log.preallocate", parse_bool, None,
                                 "Zero-fill the active segment ahead of small writes, so that "
                                 "their fdatasync needs no metadata update.",
                                 "Kafka default: false"),
@@ -302,7 +247,7 @@ _PROPERTIES: dict[str, Property] = {
                           _OWN + " (Kafka: log.flush.interval.messages/ms, default never)"),
     "log.retention.check.interval.ms": Property("log_retention_check_interval_ms", int, 1,
                                                 "How often retention is applied."),
-    "log.cleaner.enable": Property("log_cleaner_enable", _bool, None,
+    "log.cleaner.enable": Property("log_cleaner_enable", parse_bool, None,
                                    "Run the log cleaner (compaction)."),
     "log.cleaner.threads": Property("log_cleaner_threads", int, 1,
                                     "Partitions cleaned at once."),
@@ -477,101 +422,7 @@ def read_properties(path: Path) -> dict[str, str]:
         raise ConfigError(str(exc)) from None
 
 
-def parse_listeners(value: str, key: str = "listeners") -> list[tuple[str, str, int]]:
-    """``PLAINTEXT://host:port,NAME://:port`` -> ``[(name, host, port)]`` (empty host: all
-    interfaces, as in Kafka)."""
-    result = []
-    for item in value.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        name, sep, address = item.partition("://")
-        host, colon, port = address.rpartition(":")
-        if not sep or not colon or not port.isdigit() or int(port) > 65535:
-            raise ConfigError(f"invalid value for {key}: {item!r} is not NAME://host:port")
-        if not name.isidentifier():
-            raise ConfigError(f"invalid value for {key}: listener name {name!r}")
-        result.append((name.upper(), host.strip("[]") or "0.0.0.0", int(port)))
-    if not result:
-        raise ConfigError(f"invalid value for {key}: no listener")
-    return result
-
-
-def _protocol_map(properties: dict[str, str]) -> dict[str, str]:
-    """``listener.security.protocol.map``: listener name -> security protocol (Kafka's default
-    maps each protocol's own name to itself)."""
-    key = "listener.security.protocol.map"
-    if key not in properties:
-        return {p: p for p in SECURITY_PROTOCOLS}
-    result = {}
-    for item in properties[key].split(","):
-        name, sep, protocol = item.strip().partition(":")
-        if not item.strip():
-            continue
-        if not sep or protocol.strip().upper() not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"invalid value for {key}: {item.strip()!r} is not NAME:PROTOCOL "
-                              f"(protocols: {', '.join(SECURITY_PROTOCOLS)})")
-        result[name.strip().upper()] = protocol.strip().upper()
-    return result
-
-
-def _apply_listeners(properties: dict[str, str], top: dict[str, object]) -> list[str]:
-    """Kafka's ``listeners`` / ``advertised.listeners``: the first listener is host/port, the
-    others become ``extra_listeners``; each is advertised as its ``advertised.listeners`` entry of
-    the same name and speaks its ``listener.security.protocol.map`` protocol. Controller listeners
-    (``controller.listener.names``, as in Kafka 4's stock KRaft file) are skipped: their names are
-    returned, for the warning about ignored keys."""
-    listeners = parse_listeners(properties.get("listeners", "PLAINTEXT://127.0.0.1:9092"))
-    protocols = _protocol_map(properties)
-    controller_names = {
-        n.strip().upper() for n in properties.get("controller.listener.names", "").split(",")
-    }
-    listeners = [item for item in listeners if item[0] not in controller_names]
-    if not listeners:
-        raise ConfigError("invalid value for listeners: only controller listeners")
-    advertised: dict[str, tuple[str, int]] = {}
-    if properties.get("advertised.listeners", "").strip():  # blank: unset (the listeners)
-        for name, host, port in parse_listeners(properties["advertised.listeners"],
-                                                "advertised.listeners"):
-            if name in controller_names:
-                continue
-            if name not in {n for n, _, _ in listeners}:
-                raise ConfigError(
-                    f"invalid value for advertised.listeners: {name} is not in listeners"
-                )
-            advertised[name] = (host, port)
-    for name, _, _ in listeners:
-        if name not in protocols:
-            raise ConfigError(f"invalid value for listeners: {name} has no security protocol "
-                              f"in listener.security.protocol.map")
-    (name, host, port), *rest = listeners
-    if "listeners" in properties:
-        top["host"], top["port"] = host, port
-    top["security_protocol"] = protocols[name]
-    if name in advertised:
-        top["advertised_host"], top["advertised_port"] = advertised[name]
-    extra = []
-    for name, host, port in rest:
-        adv_host, adv_port = advertised.get(name, (None, None))
-        extra.append(Listener(name, host, port, adv_host, adv_port, protocols[name]))
-    top["extra_listeners"] = tuple(extra)
-    named = {n.strip().upper() for key in ("listeners", "advertised.listeners")
-             for n in re.findall(r"([A-Za-z0-9_]+)://", properties.get(key, ""))}
-    return sorted(named & controller_names)
-
-
-_JAAS_KEY = re.compile(r"^(listener\.name\.[a-z0-9_]+\.)?([a-z0-9-]+\.)?sasl\.jaas\.config$")
-_SECURITY_KEYS = frozenset({
-    "ssl.keystore.location", "ssl.keystore.type", "ssl.keystore.password", "ssl.key.password",
-    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
-    "ssl.client.auth", "ssl.endpoint.identification.algorithm", "sasl.enabled.mechanisms",
-    "ssl.principal.mapping.rules",
-    "connection.failed.authentication.delay.ms", "authorizer.class.name", "super.users",
-    "allow.everyone.if.no.acl.found",
-})
-
-
-# The keys read by _apply_listeners and _security, for the configuration reference:
+# The keys read by apply_listeners and security_config, for the configuration reference:
 # key -> (default as written in a properties file, meaning, how Kafka differs).
 OTHER_KEYS: dict[str, tuple[str, str, str]] = {
     "listeners": ("PLAINTEXT://127.0.0.1:9092",
@@ -617,83 +468,12 @@ OTHER_KEYS: dict[str, tuple[str, str, str]] = {
 }
 
 
-def is_security_key(key: str) -> bool:
-    return key in _SECURITY_KEYS or _JAAS_KEY.match(key) is not None
-
-
-def _plain_users(key: str, value: str) -> list[tuple[str, str]]:
-    """The ``user_NAME="password"`` options of a PlainLoginModule jaas config (Kafka's way of
-    listing PLAIN users), read as Kafka's JaasConfig reads the value (``protocol/jaas.py``:
-    quoting, escapes, flags in any case); other login modules carry no users. The error never
-    shows a value (they are passwords)."""
-    try:
-        entry = parse_one(value)
-    except JaasError as exc:
-        raise ConfigError(f"invalid value for {key}: {exc}") from None
-    if not entry.module.endswith("PlainLoginModule"):
-        return []
-    users = [(k[5:], v) for k, v in entry.options.items() if k.startswith("user_") and len(k) > 5]
-    if not users:
-        raise ConfigError(f"invalid value for {key}: a PlainLoginModule without user_NAME=\"...\" "
-                          "entries lets nobody in")
-    return users
-
-
-def _security(properties: dict[str, str]) -> SecurityConfig:
-    """The TLS, SASL and authorizer keys (Kafka's names; PEM files only)."""
-    get = properties.get
-    for key in ("ssl.keystore.type", "ssl.truststore.type"):
-        if get(key, "PEM").strip().upper() != "PEM":
-            raise ConfigError(f"invalid value for {key}: only PEM files are read (convert a JKS "
-                              "or PKCS12 store with keytool/openssl)")
-    client_auth = get("ssl.client.auth", "none").strip().lower()
-    if client_auth not in ("none", "requested", "required"):
-        raise ConfigError("invalid value for ssl.client.auth: expected none, requested or required")
-    mechanisms = tuple(m.strip().upper() for m in
-                       get("sasl.enabled.mechanisms", ",".join(SASL_MECHANISMS)).split(",")
-                       if m.strip())
-    unknown = [m for m in mechanisms if m not in SASL_MECHANISMS]
-    if unknown:
-        raise ConfigError(f"invalid value for sasl.enabled.mechanisms: {', '.join(unknown)} "
-                          f"(supported: {', '.join(SASL_MECHANISMS)})")
-    users: dict[str, str] = {}
-    for key, value in properties.items():
-        if _JAAS_KEY.match(key):
-            users.update(_plain_users(key, value))
-    try:
-        mapping = parse_rules(get("ssl.principal.mapping.rules", "DEFAULT"))
-    except ValueError as exc:
-        raise ConfigError(f"invalid value for ssl.principal.mapping.rules: {exc}") from None
-    delay = get("connection.failed.authentication.delay.ms", "100")
-    if not delay.strip().isdigit():
-        raise ConfigError("invalid value for connection.failed.authentication.delay.ms: "
-                          f"{delay!r} is not a non-negative integer")
-    try:
-        allow_if_none = _bool(get("allow.everyone.if.no.acl.found", "false"))
-    except ValueError as exc:
-        raise ConfigError(f"invalid value for allow.everyone.if.no.acl.found: {exc}") from None
-    keystore, truststore = get("ssl.keystore.location"), get("ssl.truststore.location")
-    return SecurityConfig(
-        ssl_keystore_location=Path(keystore) if keystore else None,
-        ssl_key_password=get("ssl.key.password") or get("ssl.keystore.password"),
-        ssl_truststore_location=Path(truststore) if truststore else None,
-        ssl_client_auth=client_auth,
-        ssl_principal_mapping_rules=mapping,
-        sasl_enabled_mechanisms=mechanisms,
-        plain_users=tuple(sorted(users.items())),
-        connection_failed_authentication_delay_ms=int(delay),
-        authorizer=bool(get("authorizer.class.name", "").strip()),
-        super_users=frozenset(u.strip() for u in get("super.users", "").split(";") if u.strip()),
-        allow_everyone_if_no_acl_found=allow_if_none,
-    )
-
-
 def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
     """A BrokerConfig from Kafka-named properties, then keyword overrides (BrokerConfig fields)."""
     top: dict[str, object] = {}
     log: dict[str, object] = {}
-    controllers = _apply_listeners(properties, top)
-    top["security"] = _security(properties)
+    controllers = apply_listeners(properties, top)
+    top["security"] = security_config(properties)
     units: dict[str, int] = {}  # ms key -> the unit of the value taken so far
     unit_values: list[tuple[str, str]] = []
     ignored = sorted(key for key in properties if key in IGNORED_KAFKA_KEYS)
@@ -722,7 +502,7 @@ def build_config(properties: dict[str, str], **overrides: Any) -> BrokerConfig:
             units[ms_key] = unit
             continue
         if key not in _PROPERTIES:
-            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_COARSE_UNITS, *_SECURITY_KEYS,
+            known = [*_PROPERTIES, *IGNORED_KAFKA_KEYS, *_COARSE_UNITS, *SECURITY_KEYS,
                      "listeners", "listener.security.protocol.map"]
             hint = difflib.get_close_matches(key, known, n=1)
             suffix = f" (did you mean {hint[0]!r}?)" if hint else ""

@@ -35,6 +35,7 @@ from protocol.text import clip
 class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
+    GROUP = 32  # a group's configs: broker/config/group_configs.py
 
 
 class ConfigSource(enum.IntEnum):
@@ -43,6 +44,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_GROUP_CONFIG = 8
 
 
 @dataclass(frozen=True)

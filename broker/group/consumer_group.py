@@ -151,6 +151,15 @@ class ConsumerGroupConfig:
     max_size: int = 2**31 - 1  # group.consumer.max.size
     # Topics a regex never matches (Kafka's internal topics).
     internal_topics: frozenset[str] = frozenset()
+    # group id -> (session timeout, heartbeat interval): the group's consumer.session.timeout.ms
+    # and consumer.heartbeat.interval.ms (GROUP configs, broker/config/group_configs.py); None:
+    # the two above for every group.
+    timing: Callable[[str], tuple[int, int]] | None = field(default=None, compare=False)
+
+    def timing_of(self, group_id: str) -> tuple[int, int]:
+        if self.timing is None:
+            return self.session_timeout_ms, self.heartbeat_interval_ms
+        return self.timing(group_id)
 
 
 @dataclass(frozen=True)
@@ -459,7 +468,7 @@ class ConsumerGroupCoordinator:
         so the members are visited only once the earliest deadline is due."""
         if now_ms < group.next_expiry_ms:
             return
-        session = self.config.session_timeout_ms
+        session = self.config.timing_of(group.group_id)[0]
         expired = []
         earliest: int | None = None
         for m in group.members.values():
@@ -571,7 +580,7 @@ class ConsumerGroupCoordinator:
                 or (req.owned is not None and _normalized(req.owned) != member.assigned))
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
-            self.config.heartbeat_interval_ms, member.assigned if send else None)
+            self.config.timing_of(group.group_id)[1], member.assigned if send else None)
 
     def _forget_if_new_and_empty(self, group: ConsumerGroup) -> None:
         if not group.members and group.group_epoch == 0:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from broker.group.assignors import Assignment
 from broker.group.consumer_group import ConsumerGroup, ConsumerMember, MemberState
-from protocol.errors import CorruptFrameError
+from protocol.bounded import BoundedReader
 from protocol.records import encode_batch
 
 GROUP_METADATA = 3
@@ -168,84 +168,28 @@ def build_batch(records: Iterable[tuple[bytes, bytes | None]], now_ms: int) -> b
 # -- decoding -------------------------------------------------------------------------------------
 
 
-class _Reader:
+class _Reader(BoundedReader):
+    """Kafka's primitives (protocol/bounded.py) plus the assignment shape of these records."""
+
+    __slots__ = ()
+
     def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptFrameError("consumer group record is truncated")
-        chunk = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return bytes(chunk)
-
-    def i8(self) -> int:
-        return struct.unpack(">b", self.take(1))[0]
-
-    def i16(self) -> int:
-        return _INT16.unpack(self.take(2))[0]
-
-    def i32(self) -> int:
-        return _INT32.unpack(self.take(4))[0]
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.take(1)[0]
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise CorruptFrameError("varint too long in consumer group record")
-
-    def str16(self) -> str:
-        n = self.i16()
-        try:
-            return self.take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptFrameError(f"bad string in consumer group record: {exc}") from None
-
-    def cstr(self) -> str | None:
-        n = self.uvarint()
-        if n == 0:
-            return None
-        try:
-            return self.take(n - 1).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptFrameError(f"bad string in consumer group record: {exc}") from None
-
-    def count(self) -> int:
-        n = self.uvarint() - 1
-        if n < 0 or n > len(self.data):
-            raise CorruptFrameError(f"bad array length {n} in consumer group record")
-        return n
-
-    def tags(self) -> dict[int, bytes]:
-        out = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            out[tag] = self.take(self.uvarint())
-        return out
-
-    def skip_tags(self) -> None:
-        self.tags()
+        super().__init__(data, "consumer group record")
 
     def topics(self, topic_name: TopicNameOf,
                epochs: dict[tuple[str, int], int] | None = None) -> Assignment:
         out: dict[str, frozenset[int]] = {}
-        for _ in range(self.count()):
-            tid = uuid.UUID(bytes=self.take(16))
-            ordered = [self.i32() for _ in range(self.count())]
-            tagged = self.tags().get(0)
+        for _ in range(self.compact_count(min_size=18)):
+            tid = self.uuid()
+            ordered = [self.i32() for _ in range(self.compact_count(min_size=4))]
+            tagged = self.tagged_fields().get(0)
             name = topic_name(tid)
             if name is None or not ordered:
                 continue
             out[name] = frozenset(ordered)
             if epochs is not None and tagged is not None:
                 values = _Reader(tagged)
-                n = values.count()
+                n = values.compact_count(min_size=4)
                 if n == len(ordered):
                     for index in ordered:
                         epochs[(name, index)] = values.i32()
@@ -260,9 +204,9 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     reader = _Reader(key)
     record_type = reader.i16()
     if record_type in _GROUP_KEYS:
-        return record_type, reader.str16(), None
+        return record_type, reader.string(), None
     if record_type in _MEMBER_KEYS:
-        return record_type, reader.str16(), reader.str16()
+        return record_type, reader.string(), reader.string()
     return None
 
 
@@ -324,12 +268,12 @@ class ConsumerGroupReplay:
                 r = _Reader(value)
                 r.i16()
                 m = ConsumerMember(member_id)
-                m.instance_id, m.rack_id = r.cstr(), r.cstr()
-                m.client_id, m.client_host = r.cstr() or "", r.cstr() or ""
-                m.subscribed_topic_names = tuple(r.cstr() or "" for _ in range(r.count()))
-                m.subscribed_topic_regex = r.cstr()
+                m.instance_id, m.rack_id = r.compact_string(), r.compact_string()
+                m.client_id, m.client_host = r.compact_string() or "", r.compact_string() or ""
+                m.subscribed_topic_names = tuple(r.compact_string() or "" for _ in range(r.compact_count()))
+                m.subscribed_topic_regex = r.compact_string()
                 m.rebalance_timeout_ms = r.i32()
-                m.server_assignor = r.cstr()
+                m.server_assignor = r.compact_string()
                 m.last_heartbeat_ms = now_ms
                 current = state.currents.get(member_id)
                 if current is not None:

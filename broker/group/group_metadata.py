@@ -37,6 +37,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from protocol.bounded import BoundedReader
 from protocol.errors import CorruptFrameError
 from protocol.records import encode_batch
 
@@ -125,84 +126,41 @@ def build_group_metadata_batch(
 # -- decode ---------------------------------------------------------------------------------------
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def _take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptFrameError("group metadata record is truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return bytes(chunk)
-
-    def i16(self) -> int:
-        return _INT16.unpack(self._take(2))[0]
-
-    def i32(self) -> int:
-        return _INT32.unpack(self._take(4))[0]
-
-    def i64(self) -> int:
-        return _INT64.unpack(self._take(8))[0]
-
-    def nullable_str(self) -> str | None:
-        n = self.i16()
-        if n == -1:
-            return None
-        try:
-            return self._take(n).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptFrameError(f"bad string in group metadata record: {exc}") from None
-
-    def str(self) -> str:
-        value = self.nullable_str()
-        if value is None:
-            raise CorruptFrameError("null string in group metadata record")
-        return value
-
-    def bytes(self) -> bytes:
-        n = self.i32()
-        return b"" if n == -1 else self._take(n)
-
-
 def decode_group_metadata_key_untrusted(key: bytes | None) -> str | None:
     """The group id of a group metadata record key; None for another kind of record."""
     if key is None or len(key) < 2 or _INT16.unpack_from(key, 0)[0] != GROUP_METADATA_KEY_VERSION:
         return None
-    reader = _Reader(key)
+    reader = BoundedReader(key, "group metadata record")
     reader.pos = 2
-    return reader.str()
+    return reader.string()
 
 
 def decode_group_metadata_value_untrusted(value: bytes | None) -> GroupMetadataRecord | None:
     """The record (None for a tombstone). Raises CorruptFrameError."""
     if value is None:
         return None
-    reader = _Reader(value)
+    reader = BoundedReader(value, "group metadata record")
     version = reader.i16()
     if not 0 <= version <= GROUP_METADATA_VALUE_VERSION:
         raise CorruptFrameError(f"unknown group metadata value version {version}")
-    protocol_type = reader.str()
+    protocol_type = reader.string()
     generation = reader.i32()
-    protocol = reader.nullable_str()
-    leader = reader.nullable_str()
+    protocol = reader.nullable_string()
+    leader = reader.nullable_string()
     timestamp = reader.i64() if version >= 2 else -1
-    count = reader.i32()
-    if count < 0 or count > len(value):
-        raise CorruptFrameError(f"bad member count {count}")
+    count = reader.count()
     members = []
     for _ in range(count):
-        member_id = reader.str()
-        instance_id = reader.nullable_str() if version >= 3 else None
-        client_id = reader.str()
-        client_host = reader.str()
+        member_id = reader.string()
+        instance_id = reader.nullable_string() if version >= 3 else None
+        client_id = reader.string()
+        client_host = reader.string()
         rebalance_timeout = reader.i32() if version >= 1 else -1
         session_timeout = reader.i32()
         members.append(MemberRecord(
             member_id, instance_id, client_id, client_host,
             session_timeout if rebalance_timeout < 0 else rebalance_timeout, session_timeout,
-            reader.bytes(), reader.bytes(),
+            reader.nullable_bytes() or b"", reader.nullable_bytes() or b"",
         ))
     return GroupMetadataRecord(protocol_type, generation, protocol, leader, timestamp,
                                tuple(members))

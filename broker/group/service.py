@@ -189,6 +189,7 @@ class GroupService:
         storage: Storage,
         clock: Clock,
         verify_txn_produce: VerifyTxnProduce,
+        group_timing: Callable[[str], tuple[int, int]] | None = None,
     ) -> None:
         self._storage = storage
         self._logs = storage.logs
@@ -211,6 +212,7 @@ class GroupService:
             assignors=tuple(a.strip() for a in config.group_consumer_assignors.split(",")
                             if a.strip()) or ("uniform",),
             internal_topics=INTERNAL_TOPICS,
+            timing=group_timing,  # consumer.* GROUP configs (broker/config/group_configs.py)
         ))
         self._slots: dict[int, _Slot] = {}
         # Groups of other member-epoch protocols (the Streams protocol, KIP-1071:
@@ -811,6 +813,10 @@ class GroupService:
             FetchedOffset(topic, index, -1, "", ErrorCode.NONE)
             for topic, index, value in found
         ]
+
+    def groups_with_offsets(self) -> list[str]:
+        """The ids of the groups that have committed offsets, sorted (for the metrics)."""
+        return sorted(self.coordinator.offsets.group_ids())
 
     def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int,
                               now_ms: int) -> ErrorCode:

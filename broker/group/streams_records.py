@@ -35,7 +35,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from broker.group.consumer_records import _cstr, _Reader, _uvarint, encode_key
+from broker.group.consumer_records import _cstr, _uvarint, encode_key
 from broker.group.streams_assignor import Tasks
 from broker.group.streams_group import (
     CopartitionGroup,
@@ -47,6 +47,7 @@ from broker.group.streams_group import (
     TopicInfo,
     Topology,
 )
+from protocol.bounded import BoundedReader
 from protocol.errors import CorruptFrameError
 
 GROUP_METADATA = 17
@@ -165,17 +166,38 @@ def deleted_group_records(group_id: str) -> list[tuple[bytes, bytes | None]]:
 # -- decoding -------------------------------------------------------------------------------------
 
 
+class _Reader(BoundedReader):
+    """Kafka's primitives (protocol/bounded.py) with these records' names for them."""
+
+    __slots__ = ()
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__(data, "streams group record")
+
+    def cstr(self) -> str | None:
+        return self.compact_string()
+
+    def str16(self) -> str:
+        return self.string()
+
+    def ccount(self) -> int:
+        return self.compact_count()
+
+    def skip_tags(self) -> None:
+        self.tagged_fields()
+
+
 def _read_strings(r: _Reader) -> tuple[str, ...]:
-    return tuple(r.cstr() or "" for _ in range(r.count()))
+    return tuple(r.cstr() or "" for _ in range(r.ccount()))
 
 
 def _read_int16s(r: _Reader) -> tuple[int, ...]:
-    return tuple(r.i16() for _ in range(r.count()))
+    return tuple(r.i16() for _ in range(r.ccount()))
 
 
 def _read_key_values(r: _Reader) -> tuple[tuple[str, str], ...]:
     out = []
-    for _ in range(r.count()):
+    for _ in range(r.ccount()):
         k, v = r.cstr() or "", r.cstr() or ""
         r.skip_tags()
         out.append((k, v))
@@ -191,9 +213,9 @@ def _read_topic_info(r: _Reader) -> TopicInfo:
 
 def _read_tasks(r: _Reader) -> Tasks:
     out: dict[str, frozenset[int]] = {}
-    for _ in range(r.count()):
+    for _ in range(r.ccount()):
         sub = r.cstr() or ""
-        parts = frozenset(r.i32() for _ in range(r.count()))
+        parts = frozenset(r.i32() for _ in range(r.ccount()))
         r.skip_tags()
         if parts:
             out[sub] = parts
@@ -209,14 +231,14 @@ def decode_topology_untrusted(value: bytes) -> Topology:
     r.i16()
     epoch = r.i32()
     subs = []
-    for _ in range(r.count()):
+    for _ in range(r.ccount()):
         sid = r.cstr() or ""
         sources, regex = _read_strings(r), _read_strings(r)
-        changelogs = tuple(_read_topic_info(r) for _ in range(r.count()))
+        changelogs = tuple(_read_topic_info(r) for _ in range(r.ccount()))
         sinks = _read_strings(r)
-        repartitions = tuple(_read_topic_info(r) for _ in range(r.count()))
+        repartitions = tuple(_read_topic_info(r) for _ in range(r.ccount()))
         groups = []
-        for _ in range(r.count()):
+        for _ in range(r.ccount()):
             groups.append(CopartitionGroup(_read_int16s(r), _read_int16s(r), _read_int16s(r)))
             r.skip_tags()
         r.skip_tags()

@@ -366,7 +366,10 @@ def delete_topics(broker: Broker, header, request) -> dict:
             code = ErrorCode.INVALID_REQUEST  # Kafka: TOPIC_AUTHORIZATION_FAILED-like refusal
         else:
             try:
+                topic_id = broker.logs.topic_id(name)
                 broker.logs.delete_topic(name)
+                if broker.share is not None and topic_id is not None:
+                    broker.share.topic_deleted(topic_id)  # share-partition state goes too
             except KafkaError as exc:
                 code = exc.code
         responses.append({"name": name, "error_code": code})

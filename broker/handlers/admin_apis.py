@@ -7,16 +7,20 @@ handler serves them all and returns every field (the encoder skips the absent on
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from typing import Any
+
+import trio
 
 from broker.config import resources
 from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
+from broker.log.manager import PendingPartitions
 from broker.log.topics import INTERNAL_TOPICS
-from broker.reply import reply
+from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation
 from broker.security.acl import ResourceType as AclResource
 from broker.txn.state import TxnState
@@ -48,6 +52,9 @@ def _may(broker: Broker, operation: Operation, kind: ResourceType, name: str) ->
     if kind is ResourceType.TOPIC:
         if not allowed(broker, operation, AclResource.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+    elif kind is ResourceType.GROUP:
+        if not allowed(broker, operation, AclResource.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     elif not allowed(broker, operation, AclResource.CLUSTER, CLUSTER_NAME):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 
@@ -73,6 +80,9 @@ def describe_configs(broker: Broker, header, request) -> dict:
                     broker.logs, broker.config, resource.resource_name,
                     resource.configuration_keys,
                 )
+            elif kind is ResourceType.GROUP:
+                entries = broker.group_configs.describe(resource.resource_name,
+                                                        resource.configuration_keys)
             else:
                 entries = resources.describe_broker(
                     broker.config, resource.resource_name, resource.configuration_keys
@@ -116,7 +126,7 @@ def _alter_response(results: list[tuple[Any, ErrorCode, str | None]]) -> dict:
     }
 
 
-def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
+def _alter(broker: Broker, request, alter_topic, keys_of, alter_group) -> dict:
     results = []
     seen: set[tuple[int, str]] = set()
     for resource in request.resources:
@@ -130,6 +140,8 @@ def _alter(broker: Broker, request, alter_topic, keys_of) -> dict:
             _may(broker, Operation.ALTER_CONFIGS, kind, resource.resource_name)
             if kind is ResourceType.TOPIC:
                 alter_topic(resource)
+            elif kind is ResourceType.GROUP:
+                alter_group(resource)
             else:
                 resources.alter_broker(broker.config, resource.resource_name, keys_of(resource))
         except KafkaError as exc:
@@ -146,7 +158,13 @@ def alter_configs(broker: Broker, header, request) -> dict:
             request.validate_only,
         )
 
-    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
+    def alter_group(resource) -> None:  # the whole set of the group's configs
+        broker.group_configs.alter(resource.resource_name,
+                                   [(c.name, 0, c.value) for c in resource.configs],
+                                   request.validate_only, replace=True)
+
+    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs],
+                  alter_group)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, *_versions(ApiKey.INCREMENTAL_ALTER_CONFIGS))
@@ -158,40 +176,27 @@ def incremental_alter_configs(broker: Broker, header, request) -> dict:
             request.validate_only,
         )
 
-    groups = [r for r in request.resources if r.resource_type == GROUP_RESOURCE]
-    if groups:  # share-group configs (KIP-932): broker/share/service.py
-        request.resources = [r for r in request.resources if r.resource_type != GROUP_RESOURCE]
-    answer = _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs])
-    for resource in groups:
-        code, message = ErrorCode.NONE, None
-        try:
-            if not allowed(broker, Operation.ALTER_CONFIGS, AclResource.GROUP,
-                           resource.resource_name):
-                raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-            if any(c.config_operation not in (0, 1) for c in resource.configs):
-                raise KafkaError(ErrorCode.INVALID_CONFIG, "only SET and DELETE apply to groups")
-            assert broker.share is not None
-            broker.share.alter_group_configs(
-                resource.resource_name,
-                [(c.name, c.value if c.config_operation == 0 else None)
-                 for c in resource.configs], request.validate_only)
-        except KafkaError as exc:
-            code, message = _error(exc)
-        answer["responses"].append({"error_code": code, "error_message": message,
-                                    "resource_type": GROUP_RESOURCE,
-                                    "resource_name": resource.resource_name})
-    return answer
+    def alter_group(resource) -> None:  # broker/config/group_configs.py
+        broker.group_configs.alter(
+            resource.resource_name,
+            [(c.name, c.config_operation, c.value) for c in resource.configs],
+            request.validate_only)
+
+    return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs],
+                  alter_group)
 
 
-GROUP_RESOURCE = 32  # Kafka's ConfigResource.Type.GROUP
 
 
 # -- topics and records -------------------------------------------------------------------
 
 
 @handles(ApiKey.CREATE_PARTITIONS, *_versions(ApiKey.CREATE_PARTITIONS))
-def create_partitions(broker: Broker, header, request) -> dict:
-    results = []
+def create_partitions(broker: Broker, header, request) -> dict | Deferred[dict]:
+    """The new partitions' files are made in a worker thread, as CreateTopics' (thousands of
+    directories and fsyncs must not stop the event loop); the answer waits for them."""
+    results: list[dict] = []
+    pending: list[tuple[dict, PendingPartitions]] = []
     seen: set[str] = set()
     for topic in request.topics:
         code, message = ErrorCode.NONE, None
@@ -206,11 +211,36 @@ def create_partitions(broker: Broker, header, request) -> dict:
             if topic.assignments:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  "manual replica assignments are not supported")
-            broker.logs.create_partitions(topic.name, topic.count, broker.clock.now_ms(), request.validate_only)
+            growing = broker.logs.prepare_partitions(topic.name, topic.count,
+                                                     broker.clock.now_ms(), request.validate_only)
         except KafkaError as exc:
             code, message = _error(exc)
+            growing = None
         results.append({"name": topic.name, "error_code": code, "error_message": message})
-    return {"throttle_time_ms": 0, "results": results}
+        if growing is not None:
+            pending.append((results[-1], growing))
+    if not pending:
+        return {"throttle_time_ms": 0, "results": results}
+
+    async def grow() -> dict:
+        finished: set[int] = set()
+        try:
+            for i, (result, partitions) in enumerate(pending):
+                # Not cancellable: a shutdown or a closed connection waits for the files.
+                await trio.to_thread.run_sync(partitions.build)
+                finished.add(i)
+                try:
+                    broker.logs.finish_partitions(partitions)
+                except KafkaError as exc:
+                    result["error_code"], result["error_message"] = _error(exc)
+        finally:
+            for i, (_, partitions) in enumerate(pending):
+                if i not in finished:  # cancelled: commit what was built, release the topic
+                    with contextlib.suppress(KafkaError):
+                        broker.logs.finish_partitions(partitions)
+        return {"throttle_time_ms": 0, "results": results}
+
+    return Deferred(grow)
 
 
 @handles(ApiKey.DELETE_RECORDS, *_versions(ApiKey.DELETE_RECORDS))

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
 from broker.group.streams_service import StreamsGroupService
 from broker.log.manager import LogManager
@@ -44,6 +45,7 @@ class Broker:
         security: Security,
         cleaner: LogCleaner | None = None,
         share: ShareService | None = None,
+        group_configs: GroupConfigStore | None = None,
         streams: StreamsGroupService | None = None,
     ) -> None:
         self.config = config
@@ -57,6 +59,10 @@ class Broker:
         self.cleaner = cleaner  # log compaction; its task runs in server.serve
         self.security = security  # SASL, SCRAM credentials, ACLs and the authorizer
         self.share = share  # share groups (KIP-932): broker/share/service.py
+        # GROUP config resources (kafka-configs --entity-type groups): the share service's store
+        self.group_configs = (group_configs if group_configs is not None
+                              else share.configs if share is not None
+                              else GroupConfigStore(config))
         self.streams = streams  # streams groups (KIP-1071): broker/group/streams_service.py
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError

@@ -30,9 +30,10 @@ Layout of ``data_dir``::
                              still knows the machine restarted
     <topic>-<partition>/     one directory per partition (partition.py)
 
-Partitions are loaded, created and closed by a pool of threads (``_FILE_THREADS``): their fsyncs
+Partitions are loaded, created and closed by a pool of threads (``file_pool.py``): their fsyncs
 overlap (the journal commits them together), so shutdown and start with many partitions cost
-about the changed partitions' syncs divided by the threads.
+about the changed partitions' syncs divided by the threads. With many changed partitions the
+storage has them close without fsyncs and syncs the file system once (``close``).
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
 the partition directories first and then adds the topic; delete_topic removes the topic first and
@@ -43,7 +44,6 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
-import concurrent.futures
 import gc
 import json
 import re
@@ -52,6 +52,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from broker.log.file_pool import close_without_fsync, in_threads, sync_directory_files
 from broker.log.partition import Partition
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
@@ -69,10 +70,6 @@ BOOT_ID_SOURCE = Path("/proc/sys/kernel/random/boot_id")
 MAX_PARTITIONS = 10_000
 # Partitions of the whole broker (``max.partitions``), the internal topics not counted against it.
 DEFAULT_MAX_PARTITIONS = 20_000
-# Threads that load, create and close partitions at once (their fsyncs overlap). Measured on this
-# VM (bench/many_partitions.py): see bench/README.md.
-_FILE_THREADS = 16
-_FILE_POOL = concurrent.futures.ThreadPoolExecutor(_FILE_THREADS, thread_name_prefix="logs")
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
 _OUR_SUFFIXES = (
@@ -140,7 +137,10 @@ class LogManager:
         self._boot_id: str | None = None
         self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
         # After a crash the recovery points serve instead (the marker's content, kept).
-        clean = self._read_clean_marker() or self._read_clean_marker(RECOVERY_POINT_FILE)
+        clean = self._read_clean_marker()
+        clean_shutdown = bool(clean)
+        if not clean:
+            clean = self._read_clean_marker(RECOVERY_POINT_FILE)
         todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -151,14 +151,14 @@ class LogManager:
             name, i, config = item
             dir_name = _partition_dir_name(name, i)
             return Partition(name, i, self.data_dir / dir_name, config, now_ms,
-                             clean.get(dir_name))
+                             clean.get(dir_name), clean_shutdown)
 
         # Loading builds many objects that all live on: the collector would walk them again and
         # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            loaded = _in_threads(load, todo)
+            loaded = in_threads(load, todo)
         finally:
             if collecting:
                 gc.enable()
@@ -403,7 +403,7 @@ class LogManager:
             p = Partition(topic, i, directory, config, now_ms)
             p.on_roll = self._on_roll
             out.append(p)
-        _in_threads(Partition.flush, out)  # each new directory's entries
+        in_threads(Partition.flush, out)  # each new directory's entries
         fsync_dir(self.data_dir)
 
     def topic_overrides(self, topic: str) -> dict[str, str]:
@@ -440,13 +440,33 @@ class LogManager:
     def create_partitions(
         self, topic: str, count: int, now_ms: int, validate_only: bool = False
     ) -> None:
-        """Grow ``topic`` to ``count`` partitions durably (CreatePartitions).
+        """Grow ``topic`` to ``count`` partitions durably (CreatePartitions), here and now
+        (``prepare_partitions`` for the same off the event loop).
 
         Raises UNKNOWN_TOPIC_OR_PARTITION, or INVALID_PARTITIONS when ``count`` is not above the
         current count (Kafka never shrinks a topic) or above the limit."""
+        pending = self.prepare_partitions(topic, count, now_ms, validate_only)
+        if pending is None:
+            return
+        try:
+            pending.build()
+        finally:
+            self.finish_partitions(pending)
+
+    def prepare_partitions(
+        self, topic: str, count: int, now_ms: int, validate_only: bool = False
+    ) -> PendingPartitions | None:
+        """Validate a CreatePartitions of ``topic`` and reserve it (event loop): None with
+        ``validate_only``. Then ``PendingPartitions.build()`` (any thread: the files and their
+        fsyncs) and, always, on the event loop, ``finish_partitions``. Raises what
+        ``create_partitions`` raises, and INVALID_PARTITIONS while the topic is already growing
+        or being created."""
         current = len(self._partitions.get(topic, ()))
         if topic not in self._topics:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"unknown topic {topic!r}")
+        if topic in self._pending:
+            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                             f"Topic {topic} is already getting new partitions.")
         if count == current:
             raise KafkaError(ErrorCode.INVALID_PARTITIONS,
                              f"Topic already has {current} partition(s).")
@@ -463,22 +483,38 @@ class LogManager:
         if topic not in INTERNAL_TOPICS:
             self._check_total(count - current)
         if validate_only:
-            return
-        config = self._configs[topic]
-        parts: list[Partition] = []
-        try:
-            self._build_partitions(topic, range(current, count), config, now_ms, parts)
-            topics = dict(self._topics)
-            topics[topic] = {**topics[topic], "partitions": count}
-            self._write_topics(topics)  # the commit point
-        except BaseException as exc:
+            return None
+        self._pending[topic] = count - current
+        return PendingPartitions(self, topic, range(current, count), self._configs[topic], now_ms)
+
+    def finish_partitions(self, pending: PendingPartitions) -> None:
+        """Commit built partitions (``topics.json``, then in memory) or remove what a failed or
+        abandoned build left, or what a topic deleted meanwhile would not own. Raises
+        KAFKA_STORAGE_ERROR for a failed build or commit, UNKNOWN_TOPIC_OR_PARTITION if the
+        topic was deleted meanwhile."""
+        self._pending.pop(pending.topic, None)
+        topic, parts, error = pending.topic, pending.parts, pending.error
+        if topic not in self._topics or len(self._partitions[topic]) != pending.indexes.start:
             for p in parts:
                 p.delete()
-            if isinstance(exc, OSError):  # disk full, out of descriptors: an answer, not a crash
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-            raise
-        self._topics = topics
-        self._partitions[topic] = self._partitions[topic] + parts
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"topic {topic!r} was deleted meanwhile")
+        if error is None and len(parts) == len(pending.indexes):
+            topics = dict(self._topics)
+            topics[topic] = {**topics[topic], "partitions": pending.indexes.stop}
+            try:
+                self._write_topics(topics)  # the commit point
+            except OSError as exc:
+                error = exc
+            else:
+                for p in parts:
+                    p.config = self._configs[topic]  # (an AlterConfigs meanwhile)
+                self._topics = topics
+                self._partitions[topic] = self._partitions[topic] + parts
+                return
+        for p in parts:
+            p.delete()
+        raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"{topic}: {error or 'creation interrupted'}")
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and its files. UNKNOWN_TOPIC_OR_PARTITION if there is none."""
@@ -543,15 +579,29 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
-    def close(self) -> None:
-        """Flush and close every partition (snapshots, trimmed files), then write the
-        recovery points and the clean-shutdown marker so that the next start skips the scan.
-        Partitions unchanged since their clean point only close their files; the others are
-        closed by the thread pool, their fsyncs overlapping."""
+    def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
+        """Flush and close every partition (indexes, snapshots), then write the recovery points
+        and the clean-shutdown marker so that the next start skips the scan. Partitions
+        unchanged since their clean point only close their files; the others are closed by the
+        thread pool, their fsyncs overlapping.
+
+        ``sync_file_system(data_dir)`` (the storage's: one ``syncfs(2)``): the partitions then
+        write their close files without fsyncs of their own and this makes them durable
+        together, before the recovery points and the marker; it returns False where it cannot
+        (no syncfs), and every file the partitions hold is then fsynced one by one. A power cut
+        before the marker is durable is an unclean start: the files the partitions wrote are
+        only ever trusted through the marker or the recovery points (a snapshot or index that
+        comes back torn or empty is rejected by its loader, and the partition scanned)."""
         if self._closed:
             return
         partitions = list(self.all_partitions())
-        _in_threads(Partition.close, [p for p in partitions if p.changed])
+        changed = [p for p in partitions if p.changed]
+        if sync_file_system is None:
+            in_threads(Partition.close, changed)
+        else:
+            in_threads(close_without_fsync, changed)
+            if not sync_file_system(self.data_dir):
+                in_threads(sync_directory_files, [p.dir for p in changed])
         states: dict[str, CleanState] = {}
         for p in partitions:
             p.close()  # (the unchanged ones)
@@ -593,36 +643,26 @@ class PendingTopic:
             self.error = exc
 
 
-def _in_threads(fn: Callable, items: list) -> list:
-    """``[fn(item) for item in items]`` run by the file thread pool (one item: inline); the
-    first exception is raised once every call has ended."""
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    # In chunks, a few per thread: a future per item cost 50 us each of the calling thread's
-    # time (half a second at 10,000 partitions).
-    size = max(1, -(-len(items) // (4 * _FILE_THREADS)))
-    chunks = [items[i:i + size] for i in range(0, len(items), size)]
-    futures = [_FILE_POOL.submit(_run_chunk, fn, chunk) for chunk in chunks]
-    concurrent.futures.wait(futures)
-    results: list = []
-    errors = []
-    for future in futures:
-        done, error = future.result()
-        results.extend(done)
-        if error is not None:
-            errors.append(error)
-    if errors:
-        raise errors[0]
-    return results
+class PendingPartitions:
+    """New partitions of an existing topic being made (``LogManager.prepare_partitions``):
+    ``build`` makes them (in a worker thread when called through ``trio.to_thread``), then
+    ``LogManager.finish_partitions`` commits them on the event loop."""
 
+    def __init__(self, manager: LogManager, topic: str, indexes: range, config: LogConfig,
+                 now_ms: int) -> None:
+        self.manager = manager
+        self.topic = topic
+        self.indexes = indexes
+        self.config = config
+        self.now_ms = now_ms
+        self.parts: list[Partition] = []
+        self.error: OSError | None = None
 
-def _run_chunk(fn: Callable, chunk: list) -> tuple[list, BaseException | None]:
-    """``fn`` over ``chunk``, every item even after one failed: (results, the first error)."""
-    out, first = [], None
-    for item in chunk:
+    def build(self) -> None:
+        """Create and fsync the partitions' directories; an OSError is kept for
+        ``finish_partitions``. Touches no state of the manager but reads ``on_roll``."""
         try:
-            out.append(fn(item))
-        except BaseException as exc:  # noqa: BLE001  (handed to the caller, which raises it)
-            if first is None:
-                first = exc
-    return out, first
+            self.manager._build_partitions(self.topic, self.indexes, self.config, self.now_ms,
+                                           self.parts)
+        except OSError as exc:
+            self.error = exc

@@ -38,6 +38,9 @@ opened from their index without a CRC scan). A power cut before the round leaves
 snapshot as the newest (recovery replays from there), and an index that comes back empty, short
 or torn is rejected by ``OffsetIndex.load`` and rebuilt by a scan.
 
+Reads are ``partition_read.py``'s, retention and DeleteRecords ``retention.py``'s, a flush round's
+files ``flush_ticket.py``'s.
+
 Transactions (the partition side; the coordinator is ``broker/txn/``): a transactional batch opens a
 transaction of its producer here (``ProducerStateManager`` remembers its first offset) unless one
 is open. ``append_marker`` writes the COMMIT/ABORT control batch the coordinator decided, ends the
@@ -54,25 +57,16 @@ from __future__ import annotations
 import os
 import shutil
 import struct
-from bisect import bisect_right
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from broker.log.producer_state import (
-    ProducerStateManager,
-    list_snapshots,
-    snapshot_path,
-)
+from broker.log.flush_ticket import SNAPSHOTS_RETAINED, FlushTicket
+from broker.log.partition_read import PartitionReads
+from broker.log.producer_state import ProducerStateManager, list_snapshots, snapshot_path
 from broker.log.recovery import CleanState, LoadedLog, RecoveryReport, load_log
-from broker.log.segment import (
-    CorruptLogError,
-    Segment,
-    atomic_write,
-    fdatasync_path,
-    fsync_dir,
-)
+from broker.log.retention import PartitionRetention, read_log_start_checkpoint
+from broker.log.segment import Segment
 from broker.log.topic_config import LogConfig
 from broker.log.topics import INTERNAL_TOPICS
 from broker.log.txn_index import AbortedTxn, TxnIndex
@@ -91,11 +85,6 @@ from protocol.records import (
 )
 from protocol.trusted import trusted
 
-# DeleteRecords' log start offset, when it lies inside the first segment (one decimal line).
-LOG_START_CHECKPOINT = "log-start-offset.checkpoint"
-# Producer-state snapshots kept per partition: the newest is the recovery point, the one before is
-# the fallback if the newest turns out to lie beyond the recovered log.
-SNAPSHOTS_RETAINED = 2
 _MAGIC_POS = 16
 _BASE_OFFSET = struct.Struct(">q")  # a batch's first field
 
@@ -110,56 +99,7 @@ class AppendResult(NamedTuple):
 _new_append_result = trusted(AppendResult)
 
 
-@dataclass
-class FlushTicket:
-    """What one fdatasync round of a partition covers (see ``Partition.begin_flush``)."""
-
-    fds: list[int]
-    directory: Path | None
-    log_end_offset: int
-    error: OSError | None = None  # set by sync() if the disk refused (EIO, ENOSPC)
-    owned: bool = True  # the fds are duplicates that ``sync`` closes
-    # What segment rolls left (see "Segment roll" in the module docstring): the rolled segments
-    # (their descriptors are in ``fds``), whose indexes are synced by path, and producer-state
-    # snapshots ``(offset, file bytes)`` put in place once all of that is durable.
-    rolled: list[Segment] = field(default_factory=list)
-    snapshots: list[tuple[int, bytes]] = field(default_factory=list)
-    active: bool = True  # the active segment's writes are in ``fds``
-    covers_log: bool = True  # synced, everything below ``log_end_offset`` is durable
-    entries: bool = False  # a segment file was created: ``directory`` syncs its entry
-    txn_index: bool = False  # ``fds[0]`` is the aborted-transaction index's
-
-    def sync(self) -> None:
-        """fdatasync the files, then the rolled segments' indexes, then write the snapshots
-        (temporary file, fsync, rename), then fsync the directory; safe in a worker thread
-        (when the fds are owned duplicates, which it closes). An OSError is kept in ``error``
-        (the high watermark must then not move). The order is what recovery relies on: a
-        snapshot is in place only once every segment below its offset is durable."""
-        try:
-            for fd in self.fds:
-                os.fdatasync(fd)
-            for seg in self.rolled:
-                fdatasync_path(seg.index_path)
-            if self.snapshots:
-                assert self.directory is not None
-                for offset, data in self.snapshots:
-                    atomic_write(snapshot_path(self.directory, offset), data, sync_dir=False)
-            if self.directory is not None:
-                fsync_dir(self.directory)
-            if self.snapshots:
-                assert self.directory is not None
-                for offset in list_snapshots(self.directory)[:-SNAPSHOTS_RETAINED]:
-                    snapshot_path(self.directory, offset).unlink(missing_ok=True)
-        except OSError as exc:
-            self.error = exc
-        finally:
-            if self.owned:
-                for fd in self.fds:
-                    os.close(fd)
-            self.fds = []
-
-
-class Partition:
+class Partition(PartitionReads, PartitionRetention):
     """The log of one topic partition. Not thread-safe: the trio loop calls it."""
 
     def __init__(
@@ -170,10 +110,12 @@ class Partition:
         config: LogConfig,
         now_ms: int,
         clean: CleanState | None = None,
+        clean_shutdown: bool = False,
     ) -> None:
         """Open (creating if needed) and load or recover the partition in ``directory``.
 
-        ``clean`` is this partition's entry in the clean-shutdown marker, if any. The outcome is in
+        ``clean`` is this partition's clean point, if any: its entry in the clean-shutdown marker
+        (``clean_shutdown``) or in the recovery-point checkpoint. The outcome is in
         ``self.recovery``.
         """
         self.topic = topic
@@ -187,7 +129,8 @@ class Partition:
             # first flush (the creator's), so that a topic's partitions are synced together.
             loaded = LoadedLog([Segment.create(directory, 0)], ProducerStateManager(), 0, True)
         else:
-            loaded = load_log(directory, config.index_interval_bytes, now_ms, clean)
+            loaded = load_log(directory, config.index_interval_bytes, now_ms, clean,
+                              clean_shutdown)
         self.segments: list[Segment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self.segments]
         self.producers: ProducerStateManager = loaded.producers
@@ -195,7 +138,7 @@ class Partition:
         # DeleteRecords moves the log start inside the first segment; the file keeps it.
         self.log_start_offset = max(
             self.segments[0].base_offset,
-            min(_read_log_start_checkpoint(directory), self.log_end_offset),
+            min(read_log_start_checkpoint(directory), self.log_end_offset),
         )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
@@ -588,19 +531,20 @@ class Partition:
             self.on_roll(self)
         return seg
 
-    def _write_snapshot(self, offset: int) -> None:
-        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset)
+    def _write_snapshot(self, offset: int, fsync: bool = True) -> None:
+        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset, fsync)
         for old in list_snapshots(self.dir)[:-SNAPSHOTS_RETAINED]:
             snapshot_path(self.dir, old).unlink(missing_ok=True)
 
     # -- durability --------------------------------------------------------------------------
 
-    def flush(self) -> int:
+    def flush(self, fsync: bool = True) -> int:
         """fdatasync what was written since the last flush (and what rolls left); then
-        HW = LEO. Returns the HW."""
+        HW = LEO. Returns the HW. ``fsync=False``: write what rolls left, sync nothing (only
+        ``close(fsync=False)``, whose caller syncs the file system)."""
         ticket = self.begin_flush(shared=False, active=True)
         if ticket is not None:
-            ticket.sync()
+            ticket.sync(fsync)
             if not self.complete_flush(ticket):
                 assert ticket.error is not None
                 raise ticket.error
@@ -685,150 +629,7 @@ class Partition:
             self.high_watermark = ticket.log_end_offset
         return True
 
-    # -- read --------------------------------------------------------------------------------
-
-    def read(self, fetch_offset: int, max_bytes: int, max_offset: int) -> bytes:
-        """Whole batches from the one holding ``fetch_offset``, only those with base offset below
-        ``max_offset`` (HW or LSO), at least one, then as many as fit in ``max_bytes``; never
-        crosses a segment boundary. ``b""`` if none. Raises OFFSET_OUT_OF_RANGE outside
-        ``[log_start_offset, log_end_offset]``."""
-        found = self.locate(fetch_offset, max_bytes, max_offset)
-        if found is None:
-            return b""
-        fd, position, length = found
-        data = os.pread(fd, length, position)
-        if len(data) != length:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                             f"{self.dir}: short read at {position} of offset {fetch_offset}")
-        return data
-
-    def locate(self, fetch_offset: int, max_bytes: int,
-               max_offset: int) -> tuple[int, int, int] | None:
-        """What ``read`` would return, as ``(segment fd, position, length)`` in its segment
-        file (None: nothing), for a reader that sends the bytes from the file (Fetch with
-        sendfile). The descriptor is the segment's own: valid until the next checkpoint (the
-        caller duplicates it to keep it). Raises as ``read``."""
-        if fetch_offset < self.log_start_offset or fetch_offset > self.log_end_offset:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"offset {fetch_offset} outside [{self.log_start_offset}, {self.log_end_offset}]",
-            )
-        if fetch_offset >= max_offset or fetch_offset >= self.log_end_offset:
-            return None
-        seg = self.segments[bisect_right(self._bases, fetch_offset) - 1]
-        try:
-            start, end = seg.locate(fetch_offset, max_bytes, max_offset)
-        except CorruptLogError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-        return (seg.fd, start, end - start) if end > start else None
-
-    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """ListOffsets by time: ``(timestamp, offset)`` of the first record from the log start
-        offset on whose timestamp is >= ``timestamp``; None if none. The offset may lie above the
-        high watermark: the caller bounds it if it must."""
-        for seg in self.segments:
-            try:
-                found = seg.find_timestamp(timestamp, self.log_start_offset)
-            except CorruptLogError as exc:
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-            if found is not None:
-                return found
-        return None
-
-    # -- retention and expiry ----------------------------------------------------------------
-
-    def enforce_retention(self, now_ms: int) -> int:
-        """Delete whole old segments by ``retention_ms`` (largest timestamp in the segment older
-        than that) and ``retention_bytes`` (total size above it). Only data below the HW goes;
-        the active segment is rolled first when it has expired itself. Returns segments deleted."""
-        config = self.config
-        deleted = 0
-        if not config.delete or self.cleaning:
-            # cleanup.policy=compact alone: segments go only through the cleaner; and never
-            # under the cleaner's feet (it is rewriting the oldest segments).
-            return 0
-        if config.retention_ms >= 0:
-            while True:
-                seg = self.segments[0]
-                if (
-                    seg.size == 0
-                    or seg.max_timestamp < 0  # no timestamps (NO_TIMESTAMP): never by time
-                    or now_ms - seg.max_timestamp <= config.retention_ms
-                    or seg.next_offset > self.high_watermark
-                ):
-                    break
-                if len(self.segments) == 1:
-                    self._roll()
-                self._delete_oldest()
-                deleted += 1
-        if config.retention_bytes >= 0:
-            total = self.size_bytes
-            while len(self.segments) > 1:
-                seg = self.segments[0]
-                if total - seg.size < config.retention_bytes or seg.next_offset > self.high_watermark:
-                    break
-                total -= seg.size
-                self._delete_oldest()
-                deleted += 1
-        if deleted:
-            self.txn_index.drop_before(self.log_start_offset)
-        return deleted
-
-    def _delete_oldest(self) -> None:
-        seg = self.segments.pop(0)
-        self._bases.pop(0)
-        if seg in self._unsynced:
-            self._unsynced.remove(seg)
-        seg.delete()
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-
-    def delete_records(self, offset: int) -> int:
-        """DeleteRecords: make ``offset`` the log start offset (-1: the high watermark), durably,
-        and delete the segments wholly below it. Returns the new log start offset (the "low
-        watermark"); an offset at or below the current start changes nothing. Raises
-        OFFSET_OUT_OF_RANGE above the high watermark or below -1, KAFKA_STORAGE_ERROR if the
-        checkpoint cannot be written."""
-        if offset == -1:
-            offset = self.high_watermark
-        if offset < 0 or offset > self.high_watermark:
-            raise KafkaError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"cannot delete records of {self.topic}-{self.index} up to {offset}: the high "
-                f"watermark is {self.high_watermark}",
-            )
-        if offset <= self.log_start_offset:
-            return self.log_start_offset
-        try:
-            atomic_write(self.dir / LOG_START_CHECKPOINT, f"{offset}\n".encode())
-        except OSError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-        self.log_start_offset = offset
-        deleted = False
-        # While the cleaner rewrites the oldest segments they stay; the next call (or the next
-        # cleaning, which keeps nothing below the log start) frees them.
-        while (not self.cleaning and len(self.segments) > 1
-               and self.segments[1].base_offset <= offset):
-            self._delete_oldest()
-            deleted = True
-        if deleted:
-            self.txn_index.drop_before(self.segments[0].base_offset)
-        return offset
-
-    def replace_segments(self, old_bases: list[int], new: Segment) -> None:
-        """Put the cleaned segment ``new`` in place of the segments at ``old_bases`` (consecutive,
-        closed; their files were already replaced on disk by the cleaner). Event loop only."""
-        i = bisect_right(self._bases, old_bases[0]) - 1
-        old = self.segments[i : i + len(old_bases)]
-        if [s.base_offset for s in old] != old_bases or new.base_offset != old_bases[0] or (
-            new.next_offset != old[-1].next_offset
-        ):
-            raise CorruptLogError(f"{self.dir}: cleaned segment does not match {old_bases}")
-        for seg in old:
-            if seg in self._unsynced:
-                self._unsynced.remove(seg)
-            seg.close()
-        self.segments[i : i + len(old_bases)] = [new]
-        self._bases[i : i + len(old_bases)] = [new.base_offset]
+    # -- retention (retention.py) and expiry --------------------------------------------------
 
     @property
     def closed(self) -> bool:
@@ -848,27 +649,37 @@ class Partition:
     def changed(self) -> bool:
         """Something was appended, rolled or left unsynced since the clean point on disk
         (``checkpoint``): a clean close has to write it."""
-        active = self.segments[-1]
-        return (self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
-                or active.allocated != active.size)
+        return self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
 
-    def close(self) -> None:
-        """Trim, fdatasync, save the active index and a producer-state snapshot at the LEO, close
-        the files. After this the partition can be loaded without a scan (given the marker).
-        A partition unchanged since its clean point (``changed``) only closes its files: what
-        a clean close would write is on disk already. Safe in a worker thread (one partition
-        per thread: it touches nothing but its own files and fields)."""
+    def close(self, fsync: bool = True) -> None:
+        """fdatasync what is not yet durable, save the active index and a producer-state
+        snapshot at the LEO, close the files. After this the partition can be loaded without a
+        scan (given the marker). A partition unchanged since its clean point (``changed``) only
+        closes its files: what a clean close would write is on disk already. Safe in a worker
+        thread (one partition per thread: it touches nothing but its own files and fields).
+
+        The active segment keeps its preallocated tail (zeros after ``size``): truncating it
+        cost a file-system journal operation per partition, serialized across the file system
+        (2-3 ms each here, most of a clean close with thousands of partitions once the fsyncs
+        are shared); the clean point records the data's size and the loader reads up to it
+        (``recovery._load_clean``). A roll still trims.
+
+        ``fsync=False``: the same writes, no fsync; the caller makes them durable together
+        (``LogManager.close``: one syncfs of the data dir's file system) before it writes the
+        clean-shutdown marker."""
         if self._closed:
             return
         if self.changed:
             active = self.segments[-1]
-            active.trim()
-            self._dirty = True  # the new file length must be durable too
-            self.flush()
-            active.save_index(fsync=True)
-            self._write_snapshot(self.log_end_offset)
+            # Without fsync only when nothing but the active segment's own writes is unsynced:
+            # what a roll left (rolled segments, their snapshots) and aborted-transaction
+            # entries keep their order (the rolled data and the entries durable before a
+            # snapshot or marker past them: recovery trusts that), as in every flush round.
+            self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
+            active.save_index(fsync=fsync)
+            self._write_snapshot(self.log_end_offset, fsync)
             self.checkpoint = self.clean_state
-        self.txn_index.close()
+        self.txn_index.close(sync=fsync)
         for seg in self.segments:
             seg.close()
         self._closed = True
@@ -886,9 +697,3 @@ class Partition:
         self._snapshots = []
         shutil.rmtree(self.dir, ignore_errors=True)
 
-
-def _read_log_start_checkpoint(directory: Path) -> int:
-    try:
-        return int((directory / LOG_START_CHECKPOINT).read_text(encoding="ascii").strip())
-    except (FileNotFoundError, ValueError, UnicodeDecodeError):
-        return 0

@@ -318,9 +318,10 @@ class ProducerStateManager:
         body = self.to_json(offset)
         return _CRC.pack(crc32c.crc32c(body)) + body
 
-    def write_snapshot(self, path: Path, offset: int) -> None:
-        """Atomically write the state as of ``offset`` (all batches below it applied)."""
-        atomic_write(path, self.snapshot_bytes(offset))
+    def write_snapshot(self, path: Path, offset: int, fsync: bool = True) -> None:
+        """Atomically write the state as of ``offset`` (all batches below it applied);
+        ``fsync=False``: not made durable (``atomic_write``)."""
+        atomic_write(path, self.snapshot_bytes(offset), fsync=fsync)
 
     @classmethod
     def read_snapshot(cls, path: Path) -> tuple[int, ProducerStateManager] | None:

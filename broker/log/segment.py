@@ -13,8 +13,9 @@ most 4 MiB at a time, never past ``segment_bytes`` unless one append is larger. 
 usually longer than the data (``size`` is the data, ``allocated`` the file), but a partition that
 got one small batch holds 32 KiB, not a megabyte, and one step stalls the event loop for a few
 milliseconds at most.
-A roll and a clean close truncate the file to ``size``; after a crash recovery finds the real end by
-scanning (the tail is zeros, or a torn batch) and truncates there.
+A roll truncates the file to ``size``. A clean close keeps the tail (its clean point records the
+data's size, ``recovery._load_clean``); after a crash recovery finds the real end by scanning and
+keeps a tail of zeros as preallocated room, truncating only a torn or corrupt one.
 
 Reads use ``os.pread`` on the segment's descriptor; the caller is single-threaded (the trio loop),
 so nothing else moves ``size`` during a call.
@@ -146,13 +147,17 @@ def fdatasync_path(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, mode: int = 0o644, sync_dir: bool = True) -> None:
+def atomic_write(path: Path, data: bytes, mode: int = 0o644, sync_dir: bool = True,
+                 fsync: bool = True) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
 
     Write a temporary file, fsync it, rename it over the target, fsync the directory
     (``sync_dir=False``: the caller does, once for several files). A failed write or fsync
     removes the temporary file and leaves the old one. If the directory fsync fails the caller
     gets the OSError; the new file may then already be the one a restart reads.
+    ``fsync=False``: no fsync at all (neither the file nor the directory): the caller makes the
+    whole file system durable afterwards (a clean close: ``broker/storage/syncfs.py``); until
+    then a power cut may leave the old file, the new one, or an empty one under the name.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
@@ -161,7 +166,8 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, sync_dir: bool = Tr
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
@@ -169,7 +175,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o644, sync_dir: bool = Tr
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
         raise
-    if sync_dir:
+    if sync_dir and fsync:
         fsync_dir(path.parent)
 
 

@@ -143,6 +143,11 @@ class TxnIndex:
             self._rewrite()
         return len(missing)
 
+    @property
+    def unsynced(self) -> bool:
+        """Entries were appended since the last sync."""
+        return self._dirty and self._fd >= 0
+
     def sync(self) -> None:
         """Make appended entries durable (before the data holding their markers)."""
         if self._dirty and self._fd >= 0:

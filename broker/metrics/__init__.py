@@ -213,7 +213,28 @@ def render(metrics: Metrics, state: BrokerState) -> str:
         if lso is not None:
             w.sample("minibroker_group_lag", max(lso - committed, 0), group=group, topic=topic,
                      partition=partition)
+    _render_share(w, state.share_partitions())
     return "\n".join(w.lines) + "\n"
+
+
+_SHARE_FAMILIES = (  # (name, kind, help), in the order of ShareService.metrics()'s values
+    ("minibroker_share_start_offset", "gauge", "The share-partition start offset."),
+    ("minibroker_share_in_flight_records", "gauge",
+     "Records in flight not yet finished (Available again or Acquired), per share partition."),
+    ("minibroker_share_acquired_records", "gauge",
+     "Records acquired by a member and not yet acknowledged, per share partition."),
+    ("minibroker_share_redelivered_records_total", "counter",
+     "Records delivered again (after a release, a lock expiry or a member gone)."),
+    ("minibroker_share_archived_records_total", "counter",
+     "Delivered records archived (rejected, or at the delivery count limit)."),
+)
+
+
+def _render_share(w: _Writer, rows: list[tuple]) -> None:
+    for index, (name, kind, help_text) in enumerate(_SHARE_FAMILIES):
+        w.family(name, kind, help_text)
+        for group, topic, partition, *values in rows:
+            w.sample(name, values[index], group=group, topic=topic, partition=partition)
 
 
 class BrokerState:
@@ -235,18 +256,23 @@ class BrokerState:
     def open_transactions(self) -> list[tuple[str, str, int]]:
         now = self._broker.clock.now_ms()
         result = []
-        for md in self._broker.transactions.coordinator.transactions():
+        for md in self._broker.transactions.transactions():
             name = md.state.display_name
             if name in IN_PROGRESS_STATES:
                 started = md.txn_start_ms if md.txn_start_ms >= 0 else now
                 result.append((md.transactional_id, name, max(now - started, 0)))
         return result
 
+    def share_partitions(self) -> list[tuple]:
+        """Share groups' partitions (broker/share/service.py ``metrics``)."""
+        share = getattr(self._broker, "share", None)
+        return share.metrics() if share is not None else []
+
     def group_offsets(self) -> list[tuple[str, str, int, int, int | None]]:
         broker = self._broker
         now = broker.clock.now_ms()
         rows = []
-        for group_id in sorted(broker.groups.coordinator.offsets.group_ids()):
+        for group_id in broker.groups.groups_with_offsets():
             for f in broker.groups.fetch_offsets(group_id, None, now):
                 if f.offset < 0:
                     continue

@@ -33,27 +33,27 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import gc
 import logging
 import math
-import os
-import resource
 import socket as stdsocket
 import ssl
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 
 import trio
 
-from broker.config import BrokerConfig, ConfigError
+from broker.config import BrokerConfig
 from broker.handlers.context import Broker
 from broker.handlers.peer import Peer, Session, set_peer
 from broker.handlers.peer import session as peer_session
-from broker.log.file_slice import SENDFILE, FileSlice
+from broker.log.file_slice import SENDFILE
 from broker.metrics import BrokerState, Metrics
 from broker.metrics import render as render_metrics
 from broker.metrics.http import serve_metrics
 from broker.network.dispatcher import CloseConnection, Dispatcher, encode_reply, log_bug
+from broker.network.limits import ConnectionLimits, RequestMemory
+from broker.network.memory import closed_connection, release_memory
+from broker.network.sockets import Socket
 from broker.reply import AnswerFirst, Deferred
 from broker.security.tls import TLS_PROTOCOLS, certificate_principal, listener_context
 from broker.security.tls_socket import TlsSocket
@@ -73,105 +73,8 @@ _POOLED_FRAME_MIN = 64 * 1024
 # The largest frame a SASL listener reads before authentication (Kafka's default
 # sasl.server.max.receive.size).
 SASL_MAX_RECEIVE_SIZE = 524_288
-# Descriptors kept free for segments, indexes, snapshots and the flusher's duplicates.
-_RESERVED_FDS = 128
 _ACCEPT_RETRY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 _ACCEPT_FATAL_ERRNOS = {errno.EBADF, errno.ENOTSOCK, errno.EINVAL, errno.EOPNOTSUPP}
-# Buffers per sendmsg (the system's IOV_MAX is 1024).
-_IOV_MAX = 512
-
-
-class RequestMemory:
-    """The broker-wide budget of ``queued.max.request.bytes`` for requests being received."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.reserved = 0
-        self._released = trio.Event()
-
-    async def reserve(self, n: int) -> None:
-        while self.reserved and self.reserved + n > self.limit:
-            await self._released.wait()
-        self.reserved += n
-
-    def release(self, n: int) -> None:
-        self.reserved -= n
-        self._released.set()
-        self._released = trio.Event()
-
-
-class ConnectionLimits:
-    """``max.connections``, ``max.connections.per.ip`` and ``max.connections.per.ip.overrides``:
-    counts of open connections, as Kafka's ConnectionQuotas keeps them. At ``max.connections``
-    the listeners stop accepting (new connections wait in the kernel's backlog, as Kafka's
-    acceptor waits for a slot); a connection over its address's limit is closed at once."""
-
-    def __init__(self, max_connections: int, max_per_ip: int,
-                 overrides: Sequence[tuple[str, int]] = ()) -> None:
-        try:
-            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        except (OSError, ValueError):
-            soft = resource.RLIM_INFINITY
-        if soft != resource.RLIM_INFINITY:
-            max_connections = min(max_connections, max(soft - _RESERVED_FDS, 16))
-        if max_per_ip == 0 and not overrides:
-            raise ConfigError("max.connections.per.ip can be 0 only with "
-                              "max.connections.per.ip.overrides (Kafka's rule)")
-        self.max_connections = max_connections
-        self.max_per_ip = max_per_ip
-        self.per_ip_overrides = _resolve(overrides)
-        self.total = 0
-        self.per_ip: dict[str, int] = {}
-        self.refused = 0
-        self._slot = trio.Event()
-
-    @classmethod
-    def of(cls, config: BrokerConfig) -> ConnectionLimits:
-        """The limits ``config`` sets; ConfigError for values Kafka refuses at start."""
-        return cls(config.max_connections, config.max_connections_per_ip,
-                   config.max_connections_per_ip_overrides)
-
-    def limit_for(self, ip: str) -> int:
-        return self.per_ip_overrides.get(ip, self.max_per_ip)
-
-    async def wait_for_slot(self) -> None:
-        """Until fewer than ``max.connections`` are open."""
-        while self.total >= self.max_connections:
-            await self._slot.wait()
-
-    def admit(self, ip: str) -> bool:
-        if self.total >= self.max_connections or self.per_ip.get(ip, 0) >= self.limit_for(ip):
-            self.refused += 1
-            return False
-        self.total += 1
-        self.per_ip[ip] = self.per_ip.get(ip, 0) + 1
-        return True
-
-    def leave(self, ip: str) -> None:
-        self.total -= 1
-        left = self.per_ip[ip] - 1
-        if left:
-            self.per_ip[ip] = left
-        else:
-            del self.per_ip[ip]
-        if self.total < self.max_connections:
-            self._slot.set()
-            self._slot = trio.Event()
-
-
-def _resolve(overrides: Sequence[tuple[str, int]]) -> dict[str, int]:
-    """Host names of max.connections.per.ip.overrides as the addresses connections come from
-    (Kafka resolves them at start too); a name that does not resolve is a config error."""
-    out: dict[str, int] = {}
-    for host, count in overrides:
-        try:
-            infos = stdsocket.getaddrinfo(host, None, type=stdsocket.SOCK_STREAM)
-        except (OSError, UnicodeError) as exc:
-            raise ConfigError(f"invalid value for max.connections.per.ip.overrides: cannot "
-                              f"resolve {host!r} ({exc})") from None
-        for info in infos:
-            out[str(info[4][0])] = count
-    return out
 
 
 async def serve(
@@ -214,7 +117,9 @@ async def serve(
             nursery.start_soon(broker.flusher.run)
             nursery.start_soon(_housekeeping, broker)
             nursery.start_soon(_transaction_housekeeping, broker)
-            nursery.start_soon(_release_memory)
+            nursery.start_soon(release_memory)
+            if broker.share is not None:
+                nursery.start_soon(broker.share.run_timer)  # lock and member-session expiry
             if broker.cleaner is not None:
                 nursery.start_soon(broker.cleaner.run)
             for sock, info in extra:
@@ -298,7 +203,7 @@ async def _accept_loop(
         except OSError:
             limits.leave(ip)
             continue
-        nursery.start_soon(_serve_connection, _Socket(raw, shared.dispatcher.metrics), shared, ip,
+        nursery.start_soon(_serve_connection, Socket(raw, shared.dispatcher.metrics), shared, ip,
                            info)
 
 
@@ -330,7 +235,7 @@ async def _transaction_housekeeping(broker: Broker) -> None:
 
 
 async def _serve_connection(
-    sock: _Socket,
+    sock: Socket,
     shared: _Shared,
     ip: str,
     info: _ListenerInfo,
@@ -341,7 +246,7 @@ async def _serve_connection(
         SENDFILE.set(True)  # Fetch may answer with FileSlices (broker/log/file_slice.py)
     if sock.metrics is not None:
         sock.metrics.connections_opened += 1
-    stream: _Socket | TlsSocket = sock
+    stream: Socket | TlsSocket = sock
     try:
         if info.tls is not None:
             stream = TlsSocket(sock, info.tls)
@@ -392,7 +297,7 @@ async def _serve_connection(
             sock.metrics.connections_closed += 1
         sock.close()
         shared.limits.leave(ip)
-        _closed_connection()
+        closed_connection()
 
 
 # The errors of a connection that say the peer or the network is gone or misbehaved (one info
@@ -451,175 +356,6 @@ async def _serve_requests(connection: _Connection) -> None:
         connection.release_memory()
 
 
-class _Socket:
-    """A non-blocking stdlib socket driven with trio's wait_readable / wait_writable.
-
-    Trio's own socket methods yield to the scheduler on every call, which cost about three run
-    loop passes (each with an epoll_wait) per request. These try the system call first and only
-    wait when it would block; a connection that always has data yields every few receives so
-    that it cannot starve the others. The exception is the receive after the reader answered
-    everything a short receive brought (``recv_into_after_wait``): a request/response client
-    sends nothing more until it reads the answers, so that receive would only raise
-    BlockingIOError, and it waits for readability first.
-    """
-
-    _FAIRNESS = 16  # receives in a row without waiting before we yield anyway
-
-    def __init__(self, raw: stdsocket.socket, metrics: Metrics | None = None) -> None:
-        self.raw = raw
-        self.metrics = metrics  # bytes in/out, connections (None: not counted)
-        self._streak = 0
-        # Called when a send that had to wait for the socket made progress (the idle deadline:
-        # a peer reading a large reply slowly is not idle). A send that completes at once is
-        # the caller's to account for.
-        self.on_sent = _nothing
-
-    async def recv_into(self, buffer) -> int:
-        while True:
-            try:
-                n = self.raw.recv_into(buffer)
-            except BlockingIOError:
-                self._streak = 0
-                await trio.lowlevel.wait_readable(self.raw)
-                continue
-            if self.metrics is not None:
-                self.metrics.bytes_in += n
-            self._streak += 1
-            if self._streak >= self._FAIRNESS:
-                self._streak = 0
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return n
-
-    async def recv_into_after_wait(self, buffer) -> int:
-        """``recv_into`` for when the socket is most likely empty (a request/response peer we
-        just answered): wait for readability first instead of a receive that would raise
-        BlockingIOError (a system call and an exception per request)."""
-        self._streak = 0
-        await trio.lowlevel.wait_readable(self.raw)
-        try:
-            n = self.raw.recv_into(buffer)
-        except BlockingIOError:
-            return await self.recv_into(buffer)  # woken for nothing: wait again
-        if self.metrics is not None:
-            self.metrics.bytes_in += n
-        self._streak = 1
-        return n
-
-    async def send_chunks(self, chunks: Sequence) -> None:
-        """Send every chunk (gather write), handling partial sends."""
-        sent = self.send_now(chunks)
-        if sent is not None:
-            await self.send_rest(chunks, sent)
-
-    def send_now(self, chunks: Sequence) -> int | None:
-        """Send what the socket takes without waiting: None if that was everything, else the
-        bytes sent (``send_rest`` sends the rest). No checkpoint: the caller's own awaits are
-        the only ones (the usual reply leaves without a coroutine of its own)."""
-        total = sum(map(len, chunks))
-        if self.metrics is not None:
-            self.metrics.bytes_out += total
-        if len(chunks) > _IOV_MAX:
-            return 0
-        try:
-            sent = self.raw.sendmsg(chunks)
-        except BlockingIOError:
-            return 0
-        except TypeError:  # not all buffers: a FileSlice among them (a Fetch answer)
-            sent = self._send_with_files(chunks, 0)
-        return None if sent == total else sent
-
-    def _send_with_files(self, chunks: Sequence, skip: int) -> int:
-        """Send ``chunks`` but their first ``skip`` bytes, the buffers with sendmsg and each
-        ``FileSlice`` with sendfile, until the socket would block: the bytes sent (a slice sent
-        whole is closed)."""
-        fileno = self.raw.fileno()
-        done = 0
-        i, n = 0, len(chunks)
-        while i < n:
-            chunk = chunks[i]
-            size = len(chunk)
-            if skip >= size:
-                skip -= size
-                i += 1
-                continue
-            if isinstance(chunk, FileSlice):
-                want = size - skip
-                try:
-                    sent = os.sendfile(fileno, chunk.fd, chunk.position + skip, want)
-                except BlockingIOError:
-                    return done
-                if sent == 0:  # the file is shorter than the answer said: cannot go on
-                    raise OSError(f"sendfile found the end of a segment file ({want} bytes short)")
-                done += sent
-                if sent < want:
-                    return done
-                chunk.close()
-                skip = 0
-                i += 1
-                continue
-            views = [memoryview(chunk)[skip:]]
-            skip = 0
-            j = i + 1
-            while j < n and len(views) < _IOV_MAX and not isinstance(chunks[j], FileSlice):
-                if len(chunks[j]):
-                    views.append(chunks[j])
-                j += 1
-            want = sum(map(len, views))
-            # (No MSG_MORE for the header before a slice: measured, it made a 1 MiB answer wait
-            # on loopback, 1,256 -> 361 MB/s.)
-            try:
-                sent = self.raw.sendmsg(views)
-            except BlockingIOError:
-                return done
-            done += sent
-            if sent < want:
-                return done
-            i = j
-        return done
-
-    async def send_rest(self, chunks: Sequence, sent: int) -> None:
-        """Send ``chunks`` but their first ``sent`` bytes, waiting for the socket as needed."""
-        if any(isinstance(c, FileSlice) for c in chunks):
-            total = sum(map(len, chunks))
-            while sent < total:
-                await trio.lowlevel.wait_writable(self.raw)
-                n = self._send_with_files(chunks, sent)
-                if n:
-                    sent += n
-                    self.on_sent()
-            return
-        views = [memoryview(c) for c in chunks if len(c)]  # an empty view would never leave
-        while True:
-            while sent:
-                first = views[0]
-                if sent >= len(first):
-                    sent -= len(first)
-                    views.pop(0)
-                else:
-                    views[0] = first[sent:]
-                    sent = 0
-            if not views:
-                return
-            try:
-                sent = self.raw.sendmsg(views[:_IOV_MAX])
-            except BlockingIOError:
-                await trio.lowlevel.wait_writable(self.raw)
-                continue
-            if sent:
-                self.on_sent()
-
-    def peer_name(self) -> str:
-        try:
-            host, port = self.raw.getpeername()[:2]
-            return f"{host}:{port}"
-        except OSError:
-            return "?"
-
-    def close(self) -> None:
-        trio.lowlevel.notify_closing(self.raw)
-        self.raw.close()
-
-
 class _Connection:
     """One client connection: requests run in arrival order, replies leave in the same order.
 
@@ -629,7 +365,7 @@ class _Connection:
     queue holds ready chunk lists or ``(header, Deferred)``.
     """
 
-    def __init__(self, sock: _Socket | TlsSocket, shared: _Shared) -> None:
+    def __init__(self, sock: Socket | TlsSocket, shared: _Shared) -> None:
         self.sock = sock
         self.broker = shared.broker
         self.dispatch = shared.dispatcher.dispatch
@@ -685,7 +421,7 @@ class _Connection:
         # emptied the socket (fewer bytes than room) and held whole requests, a request/response
         # client waits for its answers before it sends more. A pipelining client's next bytes
         # are then found by the run loop's epoll instead (ready at once if they have arrived).
-        plain = sock if isinstance(sock, _Socket) else None
+        plain = sock if isinstance(sock, Socket) else None
         recv_into = sock.recv_into
         recv_after_wait = plain.recv_into_after_wait if plain is not None else recv_into
         send = _send_now_or_later(sock)
@@ -843,10 +579,10 @@ class _Connection:
 _NOT_READY = (AnswerFirst, Deferred)  # results the reader does not just encode and send
 
 
-def _send_now_or_later(sock: _Socket | TlsSocket) -> Callable[[list], Awaitable[None] | None]:
+def _send_now_or_later(sock: Socket | TlsSocket) -> Callable[[list], Awaitable[None] | None]:
     """``send(chunks)``: sends what the socket takes at once and returns None, or the awaitable
     that sends the rest (a plain socket's usual reply leaves without a coroutine of its own)."""
-    if not isinstance(sock, _Socket):
+    if not isinstance(sock, Socket):
         return sock.send_chunks
 
     def send(chunks: list) -> Awaitable[None] | None:
@@ -867,76 +603,3 @@ def _finish(result: AnswerFirst) -> None:
 
 def _size(chunks: list) -> int:
     return sum(map(len, chunks))
-
-
-def _nothing() -> None:
-    pass
-
-
-# Young-generation threshold of the cyclic garbage collector while serving (Python's default:
-# 700). Each request allocates a few dozen containers that reference counting frees; at the
-# default the collector ran about every dozen requests and, through the full collections, kept
-# walking every object recovery built (indexes, producer states, partitions): 3.8% of the broker's
-# CPU samples at 50 transactional producers (perf, cpu-clock), 1.0% with this and ``gc.freeze``.
-# The garbage cycles it collects (exceptions with their tracebacks, finished coroutines) wait at
-# most this many allocations more: a few MB.
-GC_YOUNG_THRESHOLD = 20_000
-
-
-# Connections closed since the last collection. A closed connection leaves garbage cycles
-# (its task's coroutine frames, exceptions and their tracebacks) that reference counting does
-# not free; with the young threshold raised (below) and a connection's objects promoted while it
-# lived, they waited for a collection that a quiet broker does not run soon, and the C heap kept
-# the freed pages: 1,000 closed connections kept about 45 MB. A collection of the two young
-# generations frees them (measured: +2.4 MB left of 1,000 connections' +33 MB) and, unlike a full
-# one, does not walk what the broker built since start.
-_COLLECT_AFTER_CLOSES = 32
-_closes = 0
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    try:
-        import ctypes
-        import ctypes.util
-
-        name = ctypes.util.find_library("c")
-        return ctypes.CDLL(name).malloc_trim if name else None
-    except (OSError, AttributeError):
-        return None  # not glibc
-
-
-_malloc_trim = _load_malloc_trim()
-
-
-def _trim_heap() -> None:
-    """Give the C heap's free pages back to the system (glibc keeps them otherwise: the receive
-    buffers and messages of 1,000 closed connections stayed in the broker's RSS)."""
-    if _malloc_trim is not None:
-        _malloc_trim(0)
-
-
-def _closed_connection() -> None:
-    global _closes
-    _closes += 1
-
-
-async def _release_memory() -> None:
-    """Once a second: after at least ``_COLLECT_AFTER_CLOSES`` connections closed, a collection
-    of the young generations and the heap trimmed, so that what they held goes back to the
-    system."""
-    global _closes
-    while True:
-        await trio.sleep(1.0)
-        if _closes >= _COLLECT_AFTER_CLOSES:
-            _closes = 0
-            gc.collect(1)
-            _trim_heap()
-
-
-def settle_garbage_collector() -> None:
-    """After recovery, before serving: what start built is kept for good (``gc.freeze``: the
-    collector no longer walks it), and young collections run less often."""
-    gc.collect()
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, old)

@@ -89,12 +89,21 @@ def simple_assign(members: Iterable[ShareMember], lookup: TopicLookup) -> dict[s
 
 class ShareGroups:
     def __init__(self, *, session_timeout_ms: int, heartbeat_interval_ms: int,
-                 max_size: int, lookup: TopicLookup) -> None:
+                 max_size: int, lookup: TopicLookup,
+                 timing: Callable[[str], tuple[int, int]] | None = None) -> None:
         self.session_timeout_ms = session_timeout_ms
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self.max_size = max_size
         self._lookup = lookup
+        # group id -> (session timeout, heartbeat interval): the group's share.session.timeout.ms
+        # and share.heartbeat.interval.ms (group configs), else the broker's
+        self._timing = timing
         self.groups: dict[str, ShareGroup] = {}
+
+    def timing(self, group_id: str) -> tuple[int, int]:
+        if self._timing is None:
+            return self.session_timeout_ms, self.heartbeat_interval_ms
+        return self._timing(group_id)
 
     def get(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
@@ -149,7 +158,7 @@ class ShareGroups:
                                  f"The share group member has a smaller or larger member epoch"
                                  f" ({member_epoch}) than the one known by the group"
                                  f" coordinator ({member.epoch}).")
-        member.deadline_ms = now_ms + self.session_timeout_ms
+        member.deadline_ms = now_ms + self.timing(group_id)[0]
         if rack_id is not None:
             member.rack_id = rack_id
         if subscribed is not None and sorted(subscribed) != sorted(member.subscribed):
@@ -180,6 +189,11 @@ class ShareGroups:
     def _remove(self, group: ShareGroup, member_id: str) -> None:
         del group.members[member_id]
         self._refresh(group, True)
+
+    def next_deadline(self) -> int | None:
+        """The earliest member session deadline (None: no members)."""
+        return min((m.deadline_ms for g in self.groups.values() for m in g.members.values()),
+                   default=None)
 
     def expire(self, now_ms: int) -> list[tuple[str, str]]:
         """Remove the members whose session timed out; their ``(group_id, member_id)``."""

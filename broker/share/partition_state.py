@@ -170,6 +170,7 @@ class SharePartitionState:
         # Counters for metrics and tests.
         self.redelivered = 0
         self.archived_by_limit = 0
+        self.archived = 0  # delivered records archived: rejected or at the delivery limit
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -178,6 +179,10 @@ class SharePartitionState:
 
     def acquired_count(self) -> int:
         return sum(r.last - r.first + 1 for r in self.runs if r.state == Q)
+
+    def unfinished_count(self) -> int:
+        """Records in flight and not finished: Available (to be redelivered) or Acquired."""
+        return self._available + self.acquired_count()
 
     def next_fetch_offset(self) -> int | None:
         """Where the next acquisition reads: the first Available offset, else ``end`` while the
@@ -336,6 +341,8 @@ class SharePartitionState:
             self.archived_by_limit += run.last - run.first + 1
         if state == A:
             self._available += run.last - run.first + 1
+        elif state == X:
+            self.archived += run.last - run.first + 1
         run.state = state
         run.member = None
         run.deadline = NO_DEADLINE

@@ -16,28 +16,29 @@ this class gives them the outside world:
 - Replay: the constructor reads ``__share_group_state`` (latest record per key) and restores each
   share partition when first used.
 - Housekeeping: ``tick(now_ms)`` removes members whose session timed out (releasing their records
-  and closing their share sessions) and releases expired locks.
+  and closing their share sessions) and releases expired locks; ``run_timer`` (a server task)
+  calls it when the earliest deadline is due.
+- Group configs (``share.*``): read from the ``GroupConfigStore`` (broker/config/group_configs.py),
+  which tells ``_configs_changed`` of every change.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore, reset_strategy
 from broker.group.offsets import valid_group_id
 from broker.log.cleaner import internal_topic_config
 from broker.log.internal_replay import SkipLog, read_batches
 from broker.log.partition import Partition
-from broker.log.segment import atomic_write
 from broker.log.topics import partition_for
 from broker.share.group import HeartbeatResult, ShareGroup, ShareGroups
 from broker.share.partition_state import (
@@ -65,25 +66,14 @@ log = logging.getLogger("minibroker.share")
 
 AUTO_OFFSET_RESET = "share.auto.offset.reset"
 ISOLATION_LEVEL = "share.isolation.level"
-GROUP_CONFIG_DEFAULTS = {AUTO_OFFSET_RESET: "latest", ISOLATION_LEVEL: "read_uncommitted"}
 LOCK_DURATION = "share.record.lock.duration.ms"
-GROUP_CONFIG_VALUES = {AUTO_OFFSET_RESET: ("latest", "earliest"),
-                       ISOLATION_LEVEL: ("read_uncommitted", "read_committed")}
-# Kafka bounds the group's lock duration by group.share.min/max.record.lock.duration.ms
-# (defaults 15 s and 60 s).
-LOCK_DURATION_RANGE = (15_000, 60_000)
-
-
-def valid_group_config(key: str, value: str) -> bool:
-    if key == LOCK_DURATION:
-        try:
-            return LOCK_DURATION_RANGE[0] <= int(value) <= LOCK_DURATION_RANGE[1]
-        except ValueError:
-            return False
-    return key in GROUP_CONFIG_VALUES and value in GROUP_CONFIG_VALUES[key]
-GROUP_CONFIGS_FILE = "share_group_configs.json"
+DELIVERY_LIMIT = "share.delivery.count.limit"
+RECORD_LOCKS = "share.partition.max.record.locks"
+SESSION_TIMEOUT = "share.session.timeout.ms"
+HEARTBEAT_INTERVAL = "share.heartbeat.interval.ms"
 STATE_SEGMENT_BYTES = 1 << 20
 MAX_POLL_SLICE_S = 1.0
+TIMER_IDLE_S = 5.0  # the timer's longest sleep (a safety net: deadlines wake it sooner)
 
 
 @dataclass
@@ -111,27 +101,31 @@ class FetchOutcome:
 
 
 class ShareService:
-    def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock) -> None:
+    def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock,
+                 configs: GroupConfigStore | None = None) -> None:
         self._config = config
         self._storage = storage
         self._logs = storage.logs
         self._clock = clock
         self.lock_ms = config.group_share_record_lock_duration_ms
+        # The groups' configs (share.* keys: broker/config/group_configs.py), durable there.
+        self.configs = configs if configs is not None else GroupConfigStore(config)
+        self.configs.listeners.append(self._configs_changed)
         self.groups = ShareGroups(
             session_timeout_ms=config.group_share_session_timeout_ms,
             heartbeat_interval_ms=config.group_share_heartbeat_interval_ms,
             max_size=config.group_share_max_size,
             lookup=self._lookup_topic,
+            timing=lambda g: (self.configs.int_value(g, SESSION_TIMEOUT),
+                              self.configs.int_value(g, HEARTBEAT_INTERVAL)),
         )
         self.sessions = ShareSessionCache(config.group_share_max_share_sessions)
         self.states: dict[StateKey, SharePartitionState] = {}
-        # share.auto.offset.reset / share.isolation.level per group (IncrementalAlterConfigs
-        # on a GROUP resource), kept in data_dir/share_group_configs.json.
-        self._configs_path = Path(config.data_dir) / GROUP_CONFIGS_FILE
-        self.group_configs: dict[str, dict[str, str]] = self._read_group_configs()
         self._restored: dict[StateKey, Snapshot] = {}
         self._names: dict[uuid.UUID, str] = {}
         self._released = trio.Event()
+        self._timer_wake = trio.Event()
+        self._timer_due: int | None = None
         self.replayed_records = self._replay()
 
     # -- topics -----------------------------------------------------------------------------
@@ -158,58 +152,21 @@ class ShareService:
     # -- group configs ----------------------------------------------------------------------
 
     def group_config(self, group_id: str, key: str) -> str:
-        return self.group_configs.get(group_id, {}).get(key, GROUP_CONFIG_DEFAULTS[key])
+        return self.configs.value(group_id, key)
 
-    def alter_group_configs(self, group_id: str, changes: Sequence[tuple[str, str | None]],
-                            validate_only: bool = False) -> None:
-        """Set (a value) or delete (None) group configs, durably; INVALID_CONFIG for an unknown
-        key or value (nothing changes then)."""
-        configs = dict(self.group_configs.get(group_id, {}))
-        for key, value in changes:
-            if key not in GROUP_CONFIG_VALUES and key != LOCK_DURATION:
-                raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown group config name: {key}")
-            if value is not None and not valid_group_config(key, value):
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Invalid value {value} for configuration {key}")
-            if value is None:
-                configs.pop(key, None)
-            else:
-                configs[key] = value
-        if validate_only:
-            return
-        updated = {**self.group_configs, group_id: configs}
-        if not configs:
-            del updated[group_id]
-        try:
-            atomic_write(self._configs_path, json.dumps(updated, sort_keys=True).encode())
-        except OSError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
-        self.group_configs = updated
-        lock_ms = self.lock_ms_for(group_id)
+    def _configs_changed(self, group_id: str) -> None:
+        """A group's configs changed: its share partitions take the new lock duration, delivery
+        limit and in-flight limit at once (records already acquired keep their deadline)."""
         for state_key, state in self.states.items():
             if state_key.group_id == group_id:
-                state.lock_ms = lock_ms
+                state.lock_ms = self.lock_ms_for(group_id)
+                state.delivery_limit = self.configs.int_value(group_id, DELIVERY_LIMIT)
+                state.max_in_flight = self.configs.int_value(group_id, RECORD_LOCKS)
 
     def lock_ms_for(self, group_id: str) -> int:
         """The group's acquisition lock (its ``share.record.lock.duration.ms``, else the
         broker's ``group.share.record.lock.duration.ms``)."""
-        value = self.group_configs.get(group_id, {}).get(LOCK_DURATION)
-        return int(value) if value is not None else self.lock_ms
-
-    def _read_group_configs(self) -> dict[str, dict[str, str]]:
-        try:
-            doc = json.loads(self._configs_path.read_bytes())
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as exc:
-            log.error("%s unreadable (%s): share groups use the default configs",
-                      self._configs_path, exc)
-            return {}
-        if not isinstance(doc, dict):
-            return {}
-        return {g: {k: v for k, v in c.items() if isinstance(k, str) and isinstance(v, str)
-                    and valid_group_config(k, v)}
-                for g, c in doc.items() if isinstance(c, dict)}
+        return self.configs.int_value(group_id, LOCK_DURATION)
 
     # -- membership -------------------------------------------------------------------------
 
@@ -220,6 +177,8 @@ class ShareService:
         self.tick(now)
         result = self.groups.heartbeat(group_id, member_id, member_epoch, rack_id, subscribed,
                                        client_id, client_host, now)
+        if member_epoch != -1:
+            self._timer_check(now + self.groups.timing(group_id)[0])
         if member_epoch == -1:
             self._member_gone(group_id, member_id)
         return result
@@ -237,6 +196,36 @@ class ShareService:
         if changed:
             self._wake()
 
+    async def run_timer(self) -> None:
+        """The share timer (as Kafka's): releases records whose acquisition lock ran out and
+        removes members whose session timed out when they are due, not when a request happens
+        to look. Sleeps until the earliest deadline; an earlier one set meanwhile (a new lock, a
+        new member) wakes it (``_timer_check``)."""
+        while True:
+            now = self._clock.now_ms()
+            try:
+                self.tick(now)
+            except KafkaError:  # the state log refused a write: logged, tried again next time
+                pass
+            due = self._next_due()
+            self._timer_due = due
+            self._timer_wake = trio.Event()
+            delay = TIMER_IDLE_S if due is None else max(0, due - self._clock.now_ms()) / 1000
+            with trio.move_on_after(min(delay, TIMER_IDLE_S)):
+                await self._timer_wake.wait()
+
+    def _next_due(self) -> int | None:
+        lock = self.next_deadline()
+        member = self.groups.next_deadline()
+        candidates = [d for d in (member, lock if lock < NO_DEADLINE else None) if d is not None]
+        return min(candidates, default=None)
+
+    def _timer_check(self, deadline_ms: int) -> None:
+        """A deadline was set: wake the timer if it sleeps past it."""
+        if self._timer_due is None or deadline_ms < self._timer_due:
+            self._timer_due = deadline_ms
+            self._timer_wake.set()
+
     def tick(self, now_ms: int) -> None:
         for group_id, member_id in self.groups.expire(now_ms):
             log.info("share group %s: member %s timed out", group_id, member_id)
@@ -245,6 +234,20 @@ class ShareService:
         if expired:
             self._wake()
             self._persist(expired, now_ms)
+
+    def metrics(self) -> list[tuple[str, str, int, int, int, int, int, int]]:
+        """Per share partition in memory: ``(group, topic, partition, start offset, records in
+        flight (Available or Acquired), Acquired, redelivered, archived)``; the last two count
+        since the share partition was loaded (Prometheus counters: a restart resets them)."""
+        rows = []
+        for key, state in self.states.items():
+            name = self.topic_name(key.topic_id)
+            if name is None:
+                continue
+            rows.append((key.group_id, name, key.partition, state.start,
+                         state.unfinished_count(), state.acquired_count(), state.redelivered,
+                         state.archived))
+        return sorted(rows)
 
     def describe(self, group_id: str) -> ShareGroup | None:
         return self.groups.get(group_id)
@@ -268,8 +271,23 @@ class ShareService:
         self.groups.groups.pop(group_id, None)
         keys = [k for k in (*self.states, *self._restored) if k.group_id == group_id]
         self._tombstone(keys, self._clock.now_ms())
-        self.group_configs.pop(group_id, None)
         return ErrorCode.NONE
+
+    def topic_deleted(self, topic_id: uuid.UUID) -> list[Commit]:
+        """A topic was deleted: every group's state on it goes (tombstones in the state log, as
+        Kafka's share coordinator deletes it); a topic created again under the name has a new id
+        and starts afresh."""
+        keys = {k for k in (*self.states, *self._restored) if k.topic_id == topic_id}
+        self._names.pop(topic_id, None)
+        if not keys:
+            return []
+        log.info("topic %s deleted: dropped the share state of %d share partitions", topic_id,
+                 len(keys))
+        self._wake()
+        try:
+            return self._tombstone(keys, self._clock.now_ms())
+        except KafkaError:  # logged; the replay at the next start drops them instead
+            return []
 
     # -- share-group offsets (admin) ---------------------------------------------------------
 
@@ -305,7 +323,7 @@ class ShareService:
         group = self.groups.get(group_id)
         if group is not None and group.members:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
-                             f"The group {group_id} is not empty.")
+                             "The group is not empty.")  # (Kafka 4.4's text)
 
     def alter_offsets(self, group_id: str, topic: str, offsets: Sequence[tuple[int, int]]
                       ) -> tuple[dict[int, ErrorCode], list[Commit]]:
@@ -350,21 +368,30 @@ class ShareService:
         if state is not None:
             return state
         state = SharePartitionState(
-            0, delivery_limit=self._config.group_share_delivery_count_limit,
+            0, delivery_limit=self.configs.int_value(key.group_id, DELIVERY_LIMIT),
             lock_ms=self.lock_ms_for(key.group_id),
-            max_in_flight=self._config.group_share_partition_max_record_locks)
+            max_in_flight=self.configs.int_value(key.group_id, RECORD_LOCKS))
         snapshot = self._restored.pop(key, None)
         if snapshot is not None:
             state.restore(max(snapshot.start_offset, partition.log_start_offset),
                           snapshot.batches)
         else:
-            reset = self.group_config(key.group_id, AUTO_OFFSET_RESET)
-            start = (partition.log_start_offset if reset == "earliest"
-                     else partition.high_watermark)
-            state.restore(start, ())
+            state.restore(self._initial_offset(key.group_id, partition), ())
             dirty.add(key)
         self.states[key] = state
         return state
+
+    def _initial_offset(self, group_id: str, partition: Partition) -> int:
+        """A new share partition's start: ``share.auto.offset.reset`` (earliest, latest, or
+        by_duration:D: the first record at or after now - D, the end if none)."""
+        strategy = reset_strategy(self.group_config(group_id, AUTO_OFFSET_RESET)) or ("latest", 0)
+        if strategy[0] == "earliest":
+            return partition.log_start_offset
+        if strategy[0] == "by_duration":
+            found = partition.offset_for_timestamp(self._clock.now_ms() - strategy[1])
+            if found is not None:
+                return min(max(found[1], partition.log_start_offset), partition.high_watermark)
+        return partition.high_watermark
 
     def _partition(self, topic_id: uuid.UUID, index: int) -> tuple[str, Partition]:
         name = self.topic_name(topic_id)
@@ -417,6 +444,8 @@ class ShareService:
                     if result != ErrorCode.NONE:
                         code = result
                 dirty.add(key)
+                if state.next_deadline() < NO_DEADLINE:  # a renewed lock
+                    self._timer_check(state.next_deadline())
             except KafkaError as exc:
                 code = exc.code
             codes[(topic_id, index)] = code
@@ -501,6 +530,8 @@ class ShareService:
         aborted = partition.aborted_transactions(offset, bound) if committed else []
         batches, ends = _classify(data, aborted)
         acquired = state.acquire(member_id, batches, max_records, now)
+        if acquired:
+            self._timer_check(state.next_deadline())
         if not acquired:
             if any(not b.deliverable for b in batches):
                 dirty.add(key)
@@ -617,6 +648,10 @@ class ShareService:
         if n:
             log.info("loaded the state of %d share partitions from %d records of %s",
                      len(self._restored), n, SHARE_GROUP_STATE_TOPIC)
+        # State of a topic deleted before its tombstones were durable goes now.
+        gone = {k for k in self._restored if logs.topic_name(k.topic_id) is None}
+        if gone:
+            self._tombstone(gone, self._clock.now_ms())
         return n
 
 

@@ -4,7 +4,8 @@
 - ``flusher``: ``FlushScheduler``, the group commit that is the only code fsyncing a partition
   while the broker serves, with ``Commit`` (appends waiting to be durable) and ``DataArrived``
   (wakes long-polling fetches when a high watermark moves);
-- ``lock``: the data dir's exclusive lock.
+- ``lock``: the data dir's exclusive lock;
+- ``syncfs``: one ``syncfs(2)`` that makes a clean close's many small files durable together.
 
 The files themselves (segments, indexes, producer state, recovery) are ``broker/log``'s.
 """

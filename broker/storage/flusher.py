@@ -7,7 +7,10 @@ caller's request, when the appends are small and nothing else is waiting or sync
 producer: no extra pass of the event loop); otherwise in the next shared round, where concurrent
 requests share one fdatasync per partition. The round's fdatasyncs run in a worker thread when
 they are big (meanwhile the loop keeps reading and appending the requests the next round will
-cover), inline in this task when they are small.
+cover), inline in this task when they are small. In worker threads a round has two lanes: the
+transaction log and small files first (their commits decided as soon as they are durable), then
+each large file on its own (see ``_LANE_RULES``): a commit waits for its own data, never for a
+larger file's fdatasync that began with it.
 
 Every fsync is counted here (``on_round``: the metrics' fsync histogram; ``rounds``,
 ``partition_syncs`` and ``seconds``: the shutdown statistics).
@@ -233,18 +236,21 @@ class FlushScheduler:
         elif other not in tied:
             tied.append(other)
 
-    def _with_tied(self, partitions: list[Partition]) -> list[Partition]:
+    def _with_tied(self, partitions: list[Partition]) -> tuple[list[Partition], set[int]]:
         """``partitions`` and the partitions tied to them that have something to sync (taken
-        out of the next round: they are synced now)."""
+        out of the next round: they are synced now); and the ids of the tie targets among
+        them (the records that admitted the others' batches: a round syncs them first)."""
         if not self._together:
-            return partitions
+            return partitions, set()
         out = list(partitions)
+        targets: set[int] = set()
         for partition in partitions:
             for other in self._together.pop(partition, ()):
+                targets.add(id(other))
                 if other.dirty and other not in out:
                     self._dirty.pop(id(other), None)
                     out.append(other)
-        return out
+        return out, targets
 
     @property
     def busy(self) -> bool:
@@ -272,7 +278,7 @@ class FlushScheduler:
         partitions = [p for p in commit.partitions if p.dirty]
         for p in partitions:
             self._dirty.pop(id(p), None)
-        self._sync_inline(self._with_tied(partitions))
+        self._sync_inline(self._with_tied(partitions)[0])
         self._inline_seconds = self._seconds() - started
         if commit.covered:
             commit.resolve(True)
@@ -322,17 +328,22 @@ class FlushScheduler:
 
     def _round(self) -> bool | None:
         """Take the next round and start it: synced here when small and no round is in a
-        worker thread (True), else in a worker thread, in a task of its own (False); None:
+        worker thread (True), else in worker threads, from a task of its own (False); None:
         nothing to take now.
 
         What a round in a worker thread is syncing stays for the round after it; the rest goes
         now: a request never waits for a round that began before it to sync data of other
-        partitions."""
+        partitions. In worker threads a round syncs in two lanes (``_LANE_RULES``): first the
+        transaction log and the small files, whose commits are decided as soon as they are
+        durable, then the large files, each partition's commits decided as soon as its own
+        fdatasync returns (``_Round``)."""
         dirty, commits = self._take_round()
-        dirty = self._with_tied(dirty)
+        dirty, targets = self._with_tied(dirty)
         if not dirty and not commits:
             return None  # all of it waits for the rounds under way (they start the next)
-        small = _small_round(dirty)  # before the tickets: they reset ``unsynced_bytes``
+        # Both before the tickets: they reset ``unsynced_bytes``.
+        small = _small_round(dirty)
+        lanes = {id(p): _lane(p, targets) for p in dirty}
         tickets = self._begin(dirty)
         started = time.perf_counter()
         nursery = self._nursery
@@ -346,31 +357,68 @@ class FlushScheduler:
             self._finish_round(tickets, started)
             self._decide(commits)
             return True
-        ids = {id(p) for p, _ in tickets}
-        self._syncing_ids |= ids
-        nursery.start_soon(self._thread_round, tickets, commits, ids, started)
+        round_ = _Round(
+            first=[(p, t) for p, t in tickets if lanes[id(p)] == _FIRST],
+            late=[(p, t) for p, t in tickets if lanes[id(p)] == _LATE],
+            commits=commits, started=started)
+        self._syncing_ids |= round_.pending
+        nursery.start_soon(self._thread_round, round_)
         return False
 
-    async def _thread_round(self, tickets: list[tuple[Partition, FlushTicket | None]],
-                            commits: list[Commit], ids: set[int], started: float) -> None:
+    async def _thread_round(self, round_: _Round) -> None:
+        # Shielded: a shutdown waits for the fdatasyncs under way, and every ticket taken is
+        # completed (what was appended since, close() syncs).
+        with trio.CancelScope(shield=True):
+            round_.step(_FIRST)
+            if round_.first:
+                await self._sync_lane(round_, round_.first)
+            round_.step(_LATE)
+            if len(round_.late) == 1:
+                await self._sync_lane(round_, round_.late)
+            elif round_.late:
+                # Each large file on its own: its commits do not wait for a larger one's.
+                async with trio.open_nursery() as lane:
+                    for ticket in round_.late:
+                        lane.start_soon(self._sync_lane, round_, [ticket])
+            round_.step(_DONE)
+        self._count_round(round_.synced, round_.started)
+
+    async def _sync_lane(
+        self, round_: _Round, tickets: list[tuple[Partition, FlushTicket | None]],
+    ) -> None:
+        """Sync ``tickets`` of ``round_`` in a worker thread, then decide the round's commits
+        that no other lane of it holds, and start the next round if commits wait."""
+        ids = {id(p) for p, _ in tickets}
         try:
-            # Not cancellable: a shutdown waits for the fsyncs under way (close() flushes
-            # anyway).
             await trio.to_thread.run_sync(_sync_all, [t for _, t in tickets if t is not None])
         finally:
             self._syncing_ids -= ids
-        self._finish_round(tickets, started)
-        self._decide(commits)
+            round_.pending -= ids
+        round_.synced += self._complete(tickets)
+        round_.commits = self._decide_ready(round_.commits, round_.pending)
         if self._waiting and not self._retry:
-            # Commits waited while this round synced (or its callbacks made them): the next
+            # Commits waited while this lane synced (or its callbacks made them): the next
             # round starts now, from this task (see ``_rounds``).
             self._round()
+
+    def _decide_ready(self, commits: list[Commit], pending: set[int]) -> list[Commit]:
+        """Decide the commits none of whose partitions is in ``pending`` (still being synced
+        by a lane of their round); return the others."""
+        if not pending:
+            self._decide(commits)
+            return []
+        ready: list[Commit] = []
+        left: list[Commit] = []
+        for commit in commits:
+            (left if any(id(p) in pending for p in commit.partitions) else ready).append(commit)
+        self._decide(ready)
+        return left
 
     def flush_now(self) -> None:
         """Sync every dirty partition inline and decide every waiting commit (shutdown, and
         recovery at start, which has no loop)."""
         dirty, commits = self._take_round()
-        self._sync_inline(self._with_tied(dirty))
+        self._sync_inline(self._with_tied(dirty)[0])
         self._decide(commits)
 
     def _decide(self, commits: list[Commit]) -> None:
@@ -428,6 +476,10 @@ class FlushScheduler:
     def _finish_round(
         self, tickets: list[tuple[Partition, FlushTicket | None]], started: float,
     ) -> None:
+        self._count_round(self._complete(tickets), started)
+
+    def _complete(self, tickets: list[tuple[Partition, FlushTicket | None]]) -> int:
+        """Complete synced tickets (the high watermarks move); how many there were."""
         for partition, ticket in tickets:
             if ticket is not None and not partition.complete_flush(ticket):
                 # Not durable (EIO, ENOSPC): the high watermark stays, its commits fail, and
@@ -438,6 +490,14 @@ class FlushScheduler:
                 self._retry = self._round_pending = True
                 self._wakeup.set()  # an inline sync failed: the task retries it
         synced = sum(1 for _, t in tickets if t is not None)
+        if synced:
+            self.partition_syncs += synced
+            self._data_arrived.notify()
+        return synced
+
+    def _count_round(self, synced: int, started: float) -> None:
+        """The statistics and the metrics' fsync histogram: one round (if it synced
+        anything), however many lanes it had."""
         if not synced:
             return
         elapsed = time.perf_counter() - started
@@ -445,8 +505,74 @@ class FlushScheduler:
         if self._on_round is not None:
             self._on_round(elapsed)
         self.rounds += 1
-        self.partition_syncs += synced
-        self._data_arrived.notify()
+
+
+# The lanes of a round in worker threads, and its steps. Rules:
+# - the first lane is synced (its files in parallel) and its commits decided before the late
+#   lane starts: a transaction's records in ``__transaction_state`` and a small acks=all batch
+#   never wait for a large file's fdatasync, nor does the file system's journal commit they
+#   need wait for that file's writeback (not started yet); and the records that admitted a
+#   transaction's batches (a tie target, ``sync_together``) are durable before the batches;
+# - in the late lane every partition is synced on its own: its commits are decided when its
+#   own fdatasync returns, and its next round can start then;
+# - a commit is decided once no lane of its round still holds one of its partitions: it waits
+#   for its own data, never for more (but for the first lane, which is small).
+_FIRST = "first"
+_LATE = "late"
+_DONE = "done"
+_TAKEN = "taken"
+
+# Which lane syncs a partition: the first rule that matches. (``targets``: the ids of the tie
+# targets of the round, ``FlushScheduler._with_tied``.)
+_LANE_RULES: tuple[tuple[str, Callable[[Partition, set[int]], bool], str], ...] = (
+    ("a tie target: the records that admitted another partition's batches",
+     lambda p, targets: id(p) in targets, _FIRST),
+    ("what a segment roll left: rolled segments, their indexes, a snapshot, the directory",
+     lambda p, targets: p.needs_directory_sync, _LATE),
+    ("a large file: more than _FIRST_LANE_BYTES appended since its last sync",
+     lambda p, targets: p.unsynced_bytes > _FIRST_LANE_BYTES, _LATE),
+    ("a small file", lambda p, targets: True, _FIRST),
+)
+
+# A round's steps: each state and the states it may come from.
+_ROUND_STEPS: dict[str, frozenset[str]] = {
+    _FIRST: frozenset({_TAKEN}),
+    _LATE: frozenset({_FIRST}),
+    _DONE: frozenset({_LATE}),
+}
+
+_FIRST_LANE_BYTES = 64 * 1024
+
+
+class IllegalRoundStep(RuntimeError):
+    """A round was moved to a step its state does not lead to (a bug)."""
+
+
+def _lane(partition: Partition, targets: set[int]) -> str:
+    for _, matches, lane in _LANE_RULES:
+        if matches(partition, targets):
+            return lane
+    raise IllegalRoundStep("no lane rule matched")  # pragma: no cover (the last one always does)
+
+
+class _Round:
+    """A round synced in worker threads: its lanes' tickets, the commits it decides, the
+    partitions (ids) a lane still holds (``pending``)."""
+
+    __slots__ = ("commits", "first", "late", "pending", "started", "state", "synced")
+
+    def __init__(self, first: list[tuple[Partition, FlushTicket | None]],
+                 late: list[tuple[Partition, FlushTicket | None]], commits: list[Commit],
+                 started: float) -> None:
+        self.first, self.late, self.commits, self.started = first, late, commits, started
+        self.pending = {id(p) for p, _ in first} | {id(p) for p, _ in late}
+        self.state = _TAKEN
+        self.synced = 0  # tickets synced, for the statistics
+
+    def step(self, to: str) -> None:
+        if self.state not in _ROUND_STEPS.get(to, ()):
+            raise IllegalRoundStep(f"a round cannot go from {self.state} to {to}")
+        self.state = to
 
 
 # A round is synced inline when it covers at most this many partitions and bytes, none of which

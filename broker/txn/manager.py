@@ -78,14 +78,9 @@ from broker.log.partition import Partition
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicPartition
 from broker.reply import AnswerFirst, Deferred
 from broker.storage import Commit, Storage
-from broker.txn.coordinator import (
-    AbortFirst,
-    TransactionCoordinator,
-    TxnConfig,
-    TxnMetadata,
-    TxnTransition,
-)
+from broker.txn.coordinator import TransactionCoordinator
 from broker.txn.markers import COORDINATOR_EPOCH, MarkerWrite, MarkerWriter
+from broker.txn.metadata import AbortFirst, TxnConfig, TxnMetadata, TxnTransition
 from broker.txn.recovery import Recovery, TxnRecovery
 from broker.txn.state import TxnState
 from broker.txn.txn_log import TxnLog

@@ -46,8 +46,9 @@ from protocol.records import iter_batches_untrusted
 
 if TYPE_CHECKING:
     from broker.storage import Commit, Storage
-    from broker.txn.coordinator import TransactionCoordinator, TxnMetadata, TxnTransition
+    from broker.txn.coordinator import TransactionCoordinator
     from broker.txn.markers import MarkerWrite, MarkerWriter
+    from broker.txn.metadata import TxnMetadata, TxnTransition
     from broker.txn.txn_log import TxnLog
 
 log = logging.getLogger("minibroker.txn")

@@ -85,8 +85,9 @@ from broker.log.internal_replay import SkipLog, read_batches, restore_fixed_conf
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.log.topics import TRANSACTION_STATE_TOPIC, partition_for
-from broker.txn.coordinator import EPOCH_EXHAUSTED, TxnTransition
+from broker.txn.metadata import EPOCH_EXHAUSTED, TxnTransition
 from broker.txn.state import TxnState
+from protocol.bounded import BoundedReader
 from protocol.errors import KafkaError
 from protocol.primitives import encode_uvarint
 from protocol.records import NO_PRODUCER_EPOCH, build_record_batch
@@ -201,62 +202,12 @@ def encode_value(t: TxnTransition) -> bytes | None:
     return b"".join(parts)
 
 
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
-
-    def unpack(self, fmt: struct.Struct) -> tuple:
-        try:
-            values = fmt.unpack_from(self.data, self.pos)
-        except struct.error as exc:
-            raise CorruptTxnLogError(f"record too short: {exc}") from None
-        self.pos += fmt.size
-        return values
-
-    def string(self) -> str:
-        (n,) = self.unpack(_I16)
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptTxnLogError(f"bad string length {n}")
-        raw = self.data[self.pos : self.pos + n]
-        self.pos += n
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptTxnLogError("string is not UTF-8") from exc
-
-    def uvarint(self) -> int:
-        result = 0
-        for shift in range(0, 35, 7):
-            if self.pos >= len(self.data):
-                raise CorruptTxnLogError("record too short: truncated varint")
-            byte = self.data[self.pos]
-            self.pos += 1
-            result |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return result
-        raise CorruptTxnLogError("unsigned varint longer than 5 bytes")
-
-    def take(self, n: int) -> bytes:
-        if self.pos + n > len(self.data):
-            raise CorruptTxnLogError(f"tagged field of {n} bytes runs past the record")
-        raw = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return raw
-
-    def tagged_fields(self) -> dict[int, bytes]:
-        """The tagged fields of a version-2 value: tag -> its bytes (ascending, each once)."""
-        fields: dict[int, bytes] = {}
-        for _ in range(self.uvarint()):
-            tag = self.uvarint()
-            if fields and tag <= max(fields):
-                raise CorruptTxnLogError(f"tagged field {tag} out of order or repeated")
-            fields[tag] = self.take(self.uvarint())
-        return fields
+def _reader(data: bytes) -> BoundedReader:
+    return BoundedReader(data, "transaction log record", CorruptTxnLogError)
 
 
 def _decode_end_offsets(data: bytes) -> tuple[tuple[tuple[str, int], int], ...]:
-    r = _Reader(data)
+    r = _reader(data)
     (topics,) = r.unpack(_I32)
     if topics < 0:
         raise CorruptTxnLogError(f"bad end-offset topic count {topics}")
@@ -277,7 +228,7 @@ def _decode_end_offsets(data: bytes) -> tuple[tuple[tuple[str, int], int], ...]:
 
 
 def decode_key(key: bytes) -> str:
-    r = _Reader(key)
+    r = _reader(key)
     (version,) = r.unpack(_I16)
     if version != KEY_VERSION:
         raise CorruptTxnLogError(f"unknown key version {version}")
@@ -285,7 +236,7 @@ def decode_key(key: bytes) -> str:
 
 
 def decode_value(transactional_id: str, value: bytes) -> TxnTransition:
-    r = _Reader(value)
+    r = _reader(value)
     version, pid, last_pid, epoch, last_epoch, timeout, state_id = r.unpack(_VALUE_HEAD)
     if version not in (0, 1, VALUE_VERSION):
         raise CorruptTxnLogError(f"unknown value version {version}")

@@ -201,44 +201,15 @@ class GroupCoordinator:
         self, partitions: Iterable[tuple[str, int]]
     ) -> dict[TopicPartition, OffsetAndMetadata | None]:
         """The group's committed offsets (None where nothing is committed)."""
-        group_id = self.require_group()
         tps = [TopicPartition(*tp) for tp in partitions]
         topics: dict[str, list[int]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(tp.partition)
-
-        async def attempt() -> Any:
-            response = await self._cluster.coordinator_request(
-                GROUP,
-                group_id,
-                ApiKey.OFFSET_FETCH,
-                {
-                    "group_id": group_id,
-                    "topics": [{"name": t, "partition_indexes": p} for t, p in topics.items()],
-                },
-                channel=COORDINATOR_CHANNEL,
-            )
-            worst = response.error_code or _worst(
-                p.error_code for t in response.topics for p in t.partitions
-            )
-            if worst:
-                exc = self._cluster.coordinator_error(GROUP, group_id, worst, "OffsetFetch")
-                raise exc
-            return response
-
-        response = await retry(
-            attempt,
-            backoff=self._cluster.backoff,
-            timeout=self._request_timeout * 2,
-            what="OffsetFetch",
+        committed = await fetch_committed(
+            self._cluster, self.require_group(), topics, timeout=self._request_timeout * 2,
+            channel=COORDINATOR_CHANNEL,
         )
-        result: dict[TopicPartition, OffsetAndMetadata | None] = {tp: None for tp in tps}
-        for topic in response.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.name, p.partition_index)
-                if tp in result and p.committed_offset >= 0:
-                    result[tp] = OffsetAndMetadata(p.committed_offset, p.metadata)
-        return result
+        return {tp: committed.get(tp) for tp in tps}
 
     # -- membership ----------------------------------------------------------------------------------
 
@@ -289,7 +260,6 @@ class GroupCoordinator:
         return None
 
     async def _join_and_sync(self) -> list[TopicPartition]:
-        cluster = self._cluster
         group_id = self.require_group()
         cfg = self.config
         rebalance_timeout_ms = cfg["max.poll.interval.ms"]
@@ -303,28 +273,15 @@ class GroupCoordinator:
         while True:
             self.rejoin_needed = False
             topics = list(self._subs.topics or ())
-            try:
-                join = await cluster.coordinator_request(
-                    GROUP,
-                    group_id,
-                    ApiKey.JOIN_GROUP,
-                    {
-                        "group_id": group_id,
-                        "session_timeout_ms": cfg["session.timeout.ms"],
-                        "rebalance_timeout_ms": rebalance_timeout_ms,
-                        "member_id": self.member_id,
-                        "protocol_type": PROTOCOL_TYPE,
-                        "protocols": [
-                            {"name": self._strategy, "metadata": encode_subscription(topics)}
-                        ],
-                    },
-                    channel=COORDINATOR_CHANNEL,
-                    extra_timeout=rebalance_timeout_ms / 1000,
-                )
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                cluster.forget_coordinator(GROUP, group_id)
+            join = await self._rebalance_call(ApiKey.JOIN_GROUP, {
+                "group_id": group_id,
+                "session_timeout_ms": cfg["session.timeout.ms"],
+                "rebalance_timeout_ms": rebalance_timeout_ms,
+                "member_id": self.member_id,
+                "protocol_type": PROTOCOL_TYPE,
+                "protocols": [{"name": self._strategy, "metadata": encode_subscription(topics)}],
+            })
+            if join is None:
                 await back_off()
                 continue
             if join.error_code:
@@ -337,51 +294,32 @@ class GroupCoordinator:
                 if join.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
                     continue
-                join_error = error_for(join.error_code, "JoinGroup")
-                if join_error.retriable or join.error_code in REJOIN_CODES:
-                    if is_coordinator_error(join_error):
-                        cluster.forget_coordinator(GROUP, group_id)
-                    await back_off()
-                    continue
-                raise join_error
+                self._retry_or_raise(join.error_code, "JoinGroup")
+                await back_off()
+                continue
             self.member_id = join.member_id
             self.generation_id = join.generation_id
             assignments = []
             self._assigned_counts = None
             if join.leader == join.member_id:
                 assignments = await self._lead_assignment(join.members)
-            try:
-                sync = await cluster.coordinator_request(
-                    GROUP,
-                    group_id,
-                    ApiKey.SYNC_GROUP,
-                    {
-                        "group_id": group_id,
-                        "generation_id": self.generation_id,
-                        "member_id": self.member_id,
-                        # v5+: Kafka answers INCONSISTENT_GROUP_PROTOCOL when these are null
-                        "protocol_type": PROTOCOL_TYPE,
-                        "protocol_name": join.protocol_name,
-                        "assignments": assignments,
-                    },
-                    channel=COORDINATOR_CHANNEL,
-                    extra_timeout=rebalance_timeout_ms / 1000,
-                )
-            except KafkaClientError as exc:
-                if not exc.retriable:
-                    raise
-                cluster.forget_coordinator(GROUP, group_id)
+            sync = await self._rebalance_call(ApiKey.SYNC_GROUP, {
+                "group_id": group_id,
+                "generation_id": self.generation_id,
+                "member_id": self.member_id,
+                # v5+: Kafka answers INCONSISTENT_GROUP_PROTOCOL when these are null
+                "protocol_type": PROTOCOL_TYPE,
+                "protocol_name": join.protocol_name,
+                "assignments": assignments,
+            })
+            if sync is None:
                 await back_off()
                 continue
             if sync.error_code:
                 if sync.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
-                sync_error = error_for(sync.error_code, "SyncGroup")
-                if sync_error.retriable or sync.error_code in REJOIN_CODES:
-                    if is_coordinator_error(sync_error):
-                        cluster.forget_coordinator(GROUP, group_id)
-                    continue
-                raise sync_error
+                self._retry_or_raise(sync.error_code, "SyncGroup")
+                continue  # join again at once: the group is rebalancing
             try:
                 assigned = decode_assignment_untrusted(sync.assignment)
             except CorruptFrameError as exc:
@@ -394,6 +332,30 @@ class GroupCoordinator:
                 assigned,
             )
             return assigned
+
+    async def _rebalance_call(self, api: ApiKey, body: dict) -> Any | None:
+        """One JoinGroup or SyncGroup (answered within the rebalance timeout); None when it
+        failed in a way worth retrying (the coordinator is forgotten, the caller backs off)."""
+        group_id = self.require_group()
+        try:
+            return await self._cluster.coordinator_request(
+                GROUP, group_id, api, body, channel=COORDINATOR_CHANNEL,
+                extra_timeout=self.config["max.poll.interval.ms"] / 1000,
+            )
+        except KafkaClientError as exc:
+            if not exc.retriable:
+                raise
+            self._cluster.forget_coordinator(GROUP, group_id)
+            return None
+
+    def _retry_or_raise(self, code: int, request: str) -> None:
+        """Returns when the rebalance should go on after ``code`` (a retriable error or one of
+        REJOIN_CODES; a coordinator error forgets the coordinator first), raises it otherwise."""
+        error = error_for(code, request)
+        if not (error.retriable or code in REJOIN_CODES):
+            raise error
+        if is_coordinator_error(error):
+            self._cluster.forget_coordinator(GROUP, self.require_group())
 
     async def _lead_assignment(self, members: Sequence[Any]) -> list[dict]:
         subscriptions: dict[str, list[str]] = {}
@@ -477,6 +439,32 @@ class GroupCoordinator:
             self.request_rejoin()
         waiting = any(n == 0 for n in counts.values())
         return 1.0 if waiting else self.config["metadata.max.age.ms"] / 1000
+
+
+async def fetch_committed(
+    cluster: Cluster, group_id: str, topics: Mapping[str, Sequence[int]] | None, *,
+    timeout: float, channel: str = "default",
+) -> dict[TopicPartition, OffsetAndMetadata]:
+    """The group's committed offsets (OffsetFetch; ``topics`` None: all of them), the partitions
+    with nothing committed left out. Retried within ``timeout`` while the group's error, or the
+    worst partition error, is retriable (an offset commit still pending in a transaction answers
+    UNSTABLE_OFFSET_COMMIT); any other error is raised."""
+    body = {"group_id": group_id, "topics": None if topics is None else [
+        {"name": t, "partition_indexes": list(p)} for t, p in topics.items()]}
+
+    async def attempt() -> Any:
+        response = await cluster.coordinator_request(GROUP, group_id, ApiKey.OFFSET_FETCH, body,
+                                                     channel=channel)
+        worst = response.error_code or _worst(
+            p.error_code for t in response.topics for p in t.partitions)
+        if worst:
+            raise cluster.coordinator_error(GROUP, group_id, worst, f"OffsetFetch {group_id}")
+        return response
+
+    response = await retry(attempt, backoff=cluster.backoff, timeout=timeout, what="OffsetFetch")
+    return {TopicPartition(t.name, p.partition_index): OffsetAndMetadata(p.committed_offset,
+                                                                        p.metadata)
+            for t in response.topics for p in t.partitions if p.committed_offset >= 0}
 
 
 def _worst(codes: Iterable[int]) -> int:

@@ -21,11 +21,12 @@ from client.cli.groups import groups
 from client.cli.perf import perf
 from client.cli.records import consume, produce
 from client.cli.security import acls, users
+from client.cli.share_groups import share_groups
 from client.cli.topics import get_offsets, topics
 from client.cli.transactions import transactions
 
 COMMANDS: list[click.Command] = [
-    topics, produce, consume, groups, transactions, get_offsets, perf, configs, log_dirs,
+    topics, produce, consume, groups, share_groups, transactions, get_offsets, perf, configs, log_dirs,
     delete_records, acls, users, broker_api_versions, features,
 ]
 

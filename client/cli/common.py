@@ -303,6 +303,8 @@ ACTIONS: dict[str, dict[str, str]] = {
                "--delete": "delete", "--alter": "alter"},
     "groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
                "--reset-offsets": "reset-offsets"},
+    "share-groups": {"--list": "list", "--describe": "describe", "--delete": "delete",
+                     "--reset-offsets": "reset-offsets", "--delete-offsets": "delete-offsets"},
     "configs": {"--describe": "describe", "--alter": "alter"},
     "acls": {"--add": "add", "--list": "list", "--remove": "remove"},
     "log-dirs": {"--describe": None},  # kafka-log-dirs.sh --describe: the command itself
@@ -310,7 +312,8 @@ ACTIONS: dict[str, dict[str, str]] = {
 # Options of Kafka's tools that take several space-separated values (nargs +).
 VARIADIC = frozenset({"--producer-props"})
 # Options whose value Kafka's tool lets out (`groups --list --state`): given "" when it is.
-OPTIONAL_VALUE = {("groups", "list"): frozenset({"--state"})}
+OPTIONAL_VALUE = {("groups", "list"): frozenset({"--state"}),
+                  ("share-groups", "list"): frozenset({"--state"})}
 
 # Kafka 4.4's options (the tools' --help) that this command line refuses, with the reason printed
 # in place of "No such option": per command (its group for the tools with actions). The others
@@ -418,6 +421,7 @@ REFUSED: dict[str, dict[str, str]] = {
         "--bootstrap-controller": _CONTROLLER,
     },
     "transactions": {},
+    "share-groups": {},
 }
 # Kafka's subcommands that are refused, with the reason.
 REFUSED_COMMANDS: dict[str, dict[str, str]] = {
@@ -434,6 +438,33 @@ REFUSED_COMMANDS: dict[str, dict[str, str]] = {
 }
 
 
+# Kafka's tools with subcommands take the connection options before the subcommand
+# (`kafka-transactions.sh --bootstrap-server B list`); ours take them after it.
+SUBCOMMAND_TOOLS = frozenset({"transactions", "features"})
+_CONNECTION = frozenset({"-b", "--bootstrap-server", "--command-config", "-X",
+                         "--command-property"})
+
+
+def _connection_after_subcommand(args: list[str], first: int) -> list[str]:
+    """``transactions --bootstrap-server B list ...`` -> ``transactions list --bootstrap-server
+    B ...``: the connection options between the tool and its subcommand moved after it."""
+    moved: list[str] = []
+    i = first + 1
+    while i < len(args) and args[i].startswith("-"):
+        name = args[i].split("=", 1)[0]
+        if name not in _CONNECTION:
+            return args  # (another option first, --help say: left to the parser)
+        if "=" in args[i] or i + 1 == len(args):
+            moved.append(args[i])
+            i += 1
+        else:
+            moved += args[i:i + 2]
+            i += 2
+    if not moved or i == len(args):
+        return args
+    return [*args[:first + 1], args[i], *moved, *args[i + 1:]]
+
+
 def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
     """``args`` with Kafka's action flags turned into our subcommands and variadic options
     repeated: ``topics --bootstrap-server b --create --topic t`` -> ``topics create
@@ -443,6 +474,8 @@ def kafka_shapes(args: list[str], groups: Iterable[str]) -> list[str]:
     if args and args[0] in groups and "--version" in args[1:]:
         return ["--version"]  # kafka-topics.sh --version: the version of the whole tool
     first = next((i for i, token in enumerate(args) if not token.startswith("-")), None)
+    if first is not None and args[first] in SUBCOMMAND_TOOLS and args[first] in groups:
+        args = _connection_after_subcommand(args, first)
     for i, token in enumerate(args[first:first + 1] if first is not None else [], start=first or 0):
         if token in ACTIONS and token in groups:
             rest = args[i + 1:]

@@ -125,12 +125,29 @@ class Recorder:
                      "remove", "mkdir", "rmdir", "truncate"):
             self._saved[name] = getattr(os, name)
             setattr(os, name, getattr(self, "_" + name))
+        import broker.storage.syncfs as syncfs_module  # the storage's syncfs(2)
+        self._saved["syncfs"] = syncfs_module.syncfs
+        syncfs_module.syncfs = self._syncfs
         return self
 
     def __exit__(self, *exc: object) -> None:
+        import broker.storage.syncfs as syncfs_module
+        syncfs_module.syncfs = self._saved.pop("syncfs")
         for name, fn in self._saved.items():
             setattr(os, name, fn)
         self._saved.clear()
+
+    def _syncfs(self, fd: int) -> None:
+        """syncfs(2) on a descriptor under the root: every file and directory under it durable
+        (logged as a sync of each file, then of each directory; not counted for skip_sync)."""
+        with self._lock:
+            if fd not in self._fds:
+                return self._saved["syncfs"](fd)
+            if self.real_sync:
+                self._saved["syncfs"](fd)
+            self.ops.extend(("sync", ino) for ino in sorted(set(self._names.values())))
+            self.ops.extend(("dsync", d) for d in sorted(self._dirs))
+            return None
 
     def _open(self, path: Any, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
         with self._lock:

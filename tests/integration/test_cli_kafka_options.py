@@ -115,6 +115,10 @@ def test_the_issues_options(broker, tmp_path):
     with Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "opts-tx"}) as p:
         p.init_transactions()
     run(broker, "transactions", "find-hanging", "--broker-id", "0")
+    # kafka-transactions.sh's shape: the connection options before the subcommand
+    listed = CliRunner().invoke(minibroker, ["transactions", "--bootstrap-server",
+                                             broker.bootstrap, "list"])
+    assert listed.exit_code == 0 and "opts-tx" in listed.stdout, listed.output
     assert "no broker 7" in run(broker, "transactions", "find-hanging", "--broker-id", "7",
                                 code=1)
     run(broker, "transactions", "describe-producers", "--topic", "opts", "--partition", "0",

@@ -48,6 +48,7 @@ def test_cli_commands_are_exported():
     assert {c.name for c in COMMANDS} == {
         "topics", "produce", "consume", "groups", "transactions", "get-offsets", "perf", "configs",
         "log-dirs", "delete-records", "acls", "users", "broker-api-versions", "features",
+        "share-groups",
     }
 
 
@@ -56,8 +57,11 @@ def test_every_command_is_registered_in_one_place():
     module adds commands to another's as an import side effect), and every group lists what its
     module defines."""
     from client.cli import configs, groups, topics, transactions
+    from client.cli.share_groups import share_groups
 
     assert set(groups.commands) == {"list", "describe", "reset-offsets", "delete"}
+    assert set(share_groups.commands) == {"list", "describe", "reset-offsets", "delete-offsets",
+                                          "delete"}
     assert set(transactions.commands) == {
         "list", "describe", "abort", "describe-producers", "find-hanging"}
     assert set(topics.commands) == {"create", "list", "describe", "alter", "delete"}

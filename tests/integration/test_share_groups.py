@@ -343,3 +343,170 @@ def test_acls_read_on_the_group_and_the_topic(tmp_path) -> None:
             codes = {t.topic_id: t.partitions[0].error_code for t in answer.responses}
             assert codes == {ids["jobs"]: ErrorCode.NONE,
                              ids["secret"]: ErrorCode.TOPIC_AUTHORIZATION_FAILED}
+
+
+def describe_group_configs(port: int, group: str, keys: list[str] | None = None) -> dict:
+    with RawConnection(port) as conn:
+        answer = conn.request(ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [{
+            "resource_type": 32, "resource_name": group, "configuration_keys": keys}],
+            "include_synonyms": True, "include_documentation": False})
+    result = answer.results[0]
+    assert result.error_code == 0, result
+    return {c.name: c for c in result.configs}
+
+
+def test_group_configs_apply_are_refused_as_kafka_and_survive_kill9(tmp_path) -> None:
+    """Issue 40 item 1: GROUP config resources. share.auto.offset.reset=earliest and
+    share.delivery.count.limit=2 set by IncrementalAlterConfigs apply to the share group (records
+    produced before the first member come; a record released twice is archived); a value outside
+    the broker's bounds is INVALID_CONFIG with Kafka's message; the overrides survive kill -9
+    with their source and synonyms."""
+    with BrokerProcess.configured(tmp_path, CONFIG) as broker:
+        port = broker.port
+        tid = create_topic(port, "q")
+        produce(port, "q", 3)
+        set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+        set_group_config(port, "g", "share.delivery.count.limit", "2")
+        with RawConnection(port) as conn:
+            refused = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+                "resource_type": 32, "resource_name": "g", "configs": [
+                    {"name": "share.record.lock.duration.ms", "config_operation": 0,
+                     "value": "100000"}]}]}).responses[0]
+        assert refused.error_code == ErrorCode.INVALID_CONFIG
+        assert refused.error_message == ("share.record.lock.duration.ms must be in the range "
+                                         "15000 to 60000 inclusive.")
+        broker.kill9()
+        broker.restart()
+        port = broker.port
+        configs = describe_group_configs(port, "g")
+        reset = configs["share.auto.offset.reset"]
+        assert (reset.value, reset.config_source) == ("earliest", 8)  # DYNAMIC_GROUP_CONFIG
+        assert [(s.name, s.value, s.source) for s in reset.synonyms] == [
+            ("share.auto.offset.reset", "earliest", 8), ("share.auto.offset.reset", "latest", 5)]
+        limit = configs["share.delivery.count.limit"]
+        assert (limit.value, limit.config_source) == ("2", 8)
+        assert configs["share.record.lock.duration.ms"].value == str(LOCK_MS)  # the broker's
+        assert describe_group_configs(port, "other")["share.auto.offset.reset"].value == "latest"
+        m = Member(port, "g", "q", tid)
+        try:
+            assert offsets(fetch_until(m, 3)) == [0, 1, 2]  # earliest: produced before
+            m.acknowledge([(0, 0, [RELEASE]), (1, 2, [ACCEPT])])
+            again = fetch_until(m, 1)
+            assert again == [(0, 0, 2)]
+            m.acknowledge([(0, 0, [RELEASE])])  # the second delivery was the last (limit 2)
+            assert acquired(m.fetch(max_wait_ms=300)) == []
+        finally:
+            m.close()
+
+
+@pytest.mark.slow
+def test_the_timer_expires_locks_and_silent_members_without_requests(tmp_path) -> None:
+    """Issue 40 item 3 (and 4): with no request arriving, a lock that ran out makes its records
+    Available and a member without heartbeats leaves the group, when due (Kafka's timer). Seen
+    through the Prometheus endpoint's share metrics and ShareGroupDescribe, neither of which
+    looks at the deadlines itself."""
+    import urllib.request
+
+    # a 2.5 s lock and a 3 s session: margin for a loaded machine between the acquisition and
+    # the first scrape
+    config = ("group.share.record.lock.duration.ms=2500\ngroup.share.delivery.count.limit=3\n"
+              "metrics.port=0\ngroup.share.session.timeout.ms=3000\n"
+              "group.share.heartbeat.interval.ms=500\n")
+    with BrokerProcess.configured(tmp_path, config) as broker:
+        port = broker.port
+        found = broker.wait_for_output("metrics on http://127.0.0.1:")
+        import re
+        metrics = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", found
+                                ).group(1))  # type: ignore[union-attr]
+
+        def share_metrics() -> dict[str, float]:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            out = {}
+            for line in text.splitlines():
+                if line.startswith("minibroker_share_") and 'group="g"' in line:
+                    out[line.split("{")[0]] = float(line.rsplit(" ", 1)[1])
+            return out
+
+        tid = create_topic(port, "q")
+        set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+        produce(port, "q", 4)
+        m = Member(port, "g", "q", tid)
+        try:
+            assert offsets(fetch_until(m, 4)) == [0, 1, 2, 3]
+            m.acknowledge([(3, 3, [REJECT])])
+            before = share_metrics()
+            assert before["minibroker_share_acquired_records"] == 3
+            assert before["minibroker_share_archived_records_total"] == 1
+            time.sleep(4)  # the lock and the session run out; no request is sent
+            after = share_metrics()
+            assert after["minibroker_share_acquired_records"] == 0
+            assert after["minibroker_share_in_flight_records"] == 3
+            with RawConnection(port) as conn:
+                described = conn.request(ApiKey.SHARE_GROUP_DESCRIBE, 1, {"group_ids": ["g"]})
+            assert described.groups[0].members == []
+        finally:
+            m.close()
+        again = Member(port, "g", "q", tid)
+        try:
+            assert [(a, b, n) for a, b, n in fetch_until(again, 3)] == [(0, 2, 2)]
+            assert share_metrics()["minibroker_share_redelivered_records_total"] == 3
+        finally:
+            again.close()
+
+
+def test_deleting_a_topic_drops_its_share_state(tmp_path) -> None:
+    """Issue 40 item 2: a deleted topic's share-partition state goes (durably: not back after a
+    kill -9); the topic created again under the name starts afresh (share.auto.offset.reset)."""
+    with BrokerProcess.configured(tmp_path, CONFIG) as broker:
+        port = broker.port
+        tid = create_topic(port, "q")
+        set_group_config(port, "g", "share.auto.offset.reset", "earliest")
+        produce(port, "q", 5)
+        m = Member(port, "g", "q", tid)
+        assert offsets(fetch_until(m, 5)) == list(range(5))
+        m.acknowledge([(0, 4, [ACCEPT])])
+        m.close()
+        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        admin.delete_topics(["q"])["q"].result(timeout=10)
+
+        def start_offset() -> int:
+            with RawConnection(broker.port) as conn:
+                answer = conn.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [{
+                    "group_id": "g", "topics": None}]})
+            return [p.start_offset for t in answer.groups[0].topics for p in t.partitions]
+
+        assert start_offset() == []
+        broker.kill9()
+        broker.restart()
+        port = broker.port
+        # the replay finds the tombstones: nothing of the deleted topic's state comes back
+        assert "loaded the state of 0 share partitions" in broker.wait_for_output(
+            "loaded the state of")
+        assert start_offset() == []
+        tid = create_topic(port, "q")
+        produce(port, "q", 2)
+        m = Member(port, "g", "q", tid)
+        try:
+            assert offsets(fetch_until(m, 2)) == [0, 1]
+        finally:
+            m.close()
+
+
+def test_consumer_group_configs_reach_consumer_protocol_groups(broker) -> None:
+    """consumer.heartbeat.interval.ms set on a GROUP resource is the interval a KIP-848
+    member of that group is told; another group keeps the broker's (5 s)."""
+    port = broker.port
+    create_topic(port, "cq")
+    set_group_config(port, "cg", "consumer.heartbeat.interval.ms", "7000")
+    with RawConnection(port) as conn:
+        def join(group: str) -> int:
+            joined = conn.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+                "group_id": group, "member_id": str(uuid.uuid4()), "member_epoch": 0,
+                "rebalance_timeout_ms": 30_000, "subscribed_topic_names": ["cq"],
+                "topic_partitions": []})
+            assert joined.error_code == 0, joined
+            return joined.heartbeat_interval_ms
+
+        assert join("cg") == 7000
+        assert join("other") == 5000

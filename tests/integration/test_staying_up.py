@@ -161,7 +161,7 @@ async def test_any_socket_error_costs_one_connection(tmp_path, monkeypatch, code
     def fail(patch, server):
         def recv_into(self, buffer):
             raise OSError(code, "injected")
-        patch.setattr(server._Socket, "recv_into", recv_into)
+        patch.setattr(server.Socket, "recv_into", recv_into)
 
     await _serve_and_poke(tmp_path, monkeypatch, fail)
 

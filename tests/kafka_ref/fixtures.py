@@ -12,7 +12,9 @@ Tests that use them are marked with an xdist group so that ``make test``'s worke
 tests (tests/kafka_road, tests/spark/test_on_kafka.py) are ``xdist_group("kafka_three")``, the
 others (``kafka_one``, the modules' own clusters, the Java clients against minibroker)
 ``xdist_group("kafka_ref")``. The two groups run side by side on two workers, and neither
-cluster is started twice (a test that needs both would have to be in one group). When such a
+cluster is started twice (a test that needs both would have to be in one group). The group is also
+what makes a test a ``reference`` one (``pytest_collection_modifyitems`` below): ``make test``
+leaves those out and ``make test-reference`` runs them; CI (.ci/run) runs both. When such a
 test fails, the tail of each Kafka node's log is added to its report; the logs stay under the
 session's pytest tmp dir.
 """
@@ -71,6 +73,18 @@ def kafka_one(kafka_ref: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
 @pytest.fixture(scope="session")
 def kafka_three(kafka_ref: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
     yield from _cluster(tmp_path_factory, 3)
+
+
+REFERENCE_GROUPS = ("kafka_ref", "kafka_three")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Marks ``reference`` every test of a reference Kafka's xdist group (one source for the fact
+    that a test starts a JVM Kafka, so ``-m reference`` selects exactly the suites above)."""
+    for item in items:
+        group = item.get_closest_marker("xdist_group")
+        if group is not None and group.args and group.args[0] in REFERENCE_GROUPS:
+            item.add_marker(pytest.mark.reference)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -16,10 +16,12 @@ from click.testing import CliRunner
 
 from broker.cli import main as minibroker_cli
 from client import Admin, Producer
+from client.share_consumer import ShareConsumer
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 from protocol.records import encode_batch
 from tests.broker_process import BrokerProcess
+from tests.integration.test_share_groups import set_group_config
 from tests.kafka_ref.tools import (
     ACLS,
     CONFIGS,
@@ -196,6 +198,76 @@ def test_groups_print_kafkas_text(broker):
     ])
 
 
+SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
+
+
+def _share_group(broker: BrokerProcess, group: str, topic: str, n: int) -> ShareConsumer:
+    """A member of share group ``group`` that has received and accepted ``n`` records."""
+    set_group_config(broker.port, group, "share.auto.offset.reset", "earliest")
+    consumer = ShareConsumer({"bootstrap.servers": broker.bootstrap, "group.id": group})
+    consumer.subscribe([topic])
+    got, deadline = 0, time.monotonic() + 30
+    while got < n and time.monotonic() < deadline:
+        got += len(consumer.poll(0.5))
+    assert got == n
+    consumer.commit_sync()
+    return consumer
+
+
+def test_share_groups_print_kafkas_text(broker):
+    """kafka-share-groups.sh and ``share-groups`` on the same groups: read-only views of one
+    group, then each changing command given to Kafka's tool for one group and to ours for a
+    twin group in the same state (the group ids normalized)."""
+    bs = ["--bootstrap-server", broker.bootstrap]
+    with Admin({"bootstrap.servers": broker.bootstrap}) as admin:
+        admin.create_topic("same-share", 2)
+    with Producer({"bootstrap.servers": broker.bootstrap}) as producer:
+        for i in range(6):
+            producer.send("same-share", b"v", partition=i % 2)
+    consumer = _share_group(broker, "same-sg", "same-share", 6)
+    try:
+        views = [["--list"], ["--list", "--state"], ["--list", "--state", "Stable"]] + [
+            ["--describe", "--group", "same-sg", *more]
+            for more in ([], ["--verbose"], ["--members"], ["--members", "--verbose"],
+                         ["--state"], ["--state", "--verbose"])]
+        same(broker, [(Tool(SHARE_GROUPS, [*bs, *v]), ["share-groups", *v]) for v in views])
+    finally:
+        consumer.close()
+    # twins: "same-k" for Kafka's tool, "same-m" for ours
+    for group in ("same-k", "same-m"):
+        _share_group(broker, group, "same-share", 6).close()
+    steps = [
+        ["--describe", "--group", "<g>", "--state"],
+        ["--describe", "--group", "<g>", "--members"],
+        ["--reset-offsets", "--group", "<g>", "--topic", "same-share", "--to-earliest",
+         "--dry-run"],
+        ["--reset-offsets", "--group", "<g>", "--all-topics", "--to-offset", "1", "--execute"],
+        ["--describe", "--group", "<g>"],
+        ["--reset-offsets", "--group", "<g>", "--topic", "same-share:1", "--to-latest",
+         "--execute"],
+        ["--describe", "--group", "<g>", "--verbose"],
+        ["--delete-offsets", "--group", "<g>", "--topic", "nosuch"],  # (ours exits 1)
+        ["--delete-offsets", "--group", "<g>", "--topic", "same-share"],
+        ["--describe", "--group", "<g>"],
+        ["--delete", "--group", "<g>"],
+    ]
+    extra = {broker.bootstrap: "<bootstrap>", "same-k": "<g>", "same-m": "<g>"}
+    theirs = run_batch([Tool(SHARE_GROUPS, [*bs, *[a.replace("<g>", "same-k") for a in step]])
+                        for step in steps])
+    diffs = []
+    for step, result in zip(steps, theirs, strict=True):
+        done = CliRunner().invoke(minibroker_cli, ["share-groups", *[
+            a.replace("<g>", "same-m") for a in step], "-b", broker.bootstrap])
+        assert done.exit_code == (1 if "nosuch" in step else 0), (step, done.output)
+        mine = normalize(done.stdout, extra)
+        ref = normalize(result.out, extra)
+        if step[0] == "--reset-offsets":  # (Kafka's tool prints the partitions unordered)
+            mine, ref = ("\n".join(sorted(text.splitlines())) for text in (mine, ref))
+        if mine != ref:
+            diffs.append(f"=== {' '.join(step)}\n--- Kafka's tool:\n{ref}\n--- ours:\n{mine}")
+    assert not diffs, "\n".join(diffs)
+
+
 # -- the option lists test_cli_kafka_options.py walks are Kafka's -------------------------------
 
 _MAINS = {
@@ -205,6 +277,7 @@ _MAINS = {
     "log-dirs": "org.apache.kafka.tools.LogDirsCommand", "acls": "org.apache.kafka.tools.AclCommand",
     "perf produce": PRODUCER_PERF, "perf consume": CONSUMER_PERF,
     "broker-api-versions": BROKER_API_VERSIONS, "features": FEATURES, "transactions": TXNS,
+    "share-groups": SHARE_GROUPS,
 }
 
 

@@ -149,20 +149,64 @@ def start_offset(bootstrap: str, group: str, topic: str) -> int:
     return answer.groups[0].topics[0].partitions[0].start_offset
 
 
-def test_minibroker_kill9_mid_run_loses_nothing_and_redelivers_nothing_acknowledged(
-        minibroker) -> None:
-    """An acknowledgement whose answer the kill cut off may or may not have been applied (the
-    client reports it failed); one answered success is never followed by a redelivery, and the
-    share-partition start offset reaches the end: every record finished, none lost."""
-    bootstrap, topic, group, n = minibroker.bootstrap, fresh("crash"), fresh("sg"), 4000
+def lag(bootstrap: str, group: str, topic: str) -> int:
+    """DescribeShareGroupOffsets v1's lag (-1 while the group has no state or the broker is
+    down): 0 once every record is finished, on both brokers (Kafka's start offset may stay
+    behind its delivery-complete records until its next state write)."""
+    port = int(bootstrap.rsplit(":", 1)[1])
+    try:
+        with RawConnection(port) as conn:
+            answer = conn.request(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1, {"groups": [{
+                "group_id": group, "topics": [{"topic_name": topic, "partitions": [0]}]}]})
+    except OSError:
+        return -1
+    partition = answer.groups[0].topics[0].partitions[0]
+    return partition.lag if partition.error_code == 0 else -1
+
+
+@pytest.fixture(params=["minibroker", "kafka"])
+def crashable(request, tmp_path, kafka_ref):
+    """A broker of this test's own that ``crash()`` kills with SIGKILL and starts again on the
+    same data: minibroker, or a one-node Kafka 4.4 (not the session's shared one)."""
+    from tests.kafka_ref.fixtures import SMALL_INTERNAL_TOPICS
+    from tests.kafka_ref.harness import KafkaCluster
+
+    if request.param == "minibroker":
+        with BrokerProcess.configured(tmp_path, "group.share.record.lock.duration.ms=15000\n") \
+                as broker:
+            def crash() -> None:
+                broker.kill9()
+                broker.restart()
+            yield broker.bootstrap, crash
+        return
+    cluster = KafkaCluster(tmp_path / "kafka", 1, config={
+        **SMALL_INTERNAL_TOPICS, "group.share.record.lock.duration.ms": 15000})
+    cluster.start()
+    try:
+        def crash_kafka() -> None:
+            cluster.kill9(0)
+            cluster.start_node(0)
+        yield cluster.bootstrap, crash_kafka
+    finally:
+        cluster.stop()
+
+
+def test_broker_kill9_mid_run_loses_nothing_and_redelivers_nothing_acknowledged(
+        crashable) -> None:
+    """The broker is killed with SIGKILL while Kafka's share consumer acknowledges record by
+    record, and started again. An acknowledgement whose answer the kill cut off may or may not
+    have been applied (the client reports it failed); one answered success is never followed by
+    a redelivery, and every record is finished in the end (lag 0): none lost. The same on
+    minibroker and on Kafka 4.4."""
+    bootstrap, crash = crashable
+    topic, group, n = fresh("crash"), fresh("sg"), 4000
     create_topic(bootstrap, topic)
     produce(bootstrap, topic, [str(i) for i in range(n)])
     with consumer(bootstrap, topic, group) as program:
         wait_until(lambda: len(acked(program)) >= 500, "500 acknowledgements", [program])
-        minibroker.kill9()
-        minibroker.restart()
-        wait_until(lambda: start_offset(bootstrap, group, topic) == n,
-                   f"the start offset at {n}", [program], timeout=180)
+        crash()
+        wait_until(lambda: lag(bootstrap, group, topic) == 0, "every record finished (lag 0)",
+                   [program], timeout=240)
         time.sleep(1)
         events = list(program.events)
     done: set[int] = set()
@@ -176,6 +220,54 @@ def test_minibroker_kill9_mid_run_loses_nothing_and_redelivers_nothing_acknowled
             done |= set(offsets)
     assert seen == set(range(n))
     assert Counter(acked(program)).most_common(1)[0][1] == 1  # no double success
+
+
+def test_kafka_configs_on_groups_and_the_share_consumer_honours_them(minibroker, kafka_one
+                                                                    ) -> None:
+    """kafka-configs.sh --entity-type groups (issue 40 item 1) against both brokers: the same
+    lines for an alter, a describe and a refused value; then Kafka's share consumer, given no
+    reset strategy of its own, reads from the start because share.auto.offset.reset=earliest
+    was set this way."""
+    from tests.kafka_ref.harness import run_tool
+
+    def configs(bootstrap: str, *args: str) -> tuple[int, str]:
+        done = run_tool("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", bootstrap,
+                        "--entity-type", "groups", *args)
+        text = done.stdout + "\n".join(line for line in done.stderr.splitlines()
+                                       if "InvalidConfigurationException:" in line
+                                       and not line.startswith("Caused by"))
+        return done.returncode, text.replace(bootstrap, "BOOTSTRAP")
+
+    group = fresh("cfg")
+    outputs = []
+    for bootstrap in (minibroker.bootstrap, kafka_one.bootstrap):
+        topic = fresh("cfg")
+        create_topic(bootstrap, topic)
+        produce(bootstrap, topic, [str(i) for i in range(10)])
+        steps = [
+            configs(bootstrap, "--entity-name", group, "--alter", "--add-config",
+                    "share.auto.offset.reset=earliest,share.delivery.count.limit=4"),
+            configs(bootstrap, "--entity-name", group, "--describe"),
+            configs(bootstrap, "--entity-name", group, "--alter", "--add-config",
+                    "share.session.timeout.ms=5000"),
+            configs(bootstrap, "--entity-name", group, "--alter", "--add-config",
+                    "share.record.lock.duration.ms=100"),
+            configs(bootstrap, "--entity-name", group, "--alter", "--add-config",
+                    "no.such.key=1"),
+        ]
+        outputs.append(steps)
+        program = JavaProgram(CONSUMER, "--bootstrap-server", bootstrap, "--topic", topic,
+                              "--group-id", group, "--acknowledgement-mode", "sync",
+                              "--max-messages", "10")
+        with program:
+            wait_until(lambda p=program: len(acked(p)) >= 10, "10 acknowledgements", [program])
+            assert sorted(acked(program)) == list(range(10))
+    ours, kafka = outputs
+    assert ours == kafka
+    assert [code for code, _ in ours] == [0, 0, 1, 1, 1]
+    assert "share.auto.offset.reset=earliest sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:" \
+           "share.auto.offset.reset=earliest, DEFAULT_CONFIG:share.auto.offset.reset=latest}" \
+           in ours[1][1]
 
 
 def test_kafka_share_groups_tool(bootstrap) -> None:

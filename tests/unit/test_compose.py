@@ -199,3 +199,60 @@ def test_one_env_variable_moves_the_published_port_and_the_advertised_listener()
     listeners.update([advertised.split("=", 1)])
     (external,) = build_config(listeners).extra_listeners
     assert (external.advertised_host, external.advertised_port) == ("localhost", 19092)
+
+
+# -- the image's user, paths and versions agree with the compose file and docs/operations.md ------
+
+
+def test_user_uid_and_paths_agree_with_compose_and_docs():
+    stage = dockerfile_stages()["broker"]
+    runs = " ".join(a for i, a in stage if i == "RUN")
+    (uid,) = re.findall(r"useradd .*--uid (\d+)", runs)
+    (user,) = [a for i, a in stage if i == "USER"]
+    assert re.search(rf"useradd .*--uid {uid} .*\b{user}\b", runs)
+    assert f"chown {user} /data" in runs  # the volume's directory is the user's
+    (volume,) = [a for i, a in stage if i == "VOLUME"]
+    (workdir,) = [a for i, a in stage if i == "WORKDIR"]
+    broker = compose_config()["services"]["broker"]
+    (mount,) = broker["volumes"]
+    assert volume == workdir == mount["target"] == "/data"
+    assert read_properties(ROOT / "docker" / "server.properties")["log.dirs"] == volume
+    env = dict(a.split("=", 1) for i, args in stage if i == "ENV" for a in args.split())
+    venv = "/opt/minibroker"
+    assert env["PATH"].split(":")[0] == f"{venv}/bin"  # `minibroker` and `python` of the venv
+    assert any(a == f"--from=build {venv} {venv}" for i, a in stage if i == "COPY")
+    docs = (ROOT / "docs" / "operations.md").read_text()
+    assert f"uid {uid} (user `{user}`)" in docs and f"sudo chown {uid} ./data" in docs
+    assert f'["./data:{volume}"]' in docs and f"`{venv}`" in docs
+    (image,) = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", (ROOT / "Dockerfile").read_text(), re.M)
+    assert f"`{image}`" in docs
+
+
+def test_healthcheck_asks_the_internal_listener_within_its_timeout():
+    broker = compose_config()["services"]["broker"]
+    command = broker["healthcheck"]["test"]
+    assert command[:3] == ["CMD", "python", "/usr/local/bin/minibroker-healthcheck"]
+    port, answer_within = int(command[3]), float(command[4])
+    config = build_config(read_properties(ROOT / "docker" / "server.properties"))
+    assert config.port == port  # INTERNAL, the first listener
+    timeout = broker["healthcheck"]["timeout"]  # compose-go normalises to a duration string
+    assert answer_within < float(timeout.rstrip("s"))  # the script answers before Docker gives up
+    exposed = {int(p) for i, a in dockerfile_stages()["broker"] if i == "EXPOSE"
+               for p in a.split()}
+    assert {port, *(p["target"] for p in broker["ports"])} <= exposed
+
+
+def test_docker_compose_cli_parses_the_file_where_it_can():
+    """``docker compose config`` needs only the CLI's compose plugin, no engine."""
+    docker = shutil.which("docker")
+    if docker is None:
+        pytest.skip("no docker CLI on PATH")
+    version = subprocess.run([docker, "compose", "version"], capture_output=True, text=True,
+                             timeout=30)
+    if version.returncode != 0:
+        pytest.skip("this docker CLI has no compose plugin ('docker compose' unknown); "
+                    "compose-go's docker-compose parses the file: test_compose_file_is_valid")
+    result = subprocess.run([docker, "compose", "-f", str(ROOT / "docker-compose.yml"),
+                             "--profile", "spark", "config", "--quiet"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr

@@ -151,7 +151,8 @@ def test_scanner_flags_a_forbidden_import(tmp_path, monkeypatch) -> None:
 
 ROOT_AND_SHELL = {
     "broker.app", "broker.wiring", "broker.cli", "broker.logsetup", "broker.handlers",
-    "broker.network.server", "broker.network.dispatcher", "broker.metrics", "broker.metrics.http",
+    "broker.network.server", "broker.network.dispatcher", "broker.network.limits",
+    "broker.network.memory", "broker.network.sockets", "broker.metrics", "broker.metrics.http",
 }
 SERVICES = {"broker.storage", "broker.reply", "broker.clock", "broker.group.service",
             "broker.txn.manager", "broker.txn.recovery", "broker.txn.markers",

@@ -2,7 +2,8 @@
 transactions (ending handed-over ones), ACLs and SCRAM credentials.
 
 ``AsyncAdmin`` is split by concern, one module each: ``topics`` (topics, partitions, configs,
-records, log dirs, offsets), ``groups`` (groups and committed offsets), ``transactions``
+records, log dirs, offsets), ``groups`` (groups and committed offsets), ``share_groups``
+(share groups' descriptions and start offsets), ``transactions``
 (producers, transactions, hanging ones, ``end_transaction`` and its tolerance rules) and
 ``security`` (ACLs, SCRAM credentials); ``_base`` holds what they share. Every call that is
 retried follows the client's one retry policy (``client/retry.py``) until the request timeout.
@@ -17,6 +18,7 @@ from client._loop import require_trio
 from client.aio._tasks import EngineTasks
 from client.aio.admin.groups import GroupsAdmin
 from client.aio.admin.security import SecurityAdmin
+from client.aio.admin.share_groups import ShareGroupsAdmin
 from client.aio.admin.transactions import TransactionsAdmin
 from client.aio.cluster import Cluster
 from client.aio.connection import OpenStream
@@ -27,7 +29,7 @@ from client.errors import BrokerResponseError
 __all__ = ["AsyncAdmin", "raise_first"]
 
 
-class AsyncAdmin(TransactionsAdmin, GroupsAdmin, SecurityAdmin):
+class AsyncAdmin(TransactionsAdmin, GroupsAdmin, ShareGroupsAdmin, SecurityAdmin):
     """Kafka admin operations on trio (``async with AsyncAdmin(conf) as admin``)."""
 
     def __init__(

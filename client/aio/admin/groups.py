@@ -8,6 +8,7 @@ from typing import Any
 
 from client.aio.admin._base import AdminBase
 from client.aio.cluster import GROUP, is_coordinator_error
+from client.aio.group_coordinator import fetch_committed
 from client.errors import (
     BrokerResponseError,
     UnsupportedVersionError,
@@ -197,38 +198,9 @@ class GroupsAdmin(AdminBase):
         self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """The group's committed offsets (all of them when ``partitions`` is None)."""
-        if partitions is None:
-            topics = None
-        else:
-            by_topic: dict[str, list[int]] = {}
+        topics: dict[str, list[int]] | None = None
+        if partitions is not None:
+            topics = {}
             for topic, partition in partitions:
-                by_topic.setdefault(topic, []).append(partition)
-            topics = [{"name": t, "partition_indexes": p} for t, p in by_topic.items()]
-
-        async def attempt() -> Any:
-            response = await self._cluster.coordinator_request(
-                GROUP, group_id, ApiKey.OFFSET_FETCH, {"group_id": group_id, "topics": topics}
-            )
-            if response.error_code:
-                exc = self._cluster.coordinator_error(
-                    GROUP,
-                    group_id,
-                    response.error_code,
-                    f"OffsetFetch {group_id}",
-                )
-                raise exc
-            return response
-
-        response = await retry(
-            attempt, backoff=self._cluster.backoff, timeout=self._timeout, what="OffsetFetch"
-        )
-        result = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code:
-                    raise error_for(p.error_code, f"OffsetFetch {topic.name}-{p.partition_index}")
-                if p.committed_offset >= 0:
-                    result[TopicPartition(topic.name, p.partition_index)] = OffsetAndMetadata(
-                        p.committed_offset, p.metadata
-                    )
-        return result
+                topics.setdefault(topic, []).append(partition)
+        return await fetch_committed(self._cluster, group_id, topics, timeout=self._timeout)

@@ -35,6 +35,24 @@ def test_kafka_shapes(given, expected):
     assert kafka_shapes(given, GROUPS) == expected
 
 
+@pytest.mark.parametrize("given, expected", [
+    # kafka-transactions.sh / kafka-features.sh: connection options before the subcommand
+    (["transactions", "--bootstrap-server", "b:1", "list"],
+     ["transactions", "list", "--bootstrap-server", "b:1"]),
+    (["transactions", "--bootstrap-server=b:1", "--command-config", "c.properties", "abort",
+      "--topic", "t"],
+     ["transactions", "abort", "--bootstrap-server=b:1", "--command-config", "c.properties",
+      "--topic", "t"]),
+    (["features", "-b", "b:1", "describe"], ["features", "describe", "-b", "b:1"]),
+    # (already after it, or another option first: unchanged)
+    (["transactions", "list", "-b", "b:1"], ["transactions", "list", "-b", "b:1"]),
+    (["transactions", "--help"], ["transactions", "--help"]),
+    (["transactions", "-b", "b:1"], ["transactions", "-b", "b:1"]),
+])
+def test_connection_options_before_a_subcommand(given, expected):
+    assert kafka_shapes(given, [*GROUPS, "transactions", "features"]) == expected
+
+
 def test_two_action_flags_are_left_for_click_to_refuse():
     assert kafka_shapes(["topics", "--create", "--delete"], GROUPS) == \
         ["topics", "--create", "--delete"]

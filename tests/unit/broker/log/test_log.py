@@ -511,8 +511,10 @@ def test_recovery_with_preallocated_zeros(tmp_path: Path) -> None:
     m2 = reopen(tmp_path, m, clean=False, preallocate=True)
     (rep,) = m2.recovered
     assert not rep.clean and rep.truncated_bytes == 0 and rep.log_end_offset == 10
-    assert path.stat().st_size == data_size
+    # The zeros stay as preallocated room (truncating cost a journal operation per partition).
     p2 = m2.partition("t", 0)
+    assert p2.segments[-1].size == data_size
+    assert p2.segments[-1].allocated == path.stat().st_size > data_size
     assert p2.read(0, 1 << 20, 10) == b"".join(written)
     assert p2.append_untrusted(batch(1), NOW).base_offset == 10
     # A torn batch followed by zeros: only the torn bytes count.
@@ -572,15 +574,18 @@ def test_only_small_writes_are_preallocated(tmp_path: Path) -> None:
     assert p.read(0, 1 << 20, 702) == bytes(large) + bytes(small)
 
 
-def test_clean_close_trims_preallocation(tmp_path: Path) -> None:
+def test_clean_close_keeps_preallocation(tmp_path: Path) -> None:
+    # The clean point records the data's size; the zeros after it stay as room for appends
+    # (truncating them cost a journal operation per partition at every clean close).
     m = make(tmp_path, preallocate=True)
     m.create_topic("t", 1)
     p = m.partition("t", 0)
     written = _fill(p, 3)
     path = _active_log(p)
-    assert path.stat().st_size > sum(map(len, written))
+    allocated = path.stat().st_size
+    assert allocated > sum(map(len, written))
     m2 = reopen(tmp_path, m, clean=True, preallocate=True)
-    assert path.stat().st_size == sum(map(len, written))
+    assert path.stat().st_size == allocated
     assert m2.recovered[0].clean
     p2 = m2.partition("t", 0)
     assert p2.append_untrusted(batch(), NOW).base_offset == 6

@@ -79,9 +79,9 @@ def test_close_writes_only_partitions_that_changed(tmp_path: Path,
     written: list[Path] = []
     original = Partition._write_snapshot
 
-    def counting(self: Partition, offset: int) -> None:
+    def counting(self: Partition, offset: int, fsync: bool = True) -> None:
         written.append(self.dir)
-        original(self, offset)
+        original(self, offset, fsync)
 
     monkeypatch.setattr(Partition, "_write_snapshot", counting)
     synced: list[int] = []
@@ -190,3 +190,74 @@ def test_abandoned_creation_leaves_nothing(tmp_path: Path) -> None:
     assert not any((tmp_path / "data").glob("t-*"))
     logs.create_topic("t", 5)
     assert logs.partition_count("t") == 5
+
+
+def test_appends_into_the_kept_tail_are_found_after_a_crash(tmp_path: Path) -> None:
+    # A clean close keeps the active segment's preallocated zeros (no truncation); appends after
+    # the next start fill them without changing the file's length, so after a crash the
+    # recovery points must not be trusted for a partition whose tail is no longer zeros.
+    logs = make(tmp_path, preallocate=True, flush="always")
+    logs.create_topic("t", 3)
+    for p in logs.all_partitions():
+        p.append_untrusted(batch(p.index, pid=7, seq=0), NOW)
+        p.flush()
+    sizes = [p.segments[-1].allocated for p in logs.all_partitions()]
+    logs.close()
+    logs = make(tmp_path, preallocate=True, flush="always")
+    assert all(r.clean for r in logs.recovered)
+    assert [p.segments[-1].allocated for p in logs.all_partitions()] == sizes
+    changed = logs.partition("t", 1)
+    changed.append_untrusted(batch(1, pid=7, seq=1), NOW)
+    changed.flush()
+    assert changed.segments[-1].allocated == sizes[1]  # written into the tail
+    crash(logs)
+    again = make(tmp_path, preallocate=True, flush="always")
+    assert [r.clean for r in again.recovered] == [True, False, True]
+    assert [p.log_end_offset for p in again.all_partitions()] == [1, 2, 1]
+    assert again.partition("t", 1).append_untrusted(batch(1, pid=7, seq=1), NOW).duplicate
+
+
+@pytest.mark.parametrize("syncfs_works", [True, False])
+def test_close_with_one_file_system_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         syncfs_works: bool) -> None:
+    # The storage's syncfs path: the partitions' close files without fsyncs of their own, then
+    # one sync of the file system; where that is refused, every file is fsynced instead.
+    from broker.storage import syncfs
+
+    logs = make(tmp_path, preallocate=True, flush="never")
+    logs.create_topic("t", 4)
+    for p in logs.all_partitions():
+        p.append_untrusted(batch(p.index, pid=7, seq=0), NOW)
+    synced: list[int] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    def counting_fdatasync(fd: int) -> None:
+        synced.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    calls: list[int] = []
+
+    def fake_syncfs(fd: int) -> None:
+        calls.append(fd)
+        if not syncfs_works:
+            raise OSError(38, "no syncfs (ENOSYS)")
+
+    monkeypatch.setattr(syncfs, "syncfs", fake_syncfs)
+    logs.close(syncfs.sync_file_system)
+    assert len(calls) == 1
+    partition_files = sum(len(os.listdir(p.dir)) + 1 for p in logs.all_partitions())
+    if syncfs_works:
+        # Only the recovery points and the marker (file and directory each).
+        assert len(synced) == 4, len(synced)
+    else:
+        assert len(synced) >= partition_files + 4
+    monkeypatch.undo()
+    again = make(tmp_path, preallocate=True, flush="never")
+    assert all(r.clean for r in again.recovered)
+    assert [p.log_end_offset for p in again.all_partitions()] == [1, 1, 1, 1]

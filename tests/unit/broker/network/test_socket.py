@@ -6,17 +6,17 @@ import socket
 
 import trio
 
-from broker.network.server import _Socket
+from broker.network.sockets import Socket
 
 
-def _pair(buffer: int | None = None) -> tuple[_Socket, trio.socket.SocketType]:
+def _pair(buffer: int | None = None) -> tuple[Socket, trio.socket.SocketType]:
     ours, theirs = socket.socketpair()
     if buffer is not None:
         for s in (ours, theirs):
             s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, buffer)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, buffer)
     ours.setblocking(False)
-    return _Socket(ours), trio.socket.from_stdlib_socket(theirs)
+    return Socket(ours), trio.socket.from_stdlib_socket(theirs)
 
 
 async def _read_exactly(peer: trio.socket.SocketType, n: int, chunk: int) -> bytes:

@@ -9,6 +9,7 @@ import functools
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import trio
 import trio.testing
@@ -436,3 +437,138 @@ def test_data_arrived_sets_every_event_it_handed_out() -> None:
     assert third is not second and not third.is_set()
     arrived.notify()
     assert third.is_set()
+
+
+class GatedSyncs:
+    """FlushTicket.sync wrapped: the syncs of the partitions in ``held`` wait for ``gate``;
+    ``events`` lists ("start"|"end", partition index) in the order the worker threads saw."""
+
+    def __init__(self, monkeypatch, partitions, held) -> None:
+        from broker.log.partition import FlushTicket
+
+        self.gate = threading.Event()
+        self.events: list[tuple[str, int]] = []
+        self._lock = threading.Lock()
+        self._owner: dict[int, int] = {}  # fd -> partition index
+        real_sync, real_begin = FlushTicket.sync, type(partitions[0]).begin_flush
+        held_ids = {id(p) for p in held}
+        gated: set[int] = set()
+
+        def begin(partition, *args, **kwargs):
+            ticket = real_begin(partition, *args, **kwargs)
+            if ticket is not None:
+                for fd in ticket.fds:
+                    self._owner[fd] = partition.index
+                    if id(partition) in held_ids:
+                        gated.add(fd)
+            return ticket
+
+        def sync(ticket) -> None:
+            index = self._owner.get(ticket.fds[0], -1) if ticket.fds else -1
+            with self._lock:
+                self.events.append(("start", index))
+            if set(ticket.fds) & gated:
+                self.gate.wait(10)
+            real_sync(ticket)
+            with self._lock:
+                self.events.append(("end", index))
+
+        monkeypatch.setattr(FlushTicket, "sync", sync)
+        monkeypatch.setattr(type(partitions[0]), "begin_flush", begin)
+
+
+async def test_a_round_decides_small_files_before_a_large_one_ends(
+    tmp_path: Path, nursery, monkeypatch
+) -> None:
+    """One round takes a large batch (p0) and small ones (p1, and p2 tied to p1 as a
+    transaction's batch to its ``__transaction_state`` partition): the small files and the tie
+    target are synced first and their commits decided while the large file's fdatasync is still
+    under way, which starts only after them (the kernel's journal commit of the small ones then
+    does not wait for its writeback)."""
+    from broker.storage import flusher
+
+    monkeypatch.setattr(flusher, "_others_ready", lambda: True)  # many producers: rounds
+    s = storage(tmp_path, Seconds())
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+    syncs = GatedSyncs(monkeypatch, [p0, p1, p2], held=[p0])
+    nursery.start_soon(s.flusher.run)
+    await trio.testing.wait_all_tasks_blocked()
+    p0.append_untrusted(record(200_000), NOW)
+    p1.append_untrusted(record(), NOW)
+    p2.append_untrusted(record(), NOW)
+    s.sync_together(p2, p1)
+    big, small, tied = s.commit([p0]), s.commit([p1]), s.commit([p2])
+    assert not any(c.done for c in (big, small, tied))  # all three in the next round
+    try:
+        with trio.fail_after(5):
+            assert await small.wait() and await tied.wait()
+        assert not big.done and p0.high_watermark == 0
+        assert s.flusher.busy  # the large file's lane
+    finally:
+        syncs.gate.set()
+    with trio.fail_after(10):
+        assert await big.wait()
+    assert p0.high_watermark == p0.log_end_offset
+    first_starts = [i for kind, i in syncs.events if kind == "start"]
+    large_start = syncs.events.index(("start", 0))
+    assert set(first_starts) == {0, 1, 2}
+    assert {("end", 1), ("end", 2)} <= set(syncs.events[:large_start])
+    await trio.testing.wait_all_tasks_blocked()
+    assert s.flusher.rounds == 1  # one round, however many lanes
+    nursery.cancel_scope.cancel()
+
+
+async def test_each_large_file_of_a_round_is_decided_on_its_own(
+    tmp_path: Path, nursery, monkeypatch
+) -> None:
+    """Two large batches in one round: the commit of the one whose fdatasync returned is
+    decided while the other's is still under way, and that partition's next commit starts a
+    round of its own at once."""
+    from broker.storage import flusher
+
+    monkeypatch.setattr(flusher, "_others_ready", lambda: True)
+    s = storage(tmp_path, Seconds())
+    p0, p1, p2 = (s.partition("t", i) for i in range(3))
+    syncs = GatedSyncs(monkeypatch, [p0, p1, p2], held=[p0])
+    nursery.start_soon(s.flusher.run)
+    await trio.testing.wait_all_tasks_blocked()
+    p0.append_untrusted(record(200_000), NOW)
+    p1.append_untrusted(record(200_000), NOW)
+    held, free = s.commit([p0]), s.commit([p1])
+    try:
+        with trio.fail_after(5):
+            assert await free.wait()
+        p1.append_untrusted(record(200_000), NOW)
+        with trio.fail_after(5):
+            assert await s.commit([p1]).wait()  # the next round: p0 is still held
+        assert not held.done and p0.high_watermark == 0
+    finally:
+        syncs.gate.set()
+    with trio.fail_after(10):
+        assert await held.wait()
+    nursery.cancel_scope.cancel()
+
+
+def test_lane_rules() -> None:
+    from broker.storage import flusher
+
+    class P:
+        def __init__(self, unsynced: int, directory: bool = False) -> None:
+            self.unsynced_bytes, self.needs_directory_sync = unsynced, directory
+
+    small: Any = P(100)
+    large: Any = P(flusher._FIRST_LANE_BYTES + 1)
+    rolled: Any = P(100, True)
+    assert flusher._lane(small, set()) == flusher._FIRST
+    assert flusher._lane(large, set()) == flusher._LATE
+    assert flusher._lane(rolled, set()) == flusher._LATE
+    assert flusher._lane(large, {id(large)}) == flusher._FIRST  # a tie target goes first
+    assert flusher._lane(rolled, {id(rolled)}) == flusher._FIRST
+    round_ = flusher._Round([], [], [], 0.0)
+    round_.step(flusher._FIRST)
+    try:
+        round_.step(flusher._DONE)
+    except flusher.IllegalRoundStep:
+        pass
+    else:
+        raise AssertionError("first -> done skips the late lane")
