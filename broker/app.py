@@ -25,6 +25,7 @@ from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
+from broker.group.streams_service import StreamsGroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
@@ -104,8 +105,12 @@ def build_broker(
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
     share = ShareService(config, storage, clock, group_configs)
+    # Streams groups (KIP-1071): replays their records of __consumer_offsets; their offsets are
+    # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
+    streams = StreamsGroupService(config, storage, clock, groups)
+    groups.epoch_groups.append(streams)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share, group_configs)
+                  security, cleaner, share, group_configs, streams)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

@@ -100,6 +100,10 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_assignors: str = "uniform,range"
     group_consumer_migration_policy: str = "bidirectional"
+    # The Streams rebalance protocol (KIP-1071): Kafka's defaults.
+    group_streams_heartbeat_interval_ms: int = 5_000
+    group_streams_session_timeout_ms: int = 45_000
+    group_streams_num_standby_replicas: int = 0
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
@@ -347,6 +351,15 @@ _PROPERTIES: dict[str, Property] = {
         "joins with the consumer protocol (upgrade), and back when its last such member leaves "
         "(downgrade): bidirectional, upgrade, downgrade or disabled. Empty groups change "
         "either way always."),
+    "group.streams.heartbeat.interval.ms": Property(
+        "group_streams_heartbeat_interval_ms", int, 1,
+        "How often members of streams groups (KIP-1071) heartbeat."),
+    "group.streams.session.timeout.ms": Property(
+        "group_streams_session_timeout_ms", int, 1,
+        "How long a streams group member may go without a heartbeat before it is removed."),
+    "group.streams.num.standby.replicas": Property(
+        "group_streams_num_standby_replicas", int, 0,
+        "Standby replicas of each stateful task in streams groups."),
     "metrics.port": Property("metrics_port", int, 0,
                              "Serve Prometheus metrics on http://metrics.host:PORT/metrics "
                              "(unset: no metrics are counted; as --metrics-port).", _OWN),

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 import trio
 
@@ -178,6 +178,22 @@ class _Slot:
         self.durable: list[Commit] = []
 
 
+class EpochGroups(Protocol):
+    """Another protocol's groups, whose offsets are kept here (``StreamsGroupService``)."""
+
+    def has_group(self, group_id: str) -> bool: ...
+
+    def validate_offset_commit(self, group_id: str, member_id: str, member_epoch: int,
+                               api_version: int, partitions: list[tuple[str, int]],
+                               transactional: bool, now_ms: int) -> list[ErrorCode]: ...
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int,
+                              now_ms: int) -> ErrorCode: ...
+
+    def delete_groups(self, group_ids: list[str], now_ms: int
+                      ) -> tuple[dict[str, ErrorCode], list[Commit]]: ...
+
+
 class GroupService:
     """Everything about groups that the handlers and the broker call."""
 
@@ -214,6 +230,10 @@ class GroupService:
             migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),
         ))
         self._slots: dict[int, _Slot] = {}
+        # Groups of other member-epoch protocols (the Streams protocol, KIP-1071:
+        # streams_service.py), attached by the composition root: one group id space, the offsets
+        # here, their commits validated there.
+        self.epoch_groups: list[EpochGroups] = []
         self.replayed_batches = self._replay()
 
     # -- the internal topic ------------------------------------------------------------------
@@ -486,6 +506,12 @@ class GroupService:
                  "group now (generation %d)", group_id, group.group_epoch)
         return None
 
+    def _epoch_groups_of(self, group_id: str) -> EpochGroups | None:
+        for other in self.epoch_groups:
+            if other.has_group(group_id):
+                return other
+        return None
+
     def is_consumer_group(self, group_id: str) -> bool:
         """Whether ``group_id`` is a consumer-protocol group (KIP-848)."""
         return group_id in self.consumer.groups
@@ -496,6 +522,9 @@ class GroupService:
         """ConsumerGroupHeartbeat: answered once the records it produced are durable. A group
         id a classic group with members uses is GROUP_ID_NOT_FOUND (Kafka's answer when the
         group cannot be converted); an empty classic group becomes a consumer group."""
+        if self._epoch_groups_of(request.group_id) is not None:
+            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                   f"Group {request.group_id} is not a consumer group.")
         classic = self.coordinator.groups.get(request.group_id)
         if classic is not None and request.group_id not in self.consumer.groups:
             self.run_timers(now_ms)
@@ -523,6 +552,8 @@ class GroupService:
     def _leave_classic_for_consumer(self, group_id: str, now_ms: int) -> ErrorCode:
         """A classic request for a consumer group: INCONSISTENT_GROUP_PROTOCOL while it has
         members; an empty one is dropped so that the classic protocol can use the id."""
+        if self._epoch_groups_of(group_id) is not None:
+            return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         group = self.consumer.groups.get(group_id)
         if group is None:
             return ErrorCode.NONE
@@ -558,7 +589,8 @@ class GroupService:
                 tuple((name, bytes(metadata)) for name, metadata in protocols),
                 group_instance_id, require_known_member_id), self._logs, now_ms)
             return _after_all(self._store_consumer_groups(now_ms), result)
-        self._leave_classic_for_consumer(group_id, now_ms)
+        if self._leave_classic_for_consumer(group_id, now_ms) is not ErrorCode.NONE:
+            return JoinResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         outcome = self.coordinator.join_group(
             group_id, member_id, client_id, client_host, session_timeout_ms,
             rebalance_timeout_ms, protocol_type, list(protocols), now_ms,
@@ -636,7 +668,8 @@ class GroupService:
         entries a transaction marker leaves for a consumer-protocol group's offsets)."""
         self.run_timers(now_ms)
         consumer = self.consumer.groups
-        return [g for g in self.coordinator.list_groups() if g[0] not in consumer]
+        return [g for g in self.coordinator.list_groups()
+                if g[0] not in consumer and self._epoch_groups_of(g[0]) is None]
 
     def list_consumer_groups(self, now_ms: int) -> list[tuple[str, str, str]]:
         """``(group_id, protocol_type, state)`` of every consumer-protocol group."""
@@ -650,12 +683,18 @@ class GroupService:
         groups (their metadata record and every committed offset) are durable."""
         store = self.coordinator.offsets
         consumer_ids = [g for g in group_ids if g in self.consumer.groups]
+        others = {g: o for g in group_ids if (o := self._epoch_groups_of(g)) is not None}
         result = self.coordinator.delete_groups(
-            [g for g in group_ids if g not in self.consumer.groups], now_ms)
+            [g for g in group_ids if g not in self.consumer.groups and g not in others], now_ms)
         self.run_timers(now_ms)
         for group_id in consumer_ids:
             result[group_id] = self.consumer.delete_group(group_id)
         flushes = self._store_groups(now_ms) + self._store_consumer_groups(now_ms)
+        for other in {id(o): o for o in others.values()}.values():
+            codes, stored = other.delete_groups([g for g, o in others.items() if o is other],
+                                                now_ms)
+            result.update(codes)
+            flushes += stored
         for group_id, code in result.items():
             if code is not ErrorCode.NONE:
                 continue
@@ -809,7 +848,12 @@ class GroupService:
         if group_id in self.consumer.groups:
             self.run_timers(now_ms)
         error: ErrorCode | list[ErrorCode]
-        if group_id in self.consumer.groups:
+        other = self._epoch_groups_of(group_id)
+        if other is not None:
+            error = other.validate_offset_commit(
+                group_id, member_id, generation_id, api_version,
+                [(o.topic, o.partition) for o in offsets], False, now_ms)
+        elif group_id in self.consumer.groups:
             error = self.consumer.validate_offset_commit(
                 group_id, member_id, generation_id, api_version,
                 [(o.topic, o.partition) for o in offsets])
@@ -834,7 +878,12 @@ class GroupService:
         """TxnOffsetCommit: append the offsets as a transactional batch of the producer; they
         stay pending until ``on_txn_marker``. One code per offset, as ``commit_offsets``."""
         error: ErrorCode | list[ErrorCode]
-        if group_id in self.consumer.groups:
+        other = self._epoch_groups_of(group_id)
+        if other is not None:
+            error = other.validate_offset_commit(
+                group_id, member_id, generation_id, 5,
+                [(o.topic, o.partition) for o in offsets], True, now_ms)
+        elif group_id in self.consumer.groups:
             # KIP-447 with member epochs: the generation is the consumer's member epoch.
             error = self.consumer.validate_offset_commit(
                 group_id, member_id, generation_id, 5,
@@ -897,6 +946,9 @@ class GroupService:
                               now_ms: int) -> ErrorCode:
         """OffsetFetch v9+ naming a member of a consumer-protocol group: UNKNOWN_MEMBER_ID or
         STALE_MEMBER_EPOCH when it is not the member's current epoch (classic groups: NONE)."""
+        other = self._epoch_groups_of(group_id)
+        if other is not None:
+            return other.validate_offset_fetch(group_id, member_id, member_epoch, now_ms)
         if group_id not in self.consumer.groups:
             return ErrorCode.NONE
         self.run_timers(now_ms)

@@ -13,7 +13,9 @@ from broker.handlers import (
     producer_id,
     security,
     share,
+    streams,
     txn,
 )
 
-MODULES = (admin, admin_apis, fetch, groups, leader_epoch, produce, producer_id, security, share, txn)
+MODULES = (admin, admin_apis, fetch, groups, leader_epoch, produce, producer_id, security, share,
+           streams, txn)

@@ -334,6 +334,8 @@ def list_groups(broker: Broker, header, request) -> dict:
     now_ms = broker.clock.now_ms()
     kinds = [(CLASSIC, broker.groups.list_groups),
              ("consumer", broker.groups.list_consumer_groups)]  # the consumer protocol's (KIP-848)
+    if broker.streams is not None:
+        kinds.append(("streams", broker.streams.list_groups))  # the Streams protocol's (KIP-1071)
     for group_type, listing in kinds:
         if not types or group_type in types:
             listed.extend((group_type, *group) for group in sorted(listing(now_ms)))

@@ -14,6 +14,7 @@ from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
+from broker.group.streams_service import StreamsGroupService
 from broker.log.manager import LogManager
 from broker.log.partition import Partition
 from broker.log.topics import INTERNAL_TOPICS
@@ -45,6 +46,7 @@ class Broker:
         cleaner: LogCleaner | None = None,
         share: ShareService | None = None,
         group_configs: GroupConfigStore | None = None,
+        streams: StreamsGroupService | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -61,6 +63,7 @@ class Broker:
         self.group_configs = (group_configs if group_configs is not None
                               else share.configs if share is not None
                               else GroupConfigStore(config))
+        self.streams = streams  # streams groups (KIP-1071): broker/group/streams_service.py
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.

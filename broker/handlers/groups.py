@@ -201,7 +201,8 @@ def describe_groups(broker: Broker, header, request) -> dict:
                            "protocol_data": "", "members": []})
             continue
         summary = broker.groups.describe_group(group_id, now)
-        if header.api_version >= 6 and broker.groups.is_consumer_group(group_id):
+        if header.api_version >= 6 and (broker.groups.is_consumer_group(group_id) or (
+                broker.streams is not None and broker.streams.is_streams_group(group_id))):
             # A consumer-protocol group is not a classic group (Kafka's answer; tools then ask
             # ConsumerGroupDescribe).
             groups.append({"error_code": ErrorCode.GROUP_ID_NOT_FOUND,

@@ -219,6 +219,8 @@ async def _housekeeping(broker: Broker) -> None:
             log.info("retention deleted %d segments", deleted)
         broker.logs.expire_producers(now, broker.config.producer_id_expiration_ms)
         broker.groups.tick(now)
+        if broker.streams is not None:
+            broker.streams.tick(now)
 
 
 async def _transaction_housekeeping(broker: Broker) -> None:

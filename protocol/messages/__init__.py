@@ -27,6 +27,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     produce,
     security,
     share,
+    streams_groups,
     txn,
 )
 from protocol.messages._codegen import install as _install_generated_codecs

@@ -5,7 +5,7 @@ the codec of every version follows from the declaration (flexible versions inclu
         request=[F("key", "string", "0-3"), F("key_type", "int8", "1+"), ...],
         response=[F("throttle_time_ms", "int32", "1+"), ...])
 
-Field types: ``int8 int16 int32 int64 bool string bytes records uuid``, ``[]<type>`` for arrays of
+Field types: ``uint16 int8 int16 int32 int64 bool string bytes records uuid``, ``[]<type>`` for arrays of
 those, ``[]`` with ``fields=[...]`` for arrays of structs and ``struct`` with ``fields=[...]`` for
 one struct. ``versions``, ``nullable`` are
 Kafka's version ranges (``"0+"``, ``"1-3"``, ``"3"``, ``"none"``). ``tag=N`` makes a field a
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from construct import Construct, Container, ListContainer
+from construct import Construct, Container, Int16ub, ListContainer
 
 from protocol.api_keys import FIRST_FLEXIBLE_VERSION, ApiKey
 from protocol.messages._registry import register
@@ -150,12 +150,13 @@ class F:
 
 
 _TYPE_DEFAULTS: dict[str, Any] = {
-    "int8": 0, "int16": 0, "int32": 0, "int64": 0, "float64": 0.0, "bool": False, "string": "",
+    "uint16": 0, "int8": 0, "int16": 0, "int32": 0, "int64": 0, "float64": 0.0, "bool": False,
+    "string": "",
     "bytes": b"",
     "records": None, "uuid": ZERO_UUID,
 }
-_FIXED = {"int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64, "float64": Float64,
-          "bool": Bool, "uuid": Uuid}
+_FIXED = {"uint16": Int16ub, "int8": Int8, "int16": Int16, "int32": Int32, "int64": Int64,
+          "float64": Float64, "bool": Bool, "uuid": Uuid}
 
 
 def _leaf(type_: str, nullable: bool, flexible: bool) -> Construct:

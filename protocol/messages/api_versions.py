@@ -112,6 +112,11 @@ SERVED: dict[ApiKey, Served] = {
         " member ids chosen by the member (KIP-1082)"),
     ApiKey.CONSUMER_GROUP_DESCRIBE: Served(VersionRange(0, 1),
         "all of Kafka 4.4's; v1 adds the member type (KIP-1099)"),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: Served(VersionRange(0, 1),
+        "all of Kafka 4.4's: the Streams rebalance protocol (KIP-1071); v1 answers the"
+        " acceptable recovery lag as int64 and TopologyDescriptionRequired (KIP-1331, never asked)"),
+    ApiKey.STREAMS_GROUP_DESCRIBE: Served(VersionRange(0, 1),
+        "all of Kafka 4.4's; v1's topology description (KIP-1331) is answered null: not stored"),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: Served(VersionRange(0, 0),
         "Kafka's only version (KIP-966; kafka-topics.sh --describe asks it): one broker, so the"
         " eligible leader replicas are always empty"),

@@ -36,7 +36,11 @@ OLD = {(key, version): cls for (key, version, direction), cls in old_classes().i
 NO_REFEREE = {(ApiKey.WRITE_TXN_MARKERS, 0),
               # KIP-848's APIs: tests/unit/protocol/messages/test_consumer_groups.py
               (ApiKey.CONSUMER_GROUP_HEARTBEAT, 0), (ApiKey.CONSUMER_GROUP_HEARTBEAT, 1),
-              (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1)}
+              (ApiKey.CONSUMER_GROUP_DESCRIBE, 0), (ApiKey.CONSUMER_GROUP_DESCRIBE, 1),
+              # KIP-1071's APIs: Kafka 4.4's golden bytes in
+              # tests/unit/protocol/messages/test_streams_groups.py
+              (ApiKey.STREAMS_GROUP_HEARTBEAT, 0), (ApiKey.STREAMS_GROUP_HEARTBEAT, 1),
+              (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1)}
 # kafka-python has no share-group classes (KIP-932): golden bytes in
 # tests/unit/protocol/messages/test_share.py, Kafka's own share consumer in
 # tests/kafka_ref/test_share_groups.py.
@@ -159,6 +163,12 @@ def request_body(key: ApiKey, version: int) -> dict:
                                           "subscribed_topic_names": [TOPIC],
                                           "topic_partitions": []},
         ApiKey.CONSUMER_GROUP_DESCRIBE: {"group_ids": [GROUP, "cg-0"]},
+        ApiKey.STREAMS_GROUP_HEARTBEAT: {
+            "group_id": f"sg-{version}", "member_id": f"member-{version}", "member_epoch": 0,
+            "rebalance_timeout_ms": 30_000, "process_id": "p", "active_tasks": [],
+            "standby_tasks": [], "warmup_tasks": [], "topology": {"epoch": 0, "subtopologies": [
+                {"subtopology_id": "0", "source_topics": [TOPIC]}]}},
+        ApiKey.STREAMS_GROUP_DESCRIBE: {"group_ids": [GROUP, "sg-0"]},
         ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": TOPIC}],
                                            "response_partition_limit": 2000, "cursor": None},
         ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [
@@ -210,6 +220,9 @@ ALLOWED_ERRORS = {
     ApiKey.CONSUMER_GROUP_HEARTBEAT: {ErrorCode.NONE},
     # the classic group (not a consumer group) and a consumer group, there or not yet
     ApiKey.CONSUMER_GROUP_DESCRIBE: {ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE},
+    ApiKey.STREAMS_GROUP_HEARTBEAT: {ErrorCode.NONE},
+    # the classic group (not a streams group) and a streams group, there or not yet
+    ApiKey.STREAMS_GROUP_DESCRIBE: {ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.NONE},
     ApiKey.SHARE_GROUP_DESCRIBE: {ErrorCode.NONE, ErrorCode.GROUP_ID_NOT_FOUND},
     ApiKey.SHARE_ACKNOWLEDGE: {ErrorCode.SHARE_SESSION_NOT_FOUND},
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: {ErrorCode.NONE},

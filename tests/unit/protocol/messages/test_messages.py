@@ -72,6 +72,8 @@ def _leaf_values(type_: str, nullable: bool) -> st.SearchStrategy:
     if type_ in _INT_BITS:
         bits = _INT_BITS[type_]
         values = st.integers(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    elif type_ == "uint16":
+        values = st.integers(0, 0xFFFF)
     elif type_ == "bool":
         values = st.booleans()
     elif type_ == "string":
@@ -174,6 +176,7 @@ KAFKA_4 = {
     ApiKey.SHARE_FETCH: (1, 2), ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
     ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: (0, 1), ApiKey.ALTER_SHARE_GROUP_OFFSETS: (0, 0),
     ApiKey.DELETE_SHARE_GROUP_OFFSETS: (0, 0),
+    ApiKey.STREAMS_GROUP_HEARTBEAT: (0, 1), ApiKey.STREAMS_GROUP_DESCRIBE: (0, 1),
 }
 
 
@@ -473,7 +476,11 @@ GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0),
                (ApiKey.SHARE_FETCH, 1), (ApiKey.SHARE_FETCH, 2),
                (ApiKey.SHARE_ACKNOWLEDGE, 1), (ApiKey.SHARE_ACKNOWLEDGE, 2),
                (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0), (ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 1),
-               (ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0), (ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0)}
+               (ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0), (ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0),
+               # KIP-1071's APIs (kafka-python has no class): Kafka 4.4's golden bytes in
+               # test_streams_groups.py
+               (ApiKey.STREAMS_GROUP_HEARTBEAT, 0), (ApiKey.STREAMS_GROUP_HEARTBEAT, 1),
+               (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1)}
 
 
 def test_every_served_version_has_a_referee() -> None:

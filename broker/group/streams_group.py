@@ -1,0 +1,910 @@
+"""The Streams rebalance protocol (KIP-1071): the topology of a Kafka Streams application, its
+internal topics, task assignment and the incremental reconciliation of each member. Pure: no I/O,
+no clock (every entry point takes ``now_ms``), no topic store (the caller passes a
+``TopicsView``).
+
+Rules / theory of operation (Kafka 4.4's group coordinator: ``GroupMetadataManager``'s
+streamsGroupHeartbeat, ``StreamsGroup``, ``streams/CurrentAssignmentBuilder``,
+``streams/topics/InternalTopicManager``):
+
+- A member heartbeats (StreamsGroupHeartbeat) every ``heartbeat_interval_ms``. It joins with
+  member epoch 0 and its topology (subtopologies: source topics, repartition and changelog
+  topics, copartition groups), its process id and no tasks; it leaves with -1 (-2: a static
+  member that will come back). The first topology is the group's; a member joining with another
+  topology epoch while others are live is refused STREAMS_INVALID_TOPOLOGY_EPOCH, and a member
+  whose topology epoch is older than the group's sees the status STALE_TOPOLOGY.
+- The topology is validated (STREAMS_INVALID_TOPOLOGY) and then *configured* against the topics
+  that exist (``configure``): repartition topics get their partition count (given, or that of
+  the subtopologies writing to them), copartitioned topics must agree, a subtopology has as
+  many tasks as its largest source topic, and its changelog topics that many partitions. Missing
+  source topics, or topics partitioned wrongly, leave the group NotReady with a status
+  (MISSING_SOURCE_TOPICS, INCORRECTLY_PARTITIONED_TOPICS) and no tasks; missing internal topics
+  are returned by ``internal_topics_to_create`` for the shell to create (a failure is the status
+  MISSING_INTERNAL_TOPICS).
+- The group epoch goes up whenever what the assignment depends on changes: a member joins,
+  leaves or expires, its process id changes, the topology changes, or the configured task
+  counts change. Then the target assignment is computed (``streams_assignor``: sticky active
+  tasks, standbys per ``num_standby_replicas``) and stamped with the group epoch.
+- Each member moves from its current tasks to its target by the table ``RECONCILE``: tasks it
+  must give up are revoked first (it keeps its epoch until a heartbeat reports them gone); then
+  it gets the target's epoch and the target tasks not owned elsewhere (an active task still
+  active or being revoked at another member waits: UNRELEASED_TASKS). So an active task never
+  runs in two members at once.
+- Epoch checks as for consumer groups: FENCED_MEMBER_EPOCH for an unknown epoch (the previous
+  one is accepted when the reported tasks fit, a lost response), UNKNOWN_MEMBER_ID.
+- Timers: a member whose session expires, or who does not revoke within its rebalance timeout,
+  is removed (the group epoch goes up).
+- Offsets: OffsetCommit v9+ and TxnOffsetCommit carry the member id and epoch
+  (``validate_offset_commit``).
+- Persistence: what changed is marked dirty; ``take_changes`` hands the groups to the shell,
+  which writes their records (``streams_records.py``) before answering.
+
+Group states, as Kafka names them: Empty, NotReady (members but no configured topology),
+Assigning (never seen here: the target is computed in the same call), Reconciling, Stable.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from broker.group.offsets import valid_group_id
+from broker.group.streams_assignor import MemberSpec, MemberTasks, Tasks, assign_tasks
+from protocol.errors import ErrorCode
+
+JOIN_EPOCH = 0
+LEAVE_EPOCH = -1
+STATIC_LEAVE_EPOCH = -2
+ASSIGNOR_NAME = "sticky"
+
+
+class StreamsGroupState(enum.Enum):
+    EMPTY = "Empty"
+    NOT_READY = "NotReady"
+    ASSIGNING = "Assigning"
+    RECONCILING = "Reconciling"
+    STABLE = "Stable"
+    DEAD = "Dead"
+
+
+class Status(enum.IntEnum):
+    """StreamsGroupHeartbeatResponse's status codes."""
+
+    STALE_TOPOLOGY = 0
+    MISSING_SOURCE_TOPICS = 1
+    INCORRECTLY_PARTITIONED_TOPICS = 2
+    MISSING_INTERNAL_TOPICS = 3
+    SHUTDOWN_APPLICATION = 4
+
+
+class MemberState(enum.IntEnum):
+    """Kafka's streams MemberState, with its record values."""
+
+    STABLE = 0
+    UNREVOKED_TASKS = 1
+    UNRELEASED_TASKS = 2
+    UNKNOWN = 127
+
+
+class Finding(enum.Enum):
+    UP_TO_DATE = "up to date"  # at the target's epoch with every target task
+    REVOKE = "revoke"  # behind, and must give tasks up first
+    STILL_REVOKING = "still revoking"  # tasks pending revocation still reported owned
+    UNRELEASED = "unreleased"  # at the target's epoch, some active tasks still owned elsewhere
+
+
+_M = MemberState
+_F = Finding
+RECONCILE: dict[tuple[MemberState, Finding], MemberState] = {
+    (_M.STABLE, _F.UP_TO_DATE): _M.STABLE,
+    (_M.STABLE, _F.REVOKE): _M.UNREVOKED_TASKS,
+    (_M.STABLE, _F.UNRELEASED): _M.UNRELEASED_TASKS,
+    (_M.UNREVOKED_TASKS, _F.STILL_REVOKING): _M.UNREVOKED_TASKS,
+    (_M.UNREVOKED_TASKS, _F.REVOKE): _M.UNREVOKED_TASKS,
+    (_M.UNREVOKED_TASKS, _F.UP_TO_DATE): _M.STABLE,
+    (_M.UNREVOKED_TASKS, _F.UNRELEASED): _M.UNRELEASED_TASKS,
+    (_M.UNRELEASED_TASKS, _F.UP_TO_DATE): _M.STABLE,
+    (_M.UNRELEASED_TASKS, _F.UNRELEASED): _M.UNRELEASED_TASKS,
+    (_M.UNRELEASED_TASKS, _F.REVOKE): _M.UNREVOKED_TASKS,
+}
+
+
+class IllegalMemberTransition(Exception):
+    """A coordinator bug: a (state, finding) pair the reconciliation table does not have."""
+
+
+def next_member_state(state: MemberState, finding: Finding) -> MemberState:
+    try:
+        return RECONCILE[(state, finding)]
+    except KeyError:
+        raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
+
+
+class TopicsView(Protocol):
+    def partition_count(self, topic: str) -> int | None: ...
+
+    def topics(self) -> Mapping[str, int]: ...
+
+
+# Compiles a regex (RE2 syntax, as Kafka's) and returns its fullmatch, or raises ValueError.
+RegexCompiler = Callable[[str], Callable[[str], bool]]
+
+
+def _re2_compiler(pattern: str) -> Callable[[str], bool]:
+    import re2
+
+    try:
+        compiled = re2.compile(pattern)
+    except re2.error as exc:
+        raise ValueError(str(exc)) from None
+    return lambda name: compiled.fullmatch(name) is not None
+
+
+# -- the topology ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int = 0  # 0: not fixed (repartition: derived; changelog: always derived)
+    replication_factor: int = 0
+    configs: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class CopartitionGroup:
+    source_topics: tuple[int, ...] = ()  # indexes into the subtopology's lists
+    source_topic_regex: tuple[int, ...] = ()
+    repartition_source_topics: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Subtopology:
+    subtopology_id: str
+    source_topics: tuple[str, ...] = ()
+    source_topic_regex: tuple[str, ...] = ()
+    state_changelog_topics: tuple[TopicInfo, ...] = ()
+    repartition_sink_topics: tuple[str, ...] = ()
+    repartition_source_topics: tuple[TopicInfo, ...] = ()
+    copartition_groups: tuple[CopartitionGroup, ...] = ()
+
+
+@dataclass(frozen=True)
+class Topology:
+    epoch: int
+    subtopologies: tuple[Subtopology, ...] = ()
+
+
+def validate_topology(topology: Topology) -> str | None:
+    """STREAMS_INVALID_TOPOLOGY's message, or None (Kafka's topology checks)."""
+    seen: set[str] = set()
+    sources: set[str] = set()
+    for sub in topology.subtopologies:
+        if not sub.subtopology_id:
+            return "Subtopology IDs must be non-empty."
+        if sub.subtopology_id in seen:
+            return f"Subtopology ID {sub.subtopology_id} is not unique."
+        seen.add(sub.subtopology_id)
+        if not sub.source_topics and not sub.source_topic_regex \
+                and not sub.repartition_source_topics:
+            return f"Subtopology {sub.subtopology_id} has no source topics."
+        for group in sub.copartition_groups:
+            for indexes, items in ((group.source_topics, sub.source_topics),
+                                   (group.source_topic_regex, sub.source_topic_regex),
+                                   (group.repartition_source_topics,
+                                    sub.repartition_source_topics)):
+                for i in indexes:
+                    if not 0 <= i < len(items):
+                        return (f"Copartition group of subtopology {sub.subtopology_id} refers "
+                                f"to index {i}, which is out of range.")
+        for t in sub.repartition_source_topics:
+            if t.partitions < 0:
+                return f"Repartition topic {t.name} has a negative partition count."
+        sources.update(sub.source_topics)
+        sources.update(t.name for t in sub.repartition_source_topics)
+    internal = {t.name for sub in topology.subtopologies for t in sub.state_changelog_topics}
+    clash = sorted(internal & sources)
+    if clash:
+        return f"Changelog topics {clash} are also source topics."
+    return None
+
+
+@dataclass
+class ConfiguredTopology:
+    """What the topology is against the topics that exist now."""
+
+    task_counts: dict[str, int] = field(default_factory=dict)  # subtopology -> tasks
+    internal_topics: dict[str, TopicInfo] = field(default_factory=dict)  # with partitions
+    status: list[tuple[Status, str]] = field(default_factory=list)
+    ready: bool = False
+
+
+def _regex_matches(patterns: Iterable[str], topics: TopicsView,
+                   compile_regex: RegexCompiler) -> list[str]:
+    all_topics = topics.topics()
+    out: set[str] = set()
+    for pattern in patterns:
+        try:
+            match = compile_regex(pattern)
+        except ValueError:
+            continue
+        out.update(t for t in all_topics if not t.startswith("__") and match(t))
+    return sorted(out)
+
+
+def configure(topology: Topology, topics: TopicsView,
+              compile_regex: RegexCompiler = _re2_compiler) -> ConfiguredTopology:
+    """Partition counts of the repartition and changelog topics and of every subtopology's tasks
+    (Kafka's InternalTopicManager.configureTopics), with the statuses that keep it not ready."""
+    out = ConfiguredTopology()
+    missing = sorted({t for sub in topology.subtopologies for t in sub.source_topics
+                      if topics.partition_count(t) is None})
+    regex_sources = {sub.subtopology_id: _regex_matches(sub.source_topic_regex, topics,
+                                                         compile_regex)
+                     for sub in topology.subtopologies if sub.source_topic_regex}
+    for sub in topology.subtopologies:
+        if sub.source_topic_regex and not regex_sources[sub.subtopology_id] \
+                and not sub.source_topics:
+            missing.append(f"regex {list(sub.source_topic_regex)}")
+    if missing:
+        out.status.append((Status.MISSING_SOURCE_TOPICS,
+                           f"Source topics {', '.join(missing)} are missing."))
+        return out
+    # Repartition topics: fixed counts first, then the writers' counts to a fixed point.
+    repartition: dict[str, int] = {}
+    for sub in topology.subtopologies:
+        for t in sub.repartition_source_topics:
+            if t.partitions > 0:
+                repartition[t.name] = t.partitions
+
+    def source_count(sub: Subtopology) -> int | None:
+        counts = [topics.partition_count(t) or 0 for t in sub.source_topics]
+        counts += [topics.partition_count(t) or 0 for t in regex_sources.get(sub.subtopology_id, ())]
+        for t in sub.repartition_source_topics:
+            if t.name not in repartition:
+                return None
+            counts.append(repartition[t.name])
+        return max(counts) if counts else None
+
+    names = {t.name for sub in topology.subtopologies for t in sub.repartition_source_topics}
+    for _ in range(len(names) + 1):
+        progress = False
+        for name in sorted(names - repartition.keys()):
+            writers = [source_count(s) for s in topology.subtopologies
+                       if name in s.repartition_sink_topics]
+            known = [c for c in writers if c is not None]
+            if known and len(known) == len(writers):
+                repartition[name] = max(known)
+                progress = True
+        if not progress:
+            break
+    unresolved = sorted(names - repartition.keys())
+    if unresolved:
+        out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
+                           f"Number of partitions of repartition topics {unresolved} could "
+                           "not be determined."))
+        return out
+    # Copartition groups: every topic of a group has one count (repartition topics not fixed
+    # by the topology follow the others).
+    for sub in topology.subtopologies:
+        for group in sub.copartition_groups:
+            external = [sub.source_topics[i] for i in group.source_topics]
+            internal = [sub.repartition_source_topics[i] for i in group.repartition_source_topics]
+            counts = {t: topics.partition_count(t) or 0 for t in external}
+            if len(set(counts.values())) > 1:
+                out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
+                                   f"Following topics do not have the same number of "
+                                   f"partitions: [{', '.join(sorted(counts))}]"))
+                return out
+            target = (next(iter(counts.values())) if counts
+                      else max((repartition[t.name] for t in internal), default=0))
+            for t in internal:
+                if t.partitions <= 0:
+                    repartition[t.name] = target
+    for sub in topology.subtopologies:
+        count = source_count(sub) or 0
+        out.task_counts[sub.subtopology_id] = count
+        for t in sub.repartition_source_topics:
+            out.internal_topics[t.name] = TopicInfo(t.name, repartition[t.name],
+                                                    t.replication_factor, t.configs)
+        for t in sub.state_changelog_topics:
+            out.internal_topics[t.name] = TopicInfo(t.name, count, t.replication_factor,
+                                                    t.configs)
+    wrong = sorted(name for name, t in out.internal_topics.items()
+                   if topics.partition_count(name) not in (None, t.partitions))
+    if wrong:
+        out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
+                           f"Internal topics {', '.join(wrong)} have the wrong number of "
+                           "partitions."))
+        return out
+    absent = sorted(n for n in out.internal_topics if topics.partition_count(n) is None)
+    if absent:
+        out.status.append((Status.MISSING_INTERNAL_TOPICS,
+                           f"Internal topics are missing: [{', '.join(absent)}]"))
+        return out
+    out.ready = True
+    return out
+
+
+# -- members and groups ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """Active, standby and warm-up tasks (subtopology id -> partitions)."""
+
+    active: Tasks = field(default_factory=dict)
+    standby: Tasks = field(default_factory=dict)
+    warmup: Tasks = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.active or self.standby or self.warmup)
+
+
+EMPTY_TASKS = TaskSet()
+
+
+def _norm(tasks: Mapping[str, Iterable[int]]) -> Tasks:
+    return {s: frozenset(p) for s, p in sorted(tasks.items()) if p}
+
+
+def _minus(a: Tasks, b: Tasks) -> Tasks:
+    return _norm({s: p - b.get(s, frozenset()) for s, p in a.items()})
+
+
+def _and(a: Tasks, b: Tasks) -> Tasks:
+    return _norm({s: p & b.get(s, frozenset()) for s, p in a.items()})
+
+
+def _or(a: Tasks, b: Tasks) -> Tasks:
+    out = dict(a)
+    for s, p in b.items():
+        out[s] = out.get(s, frozenset()) | p
+    return _norm(out)
+
+
+def _set_op(op: Callable[[Tasks, Tasks], Tasks], a: TaskSet, b: TaskSet) -> TaskSet:
+    return TaskSet(op(a.active, b.active), op(a.standby, b.standby), op(a.warmup, b.warmup))
+
+
+@dataclass(frozen=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    endpoint_information_epoch: int = 0
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    topology: Topology | None = None
+    owned: TaskSet | None = None  # None: unchanged since the last heartbeat
+    process_id: str | None = None
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] | None = None
+    shutdown_application: bool = False
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    error: ErrorCode
+    message: str | None = None
+    member_id: str = ""
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    status: tuple[tuple[Status, str], ...] | None = None
+    tasks: TaskSet | None = None  # None: unchanged (not sent)
+    endpoint_information_epoch: int = 0
+    # Interactive queries: (host, port) -> (active, standby) partitions by topic; None: the
+    # member's endpoint information is current (not sent).
+    endpoints: list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]] | None \
+        = None
+
+
+@dataclass
+class StreamsMember:
+    member_id: str
+    instance_id: str | None = None
+    rack_id: str | None = None
+    client_id: str = ""
+    client_host: str = ""
+    rebalance_timeout_ms: int = 0
+    topology_epoch: int = 0
+    process_id: str = ""
+    user_endpoint: tuple[str, int] | None = None
+    client_tags: tuple[tuple[str, str], ...] = ()
+    member_epoch: int = 0
+    previous_member_epoch: int = 0
+    state: MemberState = MemberState.STABLE
+    assigned: TaskSet = EMPTY_TASKS
+    pending_revocation: TaskSet = EMPTY_TASKS
+    last_heartbeat_ms: int = 0
+    revocation_deadline_ms: int | None = None
+
+
+@dataclass
+class StreamsGroup:
+    group_id: str
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    topology: Topology | None = None
+    members: dict[str, StreamsMember] = field(default_factory=dict)
+    target: dict[str, TaskSet] = field(default_factory=dict)
+    configured: ConfiguredTopology | None = None
+    task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
+    shutdown_requested: bool = False
+    # Bumped when a member's tasks or endpoint change: members behind it get the endpoint map.
+    endpoint_information_epoch: int = 0
+    # what changed since the last take_changes()
+    dirty_group: bool = False
+    dirty_topology: bool = False
+    dirty_members: set[str] = field(default_factory=set)
+    removed_members: set[str] = field(default_factory=set)
+
+    @property
+    def state(self) -> StreamsGroupState:
+        if not self.members:
+            return StreamsGroupState.EMPTY
+        if self.topology is None or self.configured is None or not self.configured.ready:
+            return StreamsGroupState.NOT_READY
+        if self.assignment_epoch < self.group_epoch:
+            return StreamsGroupState.ASSIGNING
+        for m in self.members.values():
+            if m.member_epoch != self.assignment_epoch or m.state is not MemberState.STABLE:
+                return StreamsGroupState.RECONCILING
+        return StreamsGroupState.STABLE
+
+
+@dataclass(frozen=True)
+class StreamsGroupConfig:
+    heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
+    session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
+    num_standby_replicas: int = 0  # group.streams.num.standby.replicas
+    max_size: int = 2**31 - 1  # group.streams.max.size
+    task_offset_interval_ms: int = 60_000
+    acceptable_recovery_lag: int = 10_000
+
+
+class StreamsGroupCoordinator:
+    """Every Streams-protocol group of this broker."""
+
+    def __init__(self, config: StreamsGroupConfig,
+                 compile_regex: RegexCompiler = _re2_compiler) -> None:
+        self.config = config
+        self.groups: dict[str, StreamsGroup] = {}
+        self._compile_regex = compile_regex
+        self._to_store: dict[str, bool] = {}  # group id -> deleted
+
+    # -- topology and target -----------------------------------------------------------------
+
+    def internal_topics_to_create(self, group_id: str, topology: Topology | None,
+                                  topics: TopicsView) -> dict[str, TopicInfo]:
+        """The internal topics the topology (``topology``, else the group's) needs and that do
+        not exist yet, with their partition counts (none while source topics are missing)."""
+        if topology is None:
+            group = self.groups.get(group_id)
+            topology = group.topology if group is not None else None
+        if topology is None or validate_topology(topology) is not None:
+            return {}
+        configured = configure(topology, topics, self._compile_regex)
+        return {n: t for n, t in configured.internal_topics.items()
+                if topics.partition_count(n) is None}
+
+    def _bump(self, group: StreamsGroup) -> None:
+        group.group_epoch += 1
+        group.dirty_group = True
+
+    def _update_target(self, group: StreamsGroup, topics: TopicsView, force: bool) -> None:
+        """Reconfigure the topology against the topics; bump the epoch and compute a new target
+        if ``force`` (membership changed) or the configured task counts changed."""
+        if group.topology is not None:
+            group.configured = configure(group.topology, topics, self._compile_regex)
+        else:
+            group.configured = None
+        counts = group.configured.task_counts if group.configured is not None \
+            and group.configured.ready else {}
+        if not force and counts == group.task_counts:
+            return
+        group.task_counts = counts
+        self._bump(group)
+        stateful = ({s.subtopology_id for s in group.topology.subtopologies
+                     if s.state_changelog_topics} if group.topology is not None else set())
+        specs = {m.member_id: MemberSpec(
+            m.process_id,
+            _or(m.assigned.active, _or(m.pending_revocation.active,
+                                       group.target.get(m.member_id, EMPTY_TASKS).active)),
+            _or(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby))
+            for m in group.members.values()}
+        computed: dict[str, MemberTasks] = assign_tasks(
+            specs, counts, stateful, self.config.num_standby_replicas)
+        target = {m: TaskSet(t.active, t.standby, t.warmup) for m, t in computed.items()}
+        for member_id, tasks in target.items():
+            if group.target.get(member_id) != tasks:
+                group.dirty_members.add(member_id)
+        group.target = target
+        group.assignment_epoch = group.group_epoch
+        group.dirty_group = True
+
+    # -- reconciliation ------------------------------------------------------------------------
+
+    @staticmethod
+    def _active_elsewhere(group: StreamsGroup, member_id: str) -> set[tuple[str, int]]:
+        busy: set[tuple[str, int]] = set()
+        for other in group.members.values():
+            if other.member_id != member_id:
+                for tasks in (other.assigned.active, other.pending_revocation.active):
+                    busy.update((s, p) for s, parts in tasks.items() for p in parts)
+        return busy
+
+    def _reconcile(self, group: StreamsGroup, member: StreamsMember, owned: TaskSet | None,
+                   now_ms: int) -> None:
+        if member.state is MemberState.STABLE and member.member_epoch == group.assignment_epoch:
+            return
+        target = group.target.get(member.member_id, EMPTY_TASKS)
+        before = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
+        if member.state is MemberState.UNREVOKED_TASKS:
+            still = owned is None or not _set_op(_and, owned, member.pending_revocation).is_empty()
+            if still:
+                member.state = next_member_state(member.state, Finding.STILL_REVOKING)
+                return
+            member.pending_revocation = EMPTY_TASKS
+            member.revocation_deadline_ms = None
+        revoke = _set_op(_minus, member.assigned, target)
+        if not revoke.is_empty():
+            finding = Finding.REVOKE
+            member.assigned = _set_op(_and, member.assigned, target)
+            member.pending_revocation = _set_op(_or, member.pending_revocation, revoke)
+            member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
+        else:
+            busy = self._active_elsewhere(group, member.member_id)
+            new_active = _norm({s: frozenset(p for p in parts if (s, p) not in busy)
+                                for s, parts in _minus(target.active, member.assigned.active).items()})
+            member.assigned = TaskSet(_or(member.assigned.active, new_active),
+                                      target.standby, target.warmup)
+            if member.member_epoch != group.assignment_epoch:
+                member.previous_member_epoch = member.member_epoch
+                member.member_epoch = group.assignment_epoch
+            finding = Finding.UP_TO_DATE if member.assigned == target else Finding.UNRELEASED
+        member.state = next_member_state(member.state, finding)
+        if before != (member.member_epoch, member.state, member.assigned,
+                      member.pending_revocation):
+            group.dirty_members.add(member.member_id)
+        if before[2] != member.assigned:
+            group.endpoint_information_epoch += 1
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _remove_member(self, group: StreamsGroup, member: StreamsMember) -> None:
+        del group.members[member.member_id]
+        group.target.pop(member.member_id, None)
+        group.dirty_members.discard(member.member_id)
+        group.removed_members.add(member.member_id)
+        if not group.members:
+            group.shutdown_requested = False
+        self._store(group)
+
+    def _expire(self, group: StreamsGroup, topics: TopicsView, now_ms: int) -> None:
+        session = self.config.session_timeout_ms
+        expired = [m for m in group.members.values()
+                   if now_ms >= m.last_heartbeat_ms + session
+                   or (m.revocation_deadline_ms is not None and now_ms >= m.revocation_deadline_ms)]
+        for m in expired:
+            self._remove_member(group, m)
+        if expired:
+            self._update_target(group, topics, force=True)
+
+    def next_deadline(self) -> int | None:
+        best: int | None = None
+        session = self.config.session_timeout_ms
+        for group in self.groups.values():
+            for m in group.members.values():
+                deadline = m.last_heartbeat_ms + session
+                if m.revocation_deadline_ms is not None:
+                    deadline = min(deadline, m.revocation_deadline_ms)
+                if best is None or deadline < best:
+                    best = deadline
+        return best
+
+    def tick(self, topics: TopicsView, now_ms: int) -> None:
+        """Expire members whose session or rebalance timeout passed; follow topic changes."""
+        for group in list(self.groups.values()):
+            self._expire(group, topics, now_ms)
+            if group.members:
+                self._update_target(group, topics, force=False)
+            self._store(group)
+
+    # -- StreamsGroupHeartbeat -----------------------------------------------------------------
+
+    @staticmethod
+    def _validate(req: HeartbeatRequest) -> str | None:
+        """INVALID_REQUEST's message, or None (Kafka's throwIfStreamsGroupHeartbeatRequestIsInvalid)."""
+        if not req.group_id:
+            return "GroupId can't be empty."
+        if not valid_group_id(req.group_id):
+            return "GroupId is longer than 32767 bytes."
+        if not req.member_id:
+            return "MemberId can't be empty."
+        if req.instance_id is not None and not req.instance_id:
+            return "InstanceId can't be empty."
+        if req.rack_id is not None and not req.rack_id:
+            return "RackId can't be empty."
+        if req.member_epoch == JOIN_EPOCH:
+            if req.rebalance_timeout_ms == -1:
+                return "RebalanceTimeoutMs must be provided in first request."
+            if req.topology is None:
+                return "Topology must be non-null when (re-)joining."
+            if not req.process_id:
+                return "ProcessId must be provided in first request."
+            if req.owned is None or not req.owned.is_empty():
+                return "ActiveTasks, StandbyTasks and WarmupTasks must be empty when (re-)joining."
+        elif req.member_epoch < STATIC_LEAVE_EPOCH:
+            return f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2."
+        elif req.member_epoch > 0 and req.topology is not None:
+            return "Topology can only be provided when (re-)joining."
+        return None
+
+    def heartbeat(self, req: HeartbeatRequest, topics: TopicsView, now_ms: int,
+                  creation_errors: Mapping[str, str] | None = None) -> HeartbeatResult:
+        message = self._validate(req)
+        if message is not None:
+            return HeartbeatResult(ErrorCode.INVALID_REQUEST, message, req.member_id)
+        if req.topology is not None:
+            invalid = validate_topology(req.topology)
+            if invalid is not None:
+                return HeartbeatResult(ErrorCode.STREAMS_INVALID_TOPOLOGY, invalid, req.member_id)
+        group = self.groups.get(req.group_id)
+        if group is not None:
+            self._expire(group, topics, now_ms)
+        if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+            return self._leave(group, req, topics)
+        if group is None:
+            if req.member_epoch != JOIN_EPOCH:
+                return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                       f"Streams group {req.group_id} not found.", req.member_id)
+            group = self.groups[req.group_id] = StreamsGroup(req.group_id)
+        member, error = self._member(group, req, now_ms)
+        if error is not None:
+            if not group.members and group.group_epoch == 0:
+                self.groups.pop(group.group_id, None)
+            return error
+        assert member is not None
+        changed = self._update_member(group, member, req)
+        member.last_heartbeat_ms = now_ms
+        if req.shutdown_application and not group.shutdown_requested:
+            group.shutdown_requested = True
+        self._update_target(group, topics, force=changed)
+        sent_before = (member.member_epoch, member.assigned)
+        self._reconcile(group, member, req.owned, now_ms)
+        self._store(group)
+        send = (req.member_epoch == JOIN_EPOCH
+                or sent_before != (member.member_epoch, member.assigned)
+                or (req.owned is not None and req.owned != member.assigned))
+        endpoints = None
+        if req.endpoint_information_epoch < group.endpoint_information_epoch \
+                and any(m.user_endpoint is not None for m in group.members.values()):
+            endpoints = self._endpoints(group)
+        return HeartbeatResult(
+            ErrorCode.NONE, None, member.member_id, member.member_epoch,
+            self.config.heartbeat_interval_ms, self._status(group, member, creation_errors),
+            member.assigned if send else None, group.endpoint_information_epoch, endpoints)
+
+    @staticmethod
+    def _endpoints(group: StreamsGroup
+                   ) -> list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]]:
+        """For each member with an endpoint (interactive queries), the partitions of the source
+        and repartition source topics its active and standby tasks read (Kafka's
+        EndpointToPartitionsManager)."""
+        topics_of: dict[str, list[str]] = {}
+        if group.topology is not None:
+            for sub in group.topology.subtopologies:
+                topics_of[sub.subtopology_id] = [*sub.source_topics,
+                                                 *(t.name for t in sub.repartition_source_topics)]
+
+        def partitions(tasks: Tasks) -> dict[str, list[int]]:
+            out: dict[str, set[int]] = {}
+            for sub_id, parts in tasks.items():
+                for topic in topics_of.get(sub_id, ()):
+                    out.setdefault(topic, set()).update(parts)
+            return {t: sorted(p) for t, p in sorted(out.items())}
+
+        return [(m.user_endpoint, partitions(m.assigned.active), partitions(m.assigned.standby))
+                for m in sorted(group.members.values(), key=lambda m: m.member_id)
+                if m.user_endpoint is not None]
+
+    def _status(self, group: StreamsGroup, member: StreamsMember,
+                creation_errors: Mapping[str, str] | None) -> tuple[tuple[Status, str], ...]:
+        out: list[tuple[Status, str]] = []
+        if group.topology is not None and member.topology_epoch < group.topology.epoch:
+            out.append((Status.STALE_TOPOLOGY,
+                        f"The member's topology epoch {member.topology_epoch} is behind the "
+                        f"group's topology epoch {group.topology.epoch}."))
+        if group.configured is not None:
+            out.extend(group.configured.status)
+        if creation_errors:
+            out.append((Status.MISSING_INTERNAL_TOPICS, "Unable to create internal topics: "
+                        + "; ".join(f"{n}: {e}" for n, e in sorted(creation_errors.items()))))
+        if group.shutdown_requested:
+            out.append((Status.SHUTDOWN_APPLICATION,
+                        "A KafkaStreams instance encountered a fatal error and requested a "
+                        "shutdown for the entire application."))
+        return tuple(out)
+
+    def _member(self, group: StreamsGroup, req: HeartbeatRequest, now_ms: int
+                ) -> tuple[StreamsMember | None, HeartbeatResult | None]:
+        member = group.members.get(req.member_id)
+        if req.member_epoch == JOIN_EPOCH:
+            if req.topology is not None and group.topology is not None \
+                    and req.topology.epoch != group.topology.epoch \
+                    and any(m.member_id != req.member_id for m in group.members.values()):
+                return None, HeartbeatResult(
+                    ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH,
+                    f"Topology updates are not supported yet. Current topology epoch is "
+                    f"{group.topology.epoch}, but received {req.topology.epoch}.",
+                    req.member_id)
+            if member is None:
+                if len(group.members) >= self.config.max_size:
+                    return None, HeartbeatResult(
+                        ErrorCode.GROUP_MAX_SIZE_REACHED,
+                        f"The streams group has reached its maximum capacity of "
+                        f"{self.config.max_size} members.", req.member_id)
+                member = group.members[req.member_id] = StreamsMember(req.member_id)
+                member.last_heartbeat_ms = now_ms
+            else:
+                member.assigned = EMPTY_TASKS
+                member.pending_revocation = EMPTY_TASKS
+                member.revocation_deadline_ms = None
+                member.state = MemberState.STABLE
+                member.member_epoch = JOIN_EPOCH
+            group.dirty_members.add(member.member_id)
+            return member, None
+        if member is None:
+            return None, HeartbeatResult(
+                ErrorCode.UNKNOWN_MEMBER_ID,
+                f"Member {req.member_id} is not a member of group {req.group_id}.",
+                req.member_id)
+        if req.member_epoch != member.member_epoch:
+            lost_response = (req.member_epoch == member.previous_member_epoch
+                             and req.owned is not None
+                             and _set_op(_minus, req.owned, member.assigned).is_empty())
+            if not lost_response:
+                return None, HeartbeatResult(
+                    ErrorCode.FENCED_MEMBER_EPOCH,
+                    f"The streams group member has a {'greater' if req.member_epoch > member.member_epoch else 'smaller'} "
+                    f"member epoch ({req.member_epoch}) than the one known by the group "
+                    f"coordinator ({member.member_epoch}). The member must abandon all its "
+                    "tasks and rejoin.", req.member_id)
+        return member, None
+
+    @staticmethod
+    def _update_member(group: StreamsGroup, member: StreamsMember, req: HeartbeatRequest
+                       ) -> bool:
+        """Apply the request's non-null fields; True if the assignment depends on a change."""
+        changed = False
+        if req.topology is not None:
+            if group.topology != req.topology:
+                group.topology = req.topology
+                group.dirty_topology = True
+                changed = True
+            if member.topology_epoch != req.topology.epoch:
+                member.topology_epoch = req.topology.epoch
+                group.dirty_members.add(member.member_id)
+        if req.process_id is not None and req.process_id != member.process_id:
+            member.process_id = req.process_id
+            changed = True
+        if req.member_epoch == JOIN_EPOCH:
+            changed = True
+        metadata = (req.instance_id or member.instance_id, req.rack_id or member.rack_id,
+                    req.client_id, req.client_host,
+                    member.rebalance_timeout_ms if req.rebalance_timeout_ms == -1
+                    else req.rebalance_timeout_ms,
+                    req.user_endpoint if req.user_endpoint is not None else member.user_endpoint,
+                    req.client_tags if req.client_tags is not None else member.client_tags)
+        if changed or metadata != (member.instance_id, member.rack_id, member.client_id,
+                                   member.client_host, member.rebalance_timeout_ms,
+                                   member.user_endpoint, member.client_tags):
+            if member.user_endpoint != metadata[5]:
+                group.endpoint_information_epoch += 1
+            (member.instance_id, member.rack_id, member.client_id, member.client_host,
+             member.rebalance_timeout_ms, member.user_endpoint, member.client_tags) = metadata
+            group.dirty_members.add(member.member_id)
+        return changed
+
+    def _leave(self, group: StreamsGroup | None, req: HeartbeatRequest, topics: TopicsView
+               ) -> HeartbeatResult:
+        if group is None:
+            return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
+                                   f"Streams group {req.group_id} not found.", req.member_id)
+        member = group.members.get(req.member_id)
+        if member is None:
+            return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
+                                   f"Member {req.member_id} is not a member of group "
+                                   f"{req.group_id}.", req.member_id)
+        if req.member_epoch == STATIC_LEAVE_EPOCH and member.instance_id is not None:
+            if member.member_epoch != STATIC_LEAVE_EPOCH:
+                member.previous_member_epoch = member.member_epoch
+            member.member_epoch = STATIC_LEAVE_EPOCH
+            group.dirty_members.add(member.member_id)
+        else:
+            self._remove_member(group, member)
+            self._update_target(group, topics, force=True)
+        self._store(group)
+        return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    def validate_offset_commit(
+        self, group_id: str, member_id: str, member_epoch: int, api_version: int,
+        partitions: Iterable[tuple[str, int]], transactional: bool = False,
+    ) -> list[ErrorCode]:
+        """OffsetCommit (v9+) or TxnOffsetCommit for a streams group, one code per partition
+        (Kafka's StreamsGroup.validateOffsetCommit): no member and epoch -1 while Empty (admin
+        tools), else the member must exist and commit with its current epoch."""
+        group = self.groups[group_id]
+        wanted = list(partitions)
+
+        def every(code: ErrorCode) -> list[ErrorCode]:
+            return [code] * len(wanted)
+
+        if member_epoch < 0 and not member_id and (transactional or not group.members):
+            return every(ErrorCode.NONE)
+        member = group.members.get(member_id)
+        if member is None:
+            return every(ErrorCode.UNKNOWN_MEMBER_ID)
+        if not transactional and api_version < 9:
+            return every(ErrorCode.UNSUPPORTED_VERSION)
+        if member_epoch != member.member_epoch:
+            return every(ErrorCode.ILLEGAL_GENERATION if transactional
+                         else ErrorCode.STALE_MEMBER_EPOCH)
+        return every(ErrorCode.NONE)
+
+    def validate_offset_fetch(self, group_id: str, member_id: str | None, member_epoch: int
+                              ) -> ErrorCode:
+        group = self.groups[group_id]
+        if member_id is None or (member_epoch < 0 and not member_id):
+            return ErrorCode.NONE
+        member = group.members.get(member_id)
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if member_epoch != member.member_epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
+    # -- admin and persistence -----------------------------------------------------------------
+
+    def delete_group(self, group_id: str) -> ErrorCode:
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND
+        if group.members:
+            return ErrorCode.NON_EMPTY_GROUP
+        del self.groups[group_id]
+        self._to_store[group_id] = True
+        return ErrorCode.NONE
+
+    def remove_empty_groups(self, keep: Callable[[str], bool]) -> None:
+        for group_id, group in list(self.groups.items()):
+            if not group.members and not keep(group_id):
+                self.delete_group(group_id)
+
+    def _store(self, group: StreamsGroup) -> None:
+        if group.dirty_group or group.dirty_topology or group.dirty_members \
+                or group.removed_members:
+            self._to_store.setdefault(group.group_id, False)
+
+    def take_changes(self) -> list[tuple[str, StreamsGroup | None]]:
+        out = [(g, None if deleted else self.groups.get(g))
+               for g, deleted in self._to_store.items()]
+        self._to_store = {}
+        return out
+
+    def load_group(self, group: StreamsGroup, topics: TopicsView) -> None:
+        """Restore a group read back from ``__consumer_offsets``: epochs, members, assignments
+        as written; the topology configured against the topics as they are now."""
+        if group.topology is not None:
+            group.configured = configure(group.topology, topics, self._compile_regex)
+            if group.configured.ready:
+                group.task_counts = group.configured.task_counts
+        self.groups[group.group_id] = group

@@ -1,0 +1,204 @@
+"""The Streams protocol's pure parts (KIP-1071): topology configuration, the sticky task
+assignor, reconciliation (revoke before assign), epochs and timers, offsets validation, and the
+records in ``__consumer_offsets`` (written, replayed, the same group back)."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.group.streams_assignor import MemberSpec, assign_tasks
+from broker.group.streams_group import (
+    RECONCILE,
+    CopartitionGroup,
+    HeartbeatRequest,
+    MemberState,
+    Status,
+    StreamsGroupConfig,
+    StreamsGroupCoordinator,
+    StreamsGroupState,
+    Subtopology,
+    TaskSet,
+    TopicInfo,
+    Topology,
+    configure,
+    validate_topology,
+)
+from broker.group.streams_records import StreamsGroupReplay, group_records
+from protocol.errors import ErrorCode
+
+
+class Topics:
+    def __init__(self, **counts: int) -> None:
+        self.counts = dict(counts)
+
+    def partition_count(self, topic: str) -> int | None:
+        return self.counts.get(topic)
+
+    def topics(self) -> dict[str, int]:
+        return self.counts
+
+
+def _exact(pattern: str):
+    return lambda name: name == pattern
+
+
+WORDCOUNT = Topology(0, (
+    Subtopology("0", source_topics=("words",), repartition_sink_topics=("app-rep",)),
+    Subtopology("1", state_changelog_topics=(TopicInfo("app-store-changelog"),),
+                repartition_source_topics=(TopicInfo("app-rep"),)),
+))
+
+
+def test_configure_derives_internal_topic_partitions():
+    configured = configure(WORDCOUNT, Topics(words=4), _exact)
+    assert configured.task_counts == {"0": 4, "1": 4}
+    assert {n: t.partitions for n, t in configured.internal_topics.items()} == {
+        "app-rep": 4, "app-store-changelog": 4}
+    assert [s for s, _ in configured.status] == [Status.MISSING_INTERNAL_TOPICS]
+    ready = configure(WORDCOUNT, Topics(words=4, **{"app-rep": 4, "app-store-changelog": 4}),
+                      _exact)
+    assert ready.ready and ready.status == []
+
+
+def test_configure_statuses():
+    missing = configure(WORDCOUNT, Topics(), _exact)
+    assert not missing.ready and missing.status[0][0] is Status.MISSING_SOURCE_TOPICS
+    assert "words" in missing.status[0][1]
+    wrong = configure(WORDCOUNT, Topics(words=4, **{"app-rep": 2}), _exact)
+    assert wrong.status[0][0] is Status.INCORRECTLY_PARTITIONED_TOPICS
+    join = Topology(0, (Subtopology("0", source_topics=("a", "b"),
+                                    copartition_groups=(CopartitionGroup((0, 1)),)),))
+    assert configure(join, Topics(a=2, b=3), _exact).status[0][0] is \
+        Status.INCORRECTLY_PARTITIONED_TOPICS
+    assert configure(join, Topics(a=3, b=3), _exact).ready
+
+
+def test_validate_topology():
+    assert validate_topology(WORDCOUNT) is None
+    duplicate = Topology(0, (Subtopology("0", ("a",)), Subtopology("0", ("b",))))
+    assert "not unique" in (validate_topology(duplicate) or "")
+    out_of_range = Topology(0, (Subtopology("0", ("a",), copartition_groups=(
+        CopartitionGroup((3,)),)),))
+    assert "out of range" in (validate_topology(out_of_range) or "")
+
+
+def test_assignor_is_sticky_balanced_and_places_standbys_apart():
+    counts = {"0": 4, "1": 4}
+    first = assign_tasks({"a": MemberSpec("p1")}, counts, {"1"}, 1)
+    assert sum(len(p) for p in first["a"].active.values()) == 8
+    assert first["a"].standby == {}  # one process: nowhere to put a standby
+    second = assign_tasks({"a": MemberSpec("p1", first["a"].active), "b": MemberSpec("p2")},
+                          counts, {"1"}, 1)
+    a_tasks = {(s, p) for s, ps in second["a"].active.items() for p in ps}
+    b_tasks = {(s, p) for s, ps in second["b"].active.items() for p in ps}
+    assert len(a_tasks) == len(b_tasks) == 4 and not a_tasks & b_tasks
+    assert a_tasks <= {(s, p) for s, ps in first["a"].active.items() for p in ps}  # sticky
+    for me, other in (("a", b_tasks), ("b", a_tasks)):
+        standby = {(s, p) for s, ps in second[me].standby.items() for p in ps}
+        assert standby == {t for t in other if t[0] == "1"}  # stateful tasks only, elsewhere
+    # same process: no standby beside the active copy
+    same = assign_tasks({"a": MemberSpec("p"), "b": MemberSpec("p")}, counts, {"1"}, 1)
+    assert all(not t.standby for t in same.values())
+
+
+def _join(member: str, process: str = "p1", topology: Topology = WORDCOUNT):
+    return HeartbeatRequest("app", member, 0, rebalance_timeout_ms=1000, topology=topology,
+                            owned=TaskSet(), process_id=process)
+
+
+def _beat(member: str, epoch: int, owned: TaskSet | None = None):
+    return HeartbeatRequest("app", member, epoch, owned=owned)
+
+
+READY = Topics(words=2, **{"app-rep": 2, "app-store-changelog": 2})
+
+
+def test_revoke_before_assign_then_replay():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(num_standby_replicas=0), _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    assert one.error is ErrorCode.NONE and one.member_epoch == 1
+    assert one.tasks == TaskSet({"0": frozenset({0, 1}), "1": frozenset({0, 1})})
+    two = c.heartbeat(_join("m2", "p2"), READY, 10)
+    assert two.tasks == TaskSet()  # everything still active at m1
+    group = c.groups["app"]
+    assert group.state is StreamsGroupState.RECONCILING
+    revoke = c.heartbeat(_beat("m1", 1, one.tasks), READY, 20)
+    assert revoke.member_epoch == 1 and revoke.tasks is not None
+    assert group.members["m1"].state is MemberState.UNREVOKED_TASKS
+    still = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 25)
+    assert still.tasks is None or still.tasks == TaskSet()  # m1 has not revoked yet
+    done = c.heartbeat(_beat("m1", 1, revoke.tasks), READY, 30)
+    assert done.member_epoch == 2
+    got = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 40)
+    assert got.member_epoch == 2 and got.tasks is not None
+    assert group.state is StreamsGroupState.STABLE
+    mine = {(s, p) for s, ps in revoke.tasks.active.items() for p in ps}
+    theirs = {(s, p) for s, ps in got.tasks.active.items() for p in ps}
+    assert not mine & theirs and len(mine | theirs) == 4
+
+    # a heartbeat that changes nothing writes nothing
+    records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
+    assert c.heartbeat(_beat("m1", 2), READY, 45).tasks is None
+    assert c.take_changes() == []
+
+    # fenced epochs; a leave bumps the group epoch
+    assert c.heartbeat(_beat("m1", 7), READY, 50).error is ErrorCode.FENCED_MEMBER_EPOCH
+    assert c.heartbeat(_beat("nobody", 1), READY, 50).error is ErrorCode.UNKNOWN_MEMBER_ID
+
+    # offsets: the member's epoch, or epoch -1 with no member while empty
+    assert c.validate_offset_commit("app", "m1", 2, 9, [("words", 0)]) == [ErrorCode.NONE]
+    assert c.validate_offset_commit("app", "m1", 1, 9, [("words", 0)]) == [
+        ErrorCode.STALE_MEMBER_EPOCH]
+    assert c.validate_offset_commit("app", "m1", 1, 5, [("words", 0)], True) == [
+        ErrorCode.ILLEGAL_GENERATION]
+    assert c.validate_offset_commit("app", "x", 2, 9, [("words", 0)]) == [
+        ErrorCode.UNKNOWN_MEMBER_ID]
+
+    # the records replay to the same group
+    for _group_id, changed in c.take_changes():
+        assert changed is not None
+        records += group_records(changed)
+    replay = StreamsGroupReplay()
+    for key, value in records:
+        assert replay.apply_untrusted(key, value)
+    (back,) = replay.groups(0)
+    assert back.group_epoch == group.group_epoch and back.topology == WORDCOUNT
+    assert {m: (v.member_epoch, v.assigned, v.process_id) for m, v in back.members.items()} == {
+        m: (v.member_epoch, v.assigned, v.process_id) for m, v in group.members.items()}
+    assert back.target == group.target
+
+
+def test_session_expiry_and_validation():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(session_timeout_ms=100), _exact)
+    c.heartbeat(_join("m1"), READY, 0)
+    c.heartbeat(_join("m2", "p2"), READY, 0)
+    epoch = c.groups["app"].group_epoch
+    c.heartbeat(_beat("m2", c.groups["app"].members["m2"].member_epoch), READY, 90)
+    c.tick(READY, 150)
+    assert list(c.groups["app"].members) == ["m2"] and c.groups["app"].group_epoch > epoch
+    bad = HeartbeatRequest("app", "m3", 0, rebalance_timeout_ms=1000, owned=TaskSet(),
+                           process_id="p")
+    assert c.heartbeat(bad, READY, 160).error is ErrorCode.INVALID_REQUEST  # no topology
+    newer = Topology(1, WORDCOUNT.subtopologies)
+    refused = c.heartbeat(_join("m3", "p3", newer), READY, 160)
+    assert refused.error is ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH
+
+
+@pytest.mark.parametrize("pair", sorted(RECONCILE, key=str))
+def test_reconcile_table_is_total_over_its_states(pair):
+    assert RECONCILE[pair] in MemberState
+
+
+def test_endpoint_map_for_interactive_queries():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    join = HeartbeatRequest("app", "m1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                            owned=TaskSet(), process_id="p1", user_endpoint=("h1", 7001))
+    one = c.heartbeat(join, READY, 0)
+    assert one.endpoint_information_epoch >= 1
+    assert one.endpoints == [(("h1", 7001), {"app-rep": [0, 1], "words": [0, 1]}, {})]
+    current = c.heartbeat(HeartbeatRequest("app", "m1", one.member_epoch,
+                                           endpoint_information_epoch=one.endpoint_information_epoch),
+                          READY, 10)
+    assert current.endpoints is None  # up to date: not sent again
+    no_endpoint = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    assert no_endpoint.heartbeat(_join("m1"), READY, 0).endpoints is None
