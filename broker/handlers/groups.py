@@ -18,7 +18,7 @@ from broker.group.consumer_group import (
     HeartbeatResult,
 )
 from broker.group.coordinator import JoinResult, SyncResult
-from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
+from broker.group.offset_service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations
 from broker.handlers.context import Broker

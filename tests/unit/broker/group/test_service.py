@@ -9,7 +9,7 @@ import trio
 from broker.app import build_broker
 from broker.clock import Clock, ManualClock, TrioClock
 from broker.config import build_config
-from broker.group.service import FetchedOffset, OffsetToCommit, TxnProducer
+from broker.group.offset_service import FetchedOffset, OffsetToCommit, TxnProducer
 from broker.handlers.context import Broker
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC as OFFSETS_TOPIC
 from broker.log.topics import partition_for

@@ -14,7 +14,7 @@ import os
 
 import trio
 
-from broker.group.service import OffsetToCommit, TxnProducer
+from broker.group.offset_service import OffsetToCommit, TxnProducer
 from broker.handlers.context import Broker
 from broker.log.manager import BOOT_ID_FILE
 from broker.log.partition import Partition

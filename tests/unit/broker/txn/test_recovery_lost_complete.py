@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.group.service import OffsetToCommit, TxnProducer
+from broker.group.offset_service import OffsetToCommit, TxnProducer
 from broker.handlers.context import Broker
 from broker.log.manager import BOOT_ID_FILE
 from broker.log.topics import CONSUMER_OFFSETS_TOPIC
