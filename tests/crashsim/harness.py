@@ -86,12 +86,16 @@ class Client:
     client would; ``answered`` is the recorder's operation count when each answer came."""
 
     def __init__(self, b: Broker, recorder: Recorder | None) -> None:
+        self.broker = b
         self.dispatcher = build_dispatcher(b)
         self.recorder = recorder
         self._cid = 0
 
     def _ops(self) -> int:
         return len(self.recorder.ops) if self.recorder is not None else 0
+
+    def topic_id(self, name: str) -> Any:
+        return self.broker.logs.topic_id(name)
 
     async def request(self, key: int, version: int, body: dict) -> tuple[Any, int]:
         self._cid += 1
@@ -159,8 +163,15 @@ class Journal:
     produced: list[Produced] = field(default_factory=list)
     txns: list[Txn] = field(default_factory=list)
     ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (pid, epoch) last given
-    group_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (partition, offset, at)
+    # OffsetCommit answered NONE: (group, partition, offset, at)
+    group_commits: list[tuple[str, int, int, int]] = field(default_factory=list)
     admin: list[tuple[str, Any, int]] = field(default_factory=list)  # (what, which, at)
+    # ConsumerGroupHeartbeat answered NONE: (group, member id, member epoch, at)
+    heartbeats: list[tuple[str, str, int, int]] = field(default_factory=list)
+    # the compacted topic: (key, value or None for a tombstone, at: None until answered)
+    keyed: list[list] = field(default_factory=list)
+    # the highest log start offset of each partition of TOPIC the broker ever had (retention)
+    log_start_max: dict[int, int] = field(default_factory=dict)
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -169,8 +180,9 @@ class Journal:
 class Workload:
     def __init__(self, client: Client, journal: Journal, rng: random.Random) -> None:
         self.c, self.j, self.rng = client, journal, rng
-        self._seq: dict[tuple[int, int], int] = {}
+        self._seq: dict[tuple[int, str, int], int] = {}
         self._n = 0
+        self.last_at = 0
 
     def _values(self, n: int, tag: str) -> list[bytes]:
         out = []
@@ -224,20 +236,23 @@ class Workload:
             self.j.ids[tid] = (r.producer_id, r.producer_epoch)
         return r.producer_id, r.producer_epoch
 
-    async def produce(self, pid: int, epoch: int, partition: int, values: list[bytes],
-                      tid: str | None = None) -> Any:
-        seq = self._seq.get((pid, partition), 0)
-        batch = encode_batch([(None, v, (), NOW) for v in values], producer_id=pid,
+    async def produce(self, pid: int, epoch: int, partition: int, values: list[Any],
+                      tid: str | None = None, topic: str = TOPIC,
+                      keys: list[bytes] | None = None) -> Any:
+        seq = self._seq.get((pid, topic, partition), 0)
+        batch = encode_batch([(None if keys is None else keys[i], v, (), NOW)
+                              for i, v in enumerate(values)], producer_id=pid,
                              producer_epoch=epoch, base_sequence=seq,
                              transactional=tid is not None)
         r, at = await self.c.request(ApiKey.PRODUCE, 3, {
             "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
-            "topic_data": [{"name": TOPIC, "partition_data": [
+            "topic_data": [{"name": topic, "partition_data": [
                 {"index": partition, "records": batch}]}]})
         part = r.responses[0].partition_responses[0]
+        self.last_at = at
         if part.error_code == ErrorCode.NONE:
-            self._seq[(pid, partition)] = seq + len(values)
-            if tid is None:
+            self._seq[(pid, topic, partition)] = seq + len(values)
+            if tid is None and topic == TOPIC:
                 self.j.produced.append(Produced(partition, part.base_offset, values, at))
         return part.error_code
 
@@ -277,14 +292,63 @@ class Workload:
         txn.answered = at
         return txn
 
-    async def group_commit(self, group: str, partition: int, offset: int) -> None:
-        r, at = await self.c.request(ApiKey.OFFSET_COMMIT, 2, {
-            "group_id": group, "generation_id": -1, "member_id": "", "retention_time_ms": -1,
+    async def group_commit(self, group: str, partition: int, offset: int,
+                           member: tuple[str, int] | None = None) -> None:
+        """OffsetCommit (v2 for a group without members; v9 with ``member``: its id and
+        epoch, for a consumer-protocol group)."""
+        member_id, epoch = member or ("", -1)
+        r, at = await self.c.request(ApiKey.OFFSET_COMMIT, 9 if member else 2, {
+            "group_id": group, "generation_id": epoch, "member_id": member_id,
+            "retention_time_ms": -1,
             "topics": [{"name": TOPIC, "partitions": [
                 {"partition_index": partition, "committed_offset": offset,
                  "committed_metadata": None}]}]})
         assert r.topics[0].partitions[0].error_code == ErrorCode.NONE, r
-        self.j.group_commits.append((partition, offset, at))
+        self.j.group_commits.append((group, partition, offset, at))
+
+    async def heartbeat(self, group: str, member_id: str, epoch: int,
+                        owned: list[int] | None = None) -> tuple[str, int, list[int]]:
+        """ConsumerGroupHeartbeat v0 of a member subscribed to TOPIC: (member id, epoch,
+        partitions of TOPIC assigned)."""
+        joining = epoch == 0
+        topic_id = self.c.topic_id(TOPIC)
+        r, at = await self.c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": group, "member_id": member_id, "member_epoch": epoch,
+            "rebalance_timeout_ms": 30_000 if joining else -1,
+            "subscribed_topic_names": [TOPIC] if joining else None,
+            "server_assignor": None,
+            "topic_partitions": ([] if joining else None) if owned is None else [
+                {"topic_id": topic_id, "partitions": owned}]})
+        assert r.error_code == ErrorCode.NONE, r
+        self.j.heartbeats.append((group, r.member_id, r.member_epoch, at))
+        assigned = (owned or []) if r.assignment is None else [  # (None: unchanged)
+            p for t in r.assignment.topic_partitions for p in t.partitions]
+        return r.member_id, r.member_epoch, sorted(assigned)
+
+    async def clean(self) -> None:
+        """The cleaner compacts every partition due (under the recorder)."""
+        cleaner = self.c.broker.cleaner
+        assert cleaner is not None
+        while await cleaner.clean_once():
+            pass
+
+    def retention(self) -> None:
+        """Retention runs: old segments of TOPIC go."""
+        b = self.c.broker
+        b.logs.enforce_retention(b.clock.now_ms())
+        for part in range(PARTITIONS):
+            start = b.partition(TOPIC, part).log_start_offset
+            self.j.log_start_max[part] = max(self.j.log_start_max.get(part, 0), start)
+
+    async def keyed(self, pid: int, epoch: int, pairs: list[tuple[bytes, bytes | None]]) -> None:
+        """An idempotent acks=all batch of keyed records to the compacted topic ``kv``."""
+        entries: list[list[Any]] = [[k, v, None] for k, v in pairs]
+        self.j.keyed.extend(entries)
+        code = await self.produce(pid, epoch, 0, [v for _, v in pairs], topic="kv",
+                                  keys=[k for k, _ in pairs])
+        if code == ErrorCode.NONE:
+            for e in entries:
+                e[2] = self.last_at
 
 
 async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: str,
@@ -302,8 +366,22 @@ async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: s
             nursery.cancel_scope.cancel()
 
 
+TOPIC_CONFIGS = {"rolls": {"segment.bytes": "600"},
+                 # retention by size: segments of ~2 batches, ~3 batches kept
+                 "retention": {"segment.bytes": "300", "retention.bytes": "450"}}
+
+# The broker settings of a workload (beyond ``broker_config``'s).
+BROKER_SETTINGS = {
+    "compaction": {"transaction.state.log.segment.bytes": "600", "log.cleaner.backoff.ms": "1"},
+    # __consumer_offsets rolls every few commits; the cleaner compacts it
+    "groups": {"offsets.topic.segment.bytes": "400", "log.cleaner.min.cleanable.ratio": "0.01",
+               "log.cleaner.backoff.ms": "1"},
+    "compact-topic": {"log.cleaner.backoff.ms": "1"},
+}
+
+
 async def _steps(w: Workload, name: str) -> None:
-    await w.create_topic(configs={"segment.bytes": "600"} if name == "rolls" else None)
+    await w.create_topic(configs=TOPIC_CONFIGS.get(name))
     if name == "txn":
         await w.transaction("a", True, [0, 1])
         await w.transaction("a", True, [1, 2])  # the same epoch: a second commit
@@ -337,6 +415,42 @@ async def _steps(w: Workload, name: str) -> None:
                                        "min.cleanable.dirty.ratio": "0.01"})
         for i in range(6):
             await w.transaction("z", i % 3 != 2, [i % PARTITIONS])
+    elif name == "groups":  # group commits, KIP-848 members, __consumer_offsets compacted
+        for i in range(4):
+            await w.group_commit("plain", i % PARTITIONS, 10 + i)
+        await w.clean()
+        member, epoch, owned = await w.heartbeat("cg", "", 0)
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        await w.group_commit("cg", owned[0], 5, (member, epoch))
+        other, other_epoch, other_owned = await w.heartbeat("cg", "", 0)  # the group epoch moves
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        other, other_epoch, other_owned = await w.heartbeat("cg", other, other_epoch, other_owned)
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        await w.group_commit("cg", owned[0], 8, (member, epoch))
+        for i in range(4):
+            await w.group_commit("plain", i % PARTITIONS, 20 + i)
+        await w.clean()
+        await w.group_commit("plain", 0, 30)
+    elif name == "compact-topic":  # live idempotent producers, the cleaner between batches
+        await w.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": "250",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        producers = [await w.init(None), await w.init(None)]
+        for i in range(8):
+            pid, epoch = producers[i % 2]
+            pairs: list[tuple[bytes, bytes | None]] = []
+            for _ in range(w.rng.randint(1, 3)):
+                key = f"k{w.rng.randrange(3)}".encode()
+                value = None if w.rng.random() < 0.15 else w._values(1, "kv")[0]
+                pairs.append((key, value))
+            await w.keyed(pid, epoch, pairs)
+            if i % 2:
+                await w.clean()
+    elif name == "retention":  # retention by size deletes old segments between batches
+        pid, epoch = await w.init(None)
+        for i in range(10):
+            await w.produce(pid, epoch, 0, w._values(2, "i"))
+            if i % 3 == 2:
+                w.retention()
     elif name == "rolls":  # small segments: every few batches a roll
         await w.create_topic("rolled", 1, {"segment.bytes": "400"})
         await w.idempotent(6)
@@ -368,8 +482,7 @@ def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
         initial = recorder.initial()
         recorder.skip_sync = skip_sync
         with recorder:
-            extra = ({"transaction.state.log.segment.bytes": "600",
-                      "log.cleaner.backoff.ms": "1"} if name == "compaction" else {})
+            extra = BROKER_SETTINGS.get(name, {})
             b = build_broker(broker_config(data, flush, **extra), clock=ManualClock(NOW))
             try:
                 trio.run(_run_workload, b, recorder, journal, name, random.Random(seed))
@@ -458,6 +571,9 @@ def snapshot(b: Broker) -> dict:
                                    p.last_stable_offset)
     for md in b.transactions.transactions():
         out[("txn", md.transactional_id)] = (md.producer_id, md.producer_epoch, md.state)
+    for group_id, group in b.groups.consumer.groups.items():
+        out[("group", group_id)] = (group.group_epoch, group.assignment_epoch, sorted(
+            (m.member_id, m.member_epoch) for m in group.members.values()))
     return out
 
 
@@ -493,6 +609,8 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
                 if pr.base_offset < p.log_start_offset and any(
                         w == "log-start" and x[0] == pr.partition for w, x, _ in j.admin):
                     continue  # deleted by a DeleteRecords it sent
+                if pr.base_offset < p.log_start_offset and pr.partition in j.log_start_max:
+                    continue  # deleted by retention (its log start is checked below)
                 data = p.read(pr.base_offset, 1 << 20, p.high_watermark)
                 got = [bytes(r.value or b"") for _, rs in decode_batches_untrusted(bytes(data or b""))
                        for r in rs][:len(pr.values)]
@@ -530,12 +648,21 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
                 if offsets.get(part, -1) < off:
                     raise Violation(f"offsets of committed transaction {t.transactional_id}: "
                                     f"{offsets}")
+    for part, most in j.log_start_max.items():
+        start = b.partition(TOPIC, part).log_start_offset
+        if start > most:
+            raise Violation(f"{TOPIC}-{part} starts at {start} after recovery; retention never "
+                            f"moved it past {most}")
     if durable:
-        for part, off, at in j.group_commits:
+        for group, part, off, at in j.group_commits:
             if at <= k:
-                answered_offsets = await _offsets(client, "plain")
+                answered_offsets = await _offsets(client, group)
                 if answered_offsets.get(part, -1) < off:
-                    raise Violation(f"answered offset commit {part}:{off} reads {answered_offsets}")
+                    raise Violation(f"answered offset commit {group} {part}:{off} reads "
+                                    f"{answered_offsets}")
+    await _check_members(b, client, j, k, durable)
+    if j.keyed:
+        _check_keyed(b, j, k, durable)
     if durable:
         await _check_admin(b, client, j, k)
     # The producers act: the one whose transaction was under way commits it, answered success
@@ -561,6 +688,89 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
         if r.error_code != ErrorCode.NONE:
             raise Violation(f"InitProducerId({tid}) after recovery: {ErrorCode(r.error_code)!r}")
     return snapshot(b)
+
+
+async def _check_members(b: Broker, client: Client, j: Journal, k: int, durable: bool) -> None:
+    """KIP-848 groups replayed consistently: every member's epoch is at most the assignment
+    epoch, which is at most the group epoch; with ``--flush always`` a member answered epoch E
+    is there with an epoch at least E, and if exactly E its heartbeat at E is accepted."""
+    groups = {g for g, _, _, _ in j.heartbeats}
+    for group_id in sorted(groups):
+        group = b.groups.consumer.groups.get(group_id)
+        answered: dict[str, int] = {}
+        for g, member, epoch, at in j.heartbeats:
+            if g == group_id and at <= k:
+                answered[member] = epoch
+        if group is None:
+            if durable and answered:
+                raise Violation(f"consumer group {group_id} answered {answered}, missing")
+            continue
+        epochs = {m.member_id: m.member_epoch for m in group.members.values()}
+        if not all(e <= group.assignment_epoch for e in epochs.values()) or \
+                group.assignment_epoch > group.group_epoch:
+            raise Violation(f"consumer group {group_id}: member epochs {epochs}, assignment "
+                            f"epoch {group.assignment_epoch}, group epoch {group.group_epoch}")
+        if not durable:
+            continue
+        for member, epoch in answered.items():
+            if epochs.get(member, -1) < epoch:
+                raise Violation(f"consumer group {group_id}: member {member} answered epoch "
+                                f"{epoch}, recovered {epochs.get(member)}")
+            if epochs[member] == epoch:
+                r, _ = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+                    "group_id": group_id, "member_id": member, "member_epoch": epoch,
+                    "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+                    "server_assignor": None, "topic_partitions": None})
+                if r.error_code != ErrorCode.NONE:
+                    raise Violation(f"consumer group {group_id}: member {member} at its "
+                                    f"answered epoch {epoch}: {ErrorCode(r.error_code)!r}")
+
+
+def _check_keyed(b: Broker, j: Journal, k: int, durable: bool) -> None:
+    """The compacted topic ``kv``: every value read was sent for its key, in the order sent;
+    with ``--flush always`` each key's latest value is its last answered one or a later one
+    sent (a key may be gone only if that is a tombstone)."""
+    if "kv" not in b.logs.topics():
+        return  # (its creation is checked with the other answered admin requests)
+    p = b.partition("kv", 0)
+    read: list[tuple[bytes, bytes | None]] = []
+    offset = p.log_start_offset
+    while offset < p.high_watermark:
+        data = p.read(offset, 1 << 20, p.high_watermark)
+        if not data:
+            break
+        for header, records in decode_batches_untrusted(bytes(data)):
+            offset = header.last_offset + 1
+            if header.is_control:
+                continue
+            read.extend((bytes(r.key or b""), None if r.value is None else bytes(r.value))
+                        for r in records)
+    sent: dict[bytes, list[tuple[bytes | None, int | None]]] = {}
+    for key, value, at in j.keyed:
+        sent.setdefault(key, []).append((value, at))
+    last: dict[bytes, int] = {}
+    for key, value in read:
+        positions = [i for i, (v, _) in enumerate(sent.get(key, [])) if v == value]
+        if not positions:
+            raise Violation(f"kv: {key!r} reads {value!r}, never sent for it")
+        later = [i for i in positions if i >= last.get(key, -1)]
+        if not later:
+            raise Violation(f"kv: {key!r} reads {value!r} after a later value")
+        last[key] = later[0]  # (the earliest: a tombstone may have been sent more than once)
+    if not durable:
+        return
+    for key, values in sent.items():
+        answered = [i for i, (_, at) in enumerate(values) if at is not None and at <= k]
+        if not answered:
+            continue
+        if key not in last:
+            if any(v is None for v, _ in values[answered[-1]:]):
+                continue  # deleted: the cleaner may have removed the tombstone too
+            raise Violation(f"kv: {key!r} answered {values[answered[-1]][0]!r}, gone")
+        if last[key] < answered[-1] and not (values[last[key]][0] is None and any(
+                v is None for v, _ in values[answered[-1]:])):
+            raise Violation(f"kv: {key!r} reads {values[last[key]][0]!r}, answered "
+                            f"{values[answered[-1]][0]!r} later")
 
 
 async def _check_admin(b: Broker, client: Client, j: Journal, k: int) -> None:

@@ -34,7 +34,8 @@ from tests.crashsim.harness import (
     recover_and_check,
 )
 
-WORKLOADS = ("txn", "txn-offsets", "mixed", "idempotent", "admin", "rolls", "compaction")
+WORKLOADS = ("txn", "txn-offsets", "mixed", "idempotent", "admin", "rolls", "compaction", "groups",
+             "compact-topic", "retention")
 LONG = os.environ.get("MINIBROKER_CRASHSIM") == "long"
 
 
