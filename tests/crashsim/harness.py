@@ -11,11 +11,14 @@ the recovered broker serves.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import copy
 import os
 import random
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ import broker.log.manager as log_manager
 from broker.app import build_broker, build_dispatcher
 from broker.clock import ManualClock
 from broker.config import build_config
+from broker.handlers import peer
 from broker.handlers.context import Broker
 from broker.log.topics import TRANSACTION_STATE_TOPIC
 from broker.reply import AnswerFirst, Deferred
@@ -42,6 +46,7 @@ from protocol.records import (
     parse_control_record,
 )
 from tests.crashsim.fs import Model, Recorder, no_real_syncs
+from tests.crashsim.fs import write as write_state
 
 NOW = 1_700_000_000_000
 TOPIC = "sim"
@@ -88,6 +93,8 @@ class Client:
     def __init__(self, b: Broker, recorder: Recorder | None) -> None:
         self.broker = b
         self.dispatcher = build_dispatcher(b)
+        # a connection of its own (share sessions are released when it closes)
+        peer.set_peer(peer.Peer("/127.0.0.1"))
         self.recorder = recorder
         self._cid = 0
 
@@ -170,6 +177,10 @@ class Journal:
     heartbeats: list[tuple[str, str, int, int]] = field(default_factory=list)
     # the compacted topic: (key, value or None for a tombstone, at: None until answered)
     keyed: list[list] = field(default_factory=list)
+    # share group: (first, last offset of TOPIC-0, at) acquired / ACCEPTed (ack sent with at
+    # None until answered)
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+    accepted: list[list[Any]] = field(default_factory=list)
     # the highest log start offset of each partition of TOPIC the broker ever had (retention)
     log_start_max: dict[int, int] = field(default_factory=dict)
 
@@ -325,6 +336,52 @@ class Workload:
             p for t in r.assignment.topic_partitions for p in t.partitions]
         return r.member_id, r.member_epoch, sorted(assigned)
 
+    async def share_join(self, group: str, member: str) -> None:
+        r, _ = await self.c.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": group, "member_id": member, "member_epoch": 0,
+            "subscribed_topic_names": [TOPIC]})
+        assert r.error_code == ErrorCode.NONE, r
+
+    async def share_fetch(self, group: str, member: str, session_epoch: int,
+                          accept: list[tuple[int, int]], max_records: int) -> list[tuple[int, int]]:
+        """ShareFetch v1 of TOPIC-0, ACCEPTing ``accept`` (first, last) with it: the ranges
+        acquired."""
+        topic_id = self.c.topic_id(TOPIC)
+        entries: list[list[Any]] = [[a, b, None] for a, b in accept]
+        self.j.accepted.extend(entries)
+        r, at = await self.c.request(ApiKey.SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": session_epoch,
+            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+            "batch_size": max_records, "topics": [{"topic_id": topic_id, "partitions": [{
+                "partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [1]}
+                    for a, b in accept]}]}],
+            "forgotten_topics_data": []})
+        assert r.error_code == ErrorCode.NONE, r
+        part = r.responses[0].partitions[0]
+        assert part.error_code == ErrorCode.NONE and part.acknowledge_error_code == 0, r
+        for e in entries:
+            e[2] = at
+        got = [(a.first_offset, a.last_offset) for a in part.acquired_records]
+        self.j.acquired.extend((a, b, at) for a, b in got)
+        return got
+
+    async def share_accept(self, group: str, member: str, session_epoch: int,
+                           accept: list[tuple[int, int]]) -> None:
+        """ShareAcknowledge v1: ACCEPT ``accept`` (first, last) of TOPIC-0."""
+        entries: list[list[Any]] = [[a, b, None] for a, b in accept]
+        self.j.accepted.extend(entries)
+        r, at = await self.c.request(ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": session_epoch,
+            "topics": [{"topic_id": self.c.topic_id(TOPIC), "partitions": [{
+                "partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [1]}
+                    for a, b in accept]}]}]})
+        assert r.error_code == ErrorCode.NONE, r
+        assert r.responses[0].partitions[0].error_code == ErrorCode.NONE, r
+        for e in entries:
+            e[2] = at
+
     async def clean(self) -> None:
         """The cleaner compacts every partition due (under the recorder)."""
         cleaner = self.c.broker.cleaner
@@ -366,7 +423,9 @@ async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: s
             nursery.cancel_scope.cancel()
 
 
-TOPIC_CONFIGS = {"rolls": {"segment.bytes": "600"},
+LARGE_ROUNDS = 150  # ~26,000 file operations, ~1,100,000 crash states with --flush always
+
+TOPIC_CONFIGS = {"rolls": {"segment.bytes": "600"}, "large": {"segment.bytes": "1000"},
                  # retention by size: segments of ~2 batches, ~3 batches kept
                  "retention": {"segment.bytes": "300", "retention.bytes": "450"}}
 
@@ -377,6 +436,10 @@ BROKER_SETTINGS = {
     "groups": {"offsets.topic.segment.bytes": "400", "log.cleaner.min.cleanable.ratio": "0.01",
                "log.cleaner.backoff.ms": "1"},
     "compact-topic": {"log.cleaner.backoff.ms": "1"},
+    "share": {"share.coordinator.state.topic.num.partitions": "1"},
+    "large": {"transaction.state.log.segment.bytes": "600", "offsets.topic.segment.bytes": "400",
+              "log.cleaner.min.cleanable.ratio": "0.01", "log.cleaner.backoff.ms": "1",
+              "share.coordinator.state.topic.num.partitions": "1"},
 }
 
 
@@ -451,6 +514,45 @@ async def _steps(w: Workload, name: str) -> None:
             await w.produce(pid, epoch, 0, w._values(2, "i"))
             if i % 3 == 2:
                 w.retention()
+    elif name == "share":  # a share group acquires and ACCEPTs records of sim-0
+        pid, epoch = await w.init(None)
+        await w.share_join("sg", "member-a")
+        # (the share partition starts at the end: share.auto.offset.reset is latest)
+        assert await w.share_fetch("sg", "member-a", 0, [], 3) == []
+        for _ in range(4):
+            await w.produce(pid, epoch, 0, w._values(2, "i"))
+        got = await w.share_fetch("sg", "member-a", 1, [], 3)
+        first, last = got[0]
+        await w.share_accept("sg", "member-a", 2, [(first, first)])
+        got2 = await w.share_fetch("sg", "member-a", 3, [(first + 1, last)], 4)
+        await w.produce(pid, epoch, 0, w._values(2, "i"))
+        await w.share_accept("sg", "member-a", 4, [(got2[0][0], got2[0][0])])
+        await w.share_fetch("sg", "member-a", 5, [], 3)
+    elif name == "large":  # all of it, longer (the sampled run): > 1,000,000 crash states
+        await w.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": "250",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        kv = await w.init(None)
+        member, epoch, owned = await w.heartbeat("cg", "", 0)
+        await w.share_join("sg", "member-a")
+        assert await w.share_fetch("sg", "member-a", 0, [], 3) == []
+        session = 1
+        for i in range(LARGE_ROUNDS):
+            await w.idempotent(3)
+            await w.transaction("x", i % 3 != 2, [i % PARTITIONS, (i + 1) % PARTITIONS],
+                                offsets={i % PARTITIONS: 10 * i + 1} if i % 2 else None)
+            await w.group_commit("plain", i % PARTITIONS, 100 + i)
+            member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+            await w.group_commit("cg", owned[i % len(owned)], 200 + i, (member, epoch))
+            await w.keyed(*kv, [(f"k{w.rng.randrange(4)}".encode(),
+                                 None if w.rng.random() < 0.15 else w._values(1, "kv")[0])
+                                for _ in range(2)])
+            got = await w.share_fetch("sg", "member-a", session, [], 3)
+            session += 1
+            if got:
+                await w.share_accept("sg", "member-a", session, got[:1])
+                session += 1
+            await w.transaction("y", True, [(i + 2) % PARTITIONS])
+            await w.clean()
     elif name == "rolls":  # small segments: every few batches a roll
         await w.create_topic("rolled", 1, {"segment.bytes": "400"})
         await w.idempotent(6)
@@ -469,6 +571,10 @@ class Recording:
     flush: str
     name: str
     extra: dict[str, str] = field(default_factory=dict)  # the workload's broker settings
+
+    def initial_copy(self) -> Model:
+        """The model of the start, to advance (``initial`` itself stays as it is)."""
+        return copy.deepcopy(self.initial)
 
 
 def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
@@ -663,6 +769,8 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
     await _check_members(b, client, j, k, durable)
     if j.keyed:
         _check_keyed(b, j, k, durable)
+    if j.acquired and durable:
+        await _check_share(client, j, k)
     if durable:
         await _check_admin(b, client, j, k)
     # The producers act: the one whose transaction was under way commits it, answered success
@@ -724,6 +832,33 @@ async def _check_members(b: Broker, client: Client, j: Journal, k: int, durable:
                 if r.error_code != ErrorCode.NONE:
                     raise Violation(f"consumer group {group_id}: member {member} at its "
                                     f"answered epoch {epoch}: {ErrorCode(r.error_code)!r}")
+
+
+async def _check_share(client: Client, j: Journal, k: int) -> None:
+    """The share group: a new member fetching everything gets no record whose ACCEPT was
+    answered, and gets back every record acquired (answered) that no ACCEPT named."""
+    w = Workload(client, Journal(), random.Random(0))
+    await w.share_join("sg", "member-b")
+    delivered: set[int] = set()
+    epoch = 0
+    while True:
+        got = await w.share_fetch("sg", "member-b", epoch, [], 500)
+        epoch += 1
+        if not got:
+            break
+        for a, b in got:
+            delivered.update(range(a, b + 1))
+    accepted_answered = {o for a, b, at in j.accepted if at is not None and at <= k
+                         for o in range(a, b + 1)}
+    accepted_sent = {o for a, b, _ in j.accepted for o in range(a, b + 1)}
+    again = sorted(delivered & accepted_answered)
+    if again:
+        raise Violation(f"share group: records {again} answered ACCEPTed, delivered again")
+    acquired = {o for a, b, at in j.acquired if at <= k for o in range(a, b + 1)}
+    lost = sorted(acquired - accepted_sent - delivered)
+    if lost:
+        raise Violation(f"share group: records {lost} acquired, never acknowledged, not "
+                        f"delivered again (delivered {sorted(delivered)})")
 
 
 def _check_keyed(b: Broker, j: Journal, k: int, durable: bool) -> None:
@@ -829,15 +964,17 @@ async def _offsets(client: Client, group: str) -> dict[int, int]:
 
 
 def recover_and_check(rec: Recording, model: Model, k: int, choice: str, rng: random.Random,
-                      scratch: Path) -> None:
-    """Materialize the state, recover it after a machine restart, check it, then crash the
-    recovered broker (same boot) and recover again: nothing may change."""
+                      scratch: Path, state: list[tuple[str, bytes | None]] | None = None
+                      ) -> None:
+    """Materialize the state (``state``: already drawn, ``Model.state``), recover it after a
+    machine restart, check it, then crash the recovered broker (same boot) and recover again:
+    nothing may change."""
     if scratch.exists():
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
     data = scratch / "data"
     data.mkdir()
-    model.materialize(data, choice, rng)
+    write_state(data, model.state(choice, rng) if state is None else state)
     with boot_id(scratch, "boot-b"), no_real_syncs():
         b = build_broker(broker_config(data, rec.flush, **rec.extra),
                          clock=ManualClock(NOW + 1000))
@@ -868,13 +1005,16 @@ _FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os
 CHOICES = ("all", "none", "mixed", "prefix", "torn")
 
 
-def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random) -> Iterator[
-        tuple[int, Model]]:
-    """(k, model after k operations), for every k (``every``) or ``samples`` sampled ones, in
-    order. The model is the same object, advanced: use it before the next."""
+def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random,
+                 wanted: set[int] | None = None) -> Iterator[tuple[int, Model]]:
+    """(k, model after k operations), for every k (``every``), ``samples`` sampled ones or
+    those ``wanted``, in order. The model is the same object, advanced: use it before the
+    next."""
     n = len(rec.ops)
-    wanted = set(range(n + 1)) if every else set(rng.sample(range(n + 1), min(samples, n + 1)))
-    model = rec.initial
+    if wanted is None:
+        wanted = set(range(n + 1)) if every else set(rng.sample(range(n + 1),
+                                                                min(samples, n + 1)))
+    model = rec.initial_copy()
     for k in range(n + 1):
         if k in wanted:
             yield k, model
@@ -884,8 +1024,28 @@ def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random) 
 
 @dataclass
 class Result:
-    states: int = 0
+    states: int = 0  # crash states drawn (each checked, or the same as one checked)
+    checked: int = 0  # distinct ones recovered and checked
     violations: list[str] = field(default_factory=list)
+    space: int = 0  # crash states the cut points may leave (``Model.outcomes``)
+    drawn: list[tuple[int, str, int]] = field(default_factory=list)  # (sample) op, choice, seed
+
+
+def answer_points(j: Journal) -> list[int]:
+    """Every operation count a check compares the crash point with (answers, starts), sorted:
+    two crash points with as many of them at or before them are checked alike."""
+    points = [p.answered for p in j.produced]
+    for t in j.txns:
+        points.append(t.started)
+        if t.answered is not None:
+            points.append(t.answered)
+    points += [at for _, _, _, at in j.group_commits]
+    points += [at for _, _, at in j.admin]
+    points += [at for _, _, _, at in j.heartbeats]
+    points += [e[2] for e in j.keyed if e[2] is not None]
+    points += [at for _, _, at in j.acquired]
+    points += [e[2] for e in j.accepted if e[2] is not None]
+    return sorted(points)
 
 
 def explore(name: str, seed: int, every: bool = True, samples: int = 0,
@@ -893,29 +1053,91 @@ def explore(name: str, seed: int, every: bool = True, samples: int = 0,
             skip_sync: int | None = None, stop_at_first: bool = False,
             only: set[int] | None = None) -> Result:
     """Record workload ``name`` and check crash states (see ``crash_points``); every
-    violation is reported with the seed, the operation and the choice that reproduce it."""
+    violation is reported with the seed, the operation and the choice that reproduce it.
+    A state drawn that is byte for byte one already checked, at a point with the same answers
+    before it, is counted and not recovered again (its checks would be the same)."""
     rng = random.Random(seed)
     result = Result()
     with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
         work = Path(tmp)
         rec = record(work / "rec", name, flush, seed, skip_sync)
+        points = answer_points(rec.journal)
+        seen: set[tuple[int, int]] = set()
         for k, model in crash_points(rec, every, samples, rng):
             if only is not None and k not in only:
                 continue
+            result.space += model.outcomes()
             for choice in choices:
                 state_seed = rng.randrange(1 << 30)
+                state = model.state(choice, random.Random(state_seed))
+                key = (bisect.bisect_right(points, k), hash(tuple(state)))
+                result.states += 1
+                if key in seen:
+                    continue
+                seen.add(key)
+                result.checked += 1
                 try:
                     recover_and_check(rec, model, k, choice, random.Random(state_seed),
-                                      work / "state")
+                                      work / "state", state)
                 except Violation as exc:
-                    result.violations.append(
-                        f"workload={name} seed={seed} flush={flush} op={k}/{len(rec.ops)} "
-                        f"choice={choice} state_seed={state_seed}: {exc}")
+                    result.violations.append(violation_line(name, seed, flush, k, len(rec.ops),
+                                                            choice, state_seed, exc))
                     if stop_at_first:
-                        result.states += 1
                         return result
-                result.states += 1
     return result
+
+
+def sample(name: str, seed: int, seconds: float, flush: str = "always",
+           max_states: int | None = None, batch: int = 2000) -> Result:
+    """Record workload ``name`` once and check crash states drawn from all it may leave
+    (``Result.space`` of them): a point uniformly, then one of ``CHOICES`` and the state's own
+    seed; until ``seconds`` have passed (or ``max_states``). The draws depend on ``seed``
+    only: a longer run checks the same states first, then more."""
+    rng = random.Random(seed)
+    result = Result()
+    deadline = time.monotonic() + seconds
+    with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
+        work = Path(tmp)
+        rec = record(work / "rec", name, flush, seed)
+        points = answer_points(rec.journal)
+        n = len(rec.ops)
+        result.space = sum(model.outcomes() for _, model in crash_points(
+            rec, True, 0, rng))
+        seen: set[tuple[int, int]] = set()
+        while time.monotonic() < deadline and (max_states is None or
+                                               result.states < max_states):
+            draws = sorted((rng.randrange(n + 1), rng.choice(CHOICES), rng.randrange(1 << 30))
+                           for _ in range(batch))
+            wanted = {k for k, _, _ in draws}
+            for k, model in crash_points(rec, False, 0, rng, wanted):
+                for _, choice, state_seed in [d for d in draws if d[0] == k]:
+                    if time.monotonic() >= deadline or (max_states is not None and
+                                                        result.states >= max_states):
+                        break
+                    state = model.state(choice, random.Random(state_seed))
+                    key = (bisect.bisect_right(points, k), hash(tuple(state)))
+                    result.states += 1
+                    result.drawn.append((k, choice, state_seed))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    result.checked += 1
+                    try:
+                        recover_and_check(rec, model, k, choice, random.Random(state_seed),
+                                          work / "state", state)
+                    except Violation as exc:
+                        result.violations.append(violation_line(name, seed, flush, k, n,
+                                                                choice, state_seed, exc))
+    return result
+
+
+def violation_line(name: str, seed: int, flush: str, k: int, n: int, choice: str,
+                   state_seed: int, exc: Exception) -> str:
+    """A violation, with the one command that checks its state again."""
+    again = (f".venv/bin/python -c \"from tests.crashsim import harness; harness.reproduce("
+             f"'{name}', {seed}, {k}, '{choice}', {state_seed}, '{flush}')\"")
+    return (f"workload={name} seed={seed} flush={flush} op={k}/{n} choice={choice} "
+            f"state_seed={state_seed}: {exc}\n  again: {again}")
 
 
 def reproduce(name: str, seed: int, op: int, choice: str, state_seed: int,
