@@ -800,7 +800,7 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
 
 async def _check_members(b: Broker, client: Client, j: Journal, k: int, durable: bool) -> None:
     """KIP-848 groups replayed consistently: every member's epoch is at most the assignment
-    epoch, which is at most the group epoch; with ``--flush always`` a member answered epoch E
+    epoch, which is at most the group epoch, no partition is owned by two members; with ``--flush always`` a member answered epoch E
     is there with an epoch at least E, and if exactly E its heartbeat at E is accepted."""
     groups = {g for g, _, _, _ in j.heartbeats}
     for group_id in sorted(groups):
@@ -818,6 +818,14 @@ async def _check_members(b: Broker, client: Client, j: Journal, k: int, durable:
                 group.assignment_epoch > group.group_epoch:
             raise Violation(f"consumer group {group_id}: member epochs {epochs}, assignment "
                             f"epoch {group.assignment_epoch}, group epoch {group.group_epoch}")
+        owners: dict[tuple[str, int], str] = {}
+        for m in group.members.values():
+            for topic, indexes in m.assigned.items():
+                for index in indexes:
+                    if (topic, index) in owners:
+                        raise Violation(f"consumer group {group_id}: {topic}-{index} assigned "
+                                        f"to {owners[(topic, index)]} and {m.member_id}")
+                    owners[(topic, index)] = m.member_id
         if not durable:
             continue
         for member, epoch in answered.items():
