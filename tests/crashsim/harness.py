@@ -1116,9 +1116,11 @@ def sample(name: str, seed: int, seconds: float, flush: str = "always",
                                                result.states < max_states):
             draws = sorted((rng.randrange(n + 1), rng.choice(CHOICES), rng.randrange(1 << 30))
                            for _ in range(batch))
-            wanted = {k for k, _, _ in draws}
-            for k, model in crash_points(rec, False, 0, rng, wanted):
-                for _, choice, state_seed in [d for d in draws if d[0] == k]:
+            at: dict[int, list[tuple[str, int]]] = {}
+            for k, choice, state_seed in draws:
+                at.setdefault(k, []).append((choice, state_seed))
+            for k, model in crash_points(rec, False, 0, rng, set(at)):
+                for choice, state_seed in at[k]:
                     if time.monotonic() >= deadline or (max_states is not None and
                                                         result.states >= max_states):
                         break
