@@ -193,10 +193,15 @@ def test_sampled_run_of_the_large_workload():
         result = harness.sample("large", seed, seconds / len(modes), flush=flush)
         violations += result.violations
         print(f"large --flush {flush}: {result.states} crash states drawn "
-              f"({result.checked} distinct checked) of {result.space:.3g}, "
+              f"({result.checked} distinct checked) of {_count(result.space)}, "
               f"{time.monotonic() - started:.0f} s ({time.process_time() - cpu:.0f} s CPU), "
               f"violations: {len(result.violations)}", flush=True)
     assert not violations, "\n".join(violations[:20])
+
+
+def _count(n: int) -> str:
+    """A count people read: 1,338,259 or 2.3e+420."""
+    return f"{n:,}" if n < 10**12 else f"{str(n)[0]}.{str(n)[1]}e+{len(str(n)) - 1}"
 
 
 # -- the boot id (issue 36, items 6 and 7) ---------------------------------------------------
