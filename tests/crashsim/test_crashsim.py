@@ -185,7 +185,8 @@ def test_sampled_run_of_the_large_workload():
     modes = os.environ.get("MINIBROKER_CRASHSIM_FLUSH", "always,never").split(",")
     print(f"crashsim sampled run, seed {seed}; again: MINIBROKER_CRASHSIM=sample "
           f"MINIBROKER_CRASHSIM_SEED={seed} MINIBROKER_CRASHSIM_SECONDS={seconds:.0f} "
-          f".venv/bin/python -m pytest -n 0 -s tests/crashsim -k sampled_run")
+          f".venv/bin/python -m pytest -n 0 -s -o faulthandler_timeout=0 tests/crashsim "
+          f"-k sampled_run")
     violations: list[str] = []
     for flush in modes:
         started = time.monotonic()
