@@ -389,10 +389,10 @@ class Workload:
         while await cleaner.clean_once():
             pass
 
-    def retention(self) -> None:
-        """Retention runs: old segments of TOPIC go."""
+    def retention(self, later_ms: int = 0) -> None:
+        """Retention runs (``later_ms`` from now): old segments of TOPIC go."""
         b = self.c.broker
-        b.logs.enforce_retention(b.clock.now_ms())
+        b.logs.enforce_retention(b.clock.now_ms() + later_ms)
         for part in range(PARTITIONS):
             start = b.partition(TOPIC, part).log_start_offset
             self.j.log_start_max[part] = max(self.j.log_start_max.get(part, 0), start)
@@ -427,7 +427,8 @@ LARGE_ROUNDS = 150  # ~26,000 file operations, ~1,100,000 crash states with --fl
 
 TOPIC_CONFIGS = {"rolls": {"segment.bytes": "600"}, "large": {"segment.bytes": "1000"},
                  # retention by size: segments of ~2 batches, ~3 batches kept
-                 "retention": {"segment.bytes": "300", "retention.bytes": "450"}}
+                 "retention": {"segment.bytes": "300", "retention.bytes": "450",
+                               "retention.ms": "3600000"}}
 
 # The broker settings of a workload (beyond ``broker_config``'s).
 BROKER_SETTINGS = {
@@ -508,12 +509,14 @@ async def _steps(w: Workload, name: str) -> None:
             await w.keyed(pid, epoch, pairs)
             if i % 2:
                 await w.clean()
-    elif name == "retention":  # retention by size deletes old segments between batches
+    elif name == "retention":  # retention by size deletes old segments between batches, then by time
         pid, epoch = await w.init(None)
         for i in range(10):
             await w.produce(pid, epoch, 0, w._values(2, "i"))
             if i % 3 == 2:
                 w.retention()
+        w.retention(later_ms=7_200_000)  # by time: every segment expired (the active one rolls)
+        await w.produce(pid, epoch, 0, w._values(2, "i"))
     elif name == "share":  # a share group acquires and ACCEPTs records of sim-0
         pid, epoch = await w.init(None)
         await w.share_join("sg", "member-a")
