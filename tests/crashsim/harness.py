@@ -19,6 +19,7 @@ import random
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -581,6 +582,19 @@ class Recording:
         return copy.deepcopy(self.initial)
 
 
+@contextlib.contextmanager
+def seeded_uuids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` (topic ids, member ids, the cluster id) draws from ``seed``: a workload
+    writes the same bytes each time it runs, so that a violation's state is found again."""
+    rng = random.Random(seed)
+    saved = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = saved
+
+
 def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
            skip_sync: int | None = None) -> Recording:
     """Run workload ``name`` once on a fresh data dir under the recorder."""
@@ -591,7 +605,7 @@ def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
         recorder = Recorder(data)
         initial = recorder.initial()
         recorder.skip_sync = skip_sync
-        with recorder:
+        with recorder, seeded_uuids(seed):
             extra = BROKER_SETTINGS.get(name, {})
             b = build_broker(broker_config(data, flush, **extra), clock=ManualClock(NOW))
             try:
@@ -1147,8 +1161,10 @@ def sample(name: str, seed: int, seconds: float, flush: str = "always",
 
 def violation_line(name: str, seed: int, flush: str, k: int, n: int, choice: str,
                    state_seed: int, exc: Exception) -> str:
-    """A violation, with the one command that checks its state again."""
-    again = (f".venv/bin/python -c \"from tests.crashsim import harness; harness.reproduce("
+    """A violation, with the one command that checks its state again (under the same
+    ``PYTHONHASHSEED``: the order of some syncs follows the order of a set)."""
+    again = (f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '<unset: set it for the run>')} "
+             f".venv/bin/python -c \"from tests.crashsim import harness; harness.reproduce("
              f"'{name}', {seed}, {k}, '{choice}', {state_seed}, '{flush}')\"")
     return (f"workload={name} seed={seed} flush={flush} op={k}/{n} choice={choice} "
             f"state_seed={state_seed}: {exc}\n  again: {again}")

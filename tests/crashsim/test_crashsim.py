@@ -183,7 +183,12 @@ def test_sampled_run_of_the_large_workload():
     seed = int(os.environ.get("MINIBROKER_CRASHSIM_SEED", str(random.randrange(1 << 30))))
     seconds = float(os.environ.get("MINIBROKER_CRASHSIM_SECONDS", "600"))
     modes = os.environ.get("MINIBROKER_CRASHSIM_FLUSH", "always,never").split(",")
-    print(f"crashsim sampled run, seed {seed}; again: MINIBROKER_CRASHSIM=sample "
+    hash_seed = os.environ.get("PYTHONHASHSEED")
+    if hash_seed is None:
+        print("PYTHONHASHSEED is unset: the order of some syncs follows a set's, set it for "
+              "the run to be repeatable")
+    print(f"crashsim sampled run, seed {seed}; again: PYTHONHASHSEED={hash_seed or 0} "
+          f"MINIBROKER_CRASHSIM=sample "
           f"MINIBROKER_CRASHSIM_SEED={seed} MINIBROKER_CRASHSIM_SECONDS={seconds:.0f} "
           f".venv/bin/python -m pytest -n 0 -s -o faulthandler_timeout=0 tests/crashsim "
           f"-k sampled_run")
