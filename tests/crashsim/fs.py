@@ -327,6 +327,16 @@ def _apply(content: bytearray, op: Op) -> None:
             content.extend(bytes(size - len(content)))
 
 
+def write(dest: Path, state: list[tuple[str, bytes | None]]) -> None:
+    """Write a ``Model.state`` under ``dest`` (an empty directory)."""
+    dest = Path(dest)
+    for path, data in state:
+        if data is None:
+            (dest / path).mkdir()
+        else:
+            (dest / path).write_bytes(data)
+
+
 @contextlib.contextmanager
 def no_real_syncs() -> Iterator[None]:
     """fsync and fdatasync do nothing (a scratch directory: what is durable does not matter,
@@ -396,19 +406,39 @@ class Model:
         still POSIX: a directory entry only if durable), "none", "prefix" or "torn" (each file
         its own random prefix; "torn" also tears the next write), "mixed" (each file one of the
         four, at random)."""
-        dest = Path(dest)
+        write(dest, self.state(choice, rng))
+
+    def state(self, choice: str, rng: random.Random) -> list[tuple[str, bytes | None]]:
+        """What ``materialize`` writes, in memory: ``(path, content; None: a directory)``,
+        parents first (the same draws from ``rng``)."""
+        out: list[tuple[str, bytes | None]] = []
         kept_dirs = {""}
         for path in sorted(self.durable, key=lambda p: p.count(os.sep)):
             if os.path.dirname(path) not in kept_dirs:
                 continue  # its directory's own entry was not durable
             ino = self.durable[path]
-            target = dest / path
             if ino is None:
-                target.mkdir()
+                out.append((path, None))
                 kept_dirs.add(path)
                 continue
-            data = self._content(self.files[ino], choice, rng)
-            target.write_bytes(bytes(data))
+            out.append((path, bytes(self._content(self.files[ino], choice, rng))))
+        return out
+
+    def outcomes(self) -> int:
+        """How many crash states a cut here may leave (``materialize``'s choices): the product
+        over the files with unsynced writes of the number of their prefixes, a torn write
+        adding one state per sector boundary inside it."""
+        n = 1
+        for f in self.files.values():
+            if f.pending:
+                states = len(f.pending) + 1
+                for op in f.pending:
+                    if op[0] == "write":
+                        _, _, offset, data = op
+                        start = offset - offset % SECTOR
+                        states += max(0, (offset + len(data) - start - 1) // SECTOR)
+                n *= states
+        return n
 
     @staticmethod
     def _content(f: _File, choice: str, rng: random.Random) -> bytearray:

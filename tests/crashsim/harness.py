@@ -11,11 +11,15 @@ the recovered broker serves.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import copy
 import os
 import random
 import shutil
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +31,7 @@ import broker.log.manager as log_manager
 from broker.app import build_broker, build_dispatcher
 from broker.clock import ManualClock
 from broker.config import build_config
+from broker.handlers import peer
 from broker.handlers.context import Broker
 from broker.log.topics import TRANSACTION_STATE_TOPIC
 from broker.reply import AnswerFirst, Deferred
@@ -42,6 +47,7 @@ from protocol.records import (
     parse_control_record,
 )
 from tests.crashsim.fs import Model, Recorder, no_real_syncs
+from tests.crashsim.fs import write as write_state
 
 NOW = 1_700_000_000_000
 TOPIC = "sim"
@@ -86,12 +92,18 @@ class Client:
     client would; ``answered`` is the recorder's operation count when each answer came."""
 
     def __init__(self, b: Broker, recorder: Recorder | None) -> None:
+        self.broker = b
         self.dispatcher = build_dispatcher(b)
+        # a connection of its own (share sessions are released when it closes)
+        peer.set_peer(peer.Peer("/127.0.0.1"))
         self.recorder = recorder
         self._cid = 0
 
     def _ops(self) -> int:
         return len(self.recorder.ops) if self.recorder is not None else 0
+
+    def topic_id(self, name: str) -> Any:
+        return self.broker.logs.topic_id(name)
 
     async def request(self, key: int, version: int, body: dict) -> tuple[Any, int]:
         self._cid += 1
@@ -159,8 +171,19 @@ class Journal:
     produced: list[Produced] = field(default_factory=list)
     txns: list[Txn] = field(default_factory=list)
     ids: dict[str, tuple[int, int]] = field(default_factory=dict)  # id -> (pid, epoch) last given
-    group_commits: list[tuple[int, int, int]] = field(default_factory=list)  # (partition, offset, at)
+    # OffsetCommit answered NONE: (group, partition, offset, at)
+    group_commits: list[tuple[str, int, int, int]] = field(default_factory=list)
     admin: list[tuple[str, Any, int]] = field(default_factory=list)  # (what, which, at)
+    # ConsumerGroupHeartbeat answered NONE: (group, member id, member epoch, at)
+    heartbeats: list[tuple[str, str, int, int]] = field(default_factory=list)
+    # the compacted topic: (key, value or None for a tombstone, at: None until answered)
+    keyed: list[list] = field(default_factory=list)
+    # share group: (first, last offset of TOPIC-0, at) acquired / ACCEPTed (ack sent with at
+    # None until answered)
+    acquired: list[tuple[int, int, int]] = field(default_factory=list)
+    accepted: list[list[Any]] = field(default_factory=list)
+    # the highest log start offset of each partition of TOPIC the broker ever had (retention)
+    log_start_max: dict[int, int] = field(default_factory=dict)
 
 
 # -- workloads -----------------------------------------------------------------------------
@@ -169,8 +192,9 @@ class Journal:
 class Workload:
     def __init__(self, client: Client, journal: Journal, rng: random.Random) -> None:
         self.c, self.j, self.rng = client, journal, rng
-        self._seq: dict[tuple[int, int], int] = {}
+        self._seq: dict[tuple[int, str, int], int] = {}
         self._n = 0
+        self.last_at = 0
 
     def _values(self, n: int, tag: str) -> list[bytes]:
         out = []
@@ -224,20 +248,23 @@ class Workload:
             self.j.ids[tid] = (r.producer_id, r.producer_epoch)
         return r.producer_id, r.producer_epoch
 
-    async def produce(self, pid: int, epoch: int, partition: int, values: list[bytes],
-                      tid: str | None = None) -> Any:
-        seq = self._seq.get((pid, partition), 0)
-        batch = encode_batch([(None, v, (), NOW) for v in values], producer_id=pid,
+    async def produce(self, pid: int, epoch: int, partition: int, values: list[Any],
+                      tid: str | None = None, topic: str = TOPIC,
+                      keys: list[bytes] | None = None) -> Any:
+        seq = self._seq.get((pid, topic, partition), 0)
+        batch = encode_batch([(None if keys is None else keys[i], v, (), NOW)
+                              for i, v in enumerate(values)], producer_id=pid,
                              producer_epoch=epoch, base_sequence=seq,
                              transactional=tid is not None)
         r, at = await self.c.request(ApiKey.PRODUCE, 3, {
             "transactional_id": tid, "acks": -1, "timeout_ms": 5000,
-            "topic_data": [{"name": TOPIC, "partition_data": [
+            "topic_data": [{"name": topic, "partition_data": [
                 {"index": partition, "records": batch}]}]})
         part = r.responses[0].partition_responses[0]
+        self.last_at = at
         if part.error_code == ErrorCode.NONE:
-            self._seq[(pid, partition)] = seq + len(values)
-            if tid is None:
+            self._seq[(pid, topic, partition)] = seq + len(values)
+            if tid is None and topic == TOPIC:
                 self.j.produced.append(Produced(partition, part.base_offset, values, at))
         return part.error_code
 
@@ -277,14 +304,109 @@ class Workload:
         txn.answered = at
         return txn
 
-    async def group_commit(self, group: str, partition: int, offset: int) -> None:
-        r, at = await self.c.request(ApiKey.OFFSET_COMMIT, 2, {
-            "group_id": group, "generation_id": -1, "member_id": "", "retention_time_ms": -1,
+    async def group_commit(self, group: str, partition: int, offset: int,
+                           member: tuple[str, int] | None = None) -> None:
+        """OffsetCommit (v2 for a group without members; v9 with ``member``: its id and
+        epoch, for a consumer-protocol group)."""
+        member_id, epoch = member or ("", -1)
+        r, at = await self.c.request(ApiKey.OFFSET_COMMIT, 9 if member else 2, {
+            "group_id": group, "generation_id": epoch, "member_id": member_id,
+            "retention_time_ms": -1,
             "topics": [{"name": TOPIC, "partitions": [
                 {"partition_index": partition, "committed_offset": offset,
                  "committed_metadata": None}]}]})
         assert r.topics[0].partitions[0].error_code == ErrorCode.NONE, r
-        self.j.group_commits.append((partition, offset, at))
+        self.j.group_commits.append((group, partition, offset, at))
+
+    async def heartbeat(self, group: str, member_id: str, epoch: int,
+                        owned: list[int] | None = None) -> tuple[str, int, list[int]]:
+        """ConsumerGroupHeartbeat v0 of a member subscribed to TOPIC: (member id, epoch,
+        partitions of TOPIC assigned)."""
+        joining = epoch == 0
+        topic_id = self.c.topic_id(TOPIC)
+        r, at = await self.c.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+            "group_id": group, "member_id": member_id, "member_epoch": epoch,
+            "rebalance_timeout_ms": 30_000 if joining else -1,
+            "subscribed_topic_names": [TOPIC] if joining else None,
+            "server_assignor": None,
+            "topic_partitions": ([] if joining else None) if owned is None else [
+                {"topic_id": topic_id, "partitions": owned}]})
+        assert r.error_code == ErrorCode.NONE, r
+        self.j.heartbeats.append((group, r.member_id, r.member_epoch, at))
+        assigned = (owned or []) if r.assignment is None else [  # (None: unchanged)
+            p for t in r.assignment.topic_partitions for p in t.partitions]
+        return r.member_id, r.member_epoch, sorted(assigned)
+
+    async def share_join(self, group: str, member: str) -> None:
+        r, _ = await self.c.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": group, "member_id": member, "member_epoch": 0,
+            "subscribed_topic_names": [TOPIC]})
+        assert r.error_code == ErrorCode.NONE, r
+
+    async def share_fetch(self, group: str, member: str, session_epoch: int,
+                          accept: list[tuple[int, int]], max_records: int) -> list[tuple[int, int]]:
+        """ShareFetch v1 of TOPIC-0, ACCEPTing ``accept`` (first, last) with it: the ranges
+        acquired."""
+        topic_id = self.c.topic_id(TOPIC)
+        entries: list[list[Any]] = [[a, b, None] for a, b in accept]
+        self.j.accepted.extend(entries)
+        r, at = await self.c.request(ApiKey.SHARE_FETCH, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": session_epoch,
+            "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+            "batch_size": max_records, "topics": [{"topic_id": topic_id, "partitions": [{
+                "partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [1]}
+                    for a, b in accept]}]}],
+            "forgotten_topics_data": []})
+        assert r.error_code == ErrorCode.NONE, r
+        part = r.responses[0].partitions[0]
+        assert part.error_code == ErrorCode.NONE and part.acknowledge_error_code == 0, r
+        for e in entries:
+            e[2] = at
+        got = [(a.first_offset, a.last_offset) for a in part.acquired_records]
+        self.j.acquired.extend((a, b, at) for a, b in got)
+        return got
+
+    async def share_accept(self, group: str, member: str, session_epoch: int,
+                           accept: list[tuple[int, int]]) -> None:
+        """ShareAcknowledge v1: ACCEPT ``accept`` (first, last) of TOPIC-0."""
+        entries: list[list[Any]] = [[a, b, None] for a, b in accept]
+        self.j.accepted.extend(entries)
+        r, at = await self.c.request(ApiKey.SHARE_ACKNOWLEDGE, 1, {
+            "group_id": group, "member_id": member, "share_session_epoch": session_epoch,
+            "topics": [{"topic_id": self.c.topic_id(TOPIC), "partitions": [{
+                "partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": a, "last_offset": b, "acknowledge_types": [1]}
+                    for a, b in accept]}]}]})
+        assert r.error_code == ErrorCode.NONE, r
+        assert r.responses[0].partitions[0].error_code == ErrorCode.NONE, r
+        for e in entries:
+            e[2] = at
+
+    async def clean(self) -> None:
+        """The cleaner compacts every partition due (under the recorder)."""
+        cleaner = self.c.broker.cleaner
+        assert cleaner is not None
+        while await cleaner.clean_once():
+            pass
+
+    def retention(self, later_ms: int = 0) -> None:
+        """Retention runs (``later_ms`` from now): old segments of TOPIC go."""
+        b = self.c.broker
+        b.logs.enforce_retention(b.clock.now_ms() + later_ms)
+        for part in range(PARTITIONS):
+            start = b.partition(TOPIC, part).log_start_offset
+            self.j.log_start_max[part] = max(self.j.log_start_max.get(part, 0), start)
+
+    async def keyed(self, pid: int, epoch: int, pairs: list[tuple[bytes, bytes | None]]) -> None:
+        """An idempotent acks=all batch of keyed records to the compacted topic ``kv``."""
+        entries: list[list[Any]] = [[k, v, None] for k, v in pairs]
+        self.j.keyed.extend(entries)
+        code = await self.produce(pid, epoch, 0, [v for _, v in pairs], topic="kv",
+                                  keys=[k for k, _ in pairs])
+        if code == ErrorCode.NONE:
+            for e in entries:
+                e[2] = self.last_at
 
 
 async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: str,
@@ -302,8 +424,29 @@ async def _run_workload(b: Broker, recorder: Recorder, journal: Journal, name: s
             nursery.cancel_scope.cancel()
 
 
+LARGE_ROUNDS = 150  # ~26,000 file operations, ~1,100,000 crash states with --flush always
+
+TOPIC_CONFIGS = {"rolls": {"segment.bytes": "600"}, "large": {"segment.bytes": "1000"},
+                 # retention by size: segments of ~2 batches, ~3 batches kept
+                 "retention": {"segment.bytes": "300", "retention.bytes": "450",
+                               "retention.ms": "3600000"}}
+
+# The broker settings of a workload (beyond ``broker_config``'s).
+BROKER_SETTINGS = {
+    "compaction": {"transaction.state.log.segment.bytes": "600", "log.cleaner.backoff.ms": "1"},
+    # __consumer_offsets rolls every few commits; the cleaner compacts it
+    "groups": {"offsets.topic.segment.bytes": "400", "log.cleaner.min.cleanable.ratio": "0.01",
+               "log.cleaner.backoff.ms": "1"},
+    "compact-topic": {"log.cleaner.backoff.ms": "1"},
+    "share": {"share.coordinator.state.topic.num.partitions": "1"},
+    "large": {"transaction.state.log.segment.bytes": "600", "offsets.topic.segment.bytes": "400",
+              "log.cleaner.min.cleanable.ratio": "0.01", "log.cleaner.backoff.ms": "1",
+              "share.coordinator.state.topic.num.partitions": "1"},
+}
+
+
 async def _steps(w: Workload, name: str) -> None:
-    await w.create_topic(configs={"segment.bytes": "600"} if name == "rolls" else None)
+    await w.create_topic(configs=TOPIC_CONFIGS.get(name))
     if name == "txn":
         await w.transaction("a", True, [0, 1])
         await w.transaction("a", True, [1, 2])  # the same epoch: a second commit
@@ -337,6 +480,84 @@ async def _steps(w: Workload, name: str) -> None:
                                        "min.cleanable.dirty.ratio": "0.01"})
         for i in range(6):
             await w.transaction("z", i % 3 != 2, [i % PARTITIONS])
+    elif name == "groups":  # group commits, KIP-848 members, __consumer_offsets compacted
+        for i in range(4):
+            await w.group_commit("plain", i % PARTITIONS, 10 + i)
+        await w.clean()
+        member, epoch, owned = await w.heartbeat("cg", "", 0)
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        await w.group_commit("cg", owned[0], 5, (member, epoch))
+        other, other_epoch, other_owned = await w.heartbeat("cg", "", 0)  # the group epoch moves
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        other, other_epoch, other_owned = await w.heartbeat("cg", other, other_epoch, other_owned)
+        member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+        await w.group_commit("cg", owned[0], 8, (member, epoch))
+        for i in range(4):
+            await w.group_commit("plain", i % PARTITIONS, 20 + i)
+        await w.clean()
+        await w.group_commit("plain", 0, 30)
+    elif name == "compact-topic":  # live idempotent producers, the cleaner between batches
+        await w.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": "250",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        producers = [await w.init(None), await w.init(None)]
+        for i in range(8):
+            pid, epoch = producers[i % 2]
+            pairs: list[tuple[bytes, bytes | None]] = []
+            for _ in range(w.rng.randint(1, 3)):
+                key = f"k{w.rng.randrange(3)}".encode()
+                value = None if w.rng.random() < 0.15 else w._values(1, "kv")[0]
+                pairs.append((key, value))
+            await w.keyed(pid, epoch, pairs)
+            if i % 2:
+                await w.clean()
+    elif name == "retention":  # retention by size deletes old segments between batches, then by time
+        pid, epoch = await w.init(None)
+        for i in range(10):
+            await w.produce(pid, epoch, 0, w._values(2, "i"))
+            if i % 3 == 2:
+                w.retention()
+        w.retention(later_ms=7_200_000)  # by time: every segment expired (the active one rolls)
+        await w.produce(pid, epoch, 0, w._values(2, "i"))
+    elif name == "share":  # a share group acquires and ACCEPTs records of sim-0
+        pid, epoch = await w.init(None)
+        await w.share_join("sg", "member-a")
+        # (the share partition starts at the end: share.auto.offset.reset is latest)
+        assert await w.share_fetch("sg", "member-a", 0, [], 3) == []
+        for _ in range(4):
+            await w.produce(pid, epoch, 0, w._values(2, "i"))
+        got = await w.share_fetch("sg", "member-a", 1, [], 3)
+        first, last = got[0]
+        await w.share_accept("sg", "member-a", 2, [(first, first)])
+        got2 = await w.share_fetch("sg", "member-a", 3, [(first + 1, last)], 4)
+        await w.produce(pid, epoch, 0, w._values(2, "i"))
+        await w.share_accept("sg", "member-a", 4, [(got2[0][0], got2[0][0])])
+        await w.share_fetch("sg", "member-a", 5, [], 3)
+    elif name == "large":  # all of it, longer (the sampled run): > 1,000,000 crash states
+        await w.create_topic("kv", 1, {"cleanup.policy": "compact", "segment.bytes": "250",
+                                       "min.cleanable.dirty.ratio": "0.01"})
+        kv = await w.init(None)
+        member, epoch, owned = await w.heartbeat("cg", "", 0)
+        await w.share_join("sg", "member-a")
+        assert await w.share_fetch("sg", "member-a", 0, [], 3) == []
+        session = 1
+        for i in range(LARGE_ROUNDS):
+            await w.idempotent(3)
+            await w.transaction("x", i % 3 != 2, [i % PARTITIONS, (i + 1) % PARTITIONS],
+                                offsets={i % PARTITIONS: 10 * i + 1} if i % 2 else None)
+            await w.group_commit("plain", i % PARTITIONS, 100 + i)
+            member, epoch, owned = await w.heartbeat("cg", member, epoch, owned)
+            await w.group_commit("cg", owned[i % len(owned)], 200 + i, (member, epoch))
+            await w.keyed(*kv, [(f"k{w.rng.randrange(4)}".encode(),
+                                 None if w.rng.random() < 0.15 else w._values(1, "kv")[0])
+                                for _ in range(2)])
+            got = await w.share_fetch("sg", "member-a", session, [], 3)
+            session += 1
+            if got:  # in the last rounds ranges stay acquired (before, the state stays short)
+                await w.share_accept("sg", "member-a", session,
+                                     got[:1] if i >= LARGE_ROUNDS - 3 else got)
+                session += 1
+            await w.transaction("y", True, [(i + 2) % PARTITIONS])
+            await w.clean()
     elif name == "rolls":  # small segments: every few batches a roll
         await w.create_topic("rolled", 1, {"segment.bytes": "400"})
         await w.idempotent(6)
@@ -356,6 +577,23 @@ class Recording:
     name: str
     extra: dict[str, str] = field(default_factory=dict)  # the workload's broker settings
 
+    def initial_copy(self) -> Model:
+        """The model of the start, to advance (``initial`` itself stays as it is)."""
+        return copy.deepcopy(self.initial)
+
+
+@contextlib.contextmanager
+def seeded_uuids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` (topic ids, member ids, the cluster id) draws from ``seed``: a workload
+    writes the same bytes each time it runs, so that a violation's state is found again."""
+    rng = random.Random(seed)
+    saved = uuid.uuid4
+    uuid.uuid4 = lambda: uuid.UUID(int=rng.getrandbits(128), version=4)
+    try:
+        yield
+    finally:
+        uuid.uuid4 = saved
+
 
 def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
            skip_sync: int | None = None) -> Recording:
@@ -367,9 +605,8 @@ def record(workdir: Path, name: str, flush: str = "always", seed: int = 0,
         recorder = Recorder(data)
         initial = recorder.initial()
         recorder.skip_sync = skip_sync
-        with recorder:
-            extra = ({"transaction.state.log.segment.bytes": "600",
-                      "log.cleaner.backoff.ms": "1"} if name == "compaction" else {})
+        with recorder, seeded_uuids(seed):
+            extra = BROKER_SETTINGS.get(name, {})
             b = build_broker(broker_config(data, flush, **extra), clock=ManualClock(NOW))
             try:
                 trio.run(_run_workload, b, recorder, journal, name, random.Random(seed))
@@ -458,6 +695,9 @@ def snapshot(b: Broker) -> dict:
                                    p.last_stable_offset)
     for md in b.transactions.transactions():
         out[("txn", md.transactional_id)] = (md.producer_id, md.producer_epoch, md.state)
+    for group_id, group in b.groups.consumer.groups.items():
+        out[("group", group_id)] = (group.group_epoch, group.assignment_epoch, sorted(
+            (m.member_id, m.member_epoch) for m in group.members.values()))
     return out
 
 
@@ -493,6 +733,8 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
                 if pr.base_offset < p.log_start_offset and any(
                         w == "log-start" and x[0] == pr.partition for w, x, _ in j.admin):
                     continue  # deleted by a DeleteRecords it sent
+                if pr.base_offset < p.log_start_offset and pr.partition in j.log_start_max:
+                    continue  # deleted by retention (its log start is checked below)
                 data = p.read(pr.base_offset, 1 << 20, p.high_watermark)
                 got = [bytes(r.value or b"") for _, rs in decode_batches_untrusted(bytes(data or b""))
                        for r in rs][:len(pr.values)]
@@ -530,12 +772,23 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
                 if offsets.get(part, -1) < off:
                     raise Violation(f"offsets of committed transaction {t.transactional_id}: "
                                     f"{offsets}")
+    for part, most in j.log_start_max.items():
+        start = b.partition(TOPIC, part).log_start_offset
+        if start > most:
+            raise Violation(f"{TOPIC}-{part} starts at {start} after recovery; retention never "
+                            f"moved it past {most}")
     if durable:
-        for part, off, at in j.group_commits:
+        for group, part, off, at in j.group_commits:
             if at <= k:
-                answered_offsets = await _offsets(client, "plain")
+                answered_offsets = await _offsets(client, group)
                 if answered_offsets.get(part, -1) < off:
-                    raise Violation(f"answered offset commit {part}:{off} reads {answered_offsets}")
+                    raise Violation(f"answered offset commit {group} {part}:{off} reads "
+                                    f"{answered_offsets}")
+    await _check_members(b, client, j, k, durable)
+    if j.keyed:
+        _check_keyed(b, j, k, durable)
+    if j.acquired and durable:
+        await _check_share(client, j, k)
     if durable:
         await _check_admin(b, client, j, k)
     # The producers act: the one whose transaction was under way commits it, answered success
@@ -561,6 +814,124 @@ async def _check(b: Broker, rec: Recording, k: int) -> dict:
         if r.error_code != ErrorCode.NONE:
             raise Violation(f"InitProducerId({tid}) after recovery: {ErrorCode(r.error_code)!r}")
     return snapshot(b)
+
+
+async def _check_members(b: Broker, client: Client, j: Journal, k: int, durable: bool) -> None:
+    """KIP-848 groups replayed consistently: every member's epoch is at most the assignment
+    epoch, which is at most the group epoch, no partition is owned by two members; with ``--flush always`` a member answered epoch E
+    is there with an epoch at least E, and if exactly E its heartbeat at E is accepted."""
+    groups = {g for g, _, _, _ in j.heartbeats}
+    for group_id in sorted(groups):
+        group = b.groups.consumer.groups.get(group_id)
+        answered: dict[str, int] = {}
+        for g, member, epoch, at in j.heartbeats:
+            if g == group_id and at <= k:
+                answered[member] = epoch
+        if group is None:
+            if durable and answered:
+                raise Violation(f"consumer group {group_id} answered {answered}, missing")
+            continue
+        epochs = {m.member_id: m.member_epoch for m in group.members.values()}
+        if not all(e <= group.assignment_epoch for e in epochs.values()) or \
+                group.assignment_epoch > group.group_epoch:
+            raise Violation(f"consumer group {group_id}: member epochs {epochs}, assignment "
+                            f"epoch {group.assignment_epoch}, group epoch {group.group_epoch}")
+        owners: dict[tuple[str, int], str] = {}
+        for m in group.members.values():
+            for topic, indexes in m.assigned.items():
+                for index in indexes:
+                    if (topic, index) in owners:
+                        raise Violation(f"consumer group {group_id}: {topic}-{index} assigned "
+                                        f"to {owners[(topic, index)]} and {m.member_id}")
+                    owners[(topic, index)] = m.member_id
+        if not durable:
+            continue
+        for member, epoch in answered.items():
+            if epochs.get(member, -1) < epoch:
+                raise Violation(f"consumer group {group_id}: member {member} answered epoch "
+                                f"{epoch}, recovered {epochs.get(member)}")
+            if epochs[member] == epoch:
+                r, _ = await client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+                    "group_id": group_id, "member_id": member, "member_epoch": epoch,
+                    "rebalance_timeout_ms": -1, "subscribed_topic_names": None,
+                    "server_assignor": None, "topic_partitions": None})
+                if r.error_code != ErrorCode.NONE:
+                    raise Violation(f"consumer group {group_id}: member {member} at its "
+                                    f"answered epoch {epoch}: {ErrorCode(r.error_code)!r}")
+
+
+async def _check_share(client: Client, j: Journal, k: int) -> None:
+    """The share group: a new member fetching everything gets no record whose ACCEPT was
+    answered, and gets back every record acquired (answered) that no ACCEPT named."""
+    w = Workload(client, Journal(), random.Random(0))
+    await w.share_join("sg", "member-b")
+    delivered: set[int] = set()
+    epoch = 0
+    while True:
+        got = await w.share_fetch("sg", "member-b", epoch, [], 500)
+        epoch += 1
+        if not got:
+            break
+        for a, b in got:
+            delivered.update(range(a, b + 1))
+    accepted_answered = {o for a, b, at in j.accepted if at is not None and at <= k
+                         for o in range(a, b + 1)}
+    accepted_sent = {o for a, b, _ in j.accepted for o in range(a, b + 1)}
+    again = sorted(delivered & accepted_answered)
+    if again:
+        raise Violation(f"share group: records {again} answered ACCEPTed, delivered again")
+    acquired = {o for a, b, at in j.acquired if at <= k for o in range(a, b + 1)}
+    lost = sorted(acquired - accepted_sent - delivered)
+    if lost:
+        raise Violation(f"share group: records {lost} acquired, never acknowledged, not "
+                        f"delivered again (delivered {sorted(delivered)})")
+
+
+def _check_keyed(b: Broker, j: Journal, k: int, durable: bool) -> None:
+    """The compacted topic ``kv``: every value read was sent for its key, in the order sent;
+    with ``--flush always`` each key's latest value is its last answered one or a later one
+    sent (a key may be gone only if that is a tombstone)."""
+    if "kv" not in b.logs.topics():
+        return  # (its creation is checked with the other answered admin requests)
+    p = b.partition("kv", 0)
+    read: list[tuple[bytes, bytes | None]] = []
+    offset = p.log_start_offset
+    while offset < p.high_watermark:
+        data = p.read(offset, 1 << 20, p.high_watermark)
+        if not data:
+            break
+        for header, records in decode_batches_untrusted(bytes(data)):
+            offset = header.last_offset + 1
+            if header.is_control:
+                continue
+            read.extend((bytes(r.key or b""), None if r.value is None else bytes(r.value))
+                        for r in records)
+    sent: dict[bytes, list[tuple[bytes | None, int | None]]] = {}
+    for key, value, at in j.keyed:
+        sent.setdefault(key, []).append((value, at))
+    last: dict[bytes, int] = {}
+    for key, value in read:
+        positions = [i for i, (v, _) in enumerate(sent.get(key, [])) if v == value]
+        if not positions:
+            raise Violation(f"kv: {key!r} reads {value!r}, never sent for it")
+        later = [i for i in positions if i >= last.get(key, -1)]
+        if not later:
+            raise Violation(f"kv: {key!r} reads {value!r} after a later value")
+        last[key] = later[0]  # (the earliest: a tombstone may have been sent more than once)
+    if not durable:
+        return
+    for key, values in sent.items():
+        answered = [i for i, (_, at) in enumerate(values) if at is not None and at <= k]
+        if not answered:
+            continue
+        if key not in last:
+            if any(v is None for v, _ in values[answered[-1]:]):
+                continue  # deleted: the cleaner may have removed the tombstone too
+            raise Violation(f"kv: {key!r} answered {values[answered[-1]][0]!r}, gone")
+        if last[key] < answered[-1] and not (values[last[key]][0] is None and any(
+                v is None for v, _ in values[answered[-1]:])):
+            raise Violation(f"kv: {key!r} reads {values[last[key]][0]!r}, answered "
+                            f"{values[answered[-1]][0]!r} later")
 
 
 async def _check_admin(b: Broker, client: Client, j: Journal, k: int) -> None:
@@ -619,15 +990,17 @@ async def _offsets(client: Client, group: str) -> dict[int, int]:
 
 
 def recover_and_check(rec: Recording, model: Model, k: int, choice: str, rng: random.Random,
-                      scratch: Path) -> None:
-    """Materialize the state, recover it after a machine restart, check it, then crash the
-    recovered broker (same boot) and recover again: nothing may change."""
+                      scratch: Path, state: list[tuple[str, bytes | None]] | None = None
+                      ) -> None:
+    """Materialize the state (``state``: already drawn, ``Model.state``), recover it after a
+    machine restart, check it, then crash the recovered broker (same boot) and recover again:
+    nothing may change."""
     if scratch.exists():
         shutil.rmtree(scratch)
     scratch.mkdir(parents=True)
     data = scratch / "data"
     data.mkdir()
-    model.materialize(data, choice, rng)
+    write_state(data, model.state(choice, rng) if state is None else state)
     with boot_id(scratch, "boot-b"), no_real_syncs():
         b = build_broker(broker_config(data, rec.flush, **rec.extra),
                          clock=ManualClock(NOW + 1000))
@@ -658,13 +1031,16 @@ _FAST_TMP = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os
 CHOICES = ("all", "none", "mixed", "prefix", "torn")
 
 
-def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random) -> Iterator[
-        tuple[int, Model]]:
-    """(k, model after k operations), for every k (``every``) or ``samples`` sampled ones, in
-    order. The model is the same object, advanced: use it before the next."""
+def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random,
+                 wanted: set[int] | None = None) -> Iterator[tuple[int, Model]]:
+    """(k, model after k operations), for every k (``every``), ``samples`` sampled ones or
+    those ``wanted``, in order. The model is the same object, advanced: use it before the
+    next."""
     n = len(rec.ops)
-    wanted = set(range(n + 1)) if every else set(rng.sample(range(n + 1), min(samples, n + 1)))
-    model = rec.initial
+    if wanted is None:
+        wanted = set(range(n + 1)) if every else set(rng.sample(range(n + 1),
+                                                                min(samples, n + 1)))
+    model = rec.initial_copy()
     for k in range(n + 1):
         if k in wanted:
             yield k, model
@@ -674,8 +1050,28 @@ def crash_points(rec: Recording, every: bool, samples: int, rng: random.Random) 
 
 @dataclass
 class Result:
-    states: int = 0
+    states: int = 0  # crash states drawn (each checked, or the same as one checked)
+    checked: int = 0  # distinct ones recovered and checked
     violations: list[str] = field(default_factory=list)
+    space: int = 0  # crash states the cut points may leave (``Model.outcomes``)
+    drawn: list[tuple[int, str, int]] = field(default_factory=list)  # (sample) op, choice, seed
+
+
+def answer_points(j: Journal) -> list[int]:
+    """Every operation count a check compares the crash point with (answers, starts), sorted:
+    two crash points with as many of them at or before them are checked alike."""
+    points = [p.answered for p in j.produced]
+    for t in j.txns:
+        points.append(t.started)
+        if t.answered is not None:
+            points.append(t.answered)
+    points += [at for _, _, _, at in j.group_commits]
+    points += [at for _, _, at in j.admin]
+    points += [at for _, _, _, at in j.heartbeats]
+    points += [e[2] for e in j.keyed if e[2] is not None]
+    points += [at for _, _, at in j.acquired]
+    points += [e[2] for e in j.accepted if e[2] is not None]
+    return sorted(points)
 
 
 def explore(name: str, seed: int, every: bool = True, samples: int = 0,
@@ -683,29 +1079,95 @@ def explore(name: str, seed: int, every: bool = True, samples: int = 0,
             skip_sync: int | None = None, stop_at_first: bool = False,
             only: set[int] | None = None) -> Result:
     """Record workload ``name`` and check crash states (see ``crash_points``); every
-    violation is reported with the seed, the operation and the choice that reproduce it."""
+    violation is reported with the seed, the operation and the choice that reproduce it.
+    A state drawn that is byte for byte one already checked, at a point with the same answers
+    before it, is counted and not recovered again (its checks would be the same)."""
     rng = random.Random(seed)
     result = Result()
     with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
         work = Path(tmp)
         rec = record(work / "rec", name, flush, seed, skip_sync)
+        points = answer_points(rec.journal)
+        seen: set[tuple[int, int]] = set()
         for k, model in crash_points(rec, every, samples, rng):
             if only is not None and k not in only:
                 continue
+            result.space += model.outcomes()
             for choice in choices:
                 state_seed = rng.randrange(1 << 30)
+                state = model.state(choice, random.Random(state_seed))
+                key = (bisect.bisect_right(points, k), hash(tuple(state)))
+                result.states += 1
+                if key in seen:
+                    continue
+                seen.add(key)
+                result.checked += 1
                 try:
                     recover_and_check(rec, model, k, choice, random.Random(state_seed),
-                                      work / "state")
+                                      work / "state", state)
                 except Violation as exc:
-                    result.violations.append(
-                        f"workload={name} seed={seed} flush={flush} op={k}/{len(rec.ops)} "
-                        f"choice={choice} state_seed={state_seed}: {exc}")
+                    result.violations.append(violation_line(name, seed, flush, k, len(rec.ops),
+                                                            choice, state_seed, exc))
                     if stop_at_first:
-                        result.states += 1
                         return result
-                result.states += 1
     return result
+
+
+def sample(name: str, seed: int, seconds: float, flush: str = "always",
+           max_states: int | None = None, batch: int = 2000) -> Result:
+    """Record workload ``name`` once and check crash states drawn from all it may leave
+    (``Result.space`` of them): a point uniformly, then one of ``CHOICES`` and the state's own
+    seed; until ``seconds`` have passed (or ``max_states``). The draws depend on ``seed``
+    only: a longer run checks the same states first, then more."""
+    rng = random.Random(seed)
+    result = Result()
+    deadline = time.monotonic() + seconds
+    with tempfile.TemporaryDirectory(prefix="crashsim-", dir=_FAST_TMP) as tmp:
+        work = Path(tmp)
+        rec = record(work / "rec", name, flush, seed)
+        points = answer_points(rec.journal)
+        n = len(rec.ops)
+        result.space = sum(model.outcomes() for _, model in crash_points(
+            rec, True, 0, rng))
+        seen: set[tuple[int, int]] = set()
+        while time.monotonic() < deadline and (max_states is None or
+                                               result.states < max_states):
+            draws = sorted((rng.randrange(n + 1), rng.choice(CHOICES), rng.randrange(1 << 30))
+                           for _ in range(batch))
+            at: dict[int, list[tuple[str, int]]] = {}
+            for k, choice, state_seed in draws:
+                at.setdefault(k, []).append((choice, state_seed))
+            for k, model in crash_points(rec, False, 0, rng, set(at)):
+                for choice, state_seed in at[k]:
+                    if time.monotonic() >= deadline or (max_states is not None and
+                                                        result.states >= max_states):
+                        break
+                    state = model.state(choice, random.Random(state_seed))
+                    key = (bisect.bisect_right(points, k), hash(tuple(state)))
+                    result.states += 1
+                    result.drawn.append((k, choice, state_seed))
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    result.checked += 1
+                    try:
+                        recover_and_check(rec, model, k, choice, random.Random(state_seed),
+                                          work / "state", state)
+                    except Violation as exc:
+                        result.violations.append(violation_line(name, seed, flush, k, n,
+                                                                choice, state_seed, exc))
+    return result
+
+
+def violation_line(name: str, seed: int, flush: str, k: int, n: int, choice: str,
+                   state_seed: int, exc: Exception) -> str:
+    """A violation, with the one command that checks its state again (under the same
+    ``PYTHONHASHSEED``: the order of some syncs follows the order of a set)."""
+    again = (f"PYTHONHASHSEED={os.environ.get('PYTHONHASHSEED', '<unset: set it for the run>')} "
+             f".venv/bin/python -c \"from tests.crashsim import harness; harness.reproduce("
+             f"'{name}', {seed}, {k}, '{choice}', {state_seed}, '{flush}')\"")
+    return (f"workload={name} seed={seed} flush={flush} op={k}/{n} choice={choice} "
+            f"state_seed={state_seed}: {exc}\n  again: {again}")
 
 
 def reproduce(name: str, seed: int, op: int, choice: str, state_seed: int,
