@@ -19,7 +19,7 @@ processes (by their member count) and then over the members of each process:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 
 Tasks = dict[str, frozenset[int]]  # subtopology id -> partitions
@@ -106,3 +106,44 @@ def assign_tasks(
                 standby[best].add(task)
                 used.add(members[best].process_id)
     return {m: MemberTasks(_grouped(active[m]), _grouped(standby[m])) for m in ids}
+
+
+# -- the tasks a member holds, and set operations per subtopology --------------------------------
+
+
+@dataclass(frozen=True)
+class TaskSet:
+    """Active, standby and warm-up tasks (subtopology id -> partitions)."""
+
+    active: Tasks = field(default_factory=dict)
+    standby: Tasks = field(default_factory=dict)
+    warmup: Tasks = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not (self.active or self.standby or self.warmup)
+
+
+EMPTY_TASKS = TaskSet()
+
+
+def normalized(tasks: Mapping[str, Iterable[int]]) -> Tasks:
+    return {s: frozenset(p) for s, p in sorted(tasks.items()) if p}
+
+
+def minus(a: Tasks, b: Tasks) -> Tasks:
+    return normalized({s: p - b.get(s, frozenset()) for s, p in a.items()})
+
+
+def intersect(a: Tasks, b: Tasks) -> Tasks:
+    return normalized({s: p & b.get(s, frozenset()) for s, p in a.items()})
+
+
+def union(a: Tasks, b: Tasks) -> Tasks:
+    out = dict(a)
+    for s, p in b.items():
+        out[s] = out.get(s, frozenset()) | p
+    return normalized(out)
+
+
+def per_kind(op: Callable[[Tasks, Tasks], Tasks], a: TaskSet, b: TaskSet) -> TaskSet:
+    return TaskSet(op(a.active, b.active), op(a.standby, b.standby), op(a.warmup, b.warmup))

@@ -48,10 +48,30 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from broker.group.consumer_model import RegexCompiler, TopicsView, _re2_compiler
 from broker.group.offsets import valid_group_id
-from broker.group.streams_assignor import MemberSpec, MemberTasks, Tasks, assign_tasks
+from broker.group.streams_assignor import (
+    EMPTY_TASKS,
+    MemberSpec,
+    MemberTasks,
+    Tasks,
+    TaskSet,
+    assign_tasks,
+    intersect,
+    minus,
+    normalized,
+    per_kind,
+    union,
+)
+from broker.group.streams_topology import (
+    ConfiguredTopology,
+    Status,
+    TopicInfo,
+    Topology,
+    configure,
+    validate_topology,
+)
 from protocol.errors import ErrorCode
 
 JOIN_EPOCH = 0
@@ -67,16 +87,6 @@ class StreamsGroupState(enum.Enum):
     RECONCILING = "Reconciling"
     STABLE = "Stable"
     DEAD = "Dead"
-
-
-class Status(enum.IntEnum):
-    """StreamsGroupHeartbeatResponse's status codes."""
-
-    STALE_TOPOLOGY = 0
-    MISSING_SOURCE_TOPICS = 1
-    INCORRECTLY_PARTITIONED_TOPICS = 2
-    MISSING_INTERNAL_TOPICS = 3
-    SHUTDOWN_APPLICATION = 4
 
 
 class MemberState(enum.IntEnum):
@@ -122,251 +132,7 @@ def next_member_state(state: MemberState, finding: Finding) -> MemberState:
         raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
 
 
-class TopicsView(Protocol):
-    def partition_count(self, topic: str) -> int | None: ...
-
-    def topics(self) -> Mapping[str, int]: ...
-
-
-# Compiles a regex (RE2 syntax, as Kafka's) and returns its fullmatch, or raises ValueError.
-RegexCompiler = Callable[[str], Callable[[str], bool]]
-
-
-def _re2_compiler(pattern: str) -> Callable[[str], bool]:
-    import re2
-
-    try:
-        compiled = re2.compile(pattern)
-    except re2.error as exc:
-        raise ValueError(str(exc)) from None
-    return lambda name: compiled.fullmatch(name) is not None
-
-
-# -- the topology ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    name: str
-    partitions: int = 0  # 0: not fixed (repartition: derived; changelog: always derived)
-    replication_factor: int = 0
-    configs: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class CopartitionGroup:
-    source_topics: tuple[int, ...] = ()  # indexes into the subtopology's lists
-    source_topic_regex: tuple[int, ...] = ()
-    repartition_source_topics: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class Subtopology:
-    subtopology_id: str
-    source_topics: tuple[str, ...] = ()
-    source_topic_regex: tuple[str, ...] = ()
-    state_changelog_topics: tuple[TopicInfo, ...] = ()
-    repartition_sink_topics: tuple[str, ...] = ()
-    repartition_source_topics: tuple[TopicInfo, ...] = ()
-    copartition_groups: tuple[CopartitionGroup, ...] = ()
-
-
-@dataclass(frozen=True)
-class Topology:
-    epoch: int
-    subtopologies: tuple[Subtopology, ...] = ()
-
-
-def validate_topology(topology: Topology) -> str | None:
-    """STREAMS_INVALID_TOPOLOGY's message, or None (Kafka's topology checks)."""
-    seen: set[str] = set()
-    sources: set[str] = set()
-    for sub in topology.subtopologies:
-        if not sub.subtopology_id:
-            return "Subtopology IDs must be non-empty."
-        if sub.subtopology_id in seen:
-            return f"Subtopology ID {sub.subtopology_id} is not unique."
-        seen.add(sub.subtopology_id)
-        if not sub.source_topics and not sub.source_topic_regex \
-                and not sub.repartition_source_topics:
-            return f"Subtopology {sub.subtopology_id} has no source topics."
-        for group in sub.copartition_groups:
-            for indexes, items in ((group.source_topics, sub.source_topics),
-                                   (group.source_topic_regex, sub.source_topic_regex),
-                                   (group.repartition_source_topics,
-                                    sub.repartition_source_topics)):
-                for i in indexes:
-                    if not 0 <= i < len(items):
-                        return (f"Copartition group of subtopology {sub.subtopology_id} refers "
-                                f"to index {i}, which is out of range.")
-        for t in sub.repartition_source_topics:
-            if t.partitions < 0:
-                return f"Repartition topic {t.name} has a negative partition count."
-        sources.update(sub.source_topics)
-        sources.update(t.name for t in sub.repartition_source_topics)
-    internal = {t.name for sub in topology.subtopologies for t in sub.state_changelog_topics}
-    clash = sorted(internal & sources)
-    if clash:
-        return f"Changelog topics {clash} are also source topics."
-    return None
-
-
-@dataclass
-class ConfiguredTopology:
-    """What the topology is against the topics that exist now."""
-
-    task_counts: dict[str, int] = field(default_factory=dict)  # subtopology -> tasks
-    internal_topics: dict[str, TopicInfo] = field(default_factory=dict)  # with partitions
-    status: list[tuple[Status, str]] = field(default_factory=list)
-    ready: bool = False
-
-
-def _regex_matches(patterns: Iterable[str], topics: TopicsView,
-                   compile_regex: RegexCompiler) -> list[str]:
-    all_topics = topics.topics()
-    out: set[str] = set()
-    for pattern in patterns:
-        try:
-            match = compile_regex(pattern)
-        except ValueError:
-            continue
-        out.update(t for t in all_topics if not t.startswith("__") and match(t))
-    return sorted(out)
-
-
-def configure(topology: Topology, topics: TopicsView,
-              compile_regex: RegexCompiler = _re2_compiler) -> ConfiguredTopology:
-    """Partition counts of the repartition and changelog topics and of every subtopology's tasks
-    (Kafka's InternalTopicManager.configureTopics), with the statuses that keep it not ready."""
-    out = ConfiguredTopology()
-    missing = sorted({t for sub in topology.subtopologies for t in sub.source_topics
-                      if topics.partition_count(t) is None})
-    regex_sources = {sub.subtopology_id: _regex_matches(sub.source_topic_regex, topics,
-                                                         compile_regex)
-                     for sub in topology.subtopologies if sub.source_topic_regex}
-    for sub in topology.subtopologies:
-        if sub.source_topic_regex and not regex_sources[sub.subtopology_id] \
-                and not sub.source_topics:
-            missing.append(f"regex {list(sub.source_topic_regex)}")
-    if missing:
-        out.status.append((Status.MISSING_SOURCE_TOPICS,
-                           f"Source topics {', '.join(missing)} are missing."))
-        return out
-    # Repartition topics: fixed counts first, then the writers' counts to a fixed point.
-    repartition: dict[str, int] = {}
-    for sub in topology.subtopologies:
-        for t in sub.repartition_source_topics:
-            if t.partitions > 0:
-                repartition[t.name] = t.partitions
-
-    def source_count(sub: Subtopology) -> int | None:
-        counts = [topics.partition_count(t) or 0 for t in sub.source_topics]
-        counts += [topics.partition_count(t) or 0 for t in regex_sources.get(sub.subtopology_id, ())]
-        for t in sub.repartition_source_topics:
-            if t.name not in repartition:
-                return None
-            counts.append(repartition[t.name])
-        return max(counts) if counts else None
-
-    names = {t.name for sub in topology.subtopologies for t in sub.repartition_source_topics}
-    for _ in range(len(names) + 1):
-        progress = False
-        for name in sorted(names - repartition.keys()):
-            writers = [source_count(s) for s in topology.subtopologies
-                       if name in s.repartition_sink_topics]
-            known = [c for c in writers if c is not None]
-            if known and len(known) == len(writers):
-                repartition[name] = max(known)
-                progress = True
-        if not progress:
-            break
-    unresolved = sorted(names - repartition.keys())
-    if unresolved:
-        out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
-                           f"Number of partitions of repartition topics {unresolved} could "
-                           "not be determined."))
-        return out
-    # Copartition groups: every topic of a group has one count (repartition topics not fixed
-    # by the topology follow the others).
-    for sub in topology.subtopologies:
-        for group in sub.copartition_groups:
-            external = [sub.source_topics[i] for i in group.source_topics]
-            internal = [sub.repartition_source_topics[i] for i in group.repartition_source_topics]
-            counts = {t: topics.partition_count(t) or 0 for t in external}
-            if len(set(counts.values())) > 1:
-                out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
-                                   f"Following topics do not have the same number of "
-                                   f"partitions: [{', '.join(sorted(counts))}]"))
-                return out
-            target = (next(iter(counts.values())) if counts
-                      else max((repartition[t.name] for t in internal), default=0))
-            for t in internal:
-                if t.partitions <= 0:
-                    repartition[t.name] = target
-    for sub in topology.subtopologies:
-        count = source_count(sub) or 0
-        out.task_counts[sub.subtopology_id] = count
-        for t in sub.repartition_source_topics:
-            out.internal_topics[t.name] = TopicInfo(t.name, repartition[t.name],
-                                                    t.replication_factor, t.configs)
-        for t in sub.state_changelog_topics:
-            out.internal_topics[t.name] = TopicInfo(t.name, count, t.replication_factor,
-                                                    t.configs)
-    wrong = sorted(name for name, t in out.internal_topics.items()
-                   if topics.partition_count(name) not in (None, t.partitions))
-    if wrong:
-        out.status.append((Status.INCORRECTLY_PARTITIONED_TOPICS,
-                           f"Internal topics {', '.join(wrong)} have the wrong number of "
-                           "partitions."))
-        return out
-    absent = sorted(n for n in out.internal_topics if topics.partition_count(n) is None)
-    if absent:
-        out.status.append((Status.MISSING_INTERNAL_TOPICS,
-                           f"Internal topics are missing: [{', '.join(absent)}]"))
-        return out
-    out.ready = True
-    return out
-
-
 # -- members and groups ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TaskSet:
-    """Active, standby and warm-up tasks (subtopology id -> partitions)."""
-
-    active: Tasks = field(default_factory=dict)
-    standby: Tasks = field(default_factory=dict)
-    warmup: Tasks = field(default_factory=dict)
-
-    def is_empty(self) -> bool:
-        return not (self.active or self.standby or self.warmup)
-
-
-EMPTY_TASKS = TaskSet()
-
-
-def _norm(tasks: Mapping[str, Iterable[int]]) -> Tasks:
-    return {s: frozenset(p) for s, p in sorted(tasks.items()) if p}
-
-
-def _minus(a: Tasks, b: Tasks) -> Tasks:
-    return _norm({s: p - b.get(s, frozenset()) for s, p in a.items()})
-
-
-def _and(a: Tasks, b: Tasks) -> Tasks:
-    return _norm({s: p & b.get(s, frozenset()) for s, p in a.items()})
-
-
-def _or(a: Tasks, b: Tasks) -> Tasks:
-    out = dict(a)
-    for s, p in b.items():
-        out[s] = out.get(s, frozenset()) | p
-    return _norm(out)
-
-
-def _set_op(op: Callable[[Tasks, Tasks], Tasks], a: TaskSet, b: TaskSet) -> TaskSet:
-    return TaskSet(op(a.active, b.active), op(a.standby, b.standby), op(a.warmup, b.warmup))
 
 
 @dataclass(frozen=True)
@@ -514,9 +280,9 @@ class StreamsGroupCoordinator:
                      if s.state_changelog_topics} if group.topology is not None else set())
         specs = {m.member_id: MemberSpec(
             m.process_id,
-            _or(m.assigned.active, _or(m.pending_revocation.active,
+            union(m.assigned.active, union(m.pending_revocation.active,
                                        group.target.get(m.member_id, EMPTY_TASKS).active)),
-            _or(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby))
+            union(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby))
             for m in group.members.values()}
         computed: dict[str, MemberTasks] = assign_tasks(
             specs, counts, stateful, self.config.num_standby_replicas)
@@ -546,23 +312,23 @@ class StreamsGroupCoordinator:
         target = group.target.get(member.member_id, EMPTY_TASKS)
         before = (member.member_epoch, member.state, member.assigned, member.pending_revocation)
         if member.state is MemberState.UNREVOKED_TASKS:
-            still = owned is None or not _set_op(_and, owned, member.pending_revocation).is_empty()
+            still = owned is None or not per_kind(intersect, owned, member.pending_revocation).is_empty()
             if still:
                 member.state = next_member_state(member.state, Finding.STILL_REVOKING)
                 return
             member.pending_revocation = EMPTY_TASKS
             member.revocation_deadline_ms = None
-        revoke = _set_op(_minus, member.assigned, target)
+        revoke = per_kind(minus, member.assigned, target)
         if not revoke.is_empty():
             finding = Finding.REVOKE
-            member.assigned = _set_op(_and, member.assigned, target)
-            member.pending_revocation = _set_op(_or, member.pending_revocation, revoke)
+            member.assigned = per_kind(intersect, member.assigned, target)
+            member.pending_revocation = per_kind(union, member.pending_revocation, revoke)
             member.revocation_deadline_ms = now_ms + member.rebalance_timeout_ms
         else:
             busy = self._active_elsewhere(group, member.member_id)
-            new_active = _norm({s: frozenset(p for p in parts if (s, p) not in busy)
-                                for s, parts in _minus(target.active, member.assigned.active).items()})
-            member.assigned = TaskSet(_or(member.assigned.active, new_active),
+            new_active = normalized({s: frozenset(p for p in parts if (s, p) not in busy)
+                                for s, parts in minus(target.active, member.assigned.active).items()})
+            member.assigned = TaskSet(union(member.assigned.active, new_active),
                                       target.standby, target.warmup)
             if member.member_epoch != group.assignment_epoch:
                 member.previous_member_epoch = member.member_epoch
@@ -768,7 +534,7 @@ class StreamsGroupCoordinator:
         if req.member_epoch != member.member_epoch:
             lost_response = (req.member_epoch == member.previous_member_epoch
                              and req.owned is not None
-                             and _set_op(_minus, req.owned, member.assigned).is_empty())
+                             and per_kind(minus, req.owned, member.assigned).is_empty())
             if not lost_response:
                 return None, HeartbeatResult(
                     ErrorCode.FENCED_MEMBER_EPOCH,

@@ -36,14 +36,15 @@ import struct
 from dataclasses import dataclass, field
 
 from broker.group.consumer_records import _cstr, _uvarint, encode_key
-from broker.group.streams_assignor import Tasks
+from broker.group.streams_assignor import Tasks, TaskSet
 from broker.group.streams_group import (
-    CopartitionGroup,
     MemberState,
     StreamsGroup,
     StreamsMember,
+)
+from broker.group.streams_topology import (
+    CopartitionGroup,
     Subtopology,
-    TaskSet,
     TopicInfo,
     Topology,
 )

@@ -10,13 +10,15 @@ describe it.
 
 from __future__ import annotations
 
+from broker.group.streams_assignor import TaskSet
 from broker.group.streams_group import (
     ASSIGNOR_NAME,
-    CopartitionGroup,
     HeartbeatRequest,
     HeartbeatResult,
+)
+from broker.group.streams_topology import (
+    CopartitionGroup,
     Subtopology,
-    TaskSet,
     TopicInfo,
     Topology,
 )

@@ -6,24 +6,25 @@ from __future__ import annotations
 
 import pytest
 
-from broker.group.streams_assignor import MemberSpec, assign_tasks
+from broker.group.streams_assignor import MemberSpec, TaskSet, assign_tasks
 from broker.group.streams_group import (
     RECONCILE,
-    CopartitionGroup,
     HeartbeatRequest,
     MemberState,
-    Status,
     StreamsGroupConfig,
     StreamsGroupCoordinator,
     StreamsGroupState,
+)
+from broker.group.streams_records import StreamsGroupReplay, group_records
+from broker.group.streams_topology import (
+    CopartitionGroup,
+    Status,
     Subtopology,
-    TaskSet,
     TopicInfo,
     Topology,
     configure,
     validate_topology,
 )
-from broker.group.streams_records import StreamsGroupReplay, group_records
 from protocol.errors import ErrorCode
 
 
