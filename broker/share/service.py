@@ -48,7 +48,13 @@ from broker.share.partition_state import (
     RecordState,
     SharePartitionState,
 )
-from broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession, ShareSessionCache
+from broker.share.sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    ConnectionSessions,
+    ShareSession,
+    ShareSessionCache,
+)
 from broker.share.state_log import (
     SHARE_GROUP_STATE_TOPIC,
     Snapshot,
@@ -677,26 +683,3 @@ def _classify(data: Any, aborted: list[tuple[int, int]]) -> tuple[list[LogBatch]
         out.append(LogBatch(header.base_offset, last, deliverable))
         ends.append(pos + header.size)
     return out, ends
-
-
-
-class ConnectionSessions:
-    """The share sessions one connection opened; called when it closes. Sessions since
-    replaced or closed are pruned as new ones come, so a connection holds no more entries than
-    the cache holds sessions opened on it (and at most ``MAX_PER_CONNECTION`` stale ones)."""
-
-    MAX_PER_CONNECTION = 64
-
-    def __init__(self, service: ShareService) -> None:
-        self._service = service
-        self._opened: dict[tuple[str, str], ShareSession] = {}
-
-    def add(self, session: ShareSession) -> None:
-        self._opened[(session.group_id, session.member_id)] = session
-        if len(self._opened) > self.MAX_PER_CONNECTION:
-            cache = self._service.sessions
-            self._opened = {k: s for k, s in self._opened.items() if cache.get(*k) is s}
-
-    def __call__(self) -> None:
-        for session in self._opened.values():
-            self._service.connection_closed(session)

@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from broker.share.service import ShareService
 
 INT32_MAX = (1 << 31) - 1
 INITIAL_EPOCH = 0
@@ -83,3 +87,25 @@ class ShareSessionCache:
 
     def of_group(self, group_id: str) -> list[ShareSession]:
         return [s for (g, _), s in self.sessions.items() if g == group_id]
+
+
+class ConnectionSessions:
+    """The share sessions one connection opened; called when it closes. Sessions since
+    replaced or closed are pruned as new ones come, so a connection holds no more entries than
+    the cache holds sessions opened on it (and at most ``MAX_PER_CONNECTION`` stale ones)."""
+
+    MAX_PER_CONNECTION = 64
+
+    def __init__(self, service: ShareService) -> None:
+        self._service = service
+        self._opened: dict[tuple[str, str], ShareSession] = {}
+
+    def add(self, session: ShareSession) -> None:
+        self._opened[(session.group_id, session.member_id)] = session
+        if len(self._opened) > self.MAX_PER_CONNECTION:
+            cache = self._service.sessions
+            self._opened = {k: s for k, s in self._opened.items() if cache.get(*k) is s}
+
+    def __call__(self) -> None:
+        for session in self._opened.values():
+            self._service.connection_closed(session)
