@@ -327,6 +327,10 @@ def describe_share_group_offsets(broker: Broker, header, request) -> dict:
     return {"throttle_time_ms": 0, "groups": groups}
 
 
+# The admin offset APIs' refusals of the whole group (the others are per topic).
+_GROUP_ERRORS = (ErrorCode.NON_EMPTY_GROUP, ErrorCode.INVALID_GROUP_ID)
+
+
 @handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS)
 def alter_share_group_offsets(broker: Broker, header, request):
     """Kafka: READ on the group and on each topic; the group must have no members."""
@@ -343,7 +347,7 @@ def alter_share_group_offsets(broker: Broker, header, request):
             codes, waits = share.alter_offsets(request.group_id, topic.topic_name, parts)
             commits += waits
         except KafkaError as exc:
-            if exc.code == ErrorCode.NON_EMPTY_GROUP:
+            if exc.code in _GROUP_ERRORS:
                 return {"throttle_time_ms": 0, "error_code": exc.code,
                         "error_message": exc.message, "responses": []}
             codes = {index: exc.code for index, _ in parts}
@@ -371,7 +375,7 @@ def delete_share_group_offsets(broker: Broker, header, request):
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             commits += share.delete_offsets(request.group_id, topic.topic_name)
         except KafkaError as exc:
-            if exc.code == ErrorCode.NON_EMPTY_GROUP:
+            if exc.code in _GROUP_ERRORS:
                 return {"throttle_time_ms": 0, "error_code": exc.code,
                         "error_message": exc.message, "responses": []}
             code, message = exc.code, exc.message or None

@@ -326,6 +326,10 @@ class ShareService:
         return state.start, max(0, partition.high_watermark - state.start - finished)
 
     def _check_empty(self, group_id: str) -> None:
+        """Raises INVALID_GROUP_ID for an id no group may have, NON_EMPTY_GROUP for a group with
+        members (the admin offset APIs' group-level refusals)."""
+        if not valid_group_id(group_id):
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "The group id is not valid.")
         group = self.groups.get(group_id)
         if group is not None and group.members:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP,
@@ -459,7 +463,7 @@ class ShareService:
         return codes
 
     def connection_sessions(self) -> ConnectionSessions:
-        return ConnectionSessions(self)
+        return ConnectionSessions(self.sessions, self.connection_closed)
 
     def connection_closed(self, session: ShareSession) -> None:
         """The connection that opened ``session`` closed: if it is still the member's session,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from protocol.errors import ErrorCode, KafkaError
 
 if TYPE_CHECKING:
-    from broker.share.service import ShareService
+    from collections.abc import Callable
 
 INT32_MAX = (1 << 31) - 1
 INITIAL_EPOCH = 0
@@ -96,16 +96,17 @@ class ConnectionSessions:
 
     MAX_PER_CONNECTION = 64
 
-    def __init__(self, service: ShareService) -> None:
-        self._service = service
+    def __init__(self, cache: ShareSessionCache,
+                 closed: Callable[[ShareSession], None]) -> None:
+        self._cache = cache
+        self._closed = closed  # what the service does with a session its connection closed
         self._opened: dict[tuple[str, str], ShareSession] = {}
 
     def add(self, session: ShareSession) -> None:
         self._opened[(session.group_id, session.member_id)] = session
         if len(self._opened) > self.MAX_PER_CONNECTION:
-            cache = self._service.sessions
-            self._opened = {k: s for k, s in self._opened.items() if cache.get(*k) is s}
+            self._opened = {k: s for k, s in self._opened.items() if self._cache.get(*k) is s}
 
     def __call__(self) -> None:
         for session in self._opened.values():
-            self._service.connection_closed(session)
+            self._closed(session)

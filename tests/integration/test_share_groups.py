@@ -294,6 +294,24 @@ def test_unknown_topics_are_answered_and_not_kept(broker) -> None:
         m.close()
 
 
+def test_offset_admin_refuses_a_group_id_no_group_may_have(broker) -> None:
+    # Found by the order fuzzer: a 40,000-byte group id reached the state log's key encoder (a
+    # closed connection), and the group it left behind made every ListGroups unanswerable.
+    create_topic(broker.port, "q")
+    huge = "g" * 40_000
+    with RawConnection(broker.port) as conn:
+        altered = conn.request(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, {
+            "group_id": huge, "topics": [{"topic_name": "q", "partitions": [
+                {"partition_index": 0, "start_offset": 0}]}]})
+        assert altered.error_code == ErrorCode.INVALID_GROUP_ID
+        deleted = conn.request(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, {
+            "group_id": huge, "topics": [{"topic_name": "q"}]})
+        assert deleted.error_code == ErrorCode.INVALID_GROUP_ID
+        listed = conn.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+        assert listed.error_code == ErrorCode.NONE
+        assert all(len(g.group_id) < 32_768 for g in listed.groups)
+
+
 def test_acls_read_on_the_group_and_the_topic(tmp_path) -> None:
     from confluent_kafka.admin import (
         AclBinding,

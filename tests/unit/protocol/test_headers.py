@@ -129,10 +129,13 @@ def test_first_flexible_versions_match_kafka_schemas() -> None:
             if isinstance(obj, type) and issubclass(obj, ApiMessage) and obj is not ApiMessage:
                 if obj.is_request() and obj.API_KEY in FIRST_FLEXIBLE_VERSION:
                     theirs[obj.API_KEY] = next(v for v in range(100) if obj.flexible_version_q(v))
-    # kafka-python has no classes for the share-group APIs (KIP-932) nor ConsumerGroupHeartbeat /
-    # Describe (KIP-848): Kafka 4.4's schemas say "0+" (the share ones are checked against the
-    # Java client in tests/kafka_ref/test_share_groups.py).
+    # kafka-python has no classes for the share-group APIs (KIP-932), ConsumerGroupHeartbeat /
+    # Describe (KIP-848) nor StreamsGroupHeartbeat / Describe (KIP-1071): Kafka 4.4's schemas say
+    # "0+" (the share ones are checked against the Java client in
+    # tests/kafka_ref/test_share_groups.py, the streams ones against Kafka 4.4's own bytes in
+    # tests/unit/protocol/messages/test_streams_groups.py).
     no_class = {ApiKey.CONSUMER_GROUP_HEARTBEAT: 0, ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+                ApiKey.STREAMS_GROUP_HEARTBEAT: 0, ApiKey.STREAMS_GROUP_DESCRIBE: 0,
                 ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0,
                 ApiKey.SHARE_FETCH: 0, ApiKey.SHARE_ACKNOWLEDGE: 0,
                 ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS: 0, ApiKey.ALTER_SHARE_GROUP_OFFSETS: 0,
