@@ -189,3 +189,9 @@ def test_kill9_with_2000_partitions_keeps_every_acknowledged_record(tmp_path: Pa
         assert f"{len(range(0, partitions, 3))} after an unclean shutdown" in line, line
         assert high_watermarks(proc.bootstrap, "t", partitions) == [
             2 if p % 3 == 0 else 1 for p in range(partitions)]
+        # That recovery wrote its outcome as recovery points: kill -9 again with nothing
+        # written, and no partition is scanned (every one was, before issue 36's third round).
+        proc.kill9()
+        proc.restart(timeout=60)
+        line = proc.wait_for_output("partitions recovered")
+        assert "after an unclean shutdown" not in line, line
