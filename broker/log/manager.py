@@ -600,7 +600,8 @@ class LogManager:
         code (``Partition.save_clean_point``, ``sync_file_system`` as in ``close``), then
         replace the recovery-point checkpoint. The next unclean start then scans only what
         changed since this one, not again everything the last clean close did not cover.
-        Partitions already at their clean point cost nothing. Returns how many were written.
+        Partitions already at their clean point, and empty ones, cost nothing. Returns how
+        many were written.
 
         Each entry claims only what is durable: the partitions' files are synced before the
         checkpoint replaces the old one (atomically). A crash before that leaves the old
@@ -609,7 +610,9 @@ class LogManager:
         if self._closed:
             return 0
         partitions = list(self.all_partitions())
-        changed = [p for p in partitions if p.changed]
+        # (An empty log costs its scan nothing: a fresh data dir's internal topics are left to
+        # their first clean close.)
+        changed = [p for p in partitions if p.changed and p.size_bytes]
         self._save(changed, Partition.save_clean_point, save_clean_point_without_fsync,
                    sync_file_system)
         states: dict[str, CleanState] = {}

@@ -113,7 +113,7 @@ class Storage:
         recovery-point checkpoint (``LogManager.write_recovery_points``), with the same syncs as
         ``close``. Returns how many partitions were written."""
         self.flusher.flush_now()
-        changed = sum(1 for p in self.logs.all_partitions() if p.changed)
+        changed = sum(1 for p in self.logs.all_partitions() if p.changed and p.size_bytes)
         return self.logs.write_recovery_points(
             sync_file_system if changed >= SYNCFS_FROM_PARTITIONS else None)
 
