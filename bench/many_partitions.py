@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import _common as common  # noqa: E402  (bench/ is not a package)
 
 _LISTENING = re.compile(r"listening on [^:]+:(\d+)")
+_UNCLEAN = re.compile(r"partitions recovered, (\d+) after an unclean shutdown")
 KAFKA_MAX_PARTITIONS_PER_REQUEST = 10_000
 STALL_THRESHOLD_S = 0.005
 
@@ -88,6 +89,10 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.lines: list[str] = []
         self.port = 0
+        # Of the last start: CPU seconds (user + system, /proc/<pid>/stat) at its "listening"
+        # line, and the partitions it scanned (loaded "after an unclean shutdown").
+        self.start_cpu_s = 0.0
+        self.scanned = 0
 
     def start(self, timeout_s: float = 600.0) -> float:
         """Start; seconds from the spawn to the "listening" line."""
@@ -116,6 +121,12 @@ class Broker:
         if not ready.wait(timeout_s) or self.proc.poll() is not None:
             self.kill9()
             raise RuntimeError("broker did not start:\n" + "".join(self.lines[-20:]))
+        self.start_cpu_s = _cpu_seconds(self.proc.pid)
+        self.scanned = 0
+        for line in self.lines:
+            m = _UNCLEAN.search(line)
+            if m:
+                self.scanned = int(m.group(1))
         return took[0]
 
     @property
@@ -141,6 +152,15 @@ class Broker:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait()
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stalls_between(stall_file: Path, start: float, end: float) -> list[tuple[float, str]]:
@@ -280,13 +300,18 @@ def restart_case(tree: Path, work: Path, partitions: int, start_timeout_s: float
         measured("produce_s", time.monotonic() - t0)
         measured("sigterm_exit_s", broker.sigterm())
         measured("clean_start_s", broker.start(start_timeout_s))
+        measured("clean_start_cpu_s", broker.start_cpu_s)
         checks = [check_end_offsets(broker.bootstrap, "t", partitions, 1)]
         produce_one_each(broker.bootstrap, "t", partitions)
         broker.kill9()
         measured("kill9_start_all_changed_s", broker.start(start_timeout_s))
+        measured("kill9_start_all_changed_cpu_s", broker.start_cpu_s)
+        measured("kill9_start_all_changed_scanned", broker.scanned)
         checks.append(check_end_offsets(broker.bootstrap, "t", partitions, 2))
         broker.kill9()
         measured("kill9_start_none_changed_s", broker.start(start_timeout_s))
+        measured("kill9_start_none_changed_cpu_s", broker.start_cpu_s)
+        measured("kill9_start_none_changed_scanned", broker.scanned)
         checks.append(check_end_offsets(broker.bootstrap, "t", partitions, 2))
         out["checks"] = checks  # "ok" each, or what differed (a lost or duplicated record)
         measured("sigterm_exit_after_recovery_s", broker.sigterm())

@@ -86,6 +86,9 @@ def build_broker(
     # (same condition) aborts the transactions partitions have open that it does not run there
     # (after the groups, which then see the markers it writes).
     transactions.recover(clock.now_ms(), unclean=logs.unsynced_writes_lost)
+    # Recovery is complete: its outcome becomes the partitions' recovery points (durable), so
+    # that the next unclean start scans only what changed since.
+    storage.write_recovery_points()
     # Recovery is complete and durable: from here on a crash is a process crash on this boot.
     logs.record_boot()
     # Log compaction in the background (network/server.py runs it); none with log.cleaner.enable=false.

@@ -64,7 +64,9 @@ def api_versions(broker: Broker, header, request) -> dict:
 
 
 @handles(ApiKey.METADATA)
-def metadata(broker: Broker, header, request) -> dict:
+def metadata(broker: Broker, header, request) -> dict | Deferred[dict]:
+    """The topics asked for (or all). A topic to auto-create is built in a worker thread
+    (``Broker.auto_create_topic``): the answer waits for it."""
     node = broker.config.node_id
     host, port = peer.advertised(broker.config.advertised)
     if request.topics is None or (header.api_version == 0 and not request.topics):
@@ -74,7 +76,9 @@ def metadata(broker: Broker, header, request) -> dict:
     else:
         names = [t.name for t in request.topics]
         allow_create = request.allow_auto_topic_creation
-    topics = []
+    topics: list[dict | None] = []
+    # (position in ``topics``, name, authorized operations) of the topics to auto-create.
+    creating: list[tuple[int, str, int]] = []
     if header.api_version >= 10 and request.topics:
         # v10+: a topic may be named by its id alone (KIP-516; the consumer protocol's
         # assignments name topics by id): an unknown id is UNKNOWN_TOPIC_ID, as Kafka answers.
@@ -108,53 +112,22 @@ def metadata(broker: Broker, header, request) -> dict:
         count = broker.logs.partition_count(name)
         if count is None:
             # Create is asked only of a topic that does not exist and would be auto-created.
-            auto = (allow_create and broker.config.auto_create_topics
-                    and name not in INTERNAL_TOPICS)
+            auto = broker.may_auto_create(name, allow_create)
             create = auto and may_create(broker, name)
-            try:
-                count = broker.ensure_topic(name, create)
-            except KafkaError as exc:
-                code = exc.code
-                if code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                    # A CreateTopics of that name is making its files: Kafka's answer for a
-                    # topic without a leader yet (retriable).
-                    code = ErrorCode.LEADER_NOT_AVAILABLE
-                if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and auto and not create:
-                    code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
-                elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                    # A name no topic can have: INVALID_TOPIC_EXCEPTION (Kafka's
-                    # KafkaApis.getTopicMetadata validates the names it does not know).
-                    try:
-                        validate_topic_name(name)
-                    except KafkaError as invalid:
-                        code = invalid.code
-                topics.append({"error_code": code, "name": name, "is_internal": False,
-                               "partitions": [], "topic_authorized_operations": operations})
+            if create:
+                creating.append((len(topics), name, operations))
+                topics.append(None)  # (filled in once built)
                 continue
-        partitions = [
-            {
-                "error_code": ErrorCode.NONE,
-                "partition_index": index,
-                "leader_id": node,
-                "replica_nodes": [node],
-                "isr_nodes": [node],
-            }
-            for index in range(count)
-        ]
-        topics.append(
-            {
-                "error_code": ErrorCode.NONE,
-                "name": name,
-                "topic_id": broker.logs.topic_id(name) or ZERO_UUID,
-                "is_internal": name in INTERNAL_TOPICS,
-                "partitions": partitions,
-                "topic_authorized_operations": operations,
-            }
-        )
+            try:
+                count = broker.ensure_topic(name, False)
+            except KafkaError as exc:
+                topics.append(_topic_error(name, exc, auto, operations))
+                continue
+        topics.append(_topic_entry(broker, name, count, operations))
     cluster_operations = INT32_MIN
     if 8 <= header.api_version <= 10 and request.include_cluster_authorized_operations:
         cluster_operations = cluster_authorized_operations(broker)
-    return {
+    answer = {
         "throttle_time_ms": 0,
         "brokers": [{"node_id": node, "host": host, "port": port, "rack": None}],
         "cluster_id": broker.cluster_id,
@@ -162,6 +135,65 @@ def metadata(broker: Broker, header, request) -> dict:
         "topics": topics,
         "cluster_authorized_operations": cluster_operations,
     }
+    if not creating:
+        return answer
+
+    async def auto_create() -> dict:
+        for i, name, operations in creating:
+            try:
+                count = await broker.auto_create_topic(name)
+            except KafkaError as exc:
+                topics[i] = _topic_error(name, exc, False, operations)
+            else:
+                topics[i] = _topic_entry(broker, name, count, operations)
+        return answer
+
+    return Deferred(auto_create)
+
+
+def _topic_entry(broker: Broker, name: str, count: int, operations: int) -> dict:
+    """A topic of a Metadata answer (one broker: it leads every partition)."""
+    node = broker.config.node_id
+    partitions = [
+        {
+            "error_code": ErrorCode.NONE,
+            "partition_index": index,
+            "leader_id": node,
+            "replica_nodes": [node],
+            "isr_nodes": [node],
+        }
+        for index in range(count)
+    ]
+    return {
+        "error_code": ErrorCode.NONE,
+        "name": name,
+        "topic_id": broker.logs.topic_id(name) or ZERO_UUID,
+        "is_internal": name in INTERNAL_TOPICS,
+        "partitions": partitions,
+        "topic_authorized_operations": operations,
+    }
+
+
+def _topic_error(name: str, exc: KafkaError, refused: bool, operations: int) -> dict:
+    """A Metadata answer's entry for a topic that is not there: ``exc`` is why (creating it
+    failed, or it was not to be created; ``refused``: auto-creation was asked for and enabled,
+    but the principal may not create it)."""
+    code = exc.code
+    if code == ErrorCode.TOPIC_ALREADY_EXISTS:
+        # A CreateTopics of that name is making its files: Kafka's answer for a topic without
+        # a leader yet (retriable).
+        code = ErrorCode.LEADER_NOT_AVAILABLE
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and refused:
+        code, operations = ErrorCode.TOPIC_AUTHORIZATION_FAILED, INT32_MIN
+    elif code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        # A name no topic can have: INVALID_TOPIC_EXCEPTION (Kafka's
+        # KafkaApis.getTopicMetadata validates the names it does not know).
+        try:
+            validate_topic_name(name)
+        except KafkaError as invalid:
+            code = invalid.code
+    return {"error_code": code, "name": name, "is_internal": False, "partitions": [],
+            "topic_authorized_operations": operations}
 
 
 MAX_PARTITIONS_PER_DESCRIBE = 2000  # Kafka's max.request.partition.size.limit

@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+import trio
+
 from broker.clock import Clock
 from broker.config import BrokerConfig
 from broker.config.group_configs import GroupConfigStore
@@ -68,6 +70,9 @@ class Broker:
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.
         self.partition: Callable[[str, int], Partition] = storage.logs.partition
+        # Topics Metadata is auto-creating (their files built in a worker thread): name -> the
+        # creation the other requests for that name wait for (``auto_create_topic``).
+        self._auto_creating: dict[str, _AutoCreation] = {}
 
     @property
     def logs(self) -> LogManager:
@@ -83,15 +88,65 @@ class Broker:
 
 
     def ensure_topic(self, topic: str, allow_create: bool) -> int:
-        """Partition count of ``topic``, creating it when allowed (Metadata auto-creation)."""
+        """Partition count of ``topic``, creating it when allowed (Metadata auto-creation), here
+        and now (``auto_create_topic`` builds it off the event loop)."""
         count = self.logs.partition_count(topic)
         if count is not None:
             return count
-        if not (allow_create and self.config.auto_create_topics) or topic in INTERNAL_TOPICS:
+        if not self.may_auto_create(topic, allow_create):
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, clip(topic))
         self.logs.create_topic(topic, self.config.num_partitions, None, self.clock.now_ms())
         log.info("auto-created topic %s with %d partitions", topic, self.config.num_partitions)
         return self.config.num_partitions
 
+    def may_auto_create(self, topic: str, allow_create: bool) -> bool:
+        """The auto-creation rule: asked for, enabled, not an internal topic."""
+        return allow_create and self.config.auto_create_topics and topic not in INTERNAL_TOPICS
+
+    async def auto_create_topic(self, topic: str) -> int:
+        """Partition count of ``topic``, auto-creating it (the caller checked
+        ``may_auto_create`` and the ACLs) with ``num.partitions`` partitions whose files are
+        built in a worker thread, as CreateTopics does (``LogManager.prepare_topic``): hundreds
+        of directories and fsyncs must not stop the event loop. Concurrent callers for the same
+        name share one build and its outcome. Raises what ``prepare_topic``/``finish_topic``
+        raise (TOPIC_ALREADY_EXISTS while a CreateTopics of that name builds it)."""
+        count = self.logs.partition_count(topic)
+        if count is not None:
+            return count
+        creation = self._auto_creating.get(topic)
+        if creation is not None:
+            await creation.done.wait()
+            if creation.error is not None:
+                raise creation.error
+            return self.ensure_topic(topic, False)
+        pending = self.logs.prepare_topic(topic, self.config.num_partitions, None,
+                                          self.clock.now_ms())
+        creation = self._auto_creating[topic] = _AutoCreation()
+        try:
+            # Not cancellable: a shutdown or a closed connection waits for the files, and the
+            # build is committed (or removed) whatever happens to this caller.
+            await trio.to_thread.run_sync(pending.build)
+        finally:
+            try:
+                self.logs.finish_topic(pending)
+            except KafkaError as exc:
+                creation.error = exc
+            del self._auto_creating[topic]
+            creation.done.set()
+        if creation.error is not None:
+            raise creation.error
+        log.info("auto-created topic %s with %d partitions", topic, pending.num_partitions)
+        return pending.num_partitions
+
     def close(self) -> None:
         self.storage.close()
+
+
+class _AutoCreation:
+    """One auto-creation under way: set ``done`` when committed (``error`` None) or not."""
+
+    __slots__ = ("done", "error")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.error: KafkaError | None = None

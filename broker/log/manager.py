@@ -13,12 +13,14 @@ Layout of ``data_dir``::
                              deleted (and the deletion fsync'd) once the next start has loaded
     recovery-point-offset-checkpoint
                              the same content, written by close() just before the marker and kept
-                             at start (Kafka's file name): each partition's clean point, where
+                             at start (Kafka's file name), and by ``write_recovery_points`` once a
+                             start's recovery is complete: each partition's clean point, where
                              every segment's index and a producer-state snapshot at the log end
                              offset are durable. After a crash a partition whose files still end
                              where its entry says (same active segment, same size) is loaded as
                              after a clean shutdown; only the others are scanned, so an unclean
-                             start costs what changed since the last clean shutdown
+                             start costs what changed since the last clean shutdown or completed
+                             recovery
     .boot_id                 the operating system's boot id of the last start that completed
                              its recovery (Linux ``/proc/sys/kernel/random/boot_id``): after an
                              unclean shutdown, the same id means only the process died (kill -9,
@@ -52,7 +54,12 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from broker.log.file_pool import close_without_fsync, in_threads, sync_directory_files
+from broker.log.file_pool import (
+    close_without_fsync,
+    in_threads,
+    save_clean_point_without_fsync,
+    sync_directory_files,
+)
 from broker.log.partition import Partition
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
@@ -141,6 +148,9 @@ class LogManager:
         clean_shutdown = bool(clean)
         if not clean:
             clean = self._read_clean_marker(RECOVERY_POINT_FILE)
+        # What the recovery-point checkpoint holds (after a clean shutdown the marker's content
+        # is the same): ``write_recovery_points`` rewrites it only if that changes.
+        self._points_on_disk = clean
         todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -549,6 +559,8 @@ class LogManager:
             except OSError:
                 # Not written: remove the file instead (the next crash scans everything).
                 (self.data_dir / RECOVERY_POINT_FILE).unlink(missing_ok=True)
+                kept = {}
+            self._points_on_disk = kept
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -579,6 +591,53 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
+    def write_recovery_points(
+        self, sync_file_system: Callable[[Path], bool] | None = None,
+    ) -> int:
+        """Once a start's recovery is complete (the composition root, before ``record_boot``):
+        give every partition that has no clean point on disk (scanned, created, or written by
+        the recovery of transactions) the one a clean close would write, durably and by the same
+        code (``Partition.save_clean_point``, ``sync_file_system`` as in ``close``), then
+        replace the recovery-point checkpoint. The next unclean start then scans only what
+        changed since this one, not again everything the last clean close did not cover.
+        Partitions already at their clean point, and empty ones, cost nothing. Returns how
+        many were written.
+
+        Each entry claims only what is durable: the partitions' files are synced before the
+        checkpoint replaces the old one (atomically). A crash before that leaves the old
+        checkpoint, whose entries no longer match a rewritten partition (its snapshot or size
+        differ), so that one is scanned again."""
+        if self._closed:
+            return 0
+        partitions = list(self.all_partitions())
+        # (An empty log costs its scan nothing: a fresh data dir's internal topics are left to
+        # their first clean close.)
+        changed = [p for p in partitions if p.changed and p.size_bytes]
+        self._save(changed, Partition.save_clean_point, save_clean_point_without_fsync,
+                   sync_file_system)
+        states: dict[str, CleanState] = {}
+        for p in partitions:
+            if p.checkpoint is not None:
+                states[_partition_dir_name(p.topic, p.index)] = p.checkpoint
+        if changed or states != self._points_on_disk:
+            self._write_states(RECOVERY_POINT_FILE, states)
+            self._points_on_disk = states
+        return len(changed)
+
+    def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], None],
+              without_fsync: Callable[[Partition], None],
+              sync_file_system: Callable[[Path], bool] | None) -> None:
+        """Write the clean points of ``changed`` in the thread pool, each file fsynced, or
+        (``sync_file_system``) none but the file system at once (``close``)."""
+        if not changed:
+            return
+        if sync_file_system is None:
+            in_threads(with_fsync, changed)
+        else:
+            in_threads(without_fsync, changed)
+            if not sync_file_system(self.data_dir):
+                in_threads(sync_directory_files, [p.dir for p in changed])
+
     def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
         """Flush and close every partition (indexes, snapshots), then write the recovery points
         and the clean-shutdown marker so that the next start skips the scan. Partitions
@@ -596,12 +655,7 @@ class LogManager:
             return
         partitions = list(self.all_partitions())
         changed = [p for p in partitions if p.changed]
-        if sync_file_system is None:
-            in_threads(Partition.close, changed)
-        else:
-            in_threads(close_without_fsync, changed)
-            if not sync_file_system(self.data_dir):
-                in_threads(sync_directory_files, [p.dir for p in changed])
+        self._save(changed, Partition.close, close_without_fsync, sync_file_system)
         states: dict[str, CleanState] = {}
         for p in partitions:
             p.close()  # (the unchanged ones)

@@ -651,6 +651,24 @@ class Partition(PartitionReads, PartitionRetention):
         (``checkpoint``): a clean close has to write it."""
         return self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
 
+    def save_clean_point(self, fsync: bool = True) -> None:
+        """What ``close`` writes, the files left open: fdatasync what is not yet durable, save
+        the active index and a producer-state snapshot at the LEO; ``checkpoint`` becomes the
+        clean point (``LogManager.write_recovery_points`` after a recovery, and ``close``).
+        Nothing if unchanged since the clean point on disk. ``fsync=False`` as in ``close``.
+        Safe in a worker thread (one partition per thread)."""
+        if not self.changed:
+            return
+        active = self.segments[-1]
+        # Without fsync only when nothing but the active segment's own writes is unsynced:
+        # what a roll left (rolled segments, their snapshots) and aborted-transaction entries
+        # keep their order (the rolled data and the entries durable before a snapshot or
+        # marker past them: recovery trusts that), as in every flush round.
+        self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
+        active.save_index(fsync=fsync)
+        self._write_snapshot(self.log_end_offset, fsync)
+        self.checkpoint = self.clean_state
+
     def close(self, fsync: bool = True) -> None:
         """fdatasync what is not yet durable, save the active index and a producer-state
         snapshot at the LEO, close the files. After this the partition can be loaded without a
@@ -669,16 +687,7 @@ class Partition(PartitionReads, PartitionRetention):
         clean-shutdown marker."""
         if self._closed:
             return
-        if self.changed:
-            active = self.segments[-1]
-            # Without fsync only when nothing but the active segment's own writes is unsynced:
-            # what a roll left (rolled segments, their snapshots) and aborted-transaction
-            # entries keep their order (the rolled data and the entries durable before a
-            # snapshot or marker past them: recovery trusts that), as in every flush round.
-            self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
-            active.save_index(fsync=fsync)
-            self._write_snapshot(self.log_end_offset, fsync)
-            self.checkpoint = self.clean_state
+        self.save_clean_point(fsync)
         self.txn_index.close(sync=fsync)
         for seg in self.segments:
             seg.close()

@@ -108,6 +108,15 @@ class Storage:
         before the flusher's task runs."""
         self.flusher.flush_now()
 
+    def write_recovery_points(self) -> int:
+        """Once a start's recovery is complete: the partitions' clean points and the
+        recovery-point checkpoint (``LogManager.write_recovery_points``), with the same syncs as
+        ``close``. Returns how many partitions were written."""
+        self.flusher.flush_now()
+        changed = sum(1 for p in self.logs.all_partitions() if p.changed and p.size_bytes)
+        return self.logs.write_recovery_points(
+            sync_file_system if changed >= SYNCFS_FROM_PARTITIONS else None)
+
     def close(self) -> None:
         self.flusher.flush_now()
         f = self.flusher

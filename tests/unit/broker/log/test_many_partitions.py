@@ -135,8 +135,9 @@ def test_unclean_start_scans_only_what_changed(tmp_path: Path,
 
 
 def test_recovery_point_claims_only_a_clean_close(tmp_path: Path) -> None:
-    """Nothing but a clean close writes recovery points: a crash before the first one leaves
-    every partition to the scan."""
+    """Loading writes no recovery points (a clean close or ``write_recovery_points`` once a
+    start's recovery is complete does): a crash before the first leaves every partition to the
+    scan."""
     logs = make(tmp_path)
     logs.create_topic("t", 3)
     for p in logs.all_partitions():
