@@ -7,6 +7,8 @@ docstring has the rules).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import TypeVar
 
 from broker.group.assignors import Assignment
 
@@ -52,12 +54,21 @@ class IllegalMemberTransition(Exception):
     """A coordinator bug: a (state, finding) pair the reconciliation table does not have."""
 
 
-def next_member_state(state: MemberState, finding: Finding) -> MemberState:
-    """The table's answer; IllegalMemberTransition for a pair it does not list."""
+S = TypeVar("S", bound=enum.Enum)
+
+
+def lookup(table: Mapping[tuple[S, Finding], S], state: S, finding: Finding) -> S:
+    """A reconciliation table's answer (this one, or the Streams protocol's over tasks:
+    ``streams_group.py``); IllegalMemberTransition for a pair it does not list."""
     try:
-        return RECONCILE[(state, finding)]
+        return table[(state, finding)]
     except KeyError:
         raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
+
+
+def next_member_state(state: MemberState, finding: Finding) -> MemberState:
+    """The table's answer; IllegalMemberTransition for a pair it does not list."""
+    return lookup(RECONCILE, state, finding)
 
 
 def _subtract(a: Assignment, b: Assignment) -> Assignment:

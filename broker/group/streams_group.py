@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 
 from broker.group.consumer_model import RegexCompiler, TopicsView, _re2_compiler
 from broker.group.offsets import valid_group_id
+from broker.group.reconciliation import Finding, lookup
 from broker.group.streams_assignor import (
     EMPTY_TASKS,
     MemberSpec,
@@ -98,13 +99,6 @@ class MemberState(enum.IntEnum):
     UNKNOWN = 127
 
 
-class Finding(enum.Enum):
-    UP_TO_DATE = "up to date"  # at the target's epoch with every target task
-    REVOKE = "revoke"  # behind, and must give tasks up first
-    STILL_REVOKING = "still revoking"  # tasks pending revocation still reported owned
-    UNRELEASED = "unreleased"  # at the target's epoch, some active tasks still owned elsewhere
-
-
 _M = MemberState
 _F = Finding
 RECONCILE: dict[tuple[MemberState, Finding], MemberState] = {
@@ -121,15 +115,10 @@ RECONCILE: dict[tuple[MemberState, Finding], MemberState] = {
 }
 
 
-class IllegalMemberTransition(Exception):
-    """A coordinator bug: a (state, finding) pair the reconciliation table does not have."""
-
-
 def next_member_state(state: MemberState, finding: Finding) -> MemberState:
-    try:
-        return RECONCILE[(state, finding)]
-    except KeyError:
-        raise IllegalMemberTransition(f"{state.name} with {finding.value}") from None
+    """The consumer protocol's table over tasks (Kafka's streams member states; the findings
+    and the IllegalMemberTransition for a pair it lacks are ``reconciliation.py``'s)."""
+    return lookup(RECONCILE, state, finding)
 
 
 # -- members and groups ---------------------------------------------------------------------------
