@@ -18,7 +18,8 @@ from broker.handlers import peer
 from broker.handlers.authz import allowed, authorized_operations, cluster_authorized_operations
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
-from broker.log.manager import PendingTopic, validate_topic_name
+from broker.log.manager import validate_topic_name
+from broker.log.pending import PendingTopic
 from broker.log.topics import INTERNAL_TOPICS
 from broker.reply import Deferred
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType

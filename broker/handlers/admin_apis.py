@@ -18,7 +18,7 @@ from broker.config.resources import ConfigSource, ResourceType
 from broker.handlers.authz import allowed, cluster_authorized_operations
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
-from broker.log.manager import PendingPartitions
+from broker.log.pending import PendingPartitions
 from broker.log.topics import INTERNAL_TOPICS
 from broker.reply import Deferred, reply
 from broker.security.acl import CLUSTER_NAME, Operation

@@ -61,6 +61,7 @@ from broker.log.file_pool import (
     sync_directory_files,
 )
 from broker.log.partition import Partition
+from broker.log.pending import PendingPartitions, PendingTopic
 from broker.log.recovery import CleanState, RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
@@ -372,7 +373,7 @@ class LogManager:
         stored = self.validate_topic(name, num_partitions, overrides)
         config = apply_overrides(self.default_config, stored)
         self._pending[name] = num_partitions
-        return PendingTopic(self, name, num_partitions, stored, config, now_ms)
+        return PendingTopic(self._build_partitions, name, num_partitions, stored, config, now_ms)
 
     def finish_topic(self, pending: PendingTopic) -> None:
         """Commit a built topic (``topics.json``, then in memory) or remove what a failed or
@@ -495,7 +496,7 @@ class LogManager:
         if validate_only:
             return None
         self._pending[topic] = count - current
-        return PendingPartitions(self, topic, range(current, count), self._configs[topic], now_ms)
+        return PendingPartitions(self._build_partitions, topic, range(current, count), self._configs[topic], now_ms)
 
     def finish_partitions(self, pending: PendingPartitions) -> None:
         """Commit built partitions (``topics.json``, then in memory) or remove what a failed or
@@ -669,54 +670,3 @@ class LogManager:
                 for k, s in states.items()}
         atomic_write(self.data_dir / file_name,
                      json.dumps({"version": 1, "partitions": body}).encode())
-
-
-class PendingTopic:
-    """A topic being created (``LogManager.prepare_topic``): its name is reserved; ``build``
-    makes its partitions (in a worker thread when called through ``trio.to_thread``), then
-    ``LogManager.finish_topic`` commits them on the event loop."""
-
-    def __init__(self, manager: LogManager, name: str, num_partitions: int,
-                 overrides: dict[str, str], config: LogConfig, now_ms: int) -> None:
-        self.manager = manager
-        self.name = name
-        self.num_partitions = num_partitions
-        self.overrides = overrides
-        self.config = config
-        self.now_ms = now_ms
-        self.parts: list[Partition] = []
-        self.error: OSError | None = None
-
-    def build(self) -> None:
-        """Create and fsync the partitions' directories; an OSError is kept for
-        ``finish_topic``. Touches no state of the manager but reads ``on_roll``."""
-        try:
-            self.manager._build_partitions(self.name, range(self.num_partitions), self.config,
-                                           self.now_ms, self.parts)
-        except OSError as exc:
-            self.error = exc
-
-
-class PendingPartitions:
-    """New partitions of an existing topic being made (``LogManager.prepare_partitions``):
-    ``build`` makes them (in a worker thread when called through ``trio.to_thread``), then
-    ``LogManager.finish_partitions`` commits them on the event loop."""
-
-    def __init__(self, manager: LogManager, topic: str, indexes: range, config: LogConfig,
-                 now_ms: int) -> None:
-        self.manager = manager
-        self.topic = topic
-        self.indexes = indexes
-        self.config = config
-        self.now_ms = now_ms
-        self.parts: list[Partition] = []
-        self.error: OSError | None = None
-
-    def build(self) -> None:
-        """Create and fsync the partitions' directories; an OSError is kept for
-        ``finish_partitions``. Touches no state of the manager but reads ``on_roll``."""
-        try:
-            self.manager._build_partitions(self.topic, self.indexes, self.config, self.now_ms,
-                                           self.parts)
-        except OSError as exc:
-            self.error = exc

@@ -143,7 +143,7 @@ async def test_metadata_auto_creation_builds_off_the_event_loop(
     # thread, as CreateTopics does (on the loop: 0.3-0.9 s here), and answers once it is
     # built; four such requests at once build it once.
     from broker.app import serve
-    from broker.log.manager import PendingTopic
+    from broker.log.pending import PendingTopic
 
     builds: list[str] = []
     real_build = PendingTopic.build
