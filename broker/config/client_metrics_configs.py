@@ -135,8 +135,8 @@ def apply_ops(current: Mapping[str, str], ops: Sequence[tuple[str, int, str | No
         elif op in (2, 3):
             if _TYPES.get(name) is not ConfigType.LIST:
                 raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Config value {'append' if op == 2 else 'subtract'} is not "
-                                 f"allowed for config key: {clip(name)}")
+                                 f"Can't {'APPEND' if op == 2 else 'SUBTRACT'} to key "
+                                 f"{clip(name)} because its type is not LIST.")
             items = _list(result.get(name, ""))
             given = _list(value or "")
             items = (items + [g for g in given if g not in items] if op == 2
@@ -149,19 +149,21 @@ def apply_ops(current: Mapping[str, str], ops: Sequence[tuple[str, int, str | No
 
 def describe(configs: Mapping[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:
     """DescribeConfigs of a subscription: its three keys (or those of ``keys``), a set one with
-    source CLIENT_METRICS_CONFIG, the others their default."""
+    source CLIENT_METRICS_CONFIG, the others their default; a name never set has every default
+    (no error), as Kafka 4.4 answers."""
     wanted = None if keys is None else set(keys)
     entries = []
     for name in (METRICS, INTERVAL_MS, MATCH):
         if wanted is not None and name not in wanted:
             continue
-        if name in configs:
-            source = ConfigSource.CLIENT_METRICS_CONFIG
+        if name in configs:  # a default has no synonym (Kafka 4.4's answer)
             value = configs[name]
+            source = ConfigSource.CLIENT_METRICS_CONFIG
+            synonyms: tuple[Synonym, ...] = (Synonym(name, value, source),)
         else:
-            source, value = ConfigSource.DEFAULT_CONFIG, _DEFAULTS[name]
-        entries.append(ConfigEntry(name, value, False, source, (Synonym(name, value, source),),
-                                   _TYPES[name], _DOCS[name]))
+            source, value, synonyms = ConfigSource.DEFAULT_CONFIG, _DEFAULTS[name], ()
+        entries.append(ConfigEntry(name, value, False, source, synonyms, _TYPES[name],
+                                   _DOCS[name]))
     return entries
 
 
