@@ -19,9 +19,10 @@ Rules / theory of operation:
   THROTTLING_QUOTA_EXCEEDED; another subscription id UNKNOWN_SUBSCRIPTION_ID; an unknown codec
   UNSUPPORTED_COMPRESSION_TYPE; more than ``telemetry.max.bytes`` TELEMETRY_TOO_LARGE (also when
   it decompresses to more); a payload that is not OTLP INVALID_RECORD.
-- Bounded: at most ``MAX_CLIENT_INSTANCES`` instances (Kafka's 16384), least recently seen
-  dropped first, and each expires max(60 s, 3 push intervals) after its last request; the
-  exporter forgets an instance's series when it goes.
+- Bounded: at most ``MAX_CLIENT_INSTANCES`` instances (Kafka's 16384) of at most
+  ``MAX_ATTRIBUTE`` characters per attribute, least recently seen dropped first, and each expires
+  max(60 s, 3 push intervals) after its last request; the exporter forgets an instance's series
+  when it goes.
 
 Pure: time is ``now_ms``; the UUID source, subscriptions and exporter are passed in.
 """
@@ -43,6 +44,7 @@ from protocol.primitives import ZERO_UUID
 from protocol.records import Compression, DecompressedTooLarge, codec_available, decompress
 
 MAX_CLIENT_INSTANCES = 16_384
+MAX_ATTRIBUTE = 256  # characters of a client attribute kept (client id, software name, ...)
 CACHE_EXPIRY_MS = 60_000
 RESERVED_UUIDS = (ZERO_UUID, uuid.UUID(int=1))
 # Kafka's preference order: clients compress with the first they support.
@@ -152,7 +154,7 @@ class TelemetryManager:
         self._expire(now_ms)
         instance = self.instances.get(client_instance_id)
         if instance is None:
-            attributes = dict(client)
+            attributes = {k: None if v is None else v[:MAX_ATTRIBUTE] for k, v in client.items()}
             attributes["client_instance_id"] = str(client_instance_id)
             instance = self._build(client_instance_id, attributes, now_ms)
         elif instance.subscription_version < self.subscription_version:

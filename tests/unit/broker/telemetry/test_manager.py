@@ -203,6 +203,22 @@ def test_export_series_and_clients_are_capped() -> None:
     assert export.series_count == 3
 
 
+def test_export_bytes_are_capped_and_client_attributes_clipped() -> None:
+    export = TelemetryExport(max_bytes=2000)
+    world = World(EVERY, export=export, max_bytes=100_000)
+    answer = world.get(T0, client={**JAVA, "client_id": "c" * 100_000})
+    wide = metrics_data(gauge("g", *(number_point(float(i), {"k": "v" * 200, "i": i})
+                                     for i in range(50))))
+    assert world.push(T0 + 1, answer, data=wide, client=JAVA) == ErrorCode.NONE
+    assert 0 < export.bytes_count <= 2000
+    assert 0 < export.series_count < 50
+    (client_id,) = {s[0]["client_id"] for _, _, samples in export.families() for s in samples}
+    assert client_id == "c" * 256
+    world.manager.push(answer.client_instance_id, 0, True, 0, b"", JAVA, T0 + 2)
+    world.get(T0 + 2 + 60_001)  # a new instance; the old one expired with its bytes
+    assert export.bytes_count == 0
+
+
 @pytest.mark.parametrize("configs, code", [
     ({"metrics": "*", "interval.ms": "99"}, ErrorCode.INVALID_REQUEST),
     ({"interval.ms": "3600001"}, ErrorCode.INVALID_REQUEST),
