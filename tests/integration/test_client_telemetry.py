@@ -1,6 +1,7 @@
 """Client telemetry (KIP-714) with a real client: a CLIENT_METRICS subscription made with our
 admin, confluent-kafka (librdkafka) pushing its metrics, and the metrics then on the broker's
-Prometheus endpoint, parsed with the reference parser; the subscription survives a restart."""
+Prometheus endpoint, parsed with the reference parser. (The subscriptions' durability: the store's
+unit tests, tests/unit/broker/config/test_client_metrics_configs.py.)"""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def pushed(families: dict[str, list], client_id: str) -> dict[str, float]:
     """The samples of org.apache.kafka.* metrics labelled with ``client_id``."""
     return {s.name: s.value for name, samples in families.items() if name.startswith("org_apache")
             for s in samples if s.labels.get("client_id") == client_id}
+
+
+def admin_describe(bootstrap: str) -> dict:
+    with Admin({"bootstrap.servers": bootstrap}) as admin:
+        return admin.describe_configs([SUBSCRIPTION])[SUBSCRIPTION]
 
 
 @pytest.mark.slow
@@ -65,17 +71,9 @@ def test_confluent_kafka_pushes_its_metrics_to_the_prometheus_endpoint(tmp_path)
         ids = {s.labels["client_instance_id"] for name, rows in families.items()
                if name.startswith("org_apache") for s in rows}
         assert len(ids) == 1 and len(ids.pop()) == 36
-        matched.flush(5)
+        described = admin_describe(broker.bootstrap)
+        assert described["match"].value == "client_id=tele-.*"
+        assert described["metrics"].source == "CLIENT_METRICS_CONFIG"
         del matched, unmatched
     finally:
         assert broker.stop() == 0
-
-    again = BrokerProcess.configured(tmp_path, "metrics.port=0\n").start()  # same data dir
-    try:
-        with Admin({"bootstrap.servers": again.bootstrap}) as admin:
-            described = admin.describe_configs([SUBSCRIPTION])[SUBSCRIPTION]
-        assert described["interval.ms"].value == "500"
-        assert described["match"].value == "client_id=tele-.*"
-        assert described["metrics"].source == "CLIENT_METRICS_CONFIG"
-    finally:
-        assert again.stop() == 0
