@@ -5,6 +5,8 @@ source address and port. No ACL, as Kafka: every client may ask and push."""
 
 from __future__ import annotations
 
+from functools import partial
+
 from broker.handlers import peer
 from broker.handlers.context import Broker
 from broker.handlers.marks import handles
@@ -23,12 +25,19 @@ def _client(header) -> dict[str, str | None]:
     }
 
 
+def _on_close(broker: Broker, client_instance_id) -> None:
+    """The connection's last client instance is forgotten when it closes (Kafka's)."""
+    peer.session().on_close["telemetry"] = partial(broker.telemetry.connection_closed,
+                                                   client_instance_id)
+
+
 @handles(ApiKey.GET_TELEMETRY_SUBSCRIPTIONS)
 def get_telemetry_subscriptions(broker: Broker, header, request) -> dict:
     answer = broker.telemetry.get_subscriptions(request.client_instance_id, _client(header),
                                                 broker.clock.now_ms())
     if answer.error_code != ErrorCode.NONE:
         return {"throttle_time_ms": 0, "error_code": answer.error_code}
+    _on_close(broker, answer.client_instance_id)
     return {
         "throttle_time_ms": 0,
         "error_code": ErrorCode.NONE,
@@ -47,4 +56,6 @@ def push_telemetry(broker: Broker, header, request) -> dict:
     code = broker.telemetry.push(request.client_instance_id, request.subscription_id,
                                  request.terminating, request.compression_type, request.metrics,
                                  _client(header), broker.clock.now_ms())
+    if code != ErrorCode.INVALID_REQUEST or request.client_instance_id in broker.telemetry.instances:
+        _on_close(broker, request.client_instance_id)
     return {"throttle_time_ms": 0, "error_code": code}

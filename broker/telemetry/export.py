@@ -9,8 +9,8 @@ kept). Names follow Prometheus' rules: the client's metric name with every chara
 Bounded cardinality: at most ``max_series`` series and ``max_bytes`` of their text over every
 instance, and ``max_clients`` instances; when a push would go over, the instances pushed least
 recently are dropped first, and one instance alone keeps at most that much (the rest of its push
-is cut).
-Pure: time is ``now_ms``.
+is cut). A client's series go when it has been silent past the expiry its manager gives
+(``expire``). Pure: time is ``now_ms``.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def _label_name(key: str) -> str:
 class _Client:
     client_id: str
     series: dict[SeriesKey, tuple[str, float]]  # key -> (kind, value)
-    updated_ms: int
+    expires_ms: int  # its series go then, unless it pushes again
     size: int  # bytes counted against ``max_bytes``
 
 
@@ -80,9 +80,17 @@ class TelemetryExport:
             self._series -= len(client.series)
             self._bytes -= client.size
 
+    def expire(self, now_ms: int) -> None:
+        """Forget the clients silent past their expiry (the least recently pushed first)."""
+        while self._clients:
+            instance_id, client = next(iter(self._clients.items()))
+            if client.expires_ms > now_ms:
+                return
+            self.forget(instance_id)
+
     def update(self, client_instance_id: uuid.UUID, client_id: str,
-               points: Iterable[DataPoint], now_ms: int) -> None:
-        """A push's data points become the instance's series."""
+               points: Iterable[DataPoint], expires_ms: int) -> None:
+        """A push's data points become the instance's series, kept until ``expires_ms``."""
         previous = self._clients.get(client_instance_id)
         old = previous.series if previous is not None else {}
         self.forget(client_instance_id)
@@ -105,7 +113,7 @@ class TelemetryExport:
                                  or self._bytes + size > self.max_bytes
                                  or len(self._clients) >= self.max_clients):
             self.forget(next(iter(self._clients)))
-        self._clients[client_instance_id] = _Client(client_id, series, now_ms, size)
+        self._clients[client_instance_id] = _Client(client_id, series, expires_ms, size)
         self._series += len(series)
         self._bytes += size
 

@@ -21,8 +21,8 @@ Rules / theory of operation:
   it decompresses to more); a payload that is not OTLP INVALID_RECORD.
 - Bounded: at most ``MAX_CLIENT_INSTANCES`` instances (Kafka's 16384) of at most
   ``MAX_ATTRIBUTE`` characters per attribute, least recently seen dropped first, and each expires
-  max(60 s, 3 push intervals) after its last request; the exporter forgets an instance's series
-  when it goes.
+  max(60 s, 3 push intervals) after its last request or when the connection it last spoke on
+  closes (Kafka's disconnect listener); its pushed series stay on /metrics until that expiry.
 
 Pure: time is ``now_ms``; the UUID source, subscriptions and exporter are passed in.
 """
@@ -132,6 +132,7 @@ class TelemetryManager:
     # -- instances -------------------------------------------------------------------------
 
     def _expire(self, now_ms: int) -> None:
+        self.export.expire(now_ms)
         while self.instances:
             oldest = next(iter(self.instances.values()))
             if oldest.expires_ms > now_ms and len(self.instances) <= self._max_instances:
@@ -139,8 +140,13 @@ class TelemetryManager:
             self._drop(oldest.client_instance_id)
 
     def _drop(self, client_instance_id: uuid.UUID) -> None:
-        self.instances.pop(client_instance_id, None)
-        self.export.forget(client_instance_id)
+        self.instances.pop(client_instance_id, None)  # its series expire on their own
+
+    def connection_closed(self, client_instance_id: uuid.UUID) -> None:
+        """The connection the instance last spoke on closed: forget it, as Kafka's disconnect
+        listener does (a client that comes back is evaluated afresh, with its new connection's
+        attributes and no throttle); the metrics it pushed stay until they expire."""
+        self._drop(client_instance_id)
 
     def _build(self, client_instance_id: uuid.UUID, attributes: dict[str, str | None],
                now_ms: int) -> ClientInstance:
@@ -237,5 +243,6 @@ class TelemetryManager:
         except (CorruptFrameError, OtlpError):
             return ErrorCode.INVALID_RECORD
         self.export.update(instance.client_instance_id,
-                           instance.attributes.get("client_id") or "", points, now_ms)
+                           instance.attributes.get("client_id") or "", points,
+                           instance.expires_ms)
         return ErrorCode.NONE

@@ -180,13 +180,28 @@ def test_instances_are_bounded_and_expire_with_their_series() -> None:
     for i, answer in enumerate(answers):
         assert world.push(T0 + 10 + i, answer) == ErrorCode.NONE
     assert world.manager.export.series_count == 6
-    world.get(T0 + 20)  # a fourth instance: the least recently seen goes, with its series
+    world.get(T0 + 20)  # a fourth instance: the least recently seen goes
     assert answers[0].client_instance_id not in world.manager.instances
     assert len(world.manager.instances) == 3
-    assert world.manager.export.series_count == 4
+    assert world.manager.export.series_count == 6  # (its series stay until they expire)
     world.get(T0 + 20 + 60_001)  # max(60 s, 3 intervals) later the silent ones expire
     assert len(world.manager.instances) == 1
     assert world.manager.export.series_count == 0
+
+
+def test_a_closed_connection_forgets_the_instance_not_its_metrics() -> None:
+    world = World(EVERY)
+    answer = world.get(T0)
+    assert world.push(T0 + 1, answer) == ErrorCode.NONE
+    world.manager.connection_closed(answer.client_instance_id)
+    assert answer.client_instance_id not in world.manager.instances
+    assert world.manager.export.series_count == 2
+    # it comes back on a new connection: evaluated afresh, so not throttled
+    again = world.get(T0 + 2, answer.client_instance_id,
+                      client={**JAVA, "client_source_port": "50001"})
+    assert again.error_code == ErrorCode.NONE
+    assert world.manager.instances[answer.client_instance_id].attributes[
+        "client_source_port"] == "50001"
 
 
 def test_export_series_and_clients_are_capped() -> None:
