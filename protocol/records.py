@@ -407,8 +407,17 @@ def _compress(codec: Compression, data: bytes | bytearray) -> bytes:
     return module.ZstdCompressor().compress(bytes(data))
 
 
+class DecompressedTooLarge(CorruptFrameError):
+    """Compressed data that expands beyond the caller's limit."""
+
+
 def _too_large(limit: int) -> CorruptFrameError:
-    return CorruptFrameError(f"compressed records expand beyond {limit} bytes")
+    return DecompressedTooLarge(f"compressed records expand beyond {limit} bytes")
+
+
+def codec_available(codec: Compression) -> bool:
+    """Whether ``codec``'s optional package (if it needs one) is installed."""
+    return codec in (Compression.NONE, Compression.GZIP) or _codec_module(codec) is not None
 
 
 def _gunzip(data: memoryview, limit: int) -> bytes:
@@ -501,6 +510,8 @@ def _decompress(codec: Compression, data: memoryview, limit: int | None = None) 
         raise _too_large(limit)
     return out
 
+
+decompress = _decompress  # for other compressed payloads (client telemetry, KIP-714)
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
