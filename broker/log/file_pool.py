@@ -21,10 +21,6 @@ def close_without_fsync(partition: Partition) -> None:
     partition.close(fsync=False)
 
 
-def save_clean_point_without_fsync(partition: Partition) -> None:
-    partition.save_clean_point(fsync=False)
-
-
 def sync_directory_files(directory: Path) -> None:
     """fsync every file of a partition directory, then the directory (the fallback of a close
     without per-file fsyncs where the file system cannot be synced at once)."""

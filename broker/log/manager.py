@@ -8,19 +8,19 @@ Layout of ``data_dir``::
                              created topic, as Kafka's; one is added to a topic that has none at
                              the first start that sees it); replaced atomically (temp, fsync,
                              rename, dir fsync)
-    .clean_shutdown          written last by close(): {"version": 1, "partitions":
-                              {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
+    .clean_shutdown          written last by close(), naming the points file it closes (its CRC);
                              deleted (and the deletion fsync'd) once the next start has loaded
     recovery-point-offset-checkpoint
-                             the same content, written by close() just before the marker and kept
-                             at start (Kafka's file name), and by ``write_recovery_points`` once a
-                             start's recovery is complete: each partition's clean point, where
-                             every segment's index and a producer-state snapshot at the log end
-                             offset are durable. After a crash a partition whose files still end
-                             where its entry says (same active segment, same size) is loaded as
-                             after a clean shutdown; only the others are scanned, so an unclean
-                             start costs what changed since the last clean shutdown or completed
-                             recovery
+                             every partition's clean point in one file (``clean_points.py``:
+                             where its log ends, its producer state, a small active index),
+                             written by close() just before the marker and kept at start (Kafka's
+                             file name), and once a start's recovery is complete
+                             (``prepare_recovery_points``, in a worker thread once the broker
+                             listens). After a crash a partition whose files still end where its
+                             entry says (same active segment, same size, zeros after) is loaded
+                             as after a clean shutdown; only the others are scanned, so an
+                             unclean start costs what changed since the last clean shutdown or
+                             completed recovery
     .boot_id                 the operating system's boot id of the last start that completed
                              its recovery (Linux ``/proc/sys/kernel/random/boot_id``): after an
                              unclean shutdown, the same id means only the process died (kill -9,
@@ -35,7 +35,8 @@ Layout of ``data_dir``::
 Partitions are loaded, created and closed by a pool of threads (``file_pool.py``): their fsyncs
 overlap (the journal commits them together), so shutdown and start with many partitions cost
 about the changed partitions' syncs divided by the threads. With many changed partitions the
-storage has them close without fsyncs and syncs the file system once (``close``).
+storage has them close without fsyncs and syncs the file system once (``close``), and so does an
+unclean start for what its scans rewrote (``sync_policy``).
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
 the partition directories first and then adds the topic; delete_topic removes the topic first and
@@ -50,20 +51,22 @@ import gc
 import json
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from broker.log import clean_points
+from broker.log.clean_points import CleanPoint, CleanState
 from broker.log.file_pool import (
     close_without_fsync,
     in_threads,
-    save_clean_point_without_fsync,
     sync_directory_files,
 )
 from broker.log.partition import Partition
 from broker.log.pending import PendingPartitions, PendingTopic
-from broker.log.recovery import CleanState, RecoveryReport
-from broker.log.segment import atomic_write, fsync_dir
+from broker.log.recovery import RecoveryReport
+from broker.log.segment import atomic_write, fdatasync_path, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
 from broker.log.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
@@ -80,6 +83,10 @@ MAX_PARTITIONS = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+# How a start or close syncs what many partitions wrote: given how many, the function that syncs
+# the data dir's file system at once (False where it cannot), or None for a sync file by file
+# (the storage's policy, ``broker/storage/store.py``).
+SyncPolicy = Callable[[int], Callable[[Path], bool] | None]
 _OUR_SUFFIXES = (
     ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint", ".cleaned", ".swap",
 )
@@ -117,10 +124,12 @@ class LogManager:
     """Owns every partition under ``data_dir``."""
 
     def __init__(self, data_dir: Path, default_config: LogConfig, now_ms: int,
-                 max_partitions: int = DEFAULT_MAX_PARTITIONS) -> None:
+                 max_partitions: int = DEFAULT_MAX_PARTITIONS,
+                 sync_policy: SyncPolicy | None = None) -> None:
         """Load (recovering after a crash) every partition. Creates ``data_dir`` itself but not
         its parent. ``self.recovered`` lists what each partition load found. ``max_partitions``:
-        the most partitions clients may make the broker hold (``max.partitions``)."""
+        the most partitions clients may make the broker hold (``max.partitions``).
+        ``sync_policy``: how what the scans rewrote is made durable (default: file by file)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config
         self.max_partitions = max_partitions
@@ -137,21 +146,30 @@ class LogManager:
         self._closed = False
         self._on_roll: Callable[[Partition], None] | None = None
 
+        # Held while the points file is replaced or edited (a worker thread writes it after a
+        # start, ``prepare_recovery_points``).
+        self._points_lock = threading.Lock()
         # The last shutdown was not clean (or this dir is new): recovery checks every CRC.
-        self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        present, named = clean_points.read_marker(self.data_dir / CLEAN_SHUTDOWN_FILE)
+        self.unclean_start = not present
         # ... and the machine restarted since (or that cannot be told): writes answered before
         # their fsync (transactional batches) may be lost, so the transaction coordinator aborts
         # every ongoing transaction. After a kill -9 the page cache kept them: nothing to abort.
         self._boot_id: str | None = None
         self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
-        # After a crash the recovery points serve instead (the marker's content, kept).
-        clean = self._read_clean_marker()
-        clean_shutdown = bool(clean)
-        if not clean:
-            clean = self._read_clean_marker(RECOVERY_POINT_FILE)
-        # What the recovery-point checkpoint holds (after a clean shutdown the marker's content
-        # is the same): ``write_recovery_points`` rewrites it only if that changes.
-        self._points_on_disk = clean
+        # The points file: after a clean shutdown, the one the marker names (a format-1 marker
+        # holds its points itself); else recovery points, each checked against its partition.
+        stored = clean_points.read(self.data_dir / RECOVERY_POINT_FILE)
+        clean, crc = stored if stored is not None else ({}, None)
+        clean_shutdown = False
+        if isinstance(named, dict):
+            clean, clean_shutdown = named, True
+        elif named is not None and crc is not None and named == crc:
+            clean_shutdown = True
+        # What the points file holds (format 2): ``prepare_recovery_points`` rewrites it only
+        # if that changes.
+        self._points_on_disk: dict[str, CleanState] | None = (
+            None if crc is None else {name: point.state for name, point in clean.items()})
         todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -162,7 +180,7 @@ class LogManager:
             name, i, config = item
             dir_name = _partition_dir_name(name, i)
             return Partition(name, i, self.data_dir / dir_name, config, now_ms,
-                             clean.get(dir_name), clean_shutdown)
+                             clean.get(dir_name), clean_shutdown, sync=False)
 
         # Loading builds many objects that all live on: the collector would walk them again and
         # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
@@ -176,6 +194,7 @@ class LogManager:
         for p in loaded:
             self._partitions.setdefault(p.topic, []).append(p)
             self.recovered.append(p.recovery)
+        self._sync_scanned([p for p in loaded if not p.recovery.clean], sync_policy)
         for name in self._topics:
             self._partitions.setdefault(name, [])
         self._remove_orphans()
@@ -184,6 +203,16 @@ class LogManager:
         if marker.exists():
             marker.unlink()
         fsync_dir(self.data_dir)
+
+    def _sync_scanned(self, scanned: list[Partition], sync_policy: SyncPolicy | None) -> None:
+        """Make what the scans rewrote durable (loaded with ``sync=False``), before anything is
+        served or written: many partitions with one sync of the file system, else (or where
+        that is refused) every file of their directories."""
+        if not scanned:
+            return
+        sync = sync_policy(len(scanned)) if sync_policy is not None else None
+        if sync is None or not sync(self.data_dir):
+            in_threads(sync_directory_files, [p.dir for p in scanned])
 
     # -- persistence of the topic list -------------------------------------------------------
 
@@ -260,21 +289,6 @@ class LogManager:
         except (OSError, UnicodeDecodeError):
             pass
         atomic_write(path, current.encode())
-
-    def _read_clean_marker(self, file_name: str = CLEAN_SHUTDOWN_FILE) -> dict[str, CleanState]:
-        """The partitions' clean points in the marker (or in the recovery-point checkpoint, of
-        the same format); {} if the file is missing or unreadable."""
-        path = self.data_dir / file_name
-        try:
-            doc = json.loads(path.read_bytes())
-            return {
-                name: CleanState(int(leo), int(base), int(size))
-                for name, (leo, base, size) in doc["partitions"].items()
-            }
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError):
-            return {}  # unreadable marker: recover everything
 
     @staticmethod
     def _looks_like_partition(path: Path) -> bool:
@@ -542,26 +556,35 @@ class LogManager:
         old_id = self._topic_ids.pop(name, None)
         if old_id is not None:
             self._names_by_id.pop(old_id, None)
-        for p in self._partitions.pop(name):
-            p.delete()
-        fsync_dir(self.data_dir)
-        self._forget_recovery_points(name)
+        # (With the points lock: a points file being written meanwhile leaves these out.)
+        with self._points_lock:
+            for p in self._partitions.pop(name):
+                p.delete()
+            fsync_dir(self.data_dir)
+            self._forget_recovery_points(name)
 
     def _forget_recovery_points(self, topic: str) -> None:
-        """Drop a deleted topic's entries from the recovery-point checkpoint, so that a topic
-        created later under the same name can never be matched against them."""
-        points = self._read_clean_marker(RECOVERY_POINT_FILE)
+        """Drop a deleted topic's entries from the points file, so that a topic created later
+        under the same name can never be matched against them."""
+        path = self.data_dir / RECOVERY_POINT_FILE
+        stored = clean_points.read(path)
+        if stored is None:
+            return
+        points, crc = stored
         prefix = topic + "-"
         kept = {k: v for k, v in points.items()
                 if not (k.startswith(prefix) and k[len(prefix):].isdigit())}
-        if len(kept) != len(points):
-            try:
-                self._write_states(RECOVERY_POINT_FILE, kept)
-            except OSError:
-                # Not written: remove the file instead (the next crash scans everything).
-                (self.data_dir / RECOVERY_POINT_FILE).unlink(missing_ok=True)
-                kept = {}
-            self._points_on_disk = kept
+        if len(kept) == len(points):
+            return
+        try:
+            if crc is None:
+                raise OSError("format 1")  # (not rewritten: removed)
+            clean_points.write(path, kept)
+        except OSError:
+            # Not written: remove the file instead (the next crash scans everything).
+            path.unlink(missing_ok=True)
+            kept = {}
+        self._points_on_disk = {k: v.state for k, v in kept.items()}
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -592,38 +615,45 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
-    def write_recovery_points(
-        self, sync_file_system: Callable[[Path], bool] | None = None,
-    ) -> int:
-        """Once a start's recovery is complete (the composition root, before ``record_boot``):
-        give every partition that has no clean point on disk (scanned, created, or written by
-        the recovery of transactions) the one a clean close would write, durably and by the same
-        code (``Partition.save_clean_point``, ``sync_file_system`` as in ``close``), then
-        replace the recovery-point checkpoint. The next unclean start then scans only what
-        changed since this one, not again everything the last clean close did not cover.
-        Partitions already at their clean point, and empty ones, cost nothing. Returns how
-        many were written.
+    def prepare_recovery_points(self) -> Callable[[], None] | None:
+        """Once a start's recovery is complete and the broker serves (event loop): give every
+        partition that has no clean point on disk (scanned, created, or written by the recovery
+        of transactions) the one a clean close would, and return the write of the points file
+        for a worker thread (None: nothing to write). The next unclean start then scans only
+        what changed since this one, not again everything the last clean close did not cover.
 
-        Each entry claims only what is durable: the partitions' files are synced before the
-        checkpoint replaces the old one (atomically). A crash before that leaves the old
-        checkpoint, whose entries no longer match a rewritten partition (its snapshot or size
-        differ), so that one is scanned again."""
+        Each entry claims only what is durable: a partition with unsynced writes is left out
+        (scanned after a crash); the others' data is synced already (by the scans, by the
+        settled recovery), and an active index too long to go inline is written here and
+        synced by the returned function before the points file replaces the old one
+        (atomically). A crash before that leaves the old file, whose entries no longer match a
+        rewritten partition. A topic deleted meanwhile is left out (the points lock)."""
         if self._closed:
-            return 0
+            return None
         partitions = list(self.all_partitions())
-        # (An empty log costs its scan nothing: a fresh data dir's internal topics are left to
-        # their first clean close.)
-        changed = [p for p in partitions if p.changed and p.size_bytes]
-        self._save(changed, Partition.save_clean_point, save_clean_point_without_fsync,
-                   sync_file_system)
-        states: dict[str, CleanState] = {}
+        indexes: list[Path] = []
         for p in partitions:
-            if p.checkpoint is not None:
-                states[_partition_dir_name(p.topic, p.index)] = p.checkpoint
-        if changed or states != self._points_on_disk:
-            self._write_states(RECOVERY_POINT_FILE, states)
-            self._points_on_disk = states
-        return len(changed)
+            if p.changed and p.size_bytes and not p.dirty and not p.txn_index.unsynced:
+                p.save_clean_point(fsync=False)  # (syncs nothing: nothing is dirty)
+                if p.clean_point_indexed:
+                    indexes.append(p.segments[-1].index_path)
+        collected = [(_partition_dir_name(p.topic, p.index), p, p.clean_point())
+                     for p in partitions if p.checkpoint is not None and not p.changed]
+        states = {name: point.state for name, _, point in collected}
+        if not indexes and states == self._points_on_disk:
+            return None
+
+        def write() -> None:
+            for path in indexes:
+                fdatasync_path(path)
+            with self._points_lock:
+                if self._closed:
+                    return
+                points = {name: point for name, p, point in collected if not p.closed}
+                clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
+                self._points_on_disk = {name: point.state for name, point in points.items()}
+
+        return write
 
     def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], None],
               without_fsync: Callable[[Partition], None],
@@ -640,33 +670,28 @@ class LogManager:
                 in_threads(sync_directory_files, [p.dir for p in changed])
 
     def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
-        """Flush and close every partition (indexes, snapshots), then write the recovery points
-        and the clean-shutdown marker so that the next start skips the scan. Partitions
-        unchanged since their clean point only close their files; the others are closed by the
-        thread pool, their fsyncs overlapping.
+        """Flush and close every partition, then write the points file (every partition's
+        clean point) and the clean-shutdown marker naming it, so that the next start skips the
+        scan. Partitions unchanged since their clean point only close their files; the others
+        are closed by the thread pool, their fsyncs overlapping.
 
         ``sync_file_system(data_dir)`` (the storage's: one ``syncfs(2)``): the partitions then
         write their close files without fsyncs of their own and this makes them durable
-        together, before the recovery points and the marker; it returns False where it cannot
-        (no syncfs), and every file the partitions hold is then fsynced one by one. A power cut
-        before the marker is durable is an unclean start: the files the partitions wrote are
-        only ever trusted through the marker or the recovery points (a snapshot or index that
-        comes back torn or empty is rejected by its loader, and the partition scanned)."""
+        together, before the points and the marker; it returns False where it cannot (no
+        syncfs), and every file the partitions hold is then fsynced one by one. A power cut
+        before the marker is durable is an unclean start: the points file is only trusted
+        through the marker, or entry by entry as recovery points (an index that comes back torn
+        or empty is rejected by its loader, and the partition scanned)."""
         if self._closed:
             return
         partitions = list(self.all_partitions())
         changed = [p for p in partitions if p.changed]
         self._save(changed, Partition.close, close_without_fsync, sync_file_system)
-        states: dict[str, CleanState] = {}
+        points: dict[str, CleanPoint] = {}
         for p in partitions:
             p.close()  # (the unchanged ones)
-            states[_partition_dir_name(p.topic, p.index)] = p.clean_state
-        self._write_states(RECOVERY_POINT_FILE, states)
-        self._write_states(CLEAN_SHUTDOWN_FILE, states)
-        self._closed = True
-
-    def _write_states(self, file_name: str, states: dict[str, CleanState]) -> None:
-        body = {k: [s.log_end_offset, s.active_base_offset, s.active_size]
-                for k, s in states.items()}
-        atomic_write(self.data_dir / file_name,
-                     json.dumps({"version": 1, "partitions": body}).encode())
+            points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
+        with self._points_lock:
+            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
+            atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
+            self._closed = True
