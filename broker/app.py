@@ -153,10 +153,12 @@ async def serve(
                 on_listening(broker, port)
             task_status.started(port)
             # The recovery's outcome as recovery points, so that the next unclean start scans
-            # only what changed since: the points file written by a worker thread (a SIGTERM
-            # meanwhile waits for it; a crash before it leaves the old one, still true).
-            write_points = broker.storage.prepare_recovery_points()
-            if write_points is not None:
-                await trio.to_thread.run_sync(write_points)
+            # only what changed since: the points file written by a worker thread, put in place
+            # here (a SIGTERM meanwhile waits for the write; a crash before the rename leaves
+            # the old file, still true).
+            points = broker.storage.prepare_recovery_points()
+            if points is not None:
+                await trio.to_thread.run_sync(points.write)
+                points.commit()
     finally:
         broker.close()

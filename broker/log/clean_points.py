@@ -37,15 +37,18 @@ durable: its partition's data (and a non-inline index) are synced before the fil
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import crc32c
 
-from broker.log.segment import atomic_write
+from broker.log.segment import atomic_write, fdatasync_path, fsync_dir
 
 MAGIC = b"MBCP"
 _CRC = struct.Struct(">I")
@@ -150,3 +153,46 @@ def read_marker(path: Path) -> tuple[bool, int | dict[str, CleanPoint] | None]:
         return True, None
     decoded = decode(data)
     return True, None if decoded is None else decoded[0]
+
+
+class PendingWrite:
+    """A points file written off the event loop (a start's recovery points): ``write`` in a
+    worker thread syncs the non-inline indexes the points claim and writes the file beside its
+    place, synced; ``commit`` on the event loop puts it in place (rename, directory fsync)
+    unless ``still_valid()`` says otherwise (a topic deleted meanwhile: its entries must not
+    come back), then calls ``committed(points)``. Not committed, the old file stays (true)."""
+
+    def __init__(self, path: Path, points: dict[str, CleanPoint], indexes: list[Path],
+                 still_valid: Callable[[], bool],
+                 committed: Callable[[dict[str, CleanPoint]], None]) -> None:
+        self.path = path
+        self.points = points
+        self.indexes = indexes
+        self.still_valid = still_valid
+        self.committed = committed
+        self._tmp = path.with_name(path.name + ".tmp")
+        self._written = False
+
+    def write(self) -> None:
+        for index in self.indexes:
+            fdatasync_path(index)
+        data = encode(self.points)
+        fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._written = True
+
+    def commit(self) -> bool:
+        if not self._written or not self.still_valid():
+            with contextlib.suppress(OSError):
+                self._tmp.unlink(missing_ok=True)
+            return False
+        os.replace(self._tmp, self.path)
+        fsync_dir(self.path.parent)
+        self.committed(self.points)
+        return True

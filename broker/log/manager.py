@@ -51,13 +51,12 @@ import gc
 import json
 import re
 import shutil
-import threading
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from broker.log import clean_points
-from broker.log.clean_points import CleanPoint, CleanState
+from broker.log.clean_points import CleanPoint, CleanState, PendingWrite
 from broker.log.file_pool import (
     close_without_fsync,
     in_threads,
@@ -66,7 +65,7 @@ from broker.log.file_pool import (
 from broker.log.partition import Partition
 from broker.log.pending import PendingPartitions, PendingTopic
 from broker.log.recovery import RecoveryReport
-from broker.log.segment import atomic_write, fdatasync_path, fsync_dir
+from broker.log.segment import atomic_write, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
 from broker.log.topics import INTERNAL_TOPICS
 from protocol.errors import ErrorCode, KafkaError
@@ -146,9 +145,8 @@ class LogManager:
         self._closed = False
         self._on_roll: Callable[[Partition], None] | None = None
 
-        # Held while the points file is replaced or edited (a worker thread writes it after a
-        # start, ``prepare_recovery_points``).
-        self._points_lock = threading.Lock()
+        # Topics deleted so far: a points file prepared before a deletion is not put in place.
+        self._deletions = 0
         # The last shutdown was not clean (or this dir is new): recovery checks every CRC.
         present, named = clean_points.read_marker(self.data_dir / CLEAN_SHUTDOWN_FILE)
         self.unclean_start = not present
@@ -556,12 +554,11 @@ class LogManager:
         old_id = self._topic_ids.pop(name, None)
         if old_id is not None:
             self._names_by_id.pop(old_id, None)
-        # (With the points lock: a points file being written meanwhile leaves these out.)
-        with self._points_lock:
-            for p in self._partitions.pop(name):
-                p.delete()
-            fsync_dir(self.data_dir)
-            self._forget_recovery_points(name)
+        self._deletions += 1  # (a points file being written meanwhile is not put in place)
+        for p in self._partitions.pop(name):
+            p.delete()
+        fsync_dir(self.data_dir)
+        self._forget_recovery_points(name)
 
     def _forget_recovery_points(self, topic: str) -> None:
         """Drop a deleted topic's entries from the points file, so that a topic created later
@@ -615,19 +612,19 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
-    def prepare_recovery_points(self) -> Callable[[], None] | None:
+    def prepare_recovery_points(self) -> PendingWrite | None:
         """Once a start's recovery is complete and the broker serves (event loop): give every
         partition that has no clean point on disk (scanned, created, or written by the recovery
-        of transactions) the one a clean close would, and return the write of the points file
-        for a worker thread (None: nothing to write). The next unclean start then scans only
-        what changed since this one, not again everything the last clean close did not cover.
+        of transactions) the one a clean close would, and return the points file to write
+        (``PendingWrite``: ``write`` in a worker thread, ``commit`` back on the event loop); None
+        if nothing changed. The next unclean start then scans only what changed since this
+        one, not again everything the last clean close did not cover.
 
         Each entry claims only what is durable: a partition with unsynced writes is left out
         (scanned after a crash); the others' data is synced already (by the scans, by the
         settled recovery), and an active index too long to go inline is written here and
-        synced by the returned function before the points file replaces the old one
-        (atomically). A crash before that leaves the old file, whose entries no longer match a
-        rewritten partition. A topic deleted meanwhile is left out (the points lock)."""
+        synced by ``write`` before the file replaces the old one (atomically). A crash before
+        that leaves the old file, whose entries no longer match a rewritten partition."""
         if self._closed:
             return None
         partitions = list(self.all_partitions())
@@ -637,23 +634,18 @@ class LogManager:
                 p.save_clean_point(fsync=False)  # (syncs nothing: nothing is dirty)
                 if p.clean_point_indexed:
                     indexes.append(p.segments[-1].index_path)
-        collected = [(_partition_dir_name(p.topic, p.index), p, p.clean_point())
-                     for p in partitions if p.checkpoint is not None and not p.changed]
-        states = {name: point.state for name, _, point in collected}
-        if not indexes and states == self._points_on_disk:
+        points = {_partition_dir_name(p.topic, p.index): p.clean_point()
+                  for p in partitions if p.checkpoint is not None and not p.changed}
+        if not indexes and {k: v.state for k, v in points.items()} == self._points_on_disk:
             return None
+        deletions = self._deletions
 
-        def write() -> None:
-            for path in indexes:
-                fdatasync_path(path)
-            with self._points_lock:
-                if self._closed:
-                    return
-                points = {name: point for name, p, point in collected if not p.closed}
-                clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
-                self._points_on_disk = {name: point.state for name, point in points.items()}
+        def committed(points: dict[str, CleanPoint]) -> None:
+            self._points_on_disk = {k: v.state for k, v in points.items()}
 
-        return write
+        return PendingWrite(self.data_dir / RECOVERY_POINT_FILE, points, indexes,
+                            lambda: not self._closed and self._deletions == deletions,
+                            committed)
 
     def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], None],
               without_fsync: Callable[[Partition], None],
@@ -691,7 +683,6 @@ class LogManager:
         for p in partitions:
             p.close()  # (the unchanged ones)
             points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
-        with self._points_lock:
-            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
-            atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
-            self._closed = True
+        crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
+        atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
+        self._closed = True

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from broker.log.clean_points import PendingWrite
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
 from broker.log.segment import atomic_write
@@ -115,10 +116,10 @@ class Storage:
         before the flusher's task runs."""
         self.flusher.flush_now()
 
-    def prepare_recovery_points(self) -> Callable[[], None] | None:
+    def prepare_recovery_points(self) -> PendingWrite | None:
         """Once a start's recovery is complete and settled, and the broker serves: the
-        partitions' clean points (``LogManager.prepare_recovery_points``); returns the write of
-        the points file, for a worker thread (None: nothing to write)."""
+        partitions' clean points (``LogManager.prepare_recovery_points``): the points file to
+        write in a worker thread and commit on the event loop (None: nothing to write)."""
         return self.logs.prepare_recovery_points()
 
     def close(self) -> None:

@@ -66,9 +66,10 @@ def _record(data: Path, sync: Callable[[Path], bool] | None
     with rec:
         logs = LogManager(data, _config(), NOW, sync_policy=lambda n: sync)
         assert not any(r.clean for r in logs.recovered)
-        write = logs.prepare_recovery_points()
-        assert write is not None
-        write()
+        points = logs.prepare_recovery_points()
+        assert points is not None
+        points.write()
+        assert points.commit()
         _crash(logs)
     return rec, initial, appended
 
@@ -132,9 +133,10 @@ def test_a_second_unclean_start_with_nothing_changed_scans_nothing(
     monkeypatch.setattr(recovery, "scan_segment", counting)
     b = build_broker(broker_config(data), clock=ManualClock(NOW))
     assert len([n for n in scanned if n.startswith("t-")]) == 20
-    write = b.storage.prepare_recovery_points()  # (what ``serve`` runs once it listens)
-    assert write is not None
-    write()
+    points = b.storage.prepare_recovery_points()  # (what ``serve`` runs once it listens)
+    assert points is not None
+    points.write()
+    assert points.commit()
     crash(b)
     scanned.clear()
     b = build_broker(broker_config(data), clock=ManualClock(NOW))
