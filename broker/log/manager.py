@@ -47,7 +47,6 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 import shutil
@@ -59,6 +58,7 @@ from broker.log import clean_points
 from broker.log.clean_points import CleanPoint, CleanState, PendingWrite
 from broker.log.file_pool import (
     close_without_fsync,
+    collector_paused,
     in_threads,
     sync_directory_files,
 )
@@ -157,7 +157,8 @@ class LogManager:
         self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
         # The points file: after a clean shutdown, the one the marker names (a format-1 marker
         # holds its points itself); else recovery points, each checked against its partition.
-        stored = clean_points.read(self.data_dir / RECOVERY_POINT_FILE)
+        with collector_paused():
+            stored = clean_points.read(self.data_dir / RECOVERY_POINT_FILE)
         clean, crc = stored if stored is not None else ({}, None)
         clean_shutdown = False
         if isinstance(named, dict):
@@ -180,15 +181,8 @@ class LogManager:
             return Partition(name, i, self.data_dir / dir_name, config, now_ms,
                              clean.get(dir_name), clean_shutdown, sync=False)
 
-        # Loading builds many objects that all live on: the collector would walk them again and
-        # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             loaded = in_threads(load, todo)
-        finally:
-            if collecting:
-                gc.enable()
         for p in loaded:
             self._partitions.setdefault(p.topic, []).append(p)
             self.recovered.append(p.recovery)
@@ -634,8 +628,9 @@ class LogManager:
                 p.save_clean_point(fsync=False)  # (syncs nothing: nothing is dirty)
                 if p.clean_point_indexed:
                     indexes.append(p.segments[-1].index_path)
-        points = {_partition_dir_name(p.topic, p.index): p.clean_point()
-                  for p in partitions if p.checkpoint is not None and not p.changed}
+        with collector_paused():
+            points = {_partition_dir_name(p.topic, p.index): p.clean_point()
+                      for p in partitions if p.checkpoint is not None and not p.changed}
         if not indexes and {k: v.state for k, v in points.items()} == self._points_on_disk:
             return None
         deletions = self._deletions
@@ -647,19 +642,21 @@ class LogManager:
                             lambda: not self._closed and self._deletions == deletions,
                             committed)
 
-    def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], None],
-              without_fsync: Callable[[Partition], None],
+    def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], object],
+              without_fsync: Callable[[Partition], bool],
               sync_file_system: Callable[[Path], bool] | None) -> None:
         """Write the clean points of ``changed`` in the thread pool, each file fsynced, or
-        (``sync_file_system``) none but the file system at once (``close``)."""
+        (``sync_file_system``) none but the file system at once, if they wrote anything at all
+        (``close``; with ``flush="always"`` the data is usually durable already)."""
         if not changed:
             return
         if sync_file_system is None:
             in_threads(with_fsync, changed)
         else:
-            in_threads(without_fsync, changed)
-            if not sync_file_system(self.data_dir):
-                in_threads(sync_directory_files, [p.dir for p in changed])
+            wrote = [p for p, w in zip(changed, in_threads(without_fsync, changed), strict=True)
+                     if w]
+            if wrote and not sync_file_system(self.data_dir):
+                in_threads(sync_directory_files, [p.dir for p in wrote])
 
     def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
         """Flush and close every partition, then write the points file (every partition's
@@ -680,9 +677,10 @@ class LogManager:
         changed = [p for p in partitions if p.changed]
         self._save(changed, Partition.close, close_without_fsync, sync_file_system)
         points: dict[str, CleanPoint] = {}
-        for p in partitions:
-            p.close()  # (the unchanged ones)
-            points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
-        crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
+        with collector_paused():
+            for p in partitions:
+                p.close()  # (the unchanged ones)
+                points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
+            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
         atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
         self._closed = True

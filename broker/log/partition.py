@@ -66,10 +66,15 @@ from broker.log.partition_close import PartitionClose
 from broker.log.partition_read import PartitionReads
 from broker.log.producer_state import ProducerStateManager
 from broker.log.recovery import LoadedLog, RecoveryReport, load_log
-from broker.log.retention import PartitionRetention, read_log_start_checkpoint
+from broker.log.retention import (
+    LOG_START_CHECKPOINT,
+    PartitionRetention,
+    read_log_start_checkpoint,
+)
 from broker.log.segment import Segment
 from broker.log.topic_config import LogConfig
 from broker.log.topics import INTERNAL_TOPICS
+from broker.log.txn_index import FILE_NAME as TXN_INDEX_FILE
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
@@ -126,7 +131,8 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
         self.dir = directory
         self.config = config  # (the setter below derives what every append reads)
         created = not directory.exists()
-        directory.mkdir(exist_ok=True)
+        if created:
+            directory.mkdir(exist_ok=True)
         if created:
             # A new partition: one empty segment. Its directory entry is made durable by the
             # first flush (the creator's), so that a topic's partitions are synced together.
@@ -142,6 +148,8 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
         # clean point of a clean shutdown: nothing can have moved it since).
         start = (clean.log_start_offset if clean_shutdown and loaded.clean and clean is not None
                  and clean.log_start_offset is not None else None)
+        if start is None and loaded.names is not None and LOG_START_CHECKPOINT not in loaded.names:
+            start = 0
         self.log_start_offset = max(
             self.segments[0].base_offset,
             min(read_log_start_checkpoint(directory) if start is None else start,
@@ -160,7 +168,8 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
         self.on_roll: Callable[[Partition], None] | None = None
         self._closed = False
         self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
-        self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
+        self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset,
+                                  loaded.names is None or TXN_INDEX_FILE in loaded.names)
         if loaded.aborted:  # a crash between an ABORT marker and its entry (recovery.py)
             self.txn_index.restore([e for e in loaded.aborted
                                     if e.last_offset >= self.log_start_offset])

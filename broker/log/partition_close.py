@@ -69,15 +69,17 @@ class PartitionClose:
         return CleanPoint(self.clean_state, self.log_start_offset, self.producers.entries(),
                           None if self.clean_point_indexed else self.segments[-1].index.flat())
 
-    def save_clean_point(self, fsync: bool = True) -> None:
+    def save_clean_point(self, fsync: bool = True) -> bool:
         """What ``close`` writes, the files left open: fdatasync what is not yet durable, and
         save the active index when it is too long to go inline; ``checkpoint`` becomes the clean
         point (``LogManager.prepare_recovery_points`` after a recovery, and ``close``). Nothing
         if unchanged since the clean point on disk. ``fsync=False`` as in ``close``. Safe in a
-        worker thread (one partition per thread)."""
+        worker thread (one partition per thread). True if it wrote anything it did not sync
+        (only with ``fsync=False``)."""
         if not self.changed:
-            return
+            return False
         active = self.segments[-1]
+        wrote = self.dirty or self.txn_index.unsynced
         # Without fsync only when nothing but the active segment's own writes is unsynced:
         # what a roll left (rolled segments, their snapshots) and aborted-transaction entries
         # keep their order (the rolled data and the entries durable before a snapshot or
@@ -85,9 +87,11 @@ class PartitionClose:
         self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
         if self.clean_point_indexed:
             active.save_index(fsync=fsync)
+            wrote = True
         self.checkpoint = self.clean_state
+        return wrote and not fsync
 
-    def close(self, fsync: bool = True) -> None:
+    def close(self, fsync: bool = True) -> bool:
         """fdatasync what is not yet durable, save the active index if it does not go inline,
         close the files. After this the partition can be loaded without a scan (given its clean
         point in the points file). A partition unchanged since its clean point (``changed``)
@@ -102,14 +106,15 @@ class PartitionClose:
 
         ``fsync=False``: the same writes, no fsync; the caller makes them durable together
         (``LogManager.close``: one syncfs of the data dir's file system) before it writes the
-        points and the clean-shutdown marker."""
+        points and the clean-shutdown marker: True if there is anything for it to sync."""
         if self._closed:
-            return
-        self.save_clean_point(fsync)
+            return False
+        wrote = self.save_clean_point(fsync) or (not fsync and self.txn_index.unsynced)
         self.txn_index.close(sync=fsync)
         for seg in self.segments:
             seg.close()
         self._closed = True
+        return wrote
 
     def delete(self) -> None:
         """Close the files without saving anything and remove the directory. Nothing is left to

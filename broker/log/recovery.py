@@ -88,21 +88,26 @@ class LoadedLog(NamedTuple):
     # The aborted transactions whose ABORT marker the scan replayed, in marker order: the
     # partition puts back those its aborted-transaction index lacks (``TxnIndex.restore``).
     aborted: tuple[AbortedTxn, ...] = ()
+    # The directory's files as loading found them (None: not listed), so that the partition
+    # does not try to open files that are not there (the aborted-transaction index).
+    names: frozenset[str] | None = None
 
 
-def list_segments(directory: Path) -> list[int]:
+def list_segments(directory: Path, names: list[str] | None = None) -> list[int]:
+    """Base offsets of the segments in ``directory`` (``names``: its listing, if at hand)."""
     # (os.listdir rather than pathlib's glob, here and in _remove_leftovers: several times
     # cheaper, and a start with many partitions does this for each; issue 36)
     bases = []
-    for name in os.listdir(directory):
+    for name in os.listdir(directory) if names is None else names:
         if name.endswith(".log") and name[:-4].isdigit():
             bases.append(int(name[:-4]))
     return sorted(bases)
 
 
-def _remove_leftovers(directory: Path) -> None:
+def _remove_leftovers(directory: Path) -> list[str]:
     """Temporary files of interrupted atomic writes and cleanings, indexes whose segment is gone;
-    a cleaning that reached its commit point (a ``.swap`` file) is completed."""
+    a cleaning that reached its commit point (a ``.swap`` file) is completed. Returns the
+    directory's listing (what it left; one listdir serves the loader)."""
     names = os.listdir(directory)
     for name in names:
         if name.endswith((".tmp", CLEANED_SUFFIX)):
@@ -115,9 +120,13 @@ def _remove_leftovers(directory: Path) -> None:
         fsync_dir(directory)
         names = os.listdir(directory)
     present = set(names)
+    kept = []
     for name in names:
         if name.endswith(".index") and name[:-6] + ".log" not in present:
             (directory / name).unlink(missing_ok=True)
+        elif not name.endswith((".tmp", CLEANED_SUFFIX)):
+            kept.append(name)
+    return kept
 
 
 def open_trusted(segment: Segment, end: int | None = None,
@@ -353,8 +362,8 @@ def load_log(
     caller syncs it (``LogManager``: one syncfs for many scanned partitions) before anything
     relies on it.
     """
-    _remove_leftovers(directory)
-    bases = list_segments(directory)
+    names = _remove_leftovers(directory)
+    bases = list_segments(directory, names)
     if not bases:
         for offset in list_snapshots(directory):
             snapshot_path(directory, offset).unlink(missing_ok=True)
@@ -365,7 +374,7 @@ def load_log(
         loaded = _load_clean(directory, bases, clean, clean_shutdown)
         if loaded is not None:
             _finish(loaded.segments, now_ms)
-            return loaded
+            return loaded._replace(names=frozenset(names))
 
     snapshots = list_snapshots(directory)
     truncated = 0
