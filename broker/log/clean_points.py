@@ -125,10 +125,13 @@ def read(path: Path) -> tuple[dict[str, CleanPoint], int | None] | None:
         return None
 
 
-def write(path: Path, points: dict[str, CleanPoint]) -> int:
-    """Replace the points file atomically and durably; returns its CRC (for the marker)."""
+def write(path: Path, points: dict[str, CleanPoint], sync_dir: bool = True) -> int:
+    """Replace the points file atomically and durably; returns its CRC (for the marker).
+    ``sync_dir=False``: its directory entry is left to the caller's next directory fsync (the
+    marker's at a clean close: a power cut that keeps the marker and not this rename leaves a
+    marker naming another file, which counts as no clean shutdown)."""
     data = encode(points)
-    atomic_write(path, data)
+    atomic_write(path, data, sync_dir=sync_dir)
     return _CRC.unpack_from(data, len(MAGIC))[0]
 
 

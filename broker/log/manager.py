@@ -681,6 +681,7 @@ class LogManager:
             for p in partitions:
                 p.close()  # (the unchanged ones)
                 points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
-            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points)
+            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points,
+                                     sync_dir=False)  # (the marker's directory fsync)
         atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
         self._closed = True
