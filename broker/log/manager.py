@@ -631,8 +631,9 @@ class LogManager:
         with collector_paused():
             points = {_partition_dir_name(p.topic, p.index): p.clean_point()
                       for p in partitions if p.checkpoint is not None and not p.changed}
-        if not indexes and {k: v.state for k, v in points.items()} == self._points_on_disk:
-            return None
+        if not indexes and {k: v.state for k, v in points.items()} == (self._points_on_disk
+                                                                         or {}):
+            return None  # (also a fresh data dir: nothing to claim)
         deletions = self._deletions
 
         def committed(points: dict[str, CleanPoint]) -> None:
