@@ -36,6 +36,7 @@ from broker.security.service import Security
 from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.storage.cleaner_service import LogCleaner
+from broker.storage.store import file_system_sync
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -62,7 +63,8 @@ def build_broker(
     # (DataDirLocked); the lock is held until storage.close().
     lock = lock_data_dir(data_dir)
     cluster_id = load_cluster_id(data_dir)
-    logs = LogManager(data_dir, config.log, clock.now_ms(), max_partitions=config.max_partitions)
+    logs = LogManager(data_dir, config.log, clock.now_ms(), max_partitions=config.max_partitions,
+                      sync_policy=file_system_sync)
     data_arrived = DataArrived()
     flusher = FlushScheduler(data_arrived, on_round=metrics.fsync if metrics else None)
     storage = Storage(logs, flusher, data_arrived,
@@ -87,10 +89,10 @@ def build_broker(
     # (same condition) aborts the transactions partitions have open that it does not run there
     # (after the groups, which then see the markers it writes).
     transactions.recover(clock.now_ms(), unclean=logs.unsynced_writes_lost)
-    # Recovery is complete: its outcome becomes the partitions' recovery points (durable), so
-    # that the next unclean start scans only what changed since.
-    storage.write_recovery_points()
-    # Recovery is complete and durable: from here on a crash is a process crash on this boot.
+    storage.settle()
+    # Recovery is complete and durable (the scans synced what they rewrote, the settle what the
+    # transactions' recovery wrote): from here on a crash is a process crash on this boot. Its
+    # outcome becomes the partitions' recovery points once the broker serves (``serve``).
     logs.record_boot()
     # Log compaction in the background (network/server.py runs it); none with log.cleaner.enable=false.
     cleaner = (
@@ -155,5 +157,13 @@ async def serve(
             if on_listening is not None:
                 on_listening(broker, port)
             task_status.started(port)
+            # The recovery's outcome as recovery points, so that the next unclean start scans
+            # only what changed since: the points file written by a worker thread, put in place
+            # here (a SIGTERM meanwhile waits for the write; a crash before the rename leaves
+            # the old file, still true).
+            points = broker.storage.prepare_recovery_points()
+            if points is not None:
+                await trio.to_thread.run_sync(points.write)
+                points.commit()
     finally:
         broker.close()

@@ -125,11 +125,41 @@ class OffsetIndex:
         flat.frombytes(data)
         if sys.byteorder == "little":
             flat.byteswap()
+        index = cls._checked(flat, base_offset, segment_size)
+        if index is not None:
+            index.persisted = len(index.offsets)
+        return index
+
+    def flat(self) -> list[int]:
+        """The entries as ``[offset, position, max_timestamp, ...]`` (a clean point's inline
+        index, ``clean_points.py``)."""
+        flat = array("q", bytes(ENTRY_SIZE * len(self.offsets)))
+        flat[0::3] = self.offsets
+        flat[1::3] = self.positions
+        flat[2::3] = self.max_timestamps
+        return flat.tolist()
+
+    @classmethod
+    def from_flat(cls, entries: list[int], base_offset: int,
+                  segment_size: int) -> OffsetIndex | None:
+        """The index ``flat()`` gave (not in the file: ``persisted`` 0); None if it is not a
+        consistent index of the segment (as ``load``)."""
+        if not entries:
+            return cls() if segment_size == 0 else None
+        try:
+            flat = array("q", entries)
+        except (TypeError, OverflowError):
+            return None
+        return cls._checked(flat, base_offset, segment_size)
+
+    @classmethod
+    def _checked(cls, flat: array, base_offset: int, segment_size: int) -> OffsetIndex | None:
+        if not flat or len(flat) % 3:
+            return None
         index = cls()
         index.offsets = flat[0::3]
         index.positions = flat[1::3]
         index.max_timestamps = flat[2::3]
-        index.persisted = len(index.offsets)
         offsets, positions, stamps = index.offsets, index.positions, index.max_timestamps
         # The first batch may lie after the segment's base offset when cleaning removed earlier
         # records (cleaner.py); it is always at position 0.

@@ -8,19 +8,19 @@ Layout of ``data_dir``::
                              created topic, as Kafka's; one is added to a topic that has none at
                              the first start that sees it); replaced atomically (temp, fsync,
                              rename, dir fsync)
-    .clean_shutdown          written last by close(): {"version": 1, "partitions":
-                              {"<topic>-<p>": [log_end_offset, active_base_offset, active_size]}};
+    .clean_shutdown          written last by close(), naming the points file it closes (its CRC);
                              deleted (and the deletion fsync'd) once the next start has loaded
     recovery-point-offset-checkpoint
-                             the same content, written by close() just before the marker and kept
-                             at start (Kafka's file name), and by ``write_recovery_points`` once a
-                             start's recovery is complete: each partition's clean point, where
-                             every segment's index and a producer-state snapshot at the log end
-                             offset are durable. After a crash a partition whose files still end
-                             where its entry says (same active segment, same size) is loaded as
-                             after a clean shutdown; only the others are scanned, so an unclean
-                             start costs what changed since the last clean shutdown or completed
-                             recovery
+                             every partition's clean point in one file (``clean_points.py``:
+                             where its log ends, its producer state, a small active index),
+                             written by close() just before the marker and kept at start (Kafka's
+                             file name), and once a start's recovery is complete
+                             (``prepare_recovery_points``, in a worker thread once the broker
+                             listens). After a crash a partition whose files still end where its
+                             entry says (same active segment, same size, zeros after) is loaded
+                             as after a clean shutdown; only the others are scanned, so an
+                             unclean start costs what changed since the last clean shutdown or
+                             completed recovery
     .boot_id                 the operating system's boot id of the last start that completed
                              its recovery (Linux ``/proc/sys/kernel/random/boot_id``): after an
                              unclean shutdown, the same id means only the process died (kill -9,
@@ -35,7 +35,8 @@ Layout of ``data_dir``::
 Partitions are loaded, created and closed by a pool of threads (``file_pool.py``): their fsyncs
 overlap (the journal commits them together), so shutdown and start with many partitions cost
 about the changed partitions' syncs divided by the threads. With many changed partitions the
-storage has them close without fsyncs and syncs the file system once (``close``).
+storage has them close without fsyncs and syncs the file system once (``close``), and so does an
+unclean start for what its scans rewrote (``sync_policy``).
 
 ``topics.json`` is the commit point of topic creation and deletion: create_topic makes and fsyncs
 the partition directories first and then adds the topic; delete_topic removes the topic first and
@@ -46,7 +47,6 @@ defaults at each start (a topic without an override follows the broker default, 
 
 from __future__ import annotations
 
-import gc
 import json
 import re
 import shutil
@@ -54,15 +54,17 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from broker.log import clean_points
+from broker.log.clean_points import CleanPoint, CleanState, PendingWrite
 from broker.log.file_pool import (
     close_without_fsync,
+    collector_paused,
     in_threads,
-    save_clean_point_without_fsync,
     sync_directory_files,
 )
 from broker.log.partition import Partition
 from broker.log.pending import PendingPartitions, PendingTopic
-from broker.log.recovery import CleanState, RecoveryReport
+from broker.log.recovery import RecoveryReport
 from broker.log.segment import atomic_write, fsync_dir
 from broker.log.topic_config import LogConfig, apply_overrides, normalize_overrides
 from broker.log.topics import INTERNAL_TOPICS
@@ -80,6 +82,10 @@ MAX_PARTITIONS = 10_000
 DEFAULT_MAX_PARTITIONS = 20_000
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 _PARTITION_DIR = re.compile(r"(.+)-(\d+)")
+# How a start or close syncs what many partitions wrote: given how many, the function that syncs
+# the data dir's file system at once (False where it cannot), or None for a sync file by file
+# (the storage's policy, ``broker/storage/store.py``).
+SyncPolicy = Callable[[int], Callable[[Path], bool] | None]
 _OUR_SUFFIXES = (
     ".log", ".index", ".snapshot", ".txnindex", ".tmp", ".checkpoint", ".cleaned", ".swap",
 )
@@ -117,10 +123,12 @@ class LogManager:
     """Owns every partition under ``data_dir``."""
 
     def __init__(self, data_dir: Path, default_config: LogConfig, now_ms: int,
-                 max_partitions: int = DEFAULT_MAX_PARTITIONS) -> None:
+                 max_partitions: int = DEFAULT_MAX_PARTITIONS,
+                 sync_policy: SyncPolicy | None = None) -> None:
         """Load (recovering after a crash) every partition. Creates ``data_dir`` itself but not
         its parent. ``self.recovered`` lists what each partition load found. ``max_partitions``:
-        the most partitions clients may make the broker hold (``max.partitions``)."""
+        the most partitions clients may make the broker hold (``max.partitions``).
+        ``sync_policy``: how what the scans rewrote is made durable (default: file by file)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config
         self.max_partitions = max_partitions
@@ -137,21 +145,30 @@ class LogManager:
         self._closed = False
         self._on_roll: Callable[[Partition], None] | None = None
 
+        # Topics deleted so far: a points file prepared before a deletion is not put in place.
+        self._deletions = 0
         # The last shutdown was not clean (or this dir is new): recovery checks every CRC.
-        self.unclean_start = not (self.data_dir / CLEAN_SHUTDOWN_FILE).exists()
+        present, named = clean_points.read_marker(self.data_dir / CLEAN_SHUTDOWN_FILE)
+        self.unclean_start = not present
         # ... and the machine restarted since (or that cannot be told): writes answered before
         # their fsync (transactional batches) may be lost, so the transaction coordinator aborts
         # every ongoing transaction. After a kill -9 the page cache kept them: nothing to abort.
         self._boot_id: str | None = None
         self.unsynced_writes_lost = not self._same_boot() and self.unclean_start
-        # After a crash the recovery points serve instead (the marker's content, kept).
-        clean = self._read_clean_marker()
-        clean_shutdown = bool(clean)
-        if not clean:
-            clean = self._read_clean_marker(RECOVERY_POINT_FILE)
-        # What the recovery-point checkpoint holds (after a clean shutdown the marker's content
-        # is the same): ``write_recovery_points`` rewrites it only if that changes.
-        self._points_on_disk = clean
+        # The points file: after a clean shutdown, the one the marker names (a format-1 marker
+        # holds its points itself); else recovery points, each checked against its partition.
+        with collector_paused():
+            stored = clean_points.read(self.data_dir / RECOVERY_POINT_FILE)
+        clean, crc = stored if stored is not None else ({}, None)
+        clean_shutdown = False
+        if isinstance(named, dict):
+            clean, clean_shutdown = named, True
+        elif named is not None and crc is not None and named == crc:
+            clean_shutdown = True
+        # What the points file holds (format 2): ``prepare_recovery_points`` rewrites it only
+        # if that changes.
+        self._points_on_disk: dict[str, CleanState] | None = (
+            None if crc is None else {name: point.state for name, point in clean.items()})
         todo: list[tuple[str, int, LogConfig]] = []
         for name, meta in self._topics.items():
             config = apply_overrides(default_config, meta.get("config"))
@@ -162,20 +179,14 @@ class LogManager:
             name, i, config = item
             dir_name = _partition_dir_name(name, i)
             return Partition(name, i, self.data_dir / dir_name, config, now_ms,
-                             clean.get(dir_name), clean_shutdown)
+                             clean.get(dir_name), clean_shutdown, sync=False)
 
-        # Loading builds many objects that all live on: the collector would walk them again and
-        # again meanwhile (0.2-0.5 s at 10,000 partitions); the server freezes them after.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with collector_paused():
             loaded = in_threads(load, todo)
-        finally:
-            if collecting:
-                gc.enable()
         for p in loaded:
             self._partitions.setdefault(p.topic, []).append(p)
             self.recovered.append(p.recovery)
+        self._sync_scanned([p for p in loaded if not p.recovery.clean], sync_policy)
         for name in self._topics:
             self._partitions.setdefault(name, [])
         self._remove_orphans()
@@ -184,6 +195,16 @@ class LogManager:
         if marker.exists():
             marker.unlink()
         fsync_dir(self.data_dir)
+
+    def _sync_scanned(self, scanned: list[Partition], sync_policy: SyncPolicy | None) -> None:
+        """Make what the scans rewrote durable (loaded with ``sync=False``), before anything is
+        served or written: many partitions with one sync of the file system, else (or where
+        that is refused) every file of their directories."""
+        if not scanned:
+            return
+        sync = sync_policy(len(scanned)) if sync_policy is not None else None
+        if sync is None or not sync(self.data_dir):
+            in_threads(sync_directory_files, [p.dir for p in scanned])
 
     # -- persistence of the topic list -------------------------------------------------------
 
@@ -260,21 +281,6 @@ class LogManager:
         except (OSError, UnicodeDecodeError):
             pass
         atomic_write(path, current.encode())
-
-    def _read_clean_marker(self, file_name: str = CLEAN_SHUTDOWN_FILE) -> dict[str, CleanState]:
-        """The partitions' clean points in the marker (or in the recovery-point checkpoint, of
-        the same format); {} if the file is missing or unreadable."""
-        path = self.data_dir / file_name
-        try:
-            doc = json.loads(path.read_bytes())
-            return {
-                name: CleanState(int(leo), int(base), int(size))
-                for name, (leo, base, size) in doc["partitions"].items()
-            }
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError):
-            return {}  # unreadable marker: recover everything
 
     @staticmethod
     def _looks_like_partition(path: Path) -> bool:
@@ -542,26 +548,34 @@ class LogManager:
         old_id = self._topic_ids.pop(name, None)
         if old_id is not None:
             self._names_by_id.pop(old_id, None)
+        self._deletions += 1  # (a points file being written meanwhile is not put in place)
         for p in self._partitions.pop(name):
             p.delete()
         fsync_dir(self.data_dir)
         self._forget_recovery_points(name)
 
     def _forget_recovery_points(self, topic: str) -> None:
-        """Drop a deleted topic's entries from the recovery-point checkpoint, so that a topic
-        created later under the same name can never be matched against them."""
-        points = self._read_clean_marker(RECOVERY_POINT_FILE)
+        """Drop a deleted topic's entries from the points file, so that a topic created later
+        under the same name can never be matched against them."""
+        path = self.data_dir / RECOVERY_POINT_FILE
+        stored = clean_points.read(path)
+        if stored is None:
+            return
+        points, crc = stored
         prefix = topic + "-"
         kept = {k: v for k, v in points.items()
                 if not (k.startswith(prefix) and k[len(prefix):].isdigit())}
-        if len(kept) != len(points):
-            try:
-                self._write_states(RECOVERY_POINT_FILE, kept)
-            except OSError:
-                # Not written: remove the file instead (the next crash scans everything).
-                (self.data_dir / RECOVERY_POINT_FILE).unlink(missing_ok=True)
-                kept = {}
-            self._points_on_disk = kept
+        if len(kept) == len(points):
+            return
+        try:
+            if crc is None:
+                raise OSError("format 1")  # (not rewritten: removed)
+            clean_points.write(path, kept)
+        except OSError:
+            # Not written: remove the file instead (the next crash scans everything).
+            path.unlink(missing_ok=True)
+            kept = {}
+        self._points_on_disk = {k: v.state for k, v in kept.items()}
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -592,81 +606,83 @@ class LogManager:
         for p in self.all_partitions():
             p.expire_producers(now_ms, expiration_ms)
 
-    def write_recovery_points(
-        self, sync_file_system: Callable[[Path], bool] | None = None,
-    ) -> int:
-        """Once a start's recovery is complete (the composition root, before ``record_boot``):
-        give every partition that has no clean point on disk (scanned, created, or written by
-        the recovery of transactions) the one a clean close would write, durably and by the same
-        code (``Partition.save_clean_point``, ``sync_file_system`` as in ``close``), then
-        replace the recovery-point checkpoint. The next unclean start then scans only what
-        changed since this one, not again everything the last clean close did not cover.
-        Partitions already at their clean point, and empty ones, cost nothing. Returns how
-        many were written.
+    def prepare_recovery_points(self) -> PendingWrite | None:
+        """Once a start's recovery is complete and the broker serves (event loop): give every
+        partition that has no clean point on disk (scanned, created, or written by the recovery
+        of transactions) the one a clean close would, and return the points file to write
+        (``PendingWrite``: ``write`` in a worker thread, ``commit`` back on the event loop); None
+        if nothing changed. The next unclean start then scans only what changed since this
+        one, not again everything the last clean close did not cover.
 
-        Each entry claims only what is durable: the partitions' files are synced before the
-        checkpoint replaces the old one (atomically). A crash before that leaves the old
-        checkpoint, whose entries no longer match a rewritten partition (its snapshot or size
-        differ), so that one is scanned again."""
+        Each entry claims only what is durable: a partition with unsynced writes is left out
+        (scanned after a crash); the others' data is synced already (by the scans, by the
+        settled recovery), and an active index too long to go inline is written here and
+        synced by ``write`` before the file replaces the old one (atomically). A crash before
+        that leaves the old file, whose entries no longer match a rewritten partition."""
         if self._closed:
-            return 0
+            return None
         partitions = list(self.all_partitions())
-        # (An empty log costs its scan nothing: a fresh data dir's internal topics are left to
-        # their first clean close.)
-        changed = [p for p in partitions if p.changed and p.size_bytes]
-        self._save(changed, Partition.save_clean_point, save_clean_point_without_fsync,
-                   sync_file_system)
-        states: dict[str, CleanState] = {}
+        indexes: list[Path] = []
         for p in partitions:
-            if p.checkpoint is not None:
-                states[_partition_dir_name(p.topic, p.index)] = p.checkpoint
-        if changed or states != self._points_on_disk:
-            self._write_states(RECOVERY_POINT_FILE, states)
-            self._points_on_disk = states
-        return len(changed)
+            if p.changed and p.size_bytes and not p.dirty and not p.txn_index.unsynced:
+                p.save_clean_point(fsync=False)  # (syncs nothing: nothing is dirty)
+                if p.clean_point_indexed:
+                    indexes.append(p.segments[-1].index_path)
+        with collector_paused():
+            points = {_partition_dir_name(p.topic, p.index): p.clean_point()
+                      for p in partitions if p.checkpoint is not None and not p.changed}
+        if not indexes and {k: v.state for k, v in points.items()} == (self._points_on_disk
+                                                                         or {}):
+            return None  # (also a fresh data dir: nothing to claim)
+        deletions = self._deletions
 
-    def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], None],
-              without_fsync: Callable[[Partition], None],
+        def committed(points: dict[str, CleanPoint]) -> None:
+            self._points_on_disk = {k: v.state for k, v in points.items()}
+
+        return PendingWrite(self.data_dir / RECOVERY_POINT_FILE, points, indexes,
+                            lambda: not self._closed and self._deletions == deletions,
+                            committed)
+
+    def _save(self, changed: list[Partition], with_fsync: Callable[[Partition], object],
+              without_fsync: Callable[[Partition], bool],
               sync_file_system: Callable[[Path], bool] | None) -> None:
         """Write the clean points of ``changed`` in the thread pool, each file fsynced, or
-        (``sync_file_system``) none but the file system at once (``close``)."""
+        (``sync_file_system``) none but the file system at once, if they wrote anything at all
+        (``close``; with ``flush="always"`` the data is usually durable already)."""
         if not changed:
             return
         if sync_file_system is None:
             in_threads(with_fsync, changed)
         else:
-            in_threads(without_fsync, changed)
-            if not sync_file_system(self.data_dir):
-                in_threads(sync_directory_files, [p.dir for p in changed])
+            wrote = [p for p, w in zip(changed, in_threads(without_fsync, changed), strict=True)
+                     if w]
+            if wrote and not sync_file_system(self.data_dir):
+                in_threads(sync_directory_files, [p.dir for p in wrote])
 
     def close(self, sync_file_system: Callable[[Path], bool] | None = None) -> None:
-        """Flush and close every partition (indexes, snapshots), then write the recovery points
-        and the clean-shutdown marker so that the next start skips the scan. Partitions
-        unchanged since their clean point only close their files; the others are closed by the
-        thread pool, their fsyncs overlapping.
+        """Flush and close every partition, then write the points file (every partition's
+        clean point) and the clean-shutdown marker naming it, so that the next start skips the
+        scan. Partitions unchanged since their clean point only close their files; the others
+        are closed by the thread pool, their fsyncs overlapping.
 
         ``sync_file_system(data_dir)`` (the storage's: one ``syncfs(2)``): the partitions then
         write their close files without fsyncs of their own and this makes them durable
-        together, before the recovery points and the marker; it returns False where it cannot
-        (no syncfs), and every file the partitions hold is then fsynced one by one. A power cut
-        before the marker is durable is an unclean start: the files the partitions wrote are
-        only ever trusted through the marker or the recovery points (a snapshot or index that
-        comes back torn or empty is rejected by its loader, and the partition scanned)."""
+        together, before the points and the marker; it returns False where it cannot (no
+        syncfs), and every file the partitions hold is then fsynced one by one. A power cut
+        before the marker is durable is an unclean start: the points file is only trusted
+        through the marker, or entry by entry as recovery points (an index that comes back torn
+        or empty is rejected by its loader, and the partition scanned)."""
         if self._closed:
             return
         partitions = list(self.all_partitions())
         changed = [p for p in partitions if p.changed]
         self._save(changed, Partition.close, close_without_fsync, sync_file_system)
-        states: dict[str, CleanState] = {}
-        for p in partitions:
-            p.close()  # (the unchanged ones)
-            states[_partition_dir_name(p.topic, p.index)] = p.clean_state
-        self._write_states(RECOVERY_POINT_FILE, states)
-        self._write_states(CLEAN_SHUTDOWN_FILE, states)
+        points: dict[str, CleanPoint] = {}
+        with collector_paused():
+            for p in partitions:
+                p.close()  # (the unchanged ones)
+                points[_partition_dir_name(p.topic, p.index)] = p.clean_point()
+            crc = clean_points.write(self.data_dir / RECOVERY_POINT_FILE, points,
+                                     sync_dir=False)  # (the marker's directory fsync)
+        atomic_write(self.data_dir / CLEAN_SHUTDOWN_FILE, clean_points.marker_bytes(crc))
         self._closed = True
-
-    def _write_states(self, file_name: str, states: dict[str, CleanState]) -> None:
-        body = {k: [s.log_end_offset, s.active_base_offset, s.active_size]
-                for k, s in states.items()}
-        atomic_write(self.data_dir / file_name,
-                     json.dumps({"version": 1, "partitions": body}).encode())

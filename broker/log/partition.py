@@ -39,7 +39,7 @@ snapshot as the newest (recovery replays from there), and an index that comes ba
 or torn is rejected by ``OffsetIndex.load`` and rebuilt by a scan.
 
 Reads are ``partition_read.py``'s, retention and DeleteRecords ``retention.py``'s, a flush round's
-files ``flush_ticket.py``'s.
+files ``flush_ticket.py``'s, the clean point and close ``partition_close.py``'s.
 
 Transactions (the partition side; the coordinator is ``broker/txn/``): a transactional batch opens a
 transaction of its producer here (``ProducerStateManager`` remembers its first offset) unless one
@@ -55,20 +55,26 @@ come back from the producer-state snapshot and the replay of the log after it.
 from __future__ import annotations
 
 import os
-import shutil
 import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+from broker.log.clean_points import CleanPoint, CleanState
 from broker.log.flush_ticket import SNAPSHOTS_RETAINED, FlushTicket
+from broker.log.partition_close import PartitionClose
 from broker.log.partition_read import PartitionReads
-from broker.log.producer_state import ProducerStateManager, list_snapshots, snapshot_path
-from broker.log.recovery import CleanState, LoadedLog, RecoveryReport, load_log
-from broker.log.retention import PartitionRetention, read_log_start_checkpoint
+from broker.log.producer_state import ProducerStateManager
+from broker.log.recovery import LoadedLog, RecoveryReport, load_log
+from broker.log.retention import (
+    LOG_START_CHECKPOINT,
+    PartitionRetention,
+    read_log_start_checkpoint,
+)
 from broker.log.segment import Segment
 from broker.log.topic_config import LogConfig
 from broker.log.topics import INTERNAL_TOPICS
+from broker.log.txn_index import FILE_NAME as TXN_INDEX_FILE
 from broker.log.txn_index import AbortedTxn, TxnIndex
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 from protocol.records import (
@@ -99,7 +105,7 @@ class AppendResult(NamedTuple):
 _new_append_result = trusted(AppendResult)
 
 
-class Partition(PartitionReads, PartitionRetention):
+class Partition(PartitionReads, PartitionRetention, PartitionClose):
     """The log of one topic partition. Not thread-safe: the trio loop calls it."""
 
     def __init__(
@@ -109,36 +115,45 @@ class Partition(PartitionReads, PartitionRetention):
         directory: Path,
         config: LogConfig,
         now_ms: int,
-        clean: CleanState | None = None,
+        clean: CleanPoint | None = None,
         clean_shutdown: bool = False,
+        sync: bool = True,
     ) -> None:
         """Open (creating if needed) and load or recover the partition in ``directory``.
 
-        ``clean`` is this partition's clean point, if any: its entry in the clean-shutdown marker
-        (``clean_shutdown``) or in the recovery-point checkpoint. The outcome is in
-        ``self.recovery``.
+        ``clean`` is this partition's clean point, if any (``clean_points.py``): from the points
+        file of a clean shutdown (``clean_shutdown``) or a recovery point. The outcome is in
+        ``self.recovery``. ``sync=False``: what a recovery rewrites is left for the caller to
+        sync (``recovery.load_log``).
         """
         self.topic = topic
         self.index = index
         self.dir = directory
         self.config = config  # (the setter below derives what every append reads)
         created = not directory.exists()
-        directory.mkdir(exist_ok=True)
+        if created:
+            directory.mkdir(exist_ok=True)
         if created:
             # A new partition: one empty segment. Its directory entry is made durable by the
             # first flush (the creator's), so that a topic's partitions are synced together.
             loaded = LoadedLog([Segment.create(directory, 0)], ProducerStateManager(), 0, True)
         else:
             loaded = load_log(directory, config.index_interval_bytes, now_ms, clean,
-                              clean_shutdown)
+                              clean_shutdown, sync)
         self.segments: list[Segment] = loaded.segments
         self._bases: list[int] = [s.base_offset for s in self.segments]
         self.producers: ProducerStateManager = loaded.producers
         self.log_end_offset = self.segments[-1].next_offset
-        # DeleteRecords moves the log start inside the first segment; the file keeps it.
+        # DeleteRecords moves the log start inside the first segment; the file keeps it (and a
+        # clean point of a clean shutdown: nothing can have moved it since).
+        start = (clean.log_start_offset if clean_shutdown and loaded.clean and clean is not None
+                 and clean.log_start_offset is not None else None)
+        if start is None and loaded.names is not None and LOG_START_CHECKPOINT not in loaded.names:
+            start = 0
         self.log_start_offset = max(
             self.segments[0].base_offset,
-            min(read_log_start_checkpoint(directory), self.log_end_offset),
+            min(read_log_start_checkpoint(directory) if start is None else start,
+                self.log_end_offset),
         )
         self.high_watermark = self.log_end_offset
         self._dirty = False  # bytes written since the last fdatasync
@@ -153,7 +168,8 @@ class Partition(PartitionReads, PartitionRetention):
         self.on_roll: Callable[[Partition], None] | None = None
         self._closed = False
         self.cleaning = False  # the log cleaner is rewriting closed segments (cleaner.py)
-        self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset)
+        self.txn_index = TxnIndex(directory, self.log_start_offset, self.log_end_offset,
+                                  loaded.names is None or TXN_INDEX_FILE in loaded.names)
         if loaded.aborted:  # a crash between an ABORT marker and its entry (recovery.py)
             self.txn_index.restore([e for e in loaded.aborted
                                     if e.last_offset >= self.log_start_offset])
@@ -163,20 +179,16 @@ class Partition(PartitionReads, PartitionRetention):
             topic, index, self.log_start_offset, self.log_end_offset,
             loaded.truncated_bytes, loaded.clean,
         )
-        # The clean point on disk: loaded from the clean-shutdown marker or the recovery-point
-        # checkpoint (manager.py), the index of every segment and a producer-state snapshot at
-        # the log end offset are durable. While ``clean_state`` still equals it (nothing was
+        # The clean point on disk (clean_points.py): loaded from the points file, the data and
+        # every index it needs are durable. While ``clean_state`` still equals it (nothing was
         # appended, no segment rolled), ``close`` has nothing to write for this partition.
         self.checkpoint: CleanState | None = (
-            clean if clean is not None and loaded.clean and not created
-            and self.clean_state == clean else None
+            clean.state if clean is not None and loaded.clean and not created
+            and self.clean_state == clean.state else None
         )
-        if not loaded.clean and config.flush == "always":
-            # After a crash the tail may sit in the page cache only (writes answered before
-            # their fsync, or never answered): sync it before the high watermark, already at
-            # the log end, lets anyone read it.
-            self._dirty = True
-            self.flush()
+        # (After a crash the tail may sit in the page cache only, writes answered before their
+        # fsync or never answered: the scan synced what it read, or left it to the caller with
+        # ``sync=False``, before the high watermark, already at the log end, lets anyone read it.)
 
     def __repr__(self) -> str:
         return (
@@ -531,11 +543,6 @@ class Partition(PartitionReads, PartitionRetention):
             self.on_roll(self)
         return seg
 
-    def _write_snapshot(self, offset: int, fsync: bool = True) -> None:
-        self.producers.write_snapshot(snapshot_path(self.dir, offset), offset, fsync)
-        for old in list_snapshots(self.dir)[:-SNAPSHOTS_RETAINED]:
-            snapshot_path(self.dir, old).unlink(missing_ok=True)
-
     # -- durability --------------------------------------------------------------------------
 
     def flush(self, fsync: bool = True) -> int:
@@ -637,72 +644,3 @@ class Partition(PartitionReads, PartitionRetention):
 
     def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         return self.producers.expire(now_ms, expiration_ms)
-
-    # -- shutdown ----------------------------------------------------------------------------
-
-    @property
-    def clean_state(self) -> CleanState:
-        active = self.segments[-1]
-        return CleanState(self.log_end_offset, active.base_offset, active.size)
-
-    @property
-    def changed(self) -> bool:
-        """Something was appended, rolled or left unsynced since the clean point on disk
-        (``checkpoint``): a clean close has to write it."""
-        return self.checkpoint is None or self.checkpoint != self.clean_state or self.dirty
-
-    def save_clean_point(self, fsync: bool = True) -> None:
-        """What ``close`` writes, the files left open: fdatasync what is not yet durable, save
-        the active index and a producer-state snapshot at the LEO; ``checkpoint`` becomes the
-        clean point (``LogManager.write_recovery_points`` after a recovery, and ``close``).
-        Nothing if unchanged since the clean point on disk. ``fsync=False`` as in ``close``.
-        Safe in a worker thread (one partition per thread)."""
-        if not self.changed:
-            return
-        active = self.segments[-1]
-        # Without fsync only when nothing but the active segment's own writes is unsynced:
-        # what a roll left (rolled segments, their snapshots) and aborted-transaction entries
-        # keep their order (the rolled data and the entries durable before a snapshot or
-        # marker past them: recovery trusts that), as in every flush round.
-        self.flush(fsync or self.needs_directory_sync or self.txn_index.unsynced)
-        active.save_index(fsync=fsync)
-        self._write_snapshot(self.log_end_offset, fsync)
-        self.checkpoint = self.clean_state
-
-    def close(self, fsync: bool = True) -> None:
-        """fdatasync what is not yet durable, save the active index and a producer-state
-        snapshot at the LEO, close the files. After this the partition can be loaded without a
-        scan (given the marker). A partition unchanged since its clean point (``changed``) only
-        closes its files: what a clean close would write is on disk already. Safe in a worker
-        thread (one partition per thread: it touches nothing but its own files and fields).
-
-        The active segment keeps its preallocated tail (zeros after ``size``): truncating it
-        cost a file-system journal operation per partition, serialized across the file system
-        (2-3 ms each here, most of a clean close with thousands of partitions once the fsyncs
-        are shared); the clean point records the data's size and the loader reads up to it
-        (``recovery._load_clean``). A roll still trims.
-
-        ``fsync=False``: the same writes, no fsync; the caller makes them durable together
-        (``LogManager.close``: one syncfs of the data dir's file system) before it writes the
-        clean-shutdown marker."""
-        if self._closed:
-            return
-        self.save_clean_point(fsync)
-        self.txn_index.close(sync=fsync)
-        for seg in self.segments:
-            seg.close()
-        self._closed = True
-
-    def delete(self) -> None:
-        """Close the files without saving anything and remove the directory. Nothing is left to
-        sync: a flush round that still lists the partition (an unsynced transactional batch of a
-        topic deleted before its PrepareCommit) finds it clean instead of closed descriptors."""
-        self.txn_index.close(sync=False)
-        for seg in self.segments:
-            seg.close()
-        self._closed = True
-        self._dirty = self._dir_dirty = False
-        self._unsynced.clear()
-        self._snapshots = []
-        shutil.rmtree(self.dir, ignore_errors=True)
-

@@ -301,14 +301,37 @@ class ProducerStateManager:
 
     # -- snapshots ---------------------------------------------------------------------------
 
-    def to_json(self, offset: int) -> bytes:
-        producers = [
+    def entries(self) -> list[list]:
+        """The snapshot's "producers" list (also a clean point's, ``clean_points.py``)."""
+        return [
             [pid, e.producer_epoch, e.last_timestamp, e.current_txn_first_offset,
              [list(b) for b in e.batches], e.coordinator_epoch]
             for pid, e in self.producers.items()
         ]
+
+    @classmethod
+    def from_entries(cls, producers: list) -> ProducerStateManager:
+        """The state ``entries()`` gave. Raises ValueError, TypeError or KeyError on anything
+        else."""
+        state = cls()
+        # The sixth element (coordinator epoch of the last marker) is optional: snapshots
+        # written before it existed have five.
+        for pid, epoch, last_ts, txn_first, batches, *more in producers:
+            entry = state.producers[int(pid)] = ProducerStateEntry(
+                int(epoch),
+                [BatchMetadata(*(int(x) for x in b)) for b in batches],
+                int(last_ts),
+                None if txn_first is None else int(txn_first),
+            )
+            if more:
+                entry.coordinator_epoch = int(more[0])
+            if txn_first is not None:
+                state._ongoing[int(pid)] = int(txn_first)
+        return state
+
+    def to_json(self, offset: int) -> bytes:
         return json.dumps(
-            {"version": 1, "offset": offset, "producers": producers}, separators=(",", ":")
+            {"version": 1, "offset": offset, "producers": self.entries()}, separators=(",", ":")
         ).encode()
 
     def snapshot_bytes(self, offset: int) -> bytes:
@@ -338,21 +361,7 @@ class ProducerStateManager:
             doc = json.loads(body)
             if doc["version"] != 1:
                 return None
-            state = cls()
-            # The sixth element (coordinator epoch of the last marker) is optional: snapshots
-            # written before it existed have five.
-            for pid, epoch, last_ts, txn_first, batches, *more in doc["producers"]:
-                entry = state.producers[int(pid)] = ProducerStateEntry(
-                    int(epoch),
-                    [BatchMetadata(*(int(x) for x in b)) for b in batches],
-                    int(last_ts),
-                    None if txn_first is None else int(txn_first),
-                )
-                if more:
-                    entry.coordinator_epoch = int(more[0])
-                if txn_first is not None:
-                    state._ongoing[int(pid)] = int(txn_first)
-            return int(doc["offset"]), state
+            return int(doc["offset"]), cls.from_entries(doc["producers"])
         except (ValueError, KeyError, TypeError):
             return None
 

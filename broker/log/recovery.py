@@ -1,11 +1,12 @@
 """Loading a partition directory at start: the clean path and crash recovery.
 
-Clean path (the LogManager found a clean-shutdown marker whose entry for this partition matches):
-every segment's ``.index`` is trusted, only the batch headers after each segment's last index entry
-are walked (a few reads) to find the segment's end (the active segment's: up to the size its clean
-point recorded; the zeros of preallocation after it are kept, and after a crash must still be
-zeros), and the producer state comes from the snapshot written at the log end offset on close. No
-CRC is computed.
+Clean path (the LogManager found a clean point for this partition that matches its files,
+``clean_points.py``): every segment's index is trusted (the active segment's from the clean point
+while it is small), only the batch headers after each segment's last index entry are walked (a
+few reads) to find the segment's end (the active segment's: up to the size its clean point
+recorded; the zeros of preallocation after it are kept, and after a crash must still be zeros),
+and the producer state comes from the clean point (or, written by earlier versions, the snapshot
+at the log end offset). No CRC is computed.
 
 Crash path (no marker, or anything above does not line up):
 
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
+from broker.log.clean_points import CleanPoint
 from broker.log.index import OffsetIndex
 from broker.log.producer_state import ProducerStateManager, list_snapshots, snapshot_path
 from broker.log.segment import (
@@ -78,15 +80,6 @@ class RecoveryReport:
     clean: bool  # True: the clean-shutdown path (no scan)
 
 
-@dataclass(frozen=True)
-class CleanState:
-    """A partition's entry in the clean-shutdown marker."""
-
-    log_end_offset: int
-    active_base_offset: int
-    active_size: int
-
-
 class LoadedLog(NamedTuple):
     segments: list[Segment]
     producers: ProducerStateManager
@@ -95,21 +88,26 @@ class LoadedLog(NamedTuple):
     # The aborted transactions whose ABORT marker the scan replayed, in marker order: the
     # partition puts back those its aborted-transaction index lacks (``TxnIndex.restore``).
     aborted: tuple[AbortedTxn, ...] = ()
+    # The directory's files as loading found them (None: not listed), so that the partition
+    # does not try to open files that are not there (the aborted-transaction index).
+    names: frozenset[str] | None = None
 
 
-def list_segments(directory: Path) -> list[int]:
+def list_segments(directory: Path, names: list[str] | None = None) -> list[int]:
+    """Base offsets of the segments in ``directory`` (``names``: its listing, if at hand)."""
     # (os.listdir rather than pathlib's glob, here and in _remove_leftovers: several times
     # cheaper, and a start with many partitions does this for each; issue 36)
     bases = []
-    for name in os.listdir(directory):
+    for name in os.listdir(directory) if names is None else names:
         if name.endswith(".log") and name[:-4].isdigit():
             bases.append(int(name[:-4]))
     return sorted(bases)
 
 
-def _remove_leftovers(directory: Path) -> None:
+def _remove_leftovers(directory: Path) -> list[str]:
     """Temporary files of interrupted atomic writes and cleanings, indexes whose segment is gone;
-    a cleaning that reached its commit point (a ``.swap`` file) is completed."""
+    a cleaning that reached its commit point (a ``.swap`` file) is completed. Returns the
+    directory's listing (what it left; one listdir serves the loader)."""
     names = os.listdir(directory)
     for name in names:
         if name.endswith((".tmp", CLEANED_SUFFIX)):
@@ -122,13 +120,19 @@ def _remove_leftovers(directory: Path) -> None:
         fsync_dir(directory)
         names = os.listdir(directory)
     present = set(names)
+    kept = []
     for name in names:
         if name.endswith(".index") and name[:-6] + ".log" not in present:
             (directory / name).unlink(missing_ok=True)
+        elif not name.endswith((".tmp", CLEANED_SUFFIX)):
+            kept.append(name)
+    return kept
 
 
-def open_trusted(segment: Segment, end: int | None = None) -> None:
-    """Load the segment's index and walk the headers after its last entry to find the end.
+def open_trusted(segment: Segment, end: int | None = None,
+                 inline: list[int] | None = None) -> None:
+    """Load the segment's index (``inline``: its entries from a clean point instead of its
+    file) and walk the headers after its last entry to find the end.
 
     Raises ``CorruptLogError`` if the index is missing or inconsistent or the batches after it do
     not end exactly at the end of the file (zeros of preallocation or a torn tail included), or
@@ -136,7 +140,10 @@ def open_trusted(segment: Segment, end: int | None = None) -> None:
     preallocated tail kept; ``segment.allocated`` stays the file's length).
     """
     file_size = segment.allocated if end is None else end
-    index = OffsetIndex.load(segment.index_path, segment.base_offset, file_size)
+    if inline is not None:
+        index = OffsetIndex.from_flat(inline, segment.base_offset, file_size)
+    else:
+        index = OffsetIndex.load(segment.index_path, segment.base_offset, file_size)
     if index is None:
         raise CorruptLogError(f"{segment.index_path}: missing or inconsistent")
     segment.index = index
@@ -169,9 +176,9 @@ def _nonzero_extent(fd: int, start: int, end: int) -> int:
         chunk = os.pread(fd, min(_SCAN_CHUNK, end - pos), pos)
         if not chunk:
             break
-        stripped = len(chunk.rstrip(b"\0"))
-        if stripped:
-            last = pos + stripped
+        # (all zeros, the usual tail: one memcmp; rstrip costs ~10 ns a byte)
+        if chunk != bytes(len(chunk)):
+            last = pos + len(chunk.rstrip(b"\0"))
         pos += len(chunk)
     return last - start
 
@@ -277,18 +284,28 @@ def _delete_segment_files(directory: Path, base: int) -> None:
     (directory / f"{base:020d}.index").unlink(missing_ok=True)
 
 
-def _load_clean(directory: Path, bases: list[int], clean: CleanState,
+def _load_clean(directory: Path, bases: list[int], point: CleanPoint,
                 clean_shutdown: bool) -> LoadedLog | None:
     """The partition as its clean point says, or None (then it is scanned). ``clean_shutdown``:
-    ``clean`` comes from the clean-shutdown marker (nothing was written since); else from the
-    recovery-point checkpoint after a crash, and the active segment's bytes after the recorded
-    size must still be zeros (the clean close keeps its preallocated tail, which later appends
-    fill without changing the file's length)."""
+    ``point`` comes from the points file a clean-shutdown marker names (nothing was written
+    since); else it is a recovery point after a crash, and the active segment's bytes after the
+    recorded size must still be zeros (the clean close keeps its preallocated tail, which later
+    appends fill without changing the file's length). The producer state and the active index
+    come from the point itself (format 2) or from the snapshot at the log end offset and the
+    index file (format 1, ``clean_points.py``)."""
+    clean = point.state
     if not bases or bases[-1] != clean.active_base_offset:
         return None
-    snap = ProducerStateManager.read_snapshot(snapshot_path(directory, clean.log_end_offset))
-    if snap is None or snap[0] != clean.log_end_offset:
-        return None
+    if point.producers is not None:
+        try:
+            producers = ProducerStateManager.from_entries(point.producers)
+        except (ValueError, TypeError, KeyError):
+            return None
+    else:
+        snap = ProducerStateManager.read_snapshot(snapshot_path(directory, clean.log_end_offset))
+        if snap is None or snap[0] != clean.log_end_offset:
+            return None
+        producers = snap[1]
     segments: list[Segment] = []
     try:
         for base in bases:
@@ -297,7 +314,10 @@ def _load_clean(directory: Path, bases: list[int], clean: CleanState,
             active = base == clean.active_base_offset
             if active and clean.active_size > seg.allocated:
                 raise CorruptLogError(f"{seg.log_path}: shorter than its clean point")
-            open_trusted(seg, clean.active_size if active else None)
+            if active:
+                open_trusted(seg, clean.active_size, point.index)
+            else:
+                open_trusted(seg)
             if len(segments) > 1 and segments[-2].next_offset != base:
                 raise CorruptLogError(f"{seg.log_path}: does not continue the previous segment")
         active_seg = segments[-1]
@@ -317,7 +337,7 @@ def _load_clean(directory: Path, bases: list[int], clean: CleanState,
         for seg in segments:
             seg.close()
         return None
-    return LoadedLog(segments, snap[1], 0, True)
+    return LoadedLog(segments, producers, 0, True)
 
 
 def _is_abort(batch: bytes) -> bool:
@@ -331,17 +351,19 @@ def _is_abort(batch: bytes) -> bool:
 
 
 def load_log(
-    directory: Path, index_interval: int, now_ms: int, clean: CleanState | None,
-    clean_shutdown: bool = False,
+    directory: Path, index_interval: int, now_ms: int, clean: CleanPoint | None,
+    clean_shutdown: bool = False, sync: bool = True,
 ) -> LoadedLog:
     """Open every segment of a partition directory, recovering after a crash (module docstring).
 
-    ``clean``: the partition's clean point, from the clean-shutdown marker (``clean_shutdown``)
-    or the recovery-point checkpoint. Creates an empty segment at offset 0 if the directory has
-    none.
+    ``clean``: the partition's clean point, from the points file of a clean shutdown
+    (``clean_shutdown``) or a recovery point. Creates an empty segment at offset 0 if the
+    directory has none. ``sync=False``: what a scan rewrites is not synced here (step 5); the
+    caller syncs it (``LogManager``: one syncfs for many scanned partitions) before anything
+    relies on it.
     """
-    _remove_leftovers(directory)
-    bases = list_segments(directory)
+    names = _remove_leftovers(directory)
+    bases = list_segments(directory, names)
     if not bases:
         for offset in list_snapshots(directory):
             snapshot_path(directory, offset).unlink(missing_ok=True)
@@ -352,7 +374,7 @@ def load_log(
         loaded = _load_clean(directory, bases, clean, clean_shutdown)
         if loaded is not None:
             _finish(loaded.segments, now_ms)
-            return loaded
+            return loaded._replace(names=frozenset(names))
 
     snapshots = list_snapshots(directory)
     truncated = 0
@@ -407,12 +429,14 @@ def load_log(
         if offset > log_end_offset:
             snapshot_path(directory, offset).unlink(missing_ok=True)
     for seg in scanned:
-        seg.sync()
+        if sync:
+            seg.sync()
         if seg is not segments[-1]:
             # Not the active segment's: a roll or a clean close writes it, and until then a
             # crash scans that segment anyway (with many partitions, one fsync less each).
-            seg.save_index(fsync=True)
-    fsync_dir(directory)
+            seg.save_index(fsync=sync)
+    if sync:
+        fsync_dir(directory)
     _finish(segments, now_ms)
     return LoadedLog(segments, producers, truncated, False, tuple(aborted))
 

@@ -55,14 +55,17 @@ class AbortedTxn(NamedTuple):
 class TxnIndex:
     """In memory: the entries in marker order; on disk: ``aborted.txnindex`` (appended)."""
 
-    def __init__(self, directory: Path, log_start_offset: int, log_end_offset: int) -> None:
+    def __init__(self, directory: Path, log_start_offset: int, log_end_offset: int,
+                 exists: bool = True) -> None:
+        """``exists=False``: the caller listed the directory and the file is not there."""
         self.path = Path(directory) / FILE_NAME
         self._entries: list[AbortedTxn] = []
         self._lasts: list[int] = []
         self._fd = -1
         self._dirty = False
         self._stale = 0  # entries still in the file but dropped from memory by retention
-        self._load(log_start_offset, log_end_offset)
+        if exists:
+            self._load(log_start_offset, log_end_offset)
 
     def __len__(self) -> int:
         return len(self._entries)

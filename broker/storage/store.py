@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from broker.log.clean_points import PendingWrite
 from broker.log.manager import LogManager
 from broker.log.partition import AppendResult, Partition
 from broker.log.segment import atomic_write
@@ -37,6 +38,13 @@ log = logging.getLogger("minibroker")
 # Changed partitions from which a clean close syncs the file system once instead of each file
 # (about four fsyncs per partition).
 SYNCFS_FROM_PARTITIONS = 64
+
+
+def file_system_sync(partitions: int) -> Callable[[Path], bool] | None:
+    """How the files of ``partitions`` partitions are made durable at once (a clean close, what
+    an unclean start's scans rewrote): many with one syncfs (``syncfs.py``), a few file by file
+    (syncfs would also write back whatever else the file system holds dirty)."""
+    return sync_file_system if partitions >= SYNCFS_FROM_PARTITIONS else None
 
 
 class Storage:
@@ -108,14 +116,11 @@ class Storage:
         before the flusher's task runs."""
         self.flusher.flush_now()
 
-    def write_recovery_points(self) -> int:
-        """Once a start's recovery is complete: the partitions' clean points and the
-        recovery-point checkpoint (``LogManager.write_recovery_points``), with the same syncs as
-        ``close``. Returns how many partitions were written."""
-        self.flusher.flush_now()
-        changed = sum(1 for p in self.logs.all_partitions() if p.changed and p.size_bytes)
-        return self.logs.write_recovery_points(
-            sync_file_system if changed >= SYNCFS_FROM_PARTITIONS else None)
+    def prepare_recovery_points(self) -> PendingWrite | None:
+        """Once a start's recovery is complete and settled, and the broker serves: the
+        partitions' clean points (``LogManager.prepare_recovery_points``): the points file to
+        write in a worker thread and commit on the event loop (None: nothing to write)."""
+        return self.logs.prepare_recovery_points()
 
     def close(self) -> None:
         self.flusher.flush_now()
@@ -128,10 +133,7 @@ class Storage:
         )
         changed = sum(1 for p in self.logs.all_partitions() if p.changed)
         try:
-            # Many changed partitions: their close files without fsyncs, then one syncfs
-            # (syncfs.py); a few: each file fsynced (syncfs would also write back whatever else
-            # the file system holds dirty).
-            self.logs.close(sync_file_system if changed >= SYNCFS_FROM_PARTITIONS else None)
+            self.logs.close(file_system_sync(changed))
         finally:
             if self._lock is not None:
                 self._lock.release()

@@ -1,17 +1,16 @@
 """Recovery points written once a recovery is complete (issue 36): power cuts at every point.
 
-After a crash with no clean close before it, every partition is scanned; the start then gives each
-the clean point a clean close would (``LogManager.write_recovery_points``: index and
-producer-state snapshot at the log end offset, synced file by file or by one syncfs) and replaces
-the recovery-point checkpoint. Checked at every crash point of that, for each choice of what the
-cut keeps: the directory loads with every record and each producer's sequence; once the
-checkpoint is there it claims nothing that is not: every partition loads without a scan.
+After a crash with no clean close before it, every partition is scanned (what the scans rewrote
+synced file by file or by one syncfs); the start then gives each the clean point a clean close
+would (``LogManager.prepare_recovery_points``: the producer state and a small index inline) and
+replaces the points file. Checked at every crash point of that, for each choice of what the cut
+keeps: the directory loads with every record and each producer's sequence; once the points file
+is there it claims nothing that is not: every partition loads without a scan.
 """
 
 from __future__ import annotations
 
 import copy
-import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ import pytest
 import broker.log.recovery as recovery
 from broker.app import build_broker
 from broker.clock import ManualClock
+from broker.log import clean_points
 from broker.log.manager import RECOVERY_POINT_FILE, LogConfig, LogManager
 from broker.storage.syncfs import sync_file_system
 from protocol.records import encode_batch
@@ -64,9 +64,12 @@ def _record(data: Path, sync: Callable[[Path], bool] | None
     rec = Recorder(data)
     initial = rec.initial()
     with rec:
-        logs = LogManager(data, _config(), NOW)
+        logs = LogManager(data, _config(), NOW, sync_policy=lambda n: sync)
         assert not any(r.clean for r in logs.recovered)
-        assert logs.write_recovery_points(sync) == PARTITIONS
+        points = logs.prepare_recovery_points()
+        assert points is not None
+        points.write()
+        assert points.commit()
         _crash(logs)
     return rec, initial, appended
 
@@ -83,10 +86,9 @@ def _violations(rec: Recorder, initial: Model, appended: list[bytes], work: Path
                 dest = work / f"{k}-{choice}"
                 dest.mkdir(parents=True)
                 model.materialize(dest, choice, rng)
-                points = dest / RECOVERY_POINT_FILE
-                claimed = ({int(name.rsplit("-", 1)[1]): state[0] for name, state in
-                            json.loads(points.read_bytes())["partitions"].items()}
-                           if points.exists() else {})
+                stored = clean_points.read(dest / RECOVERY_POINT_FILE)
+                claimed = ({int(name.rsplit("-", 1)[1]): point.state.log_end_offset
+                            for name, point in stored[0].items()} if stored else {})
                 logs = LogManager(dest, _config(), NOW)
                 for p in logs.all_partitions():
                     where = f"op {k} {choice}: t-{p.index}"
@@ -107,15 +109,6 @@ def test_recovery_points_after_a_recovery_survive_a_power_cut_anywhere(
     rec, initial, appended = _record(tmp_path / "data", sync_file_system if one_sync else None)
     assert any(op[0] == "sync" for op in rec.ops)
     assert _violations(rec, initial, appended, tmp_path / "states") == []
-
-
-def test_recovery_points_written_without_their_sync_are_caught(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The negative control: a syncfs that syncs nothing: the checkpoint then claims snapshots
-    # and indexes a power cut can lose.
-    monkeypatch.setattr(Recorder, "_syncfs", lambda self, fd: None)
-    rec, initial, appended = _record(tmp_path / "data", sync_file_system)
-    assert _violations(rec, initial, appended, tmp_path / "states")
 
 
 def test_a_second_unclean_start_with_nothing_changed_scans_nothing(
@@ -140,6 +133,10 @@ def test_a_second_unclean_start_with_nothing_changed_scans_nothing(
     monkeypatch.setattr(recovery, "scan_segment", counting)
     b = build_broker(broker_config(data), clock=ManualClock(NOW))
     assert len([n for n in scanned if n.startswith("t-")]) == 20
+    points = b.storage.prepare_recovery_points()  # (what ``serve`` runs once it listens)
+    assert points is not None
+    points.write()
+    assert points.commit()
     crash(b)
     scanned.clear()
     b = build_broker(broker_config(data), clock=ManualClock(NOW))

@@ -12,13 +12,13 @@ not: every partition loads on the clean path with every record.
 from __future__ import annotations
 
 import copy
-import json
 import random
 from pathlib import Path
 
 import pytest
 
-from broker.log.manager import LogConfig, LogManager
+from broker.log import clean_points
+from broker.log.manager import RECOVERY_POINT_FILE, LogConfig, LogManager
 from broker.storage.syncfs import sync_file_system
 from protocol.records import encode_batch
 from tests.crashsim.fs import Model, Recorder, no_real_syncs
@@ -74,12 +74,13 @@ def _check_point(rec: Recorder, initial: Model, appended: list[bytes], work: Pat
         dest = work / f"{k}-{choice}"
         dest.mkdir(parents=True)
         model.materialize(dest, choice, rng)
-        marker = dest / ".clean_shutdown"
         # What the marker claims (the first close's, before the start removed it; then the
-        # recorded close's): partition -> log end offset.
-        claimed = ({int(name.rsplit("-", 1)[1]): state[0] for name, state in
-                    json.loads(marker.read_bytes())["partitions"].items()}
-                   if marker.exists() else {})
+        # recorded close's): partition -> log end offset, in the points file it names.
+        present, named = clean_points.read_marker(dest / ".clean_shutdown")
+        stored = clean_points.read(dest / RECOVERY_POINT_FILE)
+        claimed = ({int(name.rsplit("-", 1)[1]): point.state.log_end_offset
+                    for name, point in stored[0].items()}
+                   if present and stored is not None and named == stored[1] else {})
         logs = LogManager(dest, _config(), NOW)
         for p in logs.all_partitions():
             data = p.read(0, 1 << 20, p.log_end_offset) if p.log_end_offset else b""

@@ -259,3 +259,63 @@ def test_kill9_with_2000_partitions_keeps_every_acknowledged_record(tmp_path: Pa
         proc.restart(timeout=60)
         line = proc.wait_for_output("partitions recovered")
         assert "after an unclean shutdown" not in line, line
+
+
+def produce_idempotent(bootstrap: str, topic: str, partitions: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(60)
+    errors: list[object] = []
+    producer = CKProducer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 20,
+                           "enable.idempotence": True})
+    for p in range(partitions):
+        producer.produce(topic, b"x" * 40, partition=p,
+                         on_delivery=lambda err, msg: errors.append(err) if err else None)
+    assert producer.flush(60) == 0 and not errors
+
+
+async def test_a_clean_restart_reads_one_points_file_not_a_file_per_partition(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 36: with N partitions a clean stop writes no file per partition for its producer
+    state or small index, and the next start reads none: their clean points are one file.
+    Counted (the snapshot and index files the start reads), not timed."""
+    from functools import partial
+
+    from broker.app import serve
+    from broker.log.index import OffsetIndex
+    from broker.log.producer_state import ProducerStateManager
+
+    partitions = 120
+    config = build_config({}, port=0, data_dir=tmp_path / "data")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve, config)
+        await trio.to_thread.run_sync(produce_idempotent, f"127.0.0.1:{port}", "t", partitions)
+        nursery.cancel_scope.cancel()  # a clean stop (SIGTERM's path: serve closes the broker)
+    read: list[str] = []
+    real_snapshot = ProducerStateManager.read_snapshot.__func__  # type: ignore[attr-defined]
+    real_index = OffsetIndex.load.__func__  # type: ignore[attr-defined]
+
+    def snapshot(cls, path: Path):  # type: ignore[no-untyped-def]
+        read.append(str(path))
+        return real_snapshot(cls, path)
+
+    def index(cls, path: Path, *args):  # type: ignore[no-untyped-def]
+        read.append(str(path))
+        return real_index(cls, path, *args)
+
+    monkeypatch.setattr(ProducerStateManager, "read_snapshot", classmethod(snapshot))
+    monkeypatch.setattr(OffsetIndex, "load", classmethod(index))
+    brokers: list = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(serve, config,
+                                           on_listening=lambda b, _: brokers.append(b)))
+        logs = brokers[0].storage.logs
+        assert [p for p in read if "/t-" in p] == []
+        assert not logs.unclean_start
+        assert all(r.clean for r in logs.recovered if r.topic == "t")
+        ends = await trio.to_thread.run_sync(high_watermarks, f"127.0.0.1:{port}", "t",
+                                             partitions)
+        assert ends == [1] * partitions
+        # Each partition's producer state came back from the points file: the idempotent
+        # producer's sequence is known there.
+        assert all(len(logs.partition("t", i).producers) == 1 for i in range(partitions))
+        nursery.cancel_scope.cancel()

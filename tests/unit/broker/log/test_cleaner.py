@@ -194,7 +194,7 @@ def test_restart_after_cleaning_reads_the_same(tmp_path):
     expected = _read_all(p, True)
     leo = p.log_end_offset
     p.close()  # clean path
-    p = _open(tmp_path / "t-0", clean=p.clean_state)
+    p = _open(tmp_path / "t-0", clean=p.clean_point())
     assert p.recovery.clean and _read_all(p, True) == expected and p.log_end_offset == leo
     p.close()
     # crash path: every segment scanned (no snapshot), cleaned segments have gaps

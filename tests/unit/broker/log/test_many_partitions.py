@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import broker.log.recovery as recovery
+from broker.log import clean_points
 from broker.log.manager import RECOVERY_POINT_FILE, LogConfig, LogManager
 from broker.log.partition import Partition
 from protocol.errors import ErrorCode, KafkaError
@@ -77,13 +78,17 @@ def test_close_writes_only_partitions_that_changed(tmp_path: Path,
     assert all(r.clean for r in logs.recovered)
     logs.partition("t", 3).append_untrusted(batch(1, pid=7, seq=1), NOW)
     written: list[Path] = []
-    original = Partition._write_snapshot
+    original = Partition.save_clean_point
 
-    def counting(self: Partition, offset: int, fsync: bool = True) -> None:
-        written.append(self.dir)
-        original(self, offset, fsync)
+    def counting(self: Partition, fsync: bool = True) -> None:
+        if self.changed:
+            written.append(self.dir)
+        original(self, fsync)
 
-    monkeypatch.setattr(Partition, "_write_snapshot", counting)
+    monkeypatch.setattr(Partition, "save_clean_point", counting)
+    # No file of its own for the changed partition: its producer state and small index go into
+    # the one points file.
+    files = {p.dir: sorted(os.listdir(p.dir)) for p in logs.all_partitions()}
     synced: list[int] = []
     real_fdatasync = os.fdatasync
 
@@ -94,12 +99,13 @@ def test_close_writes_only_partitions_that_changed(tmp_path: Path,
     monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
     logs.close()
     assert written == [logs.partition("t", 3).dir]
-    assert len(synced) <= 3  # the changed partition's segment and index
+    assert len(synced) <= 1  # the changed partition's segment
+    assert {p.dir: sorted(os.listdir(p.dir)) for p in logs.all_partitions()} == files
     monkeypatch.undo()
     again = make(tmp_path)
     assert all(r.clean for r in again.recovered)
     assert again.partition("t", 3).log_end_offset == 2
-    # Idempotence state of the changed partition survived (its snapshot was rewritten).
+    # Idempotence state of the changed partition survived (in the points file).
     assert again.partition("t", 3).append_untrusted(batch(1, pid=7, seq=1), NOW).duplicate
 
 
@@ -131,7 +137,8 @@ def test_unclean_start_scans_only_what_changed(tmp_path: Path,
     # A deleted topic's recovery points go with it: a new topic of that name is never
     # matched against them.
     after.delete_topic("t")
-    assert "t-0" not in (tmp_path / "data" / RECOVERY_POINT_FILE).read_text()
+    stored = clean_points.read(tmp_path / "data" / RECOVERY_POINT_FILE)
+    assert stored is not None and not stored[0]
 
 
 def test_recovery_point_claims_only_a_clean_close(tmp_path: Path) -> None:
@@ -254,10 +261,10 @@ def test_close_with_one_file_system_sync(tmp_path: Path, monkeypatch: pytest.Mon
     assert len(calls) == 1
     partition_files = sum(len(os.listdir(p.dir)) + 1 for p in logs.all_partitions())
     if syncfs_works:
-        # Only the recovery points and the marker (file and directory each).
-        assert len(synced) == 4, len(synced)
+        # Only the points file and the marker, and their directory once.
+        assert len(synced) == 3, len(synced)
     else:
-        assert len(synced) >= partition_files + 4
+        assert len(synced) >= partition_files + 3
     monkeypatch.undo()
     again = make(tmp_path, preallocate=True, flush="never")
     assert all(r.clean for r in again.recovered)
