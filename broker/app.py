@@ -25,6 +25,7 @@ from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
+from broker.group.streams_records import StreamsGroupReplay
 from broker.group.streams_service import StreamsGroupService
 from broker.handlers.context import Broker
 from broker.log.manager import LogManager
@@ -76,10 +77,13 @@ def build_broker(
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
     # GROUP config resources (kafka-configs --entity-type groups), durable in the data dir.
     group_configs = GroupConfigStore(config)
+    # The Streams groups' records are read in the same pass (built into groups further down).
+    streams_replay = StreamsGroupReplay()
     groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce,
                           group_timing=lambda g: (
                               group_configs.int_value(g, "consumer.session.timeout.ms"),
-                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")))
+                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")),
+                          record_replays=[streams_replay])
     cross.attach(groups, transactions)
     # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
     # been lost (an unclean shutdown and a machine restart), completes prepared ones, and then
@@ -108,9 +112,10 @@ def build_broker(
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
     share = ShareService(config, storage, clock, group_configs)
-    # Streams groups (KIP-1071): replays their records of __consumer_offsets; their offsets are
-    # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
-    streams = StreamsGroupService(config, storage, clock, groups)
+    # Streams groups (KIP-1071): built from their records the group service's replay collected;
+    # their offsets are the group service's, which asks them to validate commits.
+    # Housekeeping: streams.tick(now).
+    streams = StreamsGroupService(config, storage, clock, groups, streams_replay)
     groups.epoch_groups.append(streams)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
                   security, cleaner, share, group_configs, streams)

@@ -59,6 +59,7 @@ CURRENT_MEMBER = 22
 TOPOLOGY = 23
 _GROUP_KEYS = (GROUP_METADATA, TARGET_METADATA, TOPOLOGY)
 _MEMBER_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_MEMBER)
+_ALL_KEYS = frozenset(_GROUP_KEYS + _MEMBER_KEYS)
 
 _INT16 = struct.Struct(">h")
 _UINT16 = struct.Struct(">H")
@@ -252,8 +253,11 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     """``(record type, group id, member id or None)``, or None for a record of another kind."""
     if key is None or len(key) < 2:
         return None
+    record_type = _INT16.unpack_from(key)[0]
+    if record_type not in _ALL_KEYS:  # the common case at replay: offsets, other groups
+        return None
     reader = _Reader(key)
-    record_type = reader.i16()
+    reader.i16()
     if record_type in _GROUP_KEYS:
         return record_type, reader.str16(), None
     if record_type in _MEMBER_KEYS:
