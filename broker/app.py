@@ -115,7 +115,7 @@ def build_broker(
     # Streams groups (KIP-1071): built from their records the group service's replay collected;
     # their offsets are the group service's, which asks them to validate commits.
     # Housekeeping: streams.tick(now).
-    streams = StreamsGroupService(config, storage, clock, groups, streams_replay)
+    streams = StreamsGroupService(config, storage, clock, groups, streams_replay, group_configs)
     groups.epoch_groups.append(streams)
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
                   security, cleaner, share, group_configs, streams)

@@ -12,8 +12,11 @@ than its heartbeat interval (the broker's value standing in for the one not over
 
 Who applies what: ``share.*`` the share service (broker/share/service.py); ``consumer.session
 .timeout.ms`` / ``consumer.heartbeat.interval.ms`` the consumer-protocol groups through
-``GroupConfigStore.int_value`` (the hook broker/group reads); the others (assignment intervals,
-streams, dead-letter queues, renew acknowledgements) are kept and described, not used.
+``GroupConfigStore.int_value`` (the hook broker/group reads); the streams groups their session
+timeout, heartbeat interval, standby replicas, task offset interval, acceptable recovery lag and
+rack-aware tags (broker/group/streams_service.py, as Kafka 4.4; its sticky assignor reads no tags, and
+its warm-up replicas change nothing); the others (assignment intervals, initial rebalance delays,
+dead-letter queues, renew acknowledgements) are kept and described, not used.
 """
 
 from __future__ import annotations
@@ -124,13 +127,13 @@ KEYS: dict[str, GroupKey] = {k.name: k for k in (
          doc="The interval between assignment updates for a share group."),
     GroupKey("share.assignor.offload.enable", _B, "group.share.assignor.offload.enable",
              _const("true"), internal=True),
-    _int("streams.session.timeout.ms", _I, "group.streams.session.timeout.ms", _const("45000"),
-         1, SESSION_BOUNDS,
+    _int("streams.session.timeout.ms", _I, "group.streams.session.timeout.ms",
+         _field("group_streams_session_timeout_ms"), 1, SESSION_BOUNDS,
          doc="The timeout to detect client failures when using the streams group protocol."),
     _int("streams.heartbeat.interval.ms", _I, "group.streams.heartbeat.interval.ms",
-         _const("5000"), 1, HEARTBEAT_BOUNDS, doc="The heartbeat interval given to the members."),
-    _int("streams.num.standby.replicas", _I, "group.streams.num.standby.replicas", _const("0"),
-         0, at_most=STREAMS_MAX_STANDBY, doc="The number of standby replicas for each task."),
+         _field("group_streams_heartbeat_interval_ms"), 1, HEARTBEAT_BOUNDS, doc="The heartbeat interval given to the members."),
+    _int("streams.num.standby.replicas", _I, "group.streams.num.standby.replicas",
+         _field("group_streams_num_standby_replicas"), 0, at_most=STREAMS_MAX_STANDBY, doc="The number of standby replicas for each task."),
     _int("streams.initial.rebalance.delay.ms", _I, "group.streams.initial.rebalance.delay.ms",
          _const("3000"), 0, doc="How long a new streams group waits for more members before "
                                 "its first rebalance."),
@@ -394,3 +397,4 @@ def _valid_alone(name: str, value: str, broker: BrokerConfig) -> bool:
     except KafkaError:
         return False
     return True
+

@@ -141,6 +141,30 @@ class HeartbeatRequest:
     shutdown_application: bool = False
     client_id: str = ""
     client_host: str = ""
+    # (subtopology id, partition, offset sum) of the tasks whose state the member holds, and
+    # their changelogs' end offsets; None: unchanged (sent every task.offset.interval.ms)
+    task_offsets: tuple[tuple[str, int, int], ...] | None = None
+    task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+
+
+@dataclass(frozen=True)
+class MemberTaskOffsets:
+    """What a member last reported (Kafka keeps it in memory only, as here)."""
+
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    end_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+def _nested_offsets(reported: tuple[tuple[str, int, int], ...]) -> dict[str, dict[int, int]] | str:
+    """``subtopology -> partition -> offset``, or INVALID_REQUEST's message for a duplicate."""
+    out: dict[str, dict[int, int]] = {}
+    for sub, partition, offset in reported:
+        parts = out.setdefault(sub, {})
+        if partition in parts:
+            return (f"Task offsets contain a duplicate entry for subtopology {sub} and "
+                    f"partition {partition}.")
+        parts[partition] = offset
+    return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +181,8 @@ class HeartbeatResult:
     # member's endpoint information is current (not sent).
     endpoints: list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]] | None \
         = None
+    task_offset_interval_ms: int = 60_000
+    acceptable_recovery_lag: int = 10_000
 
 
 @dataclass
@@ -191,6 +217,10 @@ class StreamsGroup:
     configured: ConfiguredTopology | None = None
     task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
     shutdown_requested: bool = False
+    # the assignment configs the target was computed with (stored in the group's metadata
+    # record, as Kafka's LastAssignmentConfigs)
+    last_assignment_configs: dict[str, str] = field(default_factory=dict)
+    task_offsets: dict[str, MemberTaskOffsets] = field(default_factory=dict)  # by member id
     # Bumped when a member's tasks or endpoint change: members behind it get the endpoint map.
     endpoint_information_epoch: int = 0
     # what changed since the last take_changes()
@@ -214,6 +244,26 @@ class StreamsGroup:
 
 
 @dataclass(frozen=True)
+class StreamsGroupSettings:
+    """One group's settings: its ``streams.*`` GROUP configs, else the broker's."""
+
+    session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
+    num_standby_replicas: int = 0  # group.streams.num.standby.replicas
+    task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
+    acceptable_recovery_lag: int = 10_000  # group.streams.acceptable.recovery.lag
+    rack_aware_assignment_tags: tuple[str, ...] = ()  # group.streams.rack.aware.assignment.tags
+
+    def assignment_configs(self) -> dict[str, str]:
+        """What the target assignment depends on (Kafka's streamsGroupAssignmentConfigs): a
+        group whose last assignment used others is rebalanced at its next heartbeat."""
+        out = {"num.standby.replicas": str(self.num_standby_replicas)}
+        if self.rack_aware_assignment_tags:
+            out["rack.aware.assignment.tags"] = ",".join(self.rack_aware_assignment_tags)
+        return out
+
+
+@dataclass(frozen=True)
 class StreamsGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
     session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
@@ -221,6 +271,16 @@ class StreamsGroupConfig:
     max_size: int = 2**31 - 1  # group.streams.max.size
     task_offset_interval_ms: int = 60_000
     acceptable_recovery_lag: int = 10_000
+    # group id -> its settings (the streams.* GROUP configs, broker/config/group_configs.py);
+    # None: the fields above for every group
+    settings: Callable[[str], StreamsGroupSettings] | None = field(default=None, compare=False)
+
+    def of(self, group_id: str) -> StreamsGroupSettings:
+        if self.settings is not None:
+            return self.settings(group_id)
+        return StreamsGroupSettings(self.session_timeout_ms, self.heartbeat_interval_ms,
+                                    self.num_standby_replicas, self.task_offset_interval_ms,
+                                    self.acceptable_recovery_lag)
 
 
 class StreamsGroupCoordinator:
@@ -265,16 +325,19 @@ class StreamsGroupCoordinator:
             return
         group.task_counts = counts
         self._bump(group)
+        settings = self.config.of(group.group_id)
+        group.last_assignment_configs = settings.assignment_configs()
         stateful = ({s.subtopology_id for s in group.topology.subtopologies
                      if s.state_changelog_topics} if group.topology is not None else set())
         specs = {m.member_id: MemberSpec(
             m.process_id,
             union(m.assigned.active, union(m.pending_revocation.active,
                                        group.target.get(m.member_id, EMPTY_TASKS).active)),
-            union(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby))
+            union(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby),
+            group.task_offsets.get(m.member_id, MemberTaskOffsets()).offsets)
             for m in group.members.values()}
         computed: dict[str, MemberTasks] = assign_tasks(
-            specs, counts, stateful, self.config.num_standby_replicas)
+            specs, counts, stateful, settings.num_standby_replicas)
         target = {m: TaskSet(t.active, t.standby, t.warmup) for m, t in computed.items()}
         for member_id, tasks in target.items():
             if group.target.get(member_id) != tasks:
@@ -335,6 +398,7 @@ class StreamsGroupCoordinator:
     def _remove_member(self, group: StreamsGroup, member: StreamsMember) -> None:
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
+        group.task_offsets.pop(member.member_id, None)
         group.dirty_members.discard(member.member_id)
         group.removed_members.add(member.member_id)
         if not group.members:
@@ -342,7 +406,7 @@ class StreamsGroupCoordinator:
         self._store(group)
 
     def _expire(self, group: StreamsGroup, topics: TopicsView, now_ms: int) -> None:
-        session = self.config.session_timeout_ms
+        session = self.config.of(group.group_id).session_timeout_ms
         expired = [m for m in group.members.values()
                    if now_ms >= m.last_heartbeat_ms + session
                    or (m.revocation_deadline_ms is not None and now_ms >= m.revocation_deadline_ms)]
@@ -353,8 +417,10 @@ class StreamsGroupCoordinator:
 
     def next_deadline(self) -> int | None:
         best: int | None = None
-        session = self.config.session_timeout_ms
         for group in self.groups.values():
+            if not group.members:
+                continue
+            session = self.config.of(group.group_id).session_timeout_ms
             for m in group.members.values():
                 deadline = m.last_heartbeat_ms + session
                 if m.revocation_deadline_ms is not None:
@@ -399,6 +465,11 @@ class StreamsGroupCoordinator:
             return f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2."
         elif req.member_epoch > 0 and req.topology is not None:
             return "Topology can only be provided when (re-)joining."
+        for reported in (req.task_offsets, req.task_end_offsets):
+            if reported is not None:
+                nested = _nested_offsets(reported)
+                if isinstance(nested, str):
+                    return nested
         return None
 
     def heartbeat(self, req: HeartbeatRequest, topics: TopicsView, now_ms: int,
@@ -427,7 +498,18 @@ class StreamsGroupCoordinator:
             return error
         assert member is not None
         changed = self._update_member(group, member, req)
+        settings = self.config.of(group.group_id)
+        if not changed and group.last_assignment_configs != settings.assignment_configs():
+            changed = True  # a GROUP config the assignment depends on changed: rebalance
         member.last_heartbeat_ms = now_ms
+        if req.task_offsets is not None or req.task_end_offsets is not None:
+            old = group.task_offsets.get(member.member_id, MemberTaskOffsets())
+            offsets, ends = (old.offsets if req.task_offsets is None
+                             else _nested_offsets(req.task_offsets),
+                             old.end_offsets if req.task_end_offsets is None
+                             else _nested_offsets(req.task_end_offsets))
+            assert isinstance(offsets, dict) and isinstance(ends, dict)  # _validate checked
+            group.task_offsets[member.member_id] = MemberTaskOffsets(offsets, ends)
         if req.shutdown_application and not group.shutdown_requested:
             group.shutdown_requested = True
         self._update_target(group, topics, force=changed)
@@ -443,8 +525,9 @@ class StreamsGroupCoordinator:
             endpoints = self._endpoints(group)
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
-            self.config.heartbeat_interval_ms, self._status(group, member, creation_errors),
-            member.assigned if send else None, group.endpoint_information_epoch, endpoints)
+            settings.heartbeat_interval_ms, self._status(group, member, creation_errors),
+            member.assigned if send else None, group.endpoint_information_epoch, endpoints,
+            settings.task_offset_interval_ms, settings.acceptable_recovery_lag)
 
     @staticmethod
     def _endpoints(group: StreamsGroup

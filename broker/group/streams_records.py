@@ -6,7 +6,9 @@ read from its generated classes): a key is an int16 record type and non-flexible
 value is an int16 version (0) and a flexible body (compact strings and arrays, a tagged-field
 section at the end of every struct, empty here)::
 
-    type 17 StreamsGroupMetadata        key: group    value: epoch int32, metadata_hash int64
+    type 17 StreamsGroupMetadata        key: group    value: epoch int32, metadata_hash int64,
+            tagged field 1 LastAssignmentConfigs [key str, value str] (the assignment configs
+            the target was computed with; absent: none)
     type 19 StreamsGroupMemberMetadata  key: group, member
             value: instance_id str?, rack_id str?, client_id str, client_host str,
                    rebalance_timeout_ms int32, topology_epoch int32, process_id str,
@@ -57,6 +59,7 @@ TARGET_METADATA = 20
 TARGET_MEMBER = 21
 CURRENT_MEMBER = 22
 TOPOLOGY = 23
+LAST_ASSIGNMENT_CONFIGS_TAG = 1  # a tagged field of the group metadata value
 _GROUP_KEYS = (GROUP_METADATA, TARGET_METADATA, TOPOLOGY)
 _MEMBER_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_MEMBER)
 _ALL_KEYS = frozenset(_GROUP_KEYS + _MEMBER_KEYS)
@@ -138,8 +141,7 @@ def group_records(group: StreamsGroup) -> list[tuple[bytes, bytes | None]]:
             + _INT32.pack(m.rebalance_timeout_ms) + _INT32.pack(m.topology_epoch)
             + _cstr(m.process_id) + endpoint + _key_values(m.client_tags))))
     if group.dirty_group or dirty or group.removed_members or group.dirty_topology:
-        out.append((encode_key(GROUP_METADATA, gid),
-                    _value(_INT32.pack(group.group_epoch) + _INT64.pack(0))))
+        out.append((encode_key(GROUP_METADATA, gid), _group_metadata(group)))
     for m in dirty:
         out.append((encode_key(TARGET_MEMBER, gid, m.member_id),
                     _value(_task_set(group.target.get(m.member_id, TaskSet())))))
@@ -156,6 +158,15 @@ def group_records(group: StreamsGroup) -> list[tuple[bytes, bytes | None]]:
     group.dirty_members.clear()
     group.removed_members.clear()
     return out
+
+
+def _group_metadata(group: StreamsGroup) -> bytes:
+    body = _INT16.pack(0) + _INT32.pack(group.group_epoch) + _INT64.pack(0)
+    if not group.last_assignment_configs:
+        return body + b"\x00"
+    configs = _key_values(tuple(sorted(group.last_assignment_configs.items())))
+    return body + b"\x01" + _uvarint(LAST_ASSIGNMENT_CONFIGS_TAG) + _uvarint(len(configs)) \
+        + configs
 
 
 def deleted_group_records(group_id: str) -> list[tuple[bytes, bytes | None]]:
@@ -268,6 +279,7 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
 @dataclass
 class _GroupRecords:
     epoch: int | None = None
+    last_assignment_configs: dict[str, str] = field(default_factory=dict)
     assignment_epoch: int = 0
     topology: bytes | None = None
     members: dict[str, bytes] = field(default_factory=dict)
@@ -296,6 +308,13 @@ class StreamsGroupReplay:
                 reader = _Reader(value)
                 reader.i16()
                 state.epoch = reader.i32()
+                state.last_assignment_configs = {}
+                if reader.left >= 8:  # older writers of this module stopped here
+                    reader.i64()
+                    configs = reader.tagged_fields().get(LAST_ASSIGNMENT_CONFIGS_TAG)
+                    if configs is not None:
+                        state.last_assignment_configs = dict(
+                            _read_key_values(_Reader(configs)))
             return True
         if record_type == TARGET_METADATA:
             if value is not None:
@@ -323,7 +342,8 @@ class StreamsGroupReplay:
             if state.epoch is None:
                 continue
             group = StreamsGroup(group_id, group_epoch=state.epoch,
-                                 assignment_epoch=state.assignment_epoch)
+                                 assignment_epoch=state.assignment_epoch,
+                                 last_assignment_configs=dict(state.last_assignment_configs))
             if state.topology is not None:
                 group.topology = decode_topology_untrusted(state.topology)
             for member_id, value in state.members.items():

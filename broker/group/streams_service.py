@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from functools import partial
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore
 from broker.group.consumer_records import build_batch
 from broker.group.service import GroupService
 from broker.group.streams_group import (
@@ -28,6 +30,7 @@ from broker.group.streams_group import (
     HeartbeatResult,
     StreamsGroupConfig,
     StreamsGroupCoordinator,
+    StreamsGroupSettings,
 )
 from broker.group.streams_records import (
     StreamsGroupReplay,
@@ -41,12 +44,28 @@ from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 log = logging.getLogger("minibroker")
 
 
+def streams_group_settings(store: GroupConfigStore, group_id: str) -> StreamsGroupSettings:
+    """A streams group's settings: its ``streams.*`` overrides, else the broker's values."""
+    tags = store.value(group_id, "streams.rack.aware.assignment.tags").strip()
+    return StreamsGroupSettings(
+        session_timeout_ms=store.int_value(group_id, "streams.session.timeout.ms"),
+        heartbeat_interval_ms=store.int_value(group_id, "streams.heartbeat.interval.ms"),
+        num_standby_replicas=store.int_value(group_id, "streams.num.standby.replicas"),
+        task_offset_interval_ms=store.int_value(group_id, "streams.task.offset.interval.ms"),
+        acceptable_recovery_lag=store.int_value(group_id, "streams.acceptable.recovery.lag"),
+        rack_aware_assignment_tags=tuple(t.strip() for t in tags.split(",")) if tags else (),
+    )
+
+
 class StreamsGroupService:
     """StreamsGroupHeartbeat, StreamsGroupDescribe's data, deletion and timers."""
 
     def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock,
-                 groups: GroupService, replayed: StreamsGroupReplay) -> None:
-        """``replayed``: the streams-group records the group service's replay collected."""
+                 groups: GroupService, replayed: StreamsGroupReplay,
+                 configs: GroupConfigStore | None = None) -> None:
+        """``replayed``: the streams-group records the group service's replay collected;
+        ``configs``: the groups' ``streams.*`` GROUP configs (None: the broker's for every
+        group)."""
         self._storage = storage
         self._logs = storage.logs
         self._clock = clock
@@ -55,6 +74,7 @@ class StreamsGroupService:
             heartbeat_interval_ms=config.group_streams_heartbeat_interval_ms,
             session_timeout_ms=config.group_streams_session_timeout_ms,
             num_standby_replicas=config.group_streams_num_standby_replicas,
+            settings=None if configs is None else partial(streams_group_settings, configs),
         ))
         self._restore(replayed)
 

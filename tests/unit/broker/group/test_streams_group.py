@@ -203,3 +203,62 @@ def test_endpoint_map_for_interactive_queries():
     assert current.endpoints is None  # up to date: not sent again
     no_endpoint = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
     assert no_endpoint.heartbeat(_join("m1"), READY, 0).endpoints is None
+
+
+def _tasks_of(tasks: dict) -> set[tuple[str, int]]:
+    return {(s, p) for s, ps in tasks.items() for p in ps}
+
+
+def test_assignor_gives_a_task_to_the_member_holding_its_state():
+    """Kafka 4.4's sticky assignor: a task whose owner is gone goes to the member that reports
+    its state (TaskOffsets: a restarted instance under a new member id), not the first by id;
+    among standby holders the most caught-up one first."""
+    counts = {"0": 2, "1": 2}
+    specs = {"a": MemberSpec("p1"), "z": MemberSpec("p2", task_offsets={"1": {0: 50, 1: 70}})}
+    got = assign_tasks(specs, counts, {"1"}, 0)
+    assert _tasks_of(got["z"].active) == {("1", 0), ("1", 1)}
+    assert _tasks_of(got["a"].active) == {("0", 0), ("0", 1)}
+    # standby of a stateful task: the member that ran it as active before, else the standby
+    # holder with the highest offset sum
+    specs = {"a": MemberSpec("p1"), "y": MemberSpec("p2", standby={"1": frozenset({0})},
+                                                     task_offsets={"1": {0: 10}}),
+             "z": MemberSpec("p3", standby={"1": frozenset({0})}, task_offsets={"1": {0: 90}})}
+    got = assign_tasks(specs, {"1": 1}, {"1"}, 1)
+    owner = next(m for m, t in got.items() if t.active)
+    holder = next(m for m, t in got.items() if t.standby)
+    assert owner == "z" and holder == "y"  # the freshest state runs it; the next keeps a copy
+    # a task that moves away keeps a standby copy where it ran (over the least loaded by id)
+    moved = assign_tasks({"z": MemberSpec("p1", active={"1": frozenset({0, 1})}),
+                          "a": MemberSpec("p2"), "b": MemberSpec("p3")},
+                         {"1": 2}, {"1"}, 1)
+    assert _tasks_of(moved["z"].active) == {("1", 0)} and _tasks_of(moved["a"].active) == {
+        ("1", 1)}
+    assert _tasks_of(moved["z"].standby) == {("1", 1)}
+    assert _tasks_of(moved["b"].standby) == {("1", 0)}
+
+
+def test_task_offsets_kept_per_member_and_validated():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    group = c.groups["app"]
+    assert "m1" not in group.task_offsets
+    sent = HeartbeatRequest("app", "m1", one.member_epoch,
+                            task_offsets=(("1", 0, 5), ("1", 1, 7)),
+                            task_end_offsets=(("1", 0, 9),))
+    assert c.heartbeat(sent, READY, 10).error is ErrorCode.NONE
+    assert group.task_offsets["m1"].offsets == {"1": {0: 5, 1: 7}}
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    # null: unchanged; each list on its own
+    c.heartbeat(HeartbeatRequest("app", "m1", one.member_epoch, task_offsets=(("1", 0, 6),)),
+                READY, 20)
+    assert group.task_offsets["m1"].offsets == {"1": {0: 6}}
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    dup = HeartbeatRequest("app", "m1", one.member_epoch,
+                           task_end_offsets=(("1", 0, 1), ("1", 0, 2)))
+    refused = c.heartbeat(dup, READY, 30)
+    assert refused.error is ErrorCode.INVALID_REQUEST
+    assert refused.message == ("Task offsets contain a duplicate entry for subtopology 1 and "
+                               "partition 0.")
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    c.heartbeat(HeartbeatRequest("app", "m1", -1), READY, 40)
+    assert "m1" not in group.task_offsets
