@@ -13,6 +13,7 @@ from broker.group.streams_group import (
     MemberState,
     StreamsGroupConfig,
     StreamsGroupCoordinator,
+    StreamsGroupSettings,
     StreamsGroupState,
 )
 from broker.group.streams_records import StreamsGroupReplay, group_records
@@ -262,3 +263,45 @@ def test_task_offsets_kept_per_member_and_validated():
     assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
     c.heartbeat(HeartbeatRequest("app", "m1", -1), READY, 40)
     assert "m1" not in group.task_offsets
+
+
+def test_group_settings_apply_per_group_and_survive_replay():
+    """The streams.* GROUP configs (a settings lookup per group): session timeout and heartbeat
+    interval per group; a change of the standby count rebalances at the next heartbeat, and the
+    configs the target was computed with are stored (Kafka's LastAssignmentConfigs), so a
+    replayed group is not rebalanced again."""
+    settings = {"app": StreamsGroupSettings(session_timeout_ms=100, heartbeat_interval_ms=7)}
+    config = StreamsGroupConfig(settings=lambda g: settings.get(g, StreamsGroupSettings()))
+    c = StreamsGroupCoordinator(config, _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    assert one.heartbeat_interval_ms == 7
+    other = HeartbeatRequest("other", "o1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                             owned=TaskSet(), process_id="p")
+    assert c.heartbeat(other, READY, 0).heartbeat_interval_ms == 5_000
+    group = c.groups["app"]
+    assert group.last_assignment_configs == {"num.standby.replicas": "0"}
+    assert c.next_deadline() == 100
+    c.tick(READY, 100)
+    assert not group.members and c.groups["other"].members  # 45 s for the other group
+
+    one = c.heartbeat(_join("m1"), READY, 200)
+    c.heartbeat(_join("m2", "p2"), READY, 200)
+    epoch = group.group_epoch
+    assert c.heartbeat(_beat("m1", one.member_epoch), READY, 210).error is ErrorCode.NONE
+    assert group.group_epoch == epoch  # nothing changed
+    settings["app"] = StreamsGroupSettings(session_timeout_ms=100, num_standby_replicas=1)
+    c.heartbeat(_beat("m1", one.member_epoch), READY, 220)
+    assert group.group_epoch == epoch + 1
+    assert any(t.standby for t in group.target.values())
+    assert group.last_assignment_configs == {"num.standby.replicas": "1"}
+
+    records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
+    replay = StreamsGroupReplay()
+    for key, value in records:
+        replay.apply_untrusted(key, value)
+    back = next(g for g in replay.groups(230) if g.group_id == "app")
+    assert back.last_assignment_configs == {"num.standby.replicas": "1"}
+    again = StreamsGroupCoordinator(config, _exact)
+    again.load_group(back, READY)
+    again.heartbeat(_beat("m1", back.members["m1"].member_epoch), READY, 240)
+    assert again.groups["app"].group_epoch == back.group_epoch  # no second rebalance
