@@ -57,6 +57,7 @@ class GroupKey:
     choices: tuple[str, ...] | None = None
     internal: bool = False  # described only when set (Kafka's GroupConfig.isInternal)
     doc: str = ""
+    minimum: int | None = None  # the broker's group.*.min for this key, without a maximum
 
 
 def _const(value: str) -> Callable[[BrokerConfig], str]:
@@ -84,6 +85,8 @@ LOCK_BOUNDS = (15_000, 60_000)
 DELIVERY_BOUNDS = (2, 10)
 RECORD_LOCKS_BOUNDS = (100, 4_000)
 STREAMS_MAX_STANDBY = 2
+STREAMS_MIN_TASK_OFFSET_INTERVAL = 15_000  # group.streams.min.task.offset.interval.ms
+STREAMS_MAX_WARMUP = 20  # group.streams.max.warmup.replicas
 STREAMS_ASSIGNORS = ("sticky",)
 
 KEYS: dict[str, GroupKey] = {k.name: k for k in (
@@ -144,10 +147,10 @@ KEYS: dict[str, GroupKey] = {k.name: k for k in (
              _const(""), doc="The tag keys used for rack-aware standby task assignment."),
     GroupKey("streams.assignor.offload.enable", _B, "group.streams.assignor.offload.enable",
              _const("true"), internal=True),
-    _int("streams.task.offset.interval.ms", _I, "group.streams.task.offset.interval.ms",
-         _const("60000"), 0, internal=True),
+    GroupKey("streams.task.offset.interval.ms", _I, "group.streams.task.offset.interval.ms",
+             _const("60000"), 0, internal=True, minimum=STREAMS_MIN_TASK_OFFSET_INTERVAL),
     _int("streams.num.warmup.replicas", _I, "group.streams.num.warmup.replicas", _const("2"),
-         0, internal=True),
+         0, at_most=STREAMS_MAX_WARMUP, internal=True),
     GroupKey("streams.acceptable.recovery.lag", ConfigType.LONG,
              "group.streams.acceptable.recovery.lag", _const("10000"), 0, internal=True),
     GroupKey("streams.assignor.name", _S, "group.streams.assignors", _const("sticky"),
@@ -241,6 +244,9 @@ def validate(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[str, ob
         if key.at_most is not None and isinstance(number, int) and number > key.at_most:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"{name} must be less than or equal to {key.at_most}")
+        if key.minimum is not None and isinstance(number, int) and number < key.minimum:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{name} must be greater than or equal to {key.minimum}")
     assignor = parsed.get("streams.assignor.name")
     if assignor is not None and assignor not in STREAMS_ASSIGNORS:
         raise KafkaError(ErrorCode.INVALID_CONFIG,

@@ -78,6 +78,7 @@ from protocol.errors import ErrorCode
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+NEW_GROUP_EPOCH = 1  # a streams group's epoch before its first bump (Kafka 4.4's StreamsGroup)
 ASSIGNOR_NAME = "sticky"
 
 
@@ -390,8 +391,6 @@ class StreamsGroupCoordinator:
         if before != (member.member_epoch, member.state, member.assigned,
                       member.pending_revocation):
             group.dirty_members.add(member.member_id)
-        if before[2] != member.assigned:
-            group.endpoint_information_epoch += 1
 
     # -- timers ------------------------------------------------------------------------------
 
@@ -490,13 +489,19 @@ class StreamsGroupCoordinator:
             if req.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                        f"Streams group {req.group_id} not found.", req.member_id)
-            group = self.groups[req.group_id] = StreamsGroup(req.group_id)
+            # Kafka 4.4 starts a new streams group at epoch 1 (its first bump makes it 2)
+            group = self.groups[req.group_id] = StreamsGroup(req.group_id,
+                                                             group_epoch=NEW_GROUP_EPOCH)
+            created = True
+        else:
+            created = False
         member, error = self._member(group, req, now_ms)
         if error is not None:
-            if not group.members and group.group_epoch == 0:
+            if created:
                 self.groups.pop(group.group_id, None)
             return error
         assert member is not None
+        endpoint_before, tasks_before = member.user_endpoint, member.assigned
         changed = self._update_member(group, member, req)
         settings = self.config.of(group.group_id)
         if not changed and group.last_assignment_configs != settings.assignment_configs():
@@ -513,15 +518,17 @@ class StreamsGroupCoordinator:
         if req.shutdown_application and not group.shutdown_requested:
             group.shutdown_requested = True
         self._update_target(group, topics, force=changed)
-        sent_before = (member.member_epoch, member.assigned)
         self._reconcile(group, member, req.owned, now_ms)
         self._store(group)
-        send = (req.member_epoch == JOIN_EPOCH
-                or sent_before != (member.member_epoch, member.assigned)
-                or (req.owned is not None and req.owned != member.assigned))
+        # Kafka sends the tasks when the member joins or they changed (not for an epoch alone)
+        send = req.member_epoch == JOIN_EPOCH or member.assigned != tasks_before
+        # Kafka's rule: the endpoint map changes when this member's endpoint does, or its tasks
+        # do while it has one; a member whose epoch of it differs gets the map (maybe empty)
+        if member.user_endpoint != endpoint_before or (
+                member.user_endpoint is not None and member.assigned != tasks_before):
+            group.endpoint_information_epoch += 1
         endpoints = None
-        if req.endpoint_information_epoch < group.endpoint_information_epoch \
-                and any(m.user_endpoint is not None for m in group.members.values()):
+        if req.endpoint_information_epoch != group.endpoint_information_epoch:
             endpoints = self._endpoints(group)
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
@@ -643,8 +650,6 @@ class StreamsGroupCoordinator:
         if changed or metadata != (member.instance_id, member.rack_id, member.client_id,
                                    member.client_host, member.rebalance_timeout_ms,
                                    member.user_endpoint, member.client_tags):
-            if member.user_endpoint != metadata[5]:
-                group.endpoint_information_epoch += 1
             (member.instance_id, member.rack_id, member.client_id, member.client_host,
              member.rebalance_timeout_ms, member.user_endpoint, member.client_tags) = metadata
             group.dirty_members.add(member.member_id)

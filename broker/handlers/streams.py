@@ -97,8 +97,9 @@ def _topic_info_out(t: TopicInfo) -> dict:
 @handles(ApiKey.STREAMS_GROUP_HEARTBEAT)
 def streams_group_heartbeat(broker: Broker, header, request):
     def refused(code: ErrorCode, message: str | None = None) -> dict:
+        # Kafka answers an error with an otherwise empty response (no member id, no status)
         return {"throttle_time_ms": 0, "error_code": code, "error_message": message,
-                "member_id": request.member_id}
+                "member_id": "", "status": []}
 
     if broker.streams is None:
         return refused(ErrorCode.UNSUPPORTED_VERSION)
@@ -126,6 +127,8 @@ def streams_group_heartbeat(broker: Broker, header, request):
         task_end_offsets=_task_offsets_in(request.task_end_offsets),
     )
     def encode(result: HeartbeatResult) -> dict:
+        if result.error != ErrorCode.NONE:
+            return refused(result.error, result.message)
         tasks = result.tasks
         out = {
             "throttle_time_ms": 0,
@@ -134,9 +137,8 @@ def streams_group_heartbeat(broker: Broker, header, request):
             "member_id": result.member_id,
             "member_epoch": result.member_epoch,
             "heartbeat_interval_ms": result.heartbeat_interval_ms,
-            "status": (None if result.status is None else
-                       [{"status_code": int(code), "status_detail": detail}
-                        for code, detail in result.status]),
+            "status": [{"status_code": int(code), "status_detail": detail}
+                       for code, detail in result.status or ()],
             "active_tasks": None if tasks is None else _tasks_out(tasks.active),
             "standby_tasks": None if tasks is None else _tasks_out(tasks.standby),
             "warmup_tasks": None if tasks is None else _tasks_out(tasks.warmup),
@@ -151,8 +153,7 @@ def streams_group_heartbeat(broker: Broker, header, request):
         if result.error == ErrorCode.NONE and result.heartbeat_interval_ms:
             out["task_offset_interval_ms"] = result.task_offset_interval_ms
             out["acceptable_recovery_lag"] = result.acceptable_recovery_lag
-            out["acceptable_recovery_lag_legacy"] = min(result.acceptable_recovery_lag,
-                                                        2**31 - 1)  # v0: an int32
+            # v0's int32 field: Kafka 4.4 leaves it 0 (it sets only v1's int64)
         return out
 
     return reply(broker.streams.heartbeat(heartbeat, broker.clock.now_ms()), encode)

@@ -220,14 +220,14 @@ def test_streams_group_configs_and_task_offsets(broker):
         epoch = described.group_epoch
 
         _alter_group(conn, app, streams_heartbeat_interval_ms="6000",
-                     streams_num_standby_replicas="0", streams_task_offset_interval_ms="2000")
+                     streams_num_standby_replicas="0", streams_task_offset_interval_ms="20000")
         body = {"task_offsets": [{"subtopology_id": "1", "partition": 1, "offset": 40},
                                  {"subtopology_id": "1", "partition": 0, "offset": 30}],
                 "task_end_offsets": [{"subtopology_id": "1", "partition": 0, "offset": 35}]}
         beat = conn.request(ApiKey.STREAMS_GROUP_HEARTBEAT, 1, {
             "group_id": app, "member_id": "m1", "member_epoch": one.member_epoch, **body})
         assert beat.error_code == ErrorCode.NONE
-        assert beat.heartbeat_interval_ms == 6000 and beat.task_offset_interval_ms == 2000
+        assert beat.heartbeat_interval_ms == 6000 and beat.task_offset_interval_ms == 20000
         described = _describe(conn, app)
         assert described.group_epoch == epoch + 1  # the standby count changed: a rebalance
         assert all(not m.target_assignment.standby_tasks for m in described.members)

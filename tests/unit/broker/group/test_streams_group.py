@@ -118,21 +118,21 @@ READY = Topics(words=2, **{"app-rep": 2, "app-store-changelog": 2})
 def test_revoke_before_assign_then_replay():
     c = StreamsGroupCoordinator(StreamsGroupConfig(num_standby_replicas=0), _exact)
     one = c.heartbeat(_join("m1"), READY, 0)
-    assert one.error is ErrorCode.NONE and one.member_epoch == 1
+    assert one.error is ErrorCode.NONE and one.member_epoch == 2  # a new group starts at epoch 1 (Kafka 4.4)
     assert one.tasks == TaskSet({"0": frozenset({0, 1}), "1": frozenset({0, 1})})
     two = c.heartbeat(_join("m2", "p2"), READY, 10)
     assert two.tasks == TaskSet()  # everything still active at m1
     group = c.groups["app"]
     assert group.state is StreamsGroupState.RECONCILING
-    revoke = c.heartbeat(_beat("m1", 1, one.tasks), READY, 20)
-    assert revoke.member_epoch == 1 and revoke.tasks is not None
+    revoke = c.heartbeat(_beat("m1", 2, one.tasks), READY, 20)
+    assert revoke.member_epoch == 2 and revoke.tasks is not None
     assert group.members["m1"].state is MemberState.UNREVOKED_TASKS
     still = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 25)
     assert still.tasks is None or still.tasks == TaskSet()  # m1 has not revoked yet
-    done = c.heartbeat(_beat("m1", 1, revoke.tasks), READY, 30)
-    assert done.member_epoch == 2
+    done = c.heartbeat(_beat("m1", 2, revoke.tasks), READY, 30)
+    assert done.member_epoch == 3
     got = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 40)
-    assert got.member_epoch == 2 and got.tasks is not None
+    assert got.member_epoch == 3 and got.tasks is not None
     assert group.state is StreamsGroupState.STABLE
     mine = {(s, p) for s, ps in revoke.tasks.active.items() for p in ps}
     theirs = {(s, p) for s, ps in got.tasks.active.items() for p in ps}
@@ -140,7 +140,7 @@ def test_revoke_before_assign_then_replay():
 
     # a heartbeat that changes nothing writes nothing
     records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
-    assert c.heartbeat(_beat("m1", 2), READY, 45).tasks is None
+    assert c.heartbeat(_beat("m1", 3), READY, 45).tasks is None
     assert c.take_changes() == []
 
     # fenced epochs; a leave bumps the group epoch
@@ -148,12 +148,12 @@ def test_revoke_before_assign_then_replay():
     assert c.heartbeat(_beat("nobody", 1), READY, 50).error is ErrorCode.UNKNOWN_MEMBER_ID
 
     # offsets: the member's epoch, or epoch -1 with no member while empty
-    assert c.validate_offset_commit("app", "m1", 2, 9, [("words", 0)]) == [ErrorCode.NONE]
-    assert c.validate_offset_commit("app", "m1", 1, 9, [("words", 0)]) == [
+    assert c.validate_offset_commit("app", "m1", 3, 9, [("words", 0)]) == [ErrorCode.NONE]
+    assert c.validate_offset_commit("app", "m1", 2, 9, [("words", 0)]) == [
         ErrorCode.STALE_MEMBER_EPOCH]
-    assert c.validate_offset_commit("app", "m1", 1, 5, [("words", 0)], True) == [
+    assert c.validate_offset_commit("app", "m1", 2, 5, [("words", 0)], True) == [
         ErrorCode.ILLEGAL_GENERATION]
-    assert c.validate_offset_commit("app", "x", 2, 9, [("words", 0)]) == [
+    assert c.validate_offset_commit("app", "x", 3, 9, [("words", 0)]) == [
         ErrorCode.UNKNOWN_MEMBER_ID]
 
     # the records replay to the same group
