@@ -35,9 +35,10 @@ builds the groups at the end; a group without its metadata record (17) is not re
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker.group.consumer_records import _cstr, _uvarint, encode_key
+from broker.group.modern_records import LatestRecords, RecordTypes
 from broker.group.streams_assignor import Tasks, TaskSet
 from broker.group.streams_group import (
     MemberState,
@@ -51,7 +52,6 @@ from broker.group.streams_topology import (
     Topology,
 )
 from protocol.bounded import BoundedReader
-from protocol.errors import CorruptFrameError
 
 GROUP_METADATA = 17
 MEMBER_METADATA = 19
@@ -276,76 +276,55 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     return None
 
 
-@dataclass
-class _GroupRecords:
-    epoch: int | None = None
-    last_assignment_configs: dict[str, str] = field(default_factory=dict)
-    assignment_epoch: int = 0
-    topology: bytes | None = None
-    members: dict[str, bytes] = field(default_factory=dict)
-    targets: dict[str, bytes] = field(default_factory=dict)
-    currents: dict[str, bytes] = field(default_factory=dict)
+@dataclass(frozen=True)
+class _Metadata:
+    epoch: int
+    last_assignment_configs: dict[str, str]
+
+
+def _metadata_untrusted(value: bytes) -> _Metadata:
+    reader = _Reader(value)
+    reader.i16()
+    epoch = reader.i32()
+    configs: dict[str, str] = {}
+    if reader.left >= 8:  # older writers of this module stopped here
+        reader.i64()
+        tagged = reader.tagged_fields().get(LAST_ASSIGNMENT_CONFIGS_TAG)
+        if tagged is not None:
+            configs = dict(_read_key_values(_Reader(tagged)))
+    return _Metadata(epoch, configs)
+
+
+_TYPES = RecordTypes(GROUP_METADATA, TARGET_METADATA, MEMBER_METADATA, TARGET_MEMBER,
+                     CURRENT_MEMBER, frozenset({TOPOLOGY}))
 
 
 class StreamsGroupReplay:
-    """Collects the streams-group records of ``__consumer_offsets``; ``groups()`` builds them."""
+    """Collects the streams-group records of ``__consumer_offsets`` (``modern_records.py``'s
+    rule: each key's latest value); ``groups()`` builds them."""
 
     def __init__(self) -> None:
-        self._groups: dict[str, _GroupRecords] = {}
+        self._records: LatestRecords[_Metadata] = LatestRecords(
+            _TYPES, decode_key_untrusted, _metadata_untrusted, "streams group record")
 
     def apply_untrusted(self, key: bytes | None, value: bytes | None) -> bool:
         """Take one record; False if it is not a streams-group record. Raises
         CorruptFrameError."""
-        decoded = decode_key_untrusted(key)
-        if decoded is None:
-            return False
-        record_type, group_id, member_id = decoded
-        state = self._groups.setdefault(group_id, _GroupRecords())
-        if record_type == GROUP_METADATA:
-            if value is None:
-                del self._groups[group_id]
-            else:
-                reader = _Reader(value)
-                reader.i16()
-                state.epoch = reader.i32()
-                state.last_assignment_configs = {}
-                if reader.left >= 8:  # older writers of this module stopped here
-                    reader.i64()
-                    configs = reader.tagged_fields().get(LAST_ASSIGNMENT_CONFIGS_TAG)
-                    if configs is not None:
-                        state.last_assignment_configs = dict(
-                            _read_key_values(_Reader(configs)))
-            return True
-        if record_type == TARGET_METADATA:
-            if value is not None:
-                reader = _Reader(value)
-                reader.i16()
-                state.assignment_epoch = reader.i32()
-            return True
-        if record_type == TOPOLOGY:
-            state.topology = None if value is None else bytes(value)
-            return True
-        table = {MEMBER_METADATA: state.members, TARGET_MEMBER: state.targets,
-                 CURRENT_MEMBER: state.currents}[record_type]
-        if member_id is None:
-            raise CorruptFrameError("streams group member record without a member id")
-        if value is None:
-            table.pop(member_id, None)
-        else:
-            table[member_id] = bytes(value)
-        return True
+        return self._records.apply_untrusted(key, value)
 
     def groups(self, now_ms: int) -> list[StreamsGroup]:
         """The groups, members' sessions starting at ``now_ms``. Raises CorruptFrameError."""
         out = []
-        for group_id, state in self._groups.items():
-            if state.epoch is None:
+        for group_id, state in self._records.groups.items():
+            if state.metadata is None:
                 continue
-            group = StreamsGroup(group_id, group_epoch=state.epoch,
-                                 assignment_epoch=state.assignment_epoch,
-                                 last_assignment_configs=dict(state.last_assignment_configs))
-            if state.topology is not None:
-                group.topology = decode_topology_untrusted(state.topology)
+            group = StreamsGroup(
+                group_id, group_epoch=state.metadata.epoch,
+                assignment_epoch=state.assignment_epoch,
+                last_assignment_configs=dict(state.metadata.last_assignment_configs))
+            topology = state.other.get(TOPOLOGY)
+            if topology is not None:
+                group.topology = decode_topology_untrusted(topology)
             for member_id, value in state.members.items():
                 r = _Reader(value)
                 r.i16()
