@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.group.consumer_model import RegexCompiler, TopicsView, _re2_compiler
+from broker.group.modern_group import ModernGroupCoordinator
 from broker.group.offsets import valid_group_id
 from broker.group.reconciliation import Finding, lookup
 from broker.group.streams_assignor import (
@@ -284,15 +285,15 @@ class StreamsGroupConfig:
                                     self.acceptable_recovery_lag)
 
 
-class StreamsGroupCoordinator:
-    """Every Streams-protocol group of this broker."""
+class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
+    """Every Streams-protocol group of this broker (their keeping, deletion and changes to
+    write: ``modern_group.py``)."""
 
     def __init__(self, config: StreamsGroupConfig,
                  compile_regex: RegexCompiler = _re2_compiler) -> None:
+        super().__init__()
         self.config = config
-        self.groups: dict[str, StreamsGroup] = {}
         self._compile_regex = compile_regex
-        self._to_store: dict[str, bool] = {}  # group id -> deleted
 
     # -- topology and target -----------------------------------------------------------------
 
@@ -717,31 +718,9 @@ class StreamsGroupCoordinator:
 
     # -- admin and persistence -----------------------------------------------------------------
 
-    def delete_group(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group.members:
-            return ErrorCode.NON_EMPTY_GROUP
-        del self.groups[group_id]
-        self._to_store[group_id] = True
-        return ErrorCode.NONE
-
-    def remove_empty_groups(self, keep: Callable[[str], bool]) -> None:
-        for group_id, group in list(self.groups.items()):
-            if not group.members and not keep(group_id):
-                self.delete_group(group_id)
-
-    def _store(self, group: StreamsGroup) -> None:
-        if group.dirty_group or group.dirty_topology or group.dirty_members \
-                or group.removed_members:
-            self._to_store.setdefault(group.group_id, False)
-
-    def take_changes(self) -> list[tuple[str, StreamsGroup | None]]:
-        out = [(g, None if deleted else self.groups.get(g))
-               for g, deleted in self._to_store.items()]
-        self._to_store = {}
-        return out
+    def _has_changes(self, group: StreamsGroup) -> bool:
+        return bool(group.dirty_group or group.dirty_topology or group.dirty_members
+                    or group.removed_members)
 
     def load_group(self, group: StreamsGroup, topics: TopicsView) -> None:
         """Restore a group read back from ``__consumer_offsets``: epochs, members, assignments
