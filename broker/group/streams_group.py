@@ -147,6 +147,7 @@ class HeartbeatRequest:
     # their changelogs' end offsets; None: unchanged (sent every task.offset.interval.ms)
     task_offsets: tuple[tuple[str, int, int], ...] | None = None
     task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+    api_version: int = 1
 
 
 @dataclass(frozen=True)
@@ -218,7 +219,7 @@ class StreamsGroup:
     target: dict[str, TaskSet] = field(default_factory=dict)
     configured: ConfiguredTopology | None = None
     task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
-    shutdown_requested: bool = False
+    shutdown_requested_by: str | None = None  # the last member that asked (in memory, as Kafka)
     # the assignment configs the target was computed with (stored in the group's metadata
     # record, as Kafka's LastAssignmentConfigs)
     last_assignment_configs: dict[str, str] = field(default_factory=dict)
@@ -402,7 +403,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         group.dirty_members.discard(member.member_id)
         group.removed_members.add(member.member_id)
         if not group.members:
-            group.shutdown_requested = False
+            group.shutdown_requested_by = None
         self._store(group)
 
     def _expire(self, group: StreamsGroup, topics: TopicsView, now_ms: int) -> None:
@@ -516,8 +517,8 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
                              else _nested_offsets(req.task_end_offsets))
             assert isinstance(offsets, dict) and isinstance(ends, dict)  # _validate checked
             group.task_offsets[member.member_id] = MemberTaskOffsets(offsets, ends)
-        if req.shutdown_application and not group.shutdown_requested:
-            group.shutdown_requested = True
+        if req.shutdown_application and group.shutdown_requested_by is None:
+            group.shutdown_requested_by = member.member_id  # the first asker (Kafka)
         self._update_target(group, topics, force=changed)
         self._reconcile(group, member, req.owned, now_ms)
         self._store(group)
@@ -533,7 +534,8 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             endpoints = self._endpoints(group)
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
-            settings.heartbeat_interval_ms, self._status(group, member, creation_errors),
+            settings.heartbeat_interval_ms,
+            self._status(group, member, creation_errors, settings, req.api_version),
             member.assigned if send else None, group.endpoint_information_epoch, endpoints,
             settings.task_offset_interval_ms, settings.acceptable_recovery_lag)
 
@@ -561,7 +563,9 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
                 if m.user_endpoint is not None]
 
     def _status(self, group: StreamsGroup, member: StreamsMember,
-                creation_errors: Mapping[str, str] | None) -> tuple[tuple[Status, str], ...]:
+                creation_errors: Mapping[str, str] | None,
+                settings: StreamsGroupSettings | None = None, api_version: int = 1,
+                ) -> tuple[tuple[Status, str], ...]:
         out: list[tuple[Status, str]] = []
         if group.topology is not None and member.topology_epoch < group.topology.epoch:
             out.append((Status.STALE_TOPOLOGY,
@@ -572,10 +576,18 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         if creation_errors:
             out.append((Status.MISSING_INTERNAL_TOPICS, "Unable to create internal topics: "
                         + "; ".join(f"{n}: {e}" for n, e in sorted(creation_errors.items()))))
-        if group.shutdown_requested:
+        if group.shutdown_requested_by is not None:
             out.append((Status.SHUTDOWN_APPLICATION,
-                        "A KafkaStreams instance encountered a fatal error and requested a "
-                        "shutdown for the entire application."))
+                        f"Streams group member {group.shutdown_requested_by} encountered a fatal "
+                        "error and requested a shutdown for the entire application."))
+        if settings is not None and api_version >= 1 and settings.rack_aware_assignment_tags:
+            have = {k for k, _ in member.client_tags}
+            missing = [t for t in settings.rack_aware_assignment_tags if t not in have]
+            if missing:
+                out.append((Status.MISSING_CLIENT_TAGS,
+                            "Missing required client tags for rack-aware standby assignment: "
+                            f"[{', '.join(missing)}]. Configure them via 'client.tag.<tagKey>' "
+                            "in your Streams config."))
         return tuple(out)
 
     def _member(self, group: StreamsGroup, req: HeartbeatRequest, now_ms: int
@@ -661,6 +673,8 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         if group is None:
             return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                    f"Streams group {req.group_id} not found.", req.member_id)
+        if req.shutdown_application and group.shutdown_requested_by is None:
+            group.shutdown_requested_by = req.member_id  # before the member check, as Kafka
         member = group.members.get(req.member_id)
         if member is None:
             return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,

@@ -125,6 +125,7 @@ def streams_group_heartbeat(broker: Broker, header, request):
         client_host=peer.client_host(),
         task_offsets=_task_offsets_in(request.task_offsets),
         task_end_offsets=_task_offsets_in(request.task_end_offsets),
+        api_version=header.api_version,
     )
     def encode(result: HeartbeatResult) -> dict:
         if result.error != ErrorCode.NONE:

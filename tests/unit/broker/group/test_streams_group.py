@@ -305,3 +305,31 @@ def test_group_settings_apply_per_group_and_survive_replay():
     again.load_group(back, READY)
     again.heartbeat(_beat("m1", back.members["m1"].member_epoch), READY, 240)
     assert again.groups["app"].group_epoch == back.group_epoch  # no second rebalance
+
+
+def test_missing_client_tags_and_shutdown_statuses():
+    """Kafka 4.4's statuses: a v1 member without a tag of streams.rack.aware.assignment.tags
+    hears MISSING_CLIENT_TAGS (v0: not); SHUTDOWN_APPLICATION names the first member that asked
+    and is cleared when the group empties."""
+    tags = StreamsGroupSettings(rack_aware_assignment_tags=("zone", "rack"))
+    c = StreamsGroupCoordinator(StreamsGroupConfig(settings=lambda g: tags), _exact)
+    join = HeartbeatRequest("app", "m1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                            owned=TaskSet(), process_id="p1", client_tags=(("zone", "a"),))
+    one = c.heartbeat(join, READY, 0)
+    assert one.status == ((Status.MISSING_CLIENT_TAGS,
+                           "Missing required client tags for rack-aware standby assignment: "
+                           "[rack]. Configure them via 'client.tag.<tagKey>' in your Streams "
+                           "config."),)
+    v0 = HeartbeatRequest("app", "m1", one.member_epoch, api_version=0)
+    assert c.heartbeat(v0, READY, 1).status == ()
+    c.heartbeat(_join("m2", "p2"), READY, 2)
+    for member in ("m2", "m1"):
+        asked = HeartbeatRequest("app", member, c.groups["app"].members[member].member_epoch,
+                                 shutdown_application=True, api_version=0)
+        status = c.heartbeat(asked, READY, 3).status
+    assert status[-1] == (Status.SHUTDOWN_APPLICATION,
+                          "Streams group member m2 encountered a fatal error and requested a "
+                          "shutdown for the entire application.")
+    for member in ("m1", "m2"):
+        c.heartbeat(HeartbeatRequest("app", member, -1), READY, 4)
+    assert c.groups["app"].shutdown_requested_by is None
