@@ -13,10 +13,11 @@ than its heartbeat interval (the broker's value standing in for the one not over
 Who applies what: ``share.*`` the share service (broker/share/service.py); ``consumer.session
 .timeout.ms`` / ``consumer.heartbeat.interval.ms`` the consumer-protocol groups through
 ``GroupConfigStore.int_value`` (the hook broker/group reads); the streams groups their session
-timeout, heartbeat interval, standby replicas, task offset interval, acceptable recovery lag and
-rack-aware tags (broker/group/streams_service.py, as Kafka 4.4; its sticky assignor reads no tags, and
-its warm-up replicas change nothing); the others (assignment intervals, initial rebalance delays,
-dead-letter queues, renew acknowledgements) are kept and described, not used.
+timeout, heartbeat interval, standby replicas, task offset interval, acceptable recovery lag,
+initial rebalance delay and rack-aware tags (broker/group/streams_service.py, as Kafka 4.4; its
+sticky assignor reads no tags, and its warm-up replicas change nothing); the others (assignment
+intervals, the consumer groups' initial delays, dead-letter queues, renew acknowledgements) are
+kept and described, not used.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ KEYS: dict[str, GroupKey] = {k.name: k for k in (
     _int("streams.num.standby.replicas", _I, "group.streams.num.standby.replicas",
          _field("group_streams_num_standby_replicas"), 0, at_most=STREAMS_MAX_STANDBY, doc="The number of standby replicas for each task."),
     _int("streams.initial.rebalance.delay.ms", _I, "group.streams.initial.rebalance.delay.ms",
-         _const("3000"), 0, doc="How long a new streams group waits for more members before "
+         _field("group_streams_initial_rebalance_delay_ms"), 0, doc="How long a new streams group waits for more members before "
                                 "its first rebalance."),
     _int("streams.assignment.interval.ms", _I, "group.streams.assignment.interval.ms",
          _const("1000"), 0, ASSIGNMENT_BOUNDS,

@@ -219,6 +219,8 @@ class StreamsGroup:
     target: dict[str, TaskSet] = field(default_factory=dict)
     configured: ConfiguredTopology | None = None
     task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
+    # the end of the initial rebalance delay (in memory: a timer, as Kafka's); None: not delayed
+    assignment_delayed_until_ms: int | None = None
     shutdown_requested_by: str | None = None  # the last member that asked (in memory, as Kafka)
     # the assignment configs the target was computed with (stored in the group's metadata
     # record, as Kafka's LastAssignmentConfigs)
@@ -256,6 +258,7 @@ class StreamsGroupSettings:
     task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
     acceptable_recovery_lag: int = 10_000  # group.streams.acceptable.recovery.lag
     rack_aware_assignment_tags: tuple[str, ...] = ()  # group.streams.rack.aware.assignment.tags
+    initial_rebalance_delay_ms: int = 0  # group.streams.initial.rebalance.delay.ms
 
     def assignment_configs(self) -> dict[str, str]:
         """What the target assignment depends on (Kafka's streamsGroupAssignmentConfigs): a
@@ -274,6 +277,7 @@ class StreamsGroupConfig:
     max_size: int = 2**31 - 1  # group.streams.max.size
     task_offset_interval_ms: int = 60_000
     acceptable_recovery_lag: int = 10_000
+    initial_rebalance_delay_ms: int = 0  # the broker passes its 3000 (Kafka's default)
     # group id -> its settings (the streams.* GROUP configs, broker/config/group_configs.py);
     # None: the fields above for every group
     settings: Callable[[str], StreamsGroupSettings] | None = field(default=None, compare=False)
@@ -283,7 +287,8 @@ class StreamsGroupConfig:
             return self.settings(group_id)
         return StreamsGroupSettings(self.session_timeout_ms, self.heartbeat_interval_ms,
                                     self.num_standby_replicas, self.task_offset_interval_ms,
-                                    self.acceptable_recovery_lag)
+                                    self.acceptable_recovery_lag,
+                                    initial_rebalance_delay_ms=self.initial_rebalance_delay_ms)
 
 
 class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
@@ -328,6 +333,14 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             return
         group.task_counts = counts
         self._bump(group)
+        if group.assignment_delayed_until_ms is not None:
+            return  # the initial rebalance delay: computed when it ends (_end_delay)
+        self._compute_target(group)
+
+    def _compute_target(self, group: StreamsGroup) -> None:
+        """The target of every member for the group's configured task counts, stamped with the
+        group epoch."""
+        counts = group.task_counts
         settings = self.config.of(group.group_id)
         group.last_assignment_configs = settings.assignment_configs()
         stateful = ({s.subtopology_id for s in group.topology.subtopologies
@@ -416,9 +429,21 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         if expired:
             self._update_target(group, topics, force=True)
 
+    def _end_delay(self, group: StreamsGroup, now_ms: int) -> None:
+        """At the end of the initial rebalance delay, the target the joins asked for."""
+        until = group.assignment_delayed_until_ms
+        if until is None or now_ms < until:
+            return
+        group.assignment_delayed_until_ms = None
+        if group.members and group.assignment_epoch < group.group_epoch:
+            self._compute_target(group)
+
     def next_deadline(self) -> int | None:
         best: int | None = None
         for group in self.groups.values():
+            until = group.assignment_delayed_until_ms
+            if until is not None and (best is None or until < best):
+                best = until
             if not group.members:
                 continue
             session = self.config.of(group.group_id).session_timeout_ms
@@ -434,6 +459,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         """Expire members whose session or rebalance timeout passed; follow topic changes."""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
+            self._end_delay(group, now_ms)
             if group.members:
                 self._update_target(group, topics, force=False)
             self._store(group)
@@ -485,6 +511,7 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         group = self.groups.get(req.group_id)
         if group is not None:
             self._expire(group, topics, now_ms)
+            self._end_delay(group, now_ms)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req, topics)
         if group is None:
@@ -492,11 +519,12 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
                 return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                        f"Streams group {req.group_id} not found.", req.member_id)
             # Kafka 4.4 starts a new streams group at epoch 1 (its first bump makes it 2)
-            group = self.groups[req.group_id] = StreamsGroup(req.group_id,
-                                                             group_epoch=NEW_GROUP_EPOCH)
+            group = self.groups[req.group_id] = StreamsGroup(
+                req.group_id, group_epoch=NEW_GROUP_EPOCH, assignment_epoch=NEW_GROUP_EPOCH)
             created = True
         else:
             created = False
+        was_empty = not group.members
         member, error = self._member(group, req, now_ms)
         if error is not None:
             if created:
@@ -509,6 +537,10 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         if not changed and group.last_assignment_configs != settings.assignment_configs():
             changed = True  # a GROUP config the assignment depends on changed: rebalance
         member.last_heartbeat_ms = now_ms
+        if was_empty and settings.initial_rebalance_delay_ms > 0 \
+                and group.assignment_delayed_until_ms is None:
+            # Kafka waits this long for more members before a new group's first assignment
+            group.assignment_delayed_until_ms = now_ms + settings.initial_rebalance_delay_ms
         if req.task_offsets is not None or req.task_end_offsets is not None:
             old = group.task_offsets.get(member.member_id, MemberTaskOffsets())
             offsets, ends = (old.offsets if req.task_offsets is None
@@ -571,6 +603,9 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             out.append((Status.STALE_TOPOLOGY,
                         f"The member's topology epoch {member.topology_epoch} is behind the "
                         f"group's topology epoch {group.topology.epoch}."))
+        if group.assignment_delayed_until_ms is not None:
+            out.append((Status.ASSIGNMENT_DELAYED,
+                        "Assignment delayed due to the configured initial rebalance delay."))
         if group.configured is not None:
             out.extend(group.configured.status)
         if creation_errors:

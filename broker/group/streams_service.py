@@ -54,6 +54,7 @@ def streams_group_settings(store: GroupConfigStore, group_id: str) -> StreamsGro
         task_offset_interval_ms=store.int_value(group_id, "streams.task.offset.interval.ms"),
         acceptable_recovery_lag=store.int_value(group_id, "streams.acceptable.recovery.lag"),
         rack_aware_assignment_tags=tuple(t.strip() for t in tags.split(",")) if tags else (),
+        initial_rebalance_delay_ms=store.int_value(group_id, "streams.initial.rebalance.delay.ms"),
     )
 
 
@@ -74,6 +75,7 @@ class StreamsGroupService:
             heartbeat_interval_ms=config.group_streams_heartbeat_interval_ms,
             session_timeout_ms=config.group_streams_session_timeout_ms,
             num_standby_replicas=config.group_streams_num_standby_replicas,
+            initial_rebalance_delay_ms=config.group_streams_initial_rebalance_delay_ms,
             settings=None if configs is None else partial(streams_group_settings, configs),
         ))
         self._restore(replayed)

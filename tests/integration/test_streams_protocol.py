@@ -18,6 +18,7 @@ BROKER_CONFIG = (
     "group.streams.heartbeat.interval.ms=500\n"
     "group.streams.session.timeout.ms=30000\n"
     "group.streams.num.standby.replicas=1\n"
+    "group.streams.initial.rebalance.delay.ms=0\n"
     "offsets.topic.num.partitions=3\n"
     "group.initial.rebalance.delay.ms=0\n"
 )

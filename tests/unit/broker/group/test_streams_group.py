@@ -333,3 +333,23 @@ def test_missing_client_tags_and_shutdown_statuses():
     for member in ("m1", "m2"):
         c.heartbeat(HeartbeatRequest("app", member, -1), READY, 4)
     assert c.groups["app"].shutdown_requested_by is None
+
+
+def test_initial_rebalance_delay():
+    """Kafka 4.4's streams.initial.rebalance.delay.ms: the first member of an empty group waits
+    (status ASSIGNMENT_DELAYED, no tasks, group Assigning) while more join; at its end one
+    target covers them all."""
+    c = StreamsGroupCoordinator(StreamsGroupConfig(initial_rebalance_delay_ms=3000), _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    assert one.tasks == TaskSet() and one.member_epoch == 1
+    assert [code for code, _ in one.status] == [Status.ASSIGNMENT_DELAYED]
+    group = c.groups["app"]
+    assert group.state is StreamsGroupState.ASSIGNING and c.next_deadline() == 3000
+    two = c.heartbeat(_join("m2", "p2"), READY, 1000)
+    assert two.tasks == TaskSet() and two.status[0][0] is Status.ASSIGNMENT_DELAYED
+    c.tick(READY, 3000)  # the timer: both members in one target
+    assert group.assignment_epoch == group.group_epoch == 3
+    assert all(group.target[m].active for m in ("m1", "m2"))
+    got = c.heartbeat(_beat("m1", one.member_epoch, TaskSet()), READY, 3100)
+    assert got.member_epoch == 3 and got.tasks is not None and got.tasks.active
+    assert got.status == ()
