@@ -333,6 +333,9 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
             return
         group.task_counts = counts
         self._bump(group)
+        # stored with the epoch (Kafka's metadata record), so a heartbeat during the initial
+        # delay does not take the configs for changed
+        group.last_assignment_configs = self.config.of(group.group_id).assignment_configs()
         if group.assignment_delayed_until_ms is not None:
             return  # the initial rebalance delay: computed when it ends (_end_delay)
         self._compute_target(group)
@@ -342,7 +345,6 @@ class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
         group epoch."""
         counts = group.task_counts
         settings = self.config.of(group.group_id)
-        group.last_assignment_configs = settings.assignment_configs()
         stateful = ({s.subtopology_id for s in group.topology.subtopologies
                      if s.state_changelog_topics} if group.topology is not None else set())
         specs = {m.member_id: MemberSpec(

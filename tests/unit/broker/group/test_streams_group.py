@@ -353,3 +353,8 @@ def test_initial_rebalance_delay():
     got = c.heartbeat(_beat("m1", one.member_epoch, TaskSet()), READY, 3100)
     assert got.member_epoch == 3 and got.tasks is not None and got.tasks.active
     assert got.status == ()
+    # a heartbeat during the delay changes nothing (the configs went with the epoch)
+    c2 = StreamsGroupCoordinator(StreamsGroupConfig(initial_rebalance_delay_ms=1000), _exact)
+    first = c2.heartbeat(_join("m1"), READY, 0)
+    c2.heartbeat(_beat("m1", first.member_epoch, TaskSet()), READY, 10)
+    assert c2.groups["app"].group_epoch == 2
