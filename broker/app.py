@@ -26,6 +26,7 @@ from broker.config import BrokerConfig
 from broker.config.client_metrics_configs import ClientMetricsConfigStore
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
+from broker.group.streams_records import StreamsGroupReplay
 from broker.group.streams_service import StreamsGroupService
 from broker.handlers.context import Broker, build_telemetry
 from broker.log.manager import LogManager
@@ -79,10 +80,13 @@ def build_broker(
     # Replays __consumer_offsets. Housekeeping: groups.tick(now).
     # GROUP config resources (kafka-configs --entity-type groups), durable in the data dir.
     group_configs = GroupConfigStore(config)
+    # The Streams groups' records are read in the same pass (built into groups further down).
+    streams_replay = StreamsGroupReplay()
     groups = GroupService(config, storage, clock, verify_txn_produce=cross.verify_txn_produce,
                           group_timing=lambda g: (
                               group_configs.int_value(g, "consumer.session.timeout.ms"),
-                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")))
+                              group_configs.int_value(g, "consumer.heartbeat.interval.ms")),
+                          record_replays=[streams_replay])
     cross.attach(groups, transactions)
     # Replays __transaction_state, aborts the ongoing transactions when unsynced writes may have
     # been lost (an unclean shutdown and a machine restart), completes prepared ones, and then
@@ -111,9 +115,10 @@ def build_broker(
     security = Security(config.security, data_dir)
     # Share groups: replays __share_group_state. Housekeeping: share.tick(now).
     share = ShareService(config, storage, clock, group_configs)
-    # Streams groups (KIP-1071): replays their records of __consumer_offsets; their offsets are
-    # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
-    streams = StreamsGroupService(config, storage, clock, groups)
+    # Streams groups (KIP-1071): built from their records the group service's replay collected;
+    # their offsets are the group service's, which asks them to validate commits.
+    # Housekeeping: streams.tick(now).
+    streams = StreamsGroupService(config, storage, clock, groups, streams_replay, group_configs)
     groups.epoch_groups.append(streams)
     # Client telemetry (KIP-714): CLIENT_METRICS subscriptions, durable in the data dir; the
     # manager re-evaluates its clients when one changes and keeps their pushes for /metrics.

@@ -104,6 +104,7 @@ class BrokerConfig:
     group_streams_heartbeat_interval_ms: int = 5_000
     group_streams_session_timeout_ms: int = 45_000
     group_streams_num_standby_replicas: int = 0
+    group_streams_initial_rebalance_delay_ms: int = 3_000
     # The Kafka property names the config file (or a flag) set: DescribeConfigs reports them as
     # STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG.
     static_keys: frozenset[str] = frozenset()
@@ -364,6 +365,9 @@ _PROPERTIES: dict[str, Property] = {
     "group.streams.num.standby.replicas": Property(
         "group_streams_num_standby_replicas", int, 0,
         "Standby replicas of each stateful task in streams groups."),
+    "group.streams.initial.rebalance.delay.ms": Property(
+        "group_streams_initial_rebalance_delay_ms", int, 0,
+        "How long a new streams group waits for more members before its first assignment."),
     "metrics.port": Property("metrics_port", int, 0,
                              "Serve Prometheus metrics on http://metrics.host:PORT/metrics "
                              "(unset: no metrics are counted; as --metrics-port).", _OWN),

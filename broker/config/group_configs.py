@@ -12,8 +12,12 @@ than its heartbeat interval (the broker's value standing in for the one not over
 
 Who applies what: ``share.*`` the share service (broker/share/service.py); ``consumer.session
 .timeout.ms`` / ``consumer.heartbeat.interval.ms`` the consumer-protocol groups through
-``GroupConfigStore.int_value`` (the hook broker/group reads); the others (assignment intervals,
-streams, dead-letter queues, renew acknowledgements) are kept and described, not used.
+``GroupConfigStore.int_value`` (the hook broker/group reads); the streams groups their session
+timeout, heartbeat interval, standby replicas, task offset interval, acceptable recovery lag,
+initial rebalance delay and rack-aware tags (broker/group/streams_service.py, as Kafka 4.4; its
+sticky assignor reads no tags, and its warm-up replicas change nothing); the others (assignment
+intervals, the consumer groups' initial delays, dead-letter queues, renew acknowledgements) are
+kept and described, not used.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class GroupKey:
     choices: tuple[str, ...] | None = None
     internal: bool = False  # described only when set (Kafka's GroupConfig.isInternal)
     doc: str = ""
+    minimum: int | None = None  # the broker's group.*.min for this key, without a maximum
 
 
 def _const(value: str) -> Callable[[BrokerConfig], str]:
@@ -81,6 +86,8 @@ LOCK_BOUNDS = (15_000, 60_000)
 DELIVERY_BOUNDS = (2, 10)
 RECORD_LOCKS_BOUNDS = (100, 4_000)
 STREAMS_MAX_STANDBY = 2
+STREAMS_MIN_TASK_OFFSET_INTERVAL = 15_000  # group.streams.min.task.offset.interval.ms
+STREAMS_MAX_WARMUP = 20  # group.streams.max.warmup.replicas
 STREAMS_ASSIGNORS = ("sticky",)
 
 KEYS: dict[str, GroupKey] = {k.name: k for k in (
@@ -124,15 +131,15 @@ KEYS: dict[str, GroupKey] = {k.name: k for k in (
          doc="The interval between assignment updates for a share group."),
     GroupKey("share.assignor.offload.enable", _B, "group.share.assignor.offload.enable",
              _const("true"), internal=True),
-    _int("streams.session.timeout.ms", _I, "group.streams.session.timeout.ms", _const("45000"),
-         1, SESSION_BOUNDS,
+    _int("streams.session.timeout.ms", _I, "group.streams.session.timeout.ms",
+         _field("group_streams_session_timeout_ms"), 1, SESSION_BOUNDS,
          doc="The timeout to detect client failures when using the streams group protocol."),
     _int("streams.heartbeat.interval.ms", _I, "group.streams.heartbeat.interval.ms",
-         _const("5000"), 1, HEARTBEAT_BOUNDS, doc="The heartbeat interval given to the members."),
-    _int("streams.num.standby.replicas", _I, "group.streams.num.standby.replicas", _const("0"),
-         0, at_most=STREAMS_MAX_STANDBY, doc="The number of standby replicas for each task."),
+         _field("group_streams_heartbeat_interval_ms"), 1, HEARTBEAT_BOUNDS, doc="The heartbeat interval given to the members."),
+    _int("streams.num.standby.replicas", _I, "group.streams.num.standby.replicas",
+         _field("group_streams_num_standby_replicas"), 0, at_most=STREAMS_MAX_STANDBY, doc="The number of standby replicas for each task."),
     _int("streams.initial.rebalance.delay.ms", _I, "group.streams.initial.rebalance.delay.ms",
-         _const("3000"), 0, doc="How long a new streams group waits for more members before "
+         _field("group_streams_initial_rebalance_delay_ms"), 0, doc="How long a new streams group waits for more members before "
                                 "its first rebalance."),
     _int("streams.assignment.interval.ms", _I, "group.streams.assignment.interval.ms",
          _const("1000"), 0, ASSIGNMENT_BOUNDS,
@@ -141,10 +148,10 @@ KEYS: dict[str, GroupKey] = {k.name: k for k in (
              _const(""), doc="The tag keys used for rack-aware standby task assignment."),
     GroupKey("streams.assignor.offload.enable", _B, "group.streams.assignor.offload.enable",
              _const("true"), internal=True),
-    _int("streams.task.offset.interval.ms", _I, "group.streams.task.offset.interval.ms",
-         _const("60000"), 0, internal=True),
+    GroupKey("streams.task.offset.interval.ms", _I, "group.streams.task.offset.interval.ms",
+             _const("60000"), 0, internal=True, minimum=STREAMS_MIN_TASK_OFFSET_INTERVAL),
     _int("streams.num.warmup.replicas", _I, "group.streams.num.warmup.replicas", _const("2"),
-         0, internal=True),
+         0, at_most=STREAMS_MAX_WARMUP, internal=True),
     GroupKey("streams.acceptable.recovery.lag", ConfigType.LONG,
              "group.streams.acceptable.recovery.lag", _const("10000"), 0, internal=True),
     GroupKey("streams.assignor.name", _S, "group.streams.assignors", _const("sticky"),
@@ -238,6 +245,9 @@ def validate(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[str, ob
         if key.at_most is not None and isinstance(number, int) and number > key.at_most:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"{name} must be less than or equal to {key.at_most}")
+        if key.minimum is not None and isinstance(number, int) and number < key.minimum:
+            raise KafkaError(ErrorCode.INVALID_CONFIG,
+                             f"{name} must be greater than or equal to {key.minimum}")
     assignor = parsed.get("streams.assignor.name")
     if assignor is not None and assignor not in STREAMS_ASSIGNORS:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
@@ -394,3 +404,4 @@ def _valid_alone(name: str, value: str, broker: BrokerConfig) -> bool:
     except KafkaError:
         return False
     return True
+

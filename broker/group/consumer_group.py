@@ -67,6 +67,7 @@ from broker.group.consumer_model import MigrationPolicy as MigrationPolicy
 from broker.group.consumer_model import RegexCompiler as RegexCompiler
 from broker.group.consumer_model import TopicsView as TopicsView
 from broker.group.consumer_model import _re2_compiler
+from broker.group.modern_group import ModernGroupCoordinator
 from broker.group.offsets import valid_group_id
 from broker.group.reconciliation import RECONCILE as RECONCILE
 from broker.group.reconciliation import Finding as Finding
@@ -86,8 +87,9 @@ def _new_member_id() -> str:
     return str(uuid.uuid4())
 
 
-class ConsumerGroupCoordinator:
-    """Every consumer-protocol group of this broker."""
+class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
+    """Every consumer-protocol group of this broker (their keeping, deletion and changes to
+    write: ``modern_group.py``)."""
 
     def __init__(
         self,
@@ -95,14 +97,11 @@ class ConsumerGroupCoordinator:
         compile_regex: RegexCompiler = _re2_compiler,
         new_member_id: Callable[[], str] = _new_member_id,
     ) -> None:
+        super().__init__()
         self.config = config
-        self.groups: dict[str, ConsumerGroup] = {}
         self._compile_regex = compile_regex
         self._regexes: dict[str, Callable[[str], bool]] = {}
         self._new_member_id = new_member_id
-        # Groups whose records must be written (take_records), in order; a deleted group maps
-        # to True (its tombstones).
-        self._to_store: dict[str, bool] = {}
         self._downgrades: list[tuple[ConsumerGroup, str]] = []
 
     # -- subscriptions ------------------------------------------------------------------------
@@ -641,39 +640,10 @@ class ConsumerGroupCoordinator:
         group = self.groups.get(group_id)
         return set(group.subscribed) if group is not None else set()
 
-    # -- admin ----------------------------------------------------------------------------------
-
-    def delete_group(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group.members:
-            return ErrorCode.NON_EMPTY_GROUP
-        del self.groups[group_id]
-        self._to_store[group_id] = True
-        return ErrorCode.NONE
-
-    def remove_empty_groups(self, keep: Callable[[str], bool]) -> None:
-        """Forget Empty groups for which ``keep(group_id)`` (offsets left) is False."""
-        for group_id, group in list(self.groups.items()):
-            if not group.members and not keep(group_id):
-                self.delete_group(group_id)
-
     # -- persistence ----------------------------------------------------------------------------
 
-    def _store(self, group: ConsumerGroup) -> None:
-        if group.dirty_group or group.dirty_members or group.removed_members:
-            self._to_store.setdefault(group.group_id, False)
-
-    def take_changes(self) -> list[tuple[str, ConsumerGroup | None]]:
-        """``(group_id, group)`` of every group with changes to write since the last call
-        (None: the group was deleted); the caller writes the records and then calls
-        ``clear_changes`` on each group."""
-        out: list[tuple[str, ConsumerGroup | None]] = []
-        for group_id, deleted in self._to_store.items():
-            out.append((group_id, None if deleted else self.groups.get(group_id)))
-        self._to_store = {}
-        return out
+    def _has_changes(self, group: ConsumerGroup) -> bool:
+        return bool(group.dirty_group or group.dirty_members or group.removed_members)
 
     def load_group(self, group: ConsumerGroup, topics: TopicsView) -> None:
         """Restore a group read back from ``__consumer_offsets`` (broker start): epochs,

@@ -37,7 +37,6 @@ from __future__ import annotations
 import struct
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from broker.group.assignors import Assignment
 from broker.group.consumer_group import (
@@ -46,6 +45,7 @@ from broker.group.consumer_group import (
     ConsumerMember,
     MemberState,
 )
+from broker.group.modern_records import LatestRecords, RecordTypes
 from protocol.bounded import BoundedReader
 from protocol.records import encode_batch
 
@@ -252,59 +252,36 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     return None
 
 
-@dataclass
-class _GroupRecords:
-    epoch: int | None = None
-    assignment_epoch: int = 0
-    members: dict[str, bytes] = field(default_factory=dict)
-    targets: dict[str, bytes] = field(default_factory=dict)
-    currents: dict[str, bytes] = field(default_factory=dict)
+def _group_epoch_untrusted(value: bytes) -> int:
+    reader = _Reader(value)
+    reader.i16()
+    return reader.i32()
+
+
+_TYPES = RecordTypes(GROUP_METADATA, TARGET_METADATA, MEMBER_METADATA, TARGET_MEMBER,
+                     CURRENT_MEMBER)
 
 
 class ConsumerGroupReplay:
-    """Collects the records of ``__consumer_offsets`` at start; ``groups()`` builds the groups."""
+    """Collects the records of ``__consumer_offsets`` at start (``modern_records.py``'s rule:
+    each key's latest value); ``groups()`` builds the groups."""
 
     def __init__(self) -> None:
-        self._groups: dict[str, _GroupRecords] = {}
+        self._records: LatestRecords[int] = LatestRecords(
+            _TYPES, decode_key_untrusted, _group_epoch_untrusted, "consumer group record")
 
     def apply_untrusted(self, key: bytes | None, value: bytes | None) -> bool:
         """Take one record; False if it is not a consumer-group record. Raises
         CorruptFrameError."""
-        decoded = decode_key_untrusted(key)
-        if decoded is None:
-            return False
-        record_type, group_id, member_id = decoded
-        state = self._groups.setdefault(group_id, _GroupRecords())
-        if record_type == GROUP_METADATA:
-            if value is None:
-                del self._groups[group_id]
-            else:
-                reader = _Reader(value)
-                reader.i16()
-                state.epoch = reader.i32()
-            return True
-        if record_type == TARGET_METADATA:
-            if value is not None:
-                reader = _Reader(value)
-                reader.i16()
-                state.assignment_epoch = reader.i32()
-            return True
-        table = {MEMBER_METADATA: state.members, TARGET_MEMBER: state.targets,
-                 CURRENT_MEMBER: state.currents}[record_type]
-        assert member_id is not None
-        if value is None:
-            table.pop(member_id, None)
-        else:
-            table[member_id] = bytes(value)
-        return True
+        return self._records.apply_untrusted(key, value)
 
     def groups(self, topic_name: TopicNameOf, now_ms: int) -> list[ConsumerGroup]:
         """The groups, members' sessions starting at ``now_ms``. Raises CorruptFrameError."""
         out = []
-        for group_id, state in self._groups.items():
-            if state.epoch is None:
+        for group_id, state in self._records.groups.items():
+            if state.metadata is None:
                 continue
-            group = ConsumerGroup(group_id, group_epoch=state.epoch,
+            group = ConsumerGroup(group_id, group_epoch=state.metadata,
                                   assignment_epoch=state.assignment_epoch)
             for member_id, value in state.members.items():
                 r = _Reader(value)

@@ -81,6 +81,15 @@ APPEND_ERRORS = {
 VerifyTxnProduce = Callable[[Partition, Any, str | None], None]
 
 
+class RecordReplay(Protocol):
+    """Another protocol's records of ``__consumer_offsets`` (the Streams groups':
+    ``streams_records.StreamsGroupReplay``), fed in the group service's one pass at start."""
+
+    def apply_untrusted(self, key: bytes | None, value: bytes | None) -> bool:
+        """Take one record; False if it is not of this kind. Raises CorruptFrameError."""
+        ...
+
+
 class EpochGroups(Protocol):
     """Another protocol's groups, whose offsets are kept here (``StreamsGroupService``)."""
 

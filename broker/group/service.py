@@ -23,7 +23,8 @@ handlers (``broker/handlers/groups.py``) decode the requests and build the respo
 - Replay: the constructor reads every ``__consumer_offsets`` partition back into the offset store
   and restores each group from its latest metadata record, members and assignments included, so
   members keep heartbeating across a restart (before the broker accepts connections, so there is
-  no loading state).
+  no loading state). Records of other protocols' groups (the Streams groups') go, in the same
+  pass, to the ``record_replays`` the composition root passes in.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ from broker.group.offset_service import (
     INT64_MAX,
     EpochGroups,
     GroupOffsets,
+    RecordReplay,
     VerifyTxnProduce,
     after_all,
 )
@@ -127,6 +129,9 @@ class _Slot:
         self.durable: list[Commit] = []
 
 
+_OFFSET_KEYS = (0, 1)  # the record types of committed offsets in __consumer_offsets
+
+
 class GroupService(GroupOffsets):
     """Everything about groups that the handlers and the broker call (the offsets: its base,
     ``offset_service.py``)."""
@@ -138,6 +143,7 @@ class GroupService(GroupOffsets):
         clock: Clock,
         verify_txn_produce: VerifyTxnProduce,
         group_timing: Callable[[str], tuple[int, int]] | None = None,
+        record_replays: Sequence[RecordReplay] = (),
     ) -> None:
         self._storage = storage
         self._logs = storage.logs
@@ -168,6 +174,7 @@ class GroupService(GroupOffsets):
         # streams_service.py), attached by the composition root: one group id space, the offsets
         # here, their commits validated there.
         self.epoch_groups: list[EpochGroups] = []
+        self._record_replays = tuple(record_replays)
         self.replayed_batches = self._replay()
 
     # -- the internal topic ------------------------------------------------------------------
@@ -247,6 +254,7 @@ class GroupService(GroupOffsets):
         """Load one partition; what cannot be read is skipped with a log line naming its offset
         (``broker/log/internal_replay.py``), everything else is loaded."""
         store = self.coordinator.offsets
+        others = self._record_replays
         skips = SkipLog(log, partition)
         batches = 0
         for header, records in read_batches(partition, partition.high_watermark, skips):
@@ -254,12 +262,19 @@ class GroupService(GroupOffsets):
                                skips.skip)
             if not header.is_control and not header.is_transactional:
                 for record in records:
+                    key = record.key
+                    if key is None or len(key) < 2 or key[0] == 0 and key[1] in _OFFSET_KEYS:
+                        continue  # offsets (key types 0 and 1): replay_batch took them
                     try:
                         if consumer_replay.apply_untrusted(record.key, record.value):
                             continue
                         group_id = decode_group_metadata_key_untrusted(record.key)
                         if group_id is not None:
                             groups[group_id] = decode_group_metadata_value_untrusted(record.value)
+                            continue
+                        for other in others:
+                            if other.apply_untrusted(record.key, record.value):
+                                break
                     except CorruptFrameError as exc:
                         skips.skip(record.offset, str(exc))
             batches += 1

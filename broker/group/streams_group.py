@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from broker.group.consumer_model import RegexCompiler, TopicsView, _re2_compiler
+from broker.group.modern_group import ModernGroupCoordinator
 from broker.group.offsets import valid_group_id
 from broker.group.reconciliation import Finding, lookup
 from broker.group.streams_assignor import (
@@ -78,6 +79,7 @@ from protocol.errors import ErrorCode
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+NEW_GROUP_EPOCH = 1  # a streams group's epoch before its first bump (Kafka 4.4's StreamsGroup)
 ASSIGNOR_NAME = "sticky"
 
 
@@ -141,6 +143,31 @@ class HeartbeatRequest:
     shutdown_application: bool = False
     client_id: str = ""
     client_host: str = ""
+    # (subtopology id, partition, offset sum) of the tasks whose state the member holds, and
+    # their changelogs' end offsets; None: unchanged (sent every task.offset.interval.ms)
+    task_offsets: tuple[tuple[str, int, int], ...] | None = None
+    task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
+    api_version: int = 1
+
+
+@dataclass(frozen=True)
+class MemberTaskOffsets:
+    """What a member last reported (Kafka keeps it in memory only, as here)."""
+
+    offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+    end_offsets: dict[str, dict[int, int]] = field(default_factory=dict)
+
+
+def _nested_offsets(reported: tuple[tuple[str, int, int], ...]) -> dict[str, dict[int, int]] | str:
+    """``subtopology -> partition -> offset``, or INVALID_REQUEST's message for a duplicate."""
+    out: dict[str, dict[int, int]] = {}
+    for sub, partition, offset in reported:
+        parts = out.setdefault(sub, {})
+        if partition in parts:
+            return (f"Task offsets contain a duplicate entry for subtopology {sub} and "
+                    f"partition {partition}.")
+        parts[partition] = offset
+    return out
 
 
 @dataclass(frozen=True)
@@ -157,6 +184,8 @@ class HeartbeatResult:
     # member's endpoint information is current (not sent).
     endpoints: list[tuple[tuple[str, int], dict[str, list[int]], dict[str, list[int]]]] | None \
         = None
+    task_offset_interval_ms: int = 60_000
+    acceptable_recovery_lag: int = 10_000
 
 
 @dataclass
@@ -190,7 +219,13 @@ class StreamsGroup:
     target: dict[str, TaskSet] = field(default_factory=dict)
     configured: ConfiguredTopology | None = None
     task_counts: dict[str, int] = field(default_factory=dict)  # those of the target
-    shutdown_requested: bool = False
+    # the end of the initial rebalance delay (in memory: a timer, as Kafka's); None: not delayed
+    assignment_delayed_until_ms: int | None = None
+    shutdown_requested_by: str | None = None  # the last member that asked (in memory, as Kafka)
+    # the assignment configs the target was computed with (stored in the group's metadata
+    # record, as Kafka's LastAssignmentConfigs)
+    last_assignment_configs: dict[str, str] = field(default_factory=dict)
+    task_offsets: dict[str, MemberTaskOffsets] = field(default_factory=dict)  # by member id
     # Bumped when a member's tasks or endpoint change: members behind it get the endpoint map.
     endpoint_information_epoch: int = 0
     # what changed since the last take_changes()
@@ -214,6 +249,27 @@ class StreamsGroup:
 
 
 @dataclass(frozen=True)
+class StreamsGroupSettings:
+    """One group's settings: its ``streams.*`` GROUP configs, else the broker's."""
+
+    session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
+    heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
+    num_standby_replicas: int = 0  # group.streams.num.standby.replicas
+    task_offset_interval_ms: int = 60_000  # group.streams.task.offset.interval.ms
+    acceptable_recovery_lag: int = 10_000  # group.streams.acceptable.recovery.lag
+    rack_aware_assignment_tags: tuple[str, ...] = ()  # group.streams.rack.aware.assignment.tags
+    initial_rebalance_delay_ms: int = 0  # group.streams.initial.rebalance.delay.ms
+
+    def assignment_configs(self) -> dict[str, str]:
+        """What the target assignment depends on (Kafka's streamsGroupAssignmentConfigs): a
+        group whose last assignment used others is rebalanced at its next heartbeat."""
+        out = {"num.standby.replicas": str(self.num_standby_replicas)}
+        if self.rack_aware_assignment_tags:
+            out["rack.aware.assignment.tags"] = ",".join(self.rack_aware_assignment_tags)
+        return out
+
+
+@dataclass(frozen=True)
 class StreamsGroupConfig:
     heartbeat_interval_ms: int = 5_000  # group.streams.heartbeat.interval.ms
     session_timeout_ms: int = 45_000  # group.streams.session.timeout.ms
@@ -221,17 +277,29 @@ class StreamsGroupConfig:
     max_size: int = 2**31 - 1  # group.streams.max.size
     task_offset_interval_ms: int = 60_000
     acceptable_recovery_lag: int = 10_000
+    initial_rebalance_delay_ms: int = 0  # the broker passes its 3000 (Kafka's default)
+    # group id -> its settings (the streams.* GROUP configs, broker/config/group_configs.py);
+    # None: the fields above for every group
+    settings: Callable[[str], StreamsGroupSettings] | None = field(default=None, compare=False)
+
+    def of(self, group_id: str) -> StreamsGroupSettings:
+        if self.settings is not None:
+            return self.settings(group_id)
+        return StreamsGroupSettings(self.session_timeout_ms, self.heartbeat_interval_ms,
+                                    self.num_standby_replicas, self.task_offset_interval_ms,
+                                    self.acceptable_recovery_lag,
+                                    initial_rebalance_delay_ms=self.initial_rebalance_delay_ms)
 
 
-class StreamsGroupCoordinator:
-    """Every Streams-protocol group of this broker."""
+class StreamsGroupCoordinator(ModernGroupCoordinator[StreamsGroup]):
+    """Every Streams-protocol group of this broker (their keeping, deletion and changes to
+    write: ``modern_group.py``)."""
 
     def __init__(self, config: StreamsGroupConfig,
                  compile_regex: RegexCompiler = _re2_compiler) -> None:
+        super().__init__()
         self.config = config
-        self.groups: dict[str, StreamsGroup] = {}
         self._compile_regex = compile_regex
-        self._to_store: dict[str, bool] = {}  # group id -> deleted
 
     # -- topology and target -----------------------------------------------------------------
 
@@ -265,16 +333,29 @@ class StreamsGroupCoordinator:
             return
         group.task_counts = counts
         self._bump(group)
+        # stored with the epoch (Kafka's metadata record), so a heartbeat during the initial
+        # delay does not take the configs for changed
+        group.last_assignment_configs = self.config.of(group.group_id).assignment_configs()
+        if group.assignment_delayed_until_ms is not None:
+            return  # the initial rebalance delay: computed when it ends (_end_delay)
+        self._compute_target(group)
+
+    def _compute_target(self, group: StreamsGroup) -> None:
+        """The target of every member for the group's configured task counts, stamped with the
+        group epoch."""
+        counts = group.task_counts
+        settings = self.config.of(group.group_id)
         stateful = ({s.subtopology_id for s in group.topology.subtopologies
                      if s.state_changelog_topics} if group.topology is not None else set())
         specs = {m.member_id: MemberSpec(
             m.process_id,
             union(m.assigned.active, union(m.pending_revocation.active,
                                        group.target.get(m.member_id, EMPTY_TASKS).active)),
-            union(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby))
+            union(m.assigned.standby, group.target.get(m.member_id, EMPTY_TASKS).standby),
+            group.task_offsets.get(m.member_id, MemberTaskOffsets()).offsets)
             for m in group.members.values()}
         computed: dict[str, MemberTasks] = assign_tasks(
-            specs, counts, stateful, self.config.num_standby_replicas)
+            specs, counts, stateful, settings.num_standby_replicas)
         target = {m: TaskSet(t.active, t.standby, t.warmup) for m, t in computed.items()}
         for member_id, tasks in target.items():
             if group.target.get(member_id) != tasks:
@@ -327,22 +408,21 @@ class StreamsGroupCoordinator:
         if before != (member.member_epoch, member.state, member.assigned,
                       member.pending_revocation):
             group.dirty_members.add(member.member_id)
-        if before[2] != member.assigned:
-            group.endpoint_information_epoch += 1
 
     # -- timers ------------------------------------------------------------------------------
 
     def _remove_member(self, group: StreamsGroup, member: StreamsMember) -> None:
         del group.members[member.member_id]
         group.target.pop(member.member_id, None)
+        group.task_offsets.pop(member.member_id, None)
         group.dirty_members.discard(member.member_id)
         group.removed_members.add(member.member_id)
         if not group.members:
-            group.shutdown_requested = False
+            group.shutdown_requested_by = None
         self._store(group)
 
     def _expire(self, group: StreamsGroup, topics: TopicsView, now_ms: int) -> None:
-        session = self.config.session_timeout_ms
+        session = self.config.of(group.group_id).session_timeout_ms
         expired = [m for m in group.members.values()
                    if now_ms >= m.last_heartbeat_ms + session
                    or (m.revocation_deadline_ms is not None and now_ms >= m.revocation_deadline_ms)]
@@ -351,10 +431,24 @@ class StreamsGroupCoordinator:
         if expired:
             self._update_target(group, topics, force=True)
 
+    def _end_delay(self, group: StreamsGroup, now_ms: int) -> None:
+        """At the end of the initial rebalance delay, the target the joins asked for."""
+        until = group.assignment_delayed_until_ms
+        if until is None or now_ms < until:
+            return
+        group.assignment_delayed_until_ms = None
+        if group.members and group.assignment_epoch < group.group_epoch:
+            self._compute_target(group)
+
     def next_deadline(self) -> int | None:
         best: int | None = None
-        session = self.config.session_timeout_ms
         for group in self.groups.values():
+            until = group.assignment_delayed_until_ms
+            if until is not None and (best is None or until < best):
+                best = until
+            if not group.members:
+                continue
+            session = self.config.of(group.group_id).session_timeout_ms
             for m in group.members.values():
                 deadline = m.last_heartbeat_ms + session
                 if m.revocation_deadline_ms is not None:
@@ -367,6 +461,7 @@ class StreamsGroupCoordinator:
         """Expire members whose session or rebalance timeout passed; follow topic changes."""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
+            self._end_delay(group, now_ms)
             if group.members:
                 self._update_target(group, topics, force=False)
             self._store(group)
@@ -399,6 +494,11 @@ class StreamsGroupCoordinator:
             return f"MemberEpoch is {req.member_epoch}, but must be greater than or equal to -2."
         elif req.member_epoch > 0 and req.topology is not None:
             return "Topology can only be provided when (re-)joining."
+        for reported in (req.task_offsets, req.task_end_offsets):
+            if reported is not None:
+                nested = _nested_offsets(reported)
+                if isinstance(nested, str):
+                    return nested
         return None
 
     def heartbeat(self, req: HeartbeatRequest, topics: TopicsView, now_ms: int,
@@ -413,38 +513,65 @@ class StreamsGroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is not None:
             self._expire(group, topics, now_ms)
+            self._end_delay(group, now_ms)
         if req.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(group, req, topics)
         if group is None:
             if req.member_epoch != JOIN_EPOCH:
                 return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                        f"Streams group {req.group_id} not found.", req.member_id)
-            group = self.groups[req.group_id] = StreamsGroup(req.group_id)
+            # Kafka 4.4 starts a new streams group at epoch 1 (its first bump makes it 2)
+            group = self.groups[req.group_id] = StreamsGroup(
+                req.group_id, group_epoch=NEW_GROUP_EPOCH, assignment_epoch=NEW_GROUP_EPOCH)
+            created = True
+        else:
+            created = False
+        was_empty = not group.members
         member, error = self._member(group, req, now_ms)
         if error is not None:
-            if not group.members and group.group_epoch == 0:
+            if created:
                 self.groups.pop(group.group_id, None)
             return error
         assert member is not None
+        endpoint_before, tasks_before = member.user_endpoint, member.assigned
         changed = self._update_member(group, member, req)
+        settings = self.config.of(group.group_id)
+        if not changed and group.last_assignment_configs != settings.assignment_configs():
+            changed = True  # a GROUP config the assignment depends on changed: rebalance
         member.last_heartbeat_ms = now_ms
-        if req.shutdown_application and not group.shutdown_requested:
-            group.shutdown_requested = True
+        if was_empty and settings.initial_rebalance_delay_ms > 0 \
+                and group.assignment_delayed_until_ms is None:
+            # Kafka waits this long for more members before a new group's first assignment
+            group.assignment_delayed_until_ms = now_ms + settings.initial_rebalance_delay_ms
+        if req.task_offsets is not None or req.task_end_offsets is not None:
+            old = group.task_offsets.get(member.member_id, MemberTaskOffsets())
+            offsets, ends = (old.offsets if req.task_offsets is None
+                             else _nested_offsets(req.task_offsets),
+                             old.end_offsets if req.task_end_offsets is None
+                             else _nested_offsets(req.task_end_offsets))
+            assert isinstance(offsets, dict) and isinstance(ends, dict)  # _validate checked
+            group.task_offsets[member.member_id] = MemberTaskOffsets(offsets, ends)
+        if req.shutdown_application and group.shutdown_requested_by is None:
+            group.shutdown_requested_by = member.member_id  # the first asker (Kafka)
         self._update_target(group, topics, force=changed)
-        sent_before = (member.member_epoch, member.assigned)
         self._reconcile(group, member, req.owned, now_ms)
         self._store(group)
-        send = (req.member_epoch == JOIN_EPOCH
-                or sent_before != (member.member_epoch, member.assigned)
-                or (req.owned is not None and req.owned != member.assigned))
+        # Kafka sends the tasks when the member joins or they changed (not for an epoch alone)
+        send = req.member_epoch == JOIN_EPOCH or member.assigned != tasks_before
+        # Kafka's rule: the endpoint map changes when this member's endpoint does, or its tasks
+        # do while it has one; a member whose epoch of it differs gets the map (maybe empty)
+        if member.user_endpoint != endpoint_before or (
+                member.user_endpoint is not None and member.assigned != tasks_before):
+            group.endpoint_information_epoch += 1
         endpoints = None
-        if req.endpoint_information_epoch < group.endpoint_information_epoch \
-                and any(m.user_endpoint is not None for m in group.members.values()):
+        if req.endpoint_information_epoch != group.endpoint_information_epoch:
             endpoints = self._endpoints(group)
         return HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
-            self.config.heartbeat_interval_ms, self._status(group, member, creation_errors),
-            member.assigned if send else None, group.endpoint_information_epoch, endpoints)
+            settings.heartbeat_interval_ms,
+            self._status(group, member, creation_errors, settings, req.api_version),
+            member.assigned if send else None, group.endpoint_information_epoch, endpoints,
+            settings.task_offset_interval_ms, settings.acceptable_recovery_lag)
 
     @staticmethod
     def _endpoints(group: StreamsGroup
@@ -470,21 +597,34 @@ class StreamsGroupCoordinator:
                 if m.user_endpoint is not None]
 
     def _status(self, group: StreamsGroup, member: StreamsMember,
-                creation_errors: Mapping[str, str] | None) -> tuple[tuple[Status, str], ...]:
+                creation_errors: Mapping[str, str] | None,
+                settings: StreamsGroupSettings | None = None, api_version: int = 1,
+                ) -> tuple[tuple[Status, str], ...]:
         out: list[tuple[Status, str]] = []
         if group.topology is not None and member.topology_epoch < group.topology.epoch:
             out.append((Status.STALE_TOPOLOGY,
                         f"The member's topology epoch {member.topology_epoch} is behind the "
                         f"group's topology epoch {group.topology.epoch}."))
+        if group.assignment_delayed_until_ms is not None:
+            out.append((Status.ASSIGNMENT_DELAYED,
+                        "Assignment delayed due to the configured initial rebalance delay."))
         if group.configured is not None:
             out.extend(group.configured.status)
         if creation_errors:
             out.append((Status.MISSING_INTERNAL_TOPICS, "Unable to create internal topics: "
                         + "; ".join(f"{n}: {e}" for n, e in sorted(creation_errors.items()))))
-        if group.shutdown_requested:
+        if group.shutdown_requested_by is not None:
             out.append((Status.SHUTDOWN_APPLICATION,
-                        "A KafkaStreams instance encountered a fatal error and requested a "
-                        "shutdown for the entire application."))
+                        f"Streams group member {group.shutdown_requested_by} encountered a fatal "
+                        "error and requested a shutdown for the entire application."))
+        if settings is not None and api_version >= 1 and settings.rack_aware_assignment_tags:
+            have = {k for k, _ in member.client_tags}
+            missing = [t for t in settings.rack_aware_assignment_tags if t not in have]
+            if missing:
+                out.append((Status.MISSING_CLIENT_TAGS,
+                            "Missing required client tags for rack-aware standby assignment: "
+                            f"[{', '.join(missing)}]. Configure them via 'client.tag.<tagKey>' "
+                            "in your Streams config."))
         return tuple(out)
 
     def _member(self, group: StreamsGroup, req: HeartbeatRequest, now_ms: int
@@ -560,8 +700,6 @@ class StreamsGroupCoordinator:
         if changed or metadata != (member.instance_id, member.rack_id, member.client_id,
                                    member.client_host, member.rebalance_timeout_ms,
                                    member.user_endpoint, member.client_tags):
-            if member.user_endpoint != metadata[5]:
-                group.endpoint_information_epoch += 1
             (member.instance_id, member.rack_id, member.client_id, member.client_host,
              member.rebalance_timeout_ms, member.user_endpoint, member.client_tags) = metadata
             group.dirty_members.add(member.member_id)
@@ -572,6 +710,8 @@ class StreamsGroupCoordinator:
         if group is None:
             return HeartbeatResult(ErrorCode.GROUP_ID_NOT_FOUND,
                                    f"Streams group {req.group_id} not found.", req.member_id)
+        if req.shutdown_application and group.shutdown_requested_by is None:
+            group.shutdown_requested_by = req.member_id  # before the member check, as Kafka
         member = group.members.get(req.member_id)
         if member is None:
             return HeartbeatResult(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -629,31 +769,9 @@ class StreamsGroupCoordinator:
 
     # -- admin and persistence -----------------------------------------------------------------
 
-    def delete_group(self, group_id: str) -> ErrorCode:
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.GROUP_ID_NOT_FOUND
-        if group.members:
-            return ErrorCode.NON_EMPTY_GROUP
-        del self.groups[group_id]
-        self._to_store[group_id] = True
-        return ErrorCode.NONE
-
-    def remove_empty_groups(self, keep: Callable[[str], bool]) -> None:
-        for group_id, group in list(self.groups.items()):
-            if not group.members and not keep(group_id):
-                self.delete_group(group_id)
-
-    def _store(self, group: StreamsGroup) -> None:
-        if group.dirty_group or group.dirty_topology or group.dirty_members \
-                or group.removed_members:
-            self._to_store.setdefault(group.group_id, False)
-
-    def take_changes(self) -> list[tuple[str, StreamsGroup | None]]:
-        out = [(g, None if deleted else self.groups.get(g))
-               for g, deleted in self._to_store.items()]
-        self._to_store = {}
-        return out
+    def _has_changes(self, group: StreamsGroup) -> bool:
+        return bool(group.dirty_group or group.dirty_topology or group.dirty_members
+                    or group.removed_members)
 
     def load_group(self, group: StreamsGroup, topics: TopicsView) -> None:
         """Restore a group read back from ``__consumer_offsets``: epochs, members, assignments

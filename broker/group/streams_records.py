@@ -6,7 +6,9 @@ read from its generated classes): a key is an int16 record type and non-flexible
 value is an int16 version (0) and a flexible body (compact strings and arrays, a tagged-field
 section at the end of every struct, empty here)::
 
-    type 17 StreamsGroupMetadata        key: group    value: epoch int32, metadata_hash int64
+    type 17 StreamsGroupMetadata        key: group    value: epoch int32, metadata_hash int64,
+            tagged field 1 LastAssignmentConfigs [key str, value str] (the assignment configs
+            the target was computed with; absent: none)
     type 19 StreamsGroupMemberMetadata  key: group, member
             value: instance_id str?, rack_id str?, client_id str, client_host str,
                    rebalance_timeout_ms int32, topology_epoch int32, process_id str,
@@ -33,9 +35,10 @@ builds the groups at the end; a group without its metadata record (17) is not re
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from broker.group.consumer_records import _cstr, _uvarint, encode_key
+from broker.group.modern_records import LatestRecords, RecordTypes
 from broker.group.streams_assignor import Tasks, TaskSet
 from broker.group.streams_group import (
     MemberState,
@@ -49,7 +52,6 @@ from broker.group.streams_topology import (
     Topology,
 )
 from protocol.bounded import BoundedReader
-from protocol.errors import CorruptFrameError
 
 GROUP_METADATA = 17
 MEMBER_METADATA = 19
@@ -57,8 +59,10 @@ TARGET_METADATA = 20
 TARGET_MEMBER = 21
 CURRENT_MEMBER = 22
 TOPOLOGY = 23
+LAST_ASSIGNMENT_CONFIGS_TAG = 1  # a tagged field of the group metadata value
 _GROUP_KEYS = (GROUP_METADATA, TARGET_METADATA, TOPOLOGY)
 _MEMBER_KEYS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_MEMBER)
+_ALL_KEYS = frozenset(_GROUP_KEYS + _MEMBER_KEYS)
 
 _INT16 = struct.Struct(">h")
 _UINT16 = struct.Struct(">H")
@@ -137,8 +141,7 @@ def group_records(group: StreamsGroup) -> list[tuple[bytes, bytes | None]]:
             + _INT32.pack(m.rebalance_timeout_ms) + _INT32.pack(m.topology_epoch)
             + _cstr(m.process_id) + endpoint + _key_values(m.client_tags))))
     if group.dirty_group or dirty or group.removed_members or group.dirty_topology:
-        out.append((encode_key(GROUP_METADATA, gid),
-                    _value(_INT32.pack(group.group_epoch) + _INT64.pack(0))))
+        out.append((encode_key(GROUP_METADATA, gid), _group_metadata(group)))
     for m in dirty:
         out.append((encode_key(TARGET_MEMBER, gid, m.member_id),
                     _value(_task_set(group.target.get(m.member_id, TaskSet())))))
@@ -155,6 +158,15 @@ def group_records(group: StreamsGroup) -> list[tuple[bytes, bytes | None]]:
     group.dirty_members.clear()
     group.removed_members.clear()
     return out
+
+
+def _group_metadata(group: StreamsGroup) -> bytes:
+    body = _INT16.pack(0) + _INT32.pack(group.group_epoch) + _INT64.pack(0)
+    if not group.last_assignment_configs:
+        return body + b"\x00"
+    configs = _key_values(tuple(sorted(group.last_assignment_configs.items())))
+    return body + b"\x01" + _uvarint(LAST_ASSIGNMENT_CONFIGS_TAG) + _uvarint(len(configs)) \
+        + configs
 
 
 def deleted_group_records(group_id: str) -> list[tuple[bytes, bytes | None]]:
@@ -252,8 +264,11 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     """``(record type, group id, member id or None)``, or None for a record of another kind."""
     if key is None or len(key) < 2:
         return None
+    record_type = _INT16.unpack_from(key)[0]
+    if record_type not in _ALL_KEYS:  # the common case at replay: offsets, other groups
+        return None
     reader = _Reader(key)
-    record_type = reader.i16()
+    reader.i16()
     if record_type in _GROUP_KEYS:
         return record_type, reader.str16(), None
     if record_type in _MEMBER_KEYS:
@@ -261,67 +276,55 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
     return None
 
 
-@dataclass
-class _GroupRecords:
-    epoch: int | None = None
-    assignment_epoch: int = 0
-    topology: bytes | None = None
-    members: dict[str, bytes] = field(default_factory=dict)
-    targets: dict[str, bytes] = field(default_factory=dict)
-    currents: dict[str, bytes] = field(default_factory=dict)
+@dataclass(frozen=True)
+class _Metadata:
+    epoch: int
+    last_assignment_configs: dict[str, str]
+
+
+def _metadata_untrusted(value: bytes) -> _Metadata:
+    reader = _Reader(value)
+    reader.i16()
+    epoch = reader.i32()
+    configs: dict[str, str] = {}
+    if reader.left >= 8:  # older writers of this module stopped here
+        reader.i64()
+        tagged = reader.tagged_fields().get(LAST_ASSIGNMENT_CONFIGS_TAG)
+        if tagged is not None:
+            configs = dict(_read_key_values(_Reader(tagged)))
+    return _Metadata(epoch, configs)
+
+
+_TYPES = RecordTypes(GROUP_METADATA, TARGET_METADATA, MEMBER_METADATA, TARGET_MEMBER,
+                     CURRENT_MEMBER, frozenset({TOPOLOGY}))
 
 
 class StreamsGroupReplay:
-    """Collects the streams-group records of ``__consumer_offsets``; ``groups()`` builds them."""
+    """Collects the streams-group records of ``__consumer_offsets`` (``modern_records.py``'s
+    rule: each key's latest value); ``groups()`` builds them."""
 
     def __init__(self) -> None:
-        self._groups: dict[str, _GroupRecords] = {}
+        self._records: LatestRecords[_Metadata] = LatestRecords(
+            _TYPES, decode_key_untrusted, _metadata_untrusted, "streams group record")
 
     def apply_untrusted(self, key: bytes | None, value: bytes | None) -> bool:
         """Take one record; False if it is not a streams-group record. Raises
         CorruptFrameError."""
-        decoded = decode_key_untrusted(key)
-        if decoded is None:
-            return False
-        record_type, group_id, member_id = decoded
-        state = self._groups.setdefault(group_id, _GroupRecords())
-        if record_type == GROUP_METADATA:
-            if value is None:
-                del self._groups[group_id]
-            else:
-                reader = _Reader(value)
-                reader.i16()
-                state.epoch = reader.i32()
-            return True
-        if record_type == TARGET_METADATA:
-            if value is not None:
-                reader = _Reader(value)
-                reader.i16()
-                state.assignment_epoch = reader.i32()
-            return True
-        if record_type == TOPOLOGY:
-            state.topology = None if value is None else bytes(value)
-            return True
-        table = {MEMBER_METADATA: state.members, TARGET_MEMBER: state.targets,
-                 CURRENT_MEMBER: state.currents}[record_type]
-        if member_id is None:
-            raise CorruptFrameError("streams group member record without a member id")
-        if value is None:
-            table.pop(member_id, None)
-        else:
-            table[member_id] = bytes(value)
-        return True
+        return self._records.apply_untrusted(key, value)
 
     def groups(self, now_ms: int) -> list[StreamsGroup]:
         """The groups, members' sessions starting at ``now_ms``. Raises CorruptFrameError."""
         out = []
-        for group_id, state in self._groups.items():
-            if state.epoch is None:
+        for group_id, state in self._records.groups.items():
+            if state.metadata is None:
                 continue
-            group = StreamsGroup(group_id, group_epoch=state.epoch,
-                                 assignment_epoch=state.assignment_epoch)
-            if state.topology is not None:
-                group.topology = decode_topology_untrusted(state.topology)
+            group = StreamsGroup(
+                group_id, group_epoch=state.metadata.epoch,
+                assignment_epoch=state.assignment_epoch,
+                last_assignment_configs=dict(state.metadata.last_assignment_configs))
+            topology = state.other.get(TOPOLOGY)
+            if topology is not None:
+                group.topology = decode_topology_untrusted(topology)
             for member_id, value in state.members.items():
                 r = _Reader(value)
                 r.i16()

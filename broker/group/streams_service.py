@@ -9,18 +9,20 @@ members is GROUP_ID_NOT_FOUND here (Kafka's answer); an empty classic group (com
 only) becomes a streams group. Offsets are the group service's (shared store); it asks this
 service (``attach_to``) to validate commits and fetches of streams groups.
 
-Replay: the constructor reads the streams-group records (types 17-23) of every
-``__consumer_offsets`` partition; a second pass over the partitions, after the group service's
-(it has no hook for other record types, and stays as it is).
+Replay: the group service's one pass over ``__consumer_offsets`` at start hands the
+streams-group records (types 17-23) to a ``StreamsGroupReplay`` (the composition root passes the
+same one to both); the constructor builds the groups from it.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from functools import partial
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.config.group_configs import GroupConfigStore
 from broker.group.consumer_records import build_batch
 from broker.group.service import GroupService
 from broker.group.streams_group import (
@@ -28,10 +30,13 @@ from broker.group.streams_group import (
     HeartbeatResult,
     StreamsGroupConfig,
     StreamsGroupCoordinator,
+    StreamsGroupSettings,
 )
-from broker.group.streams_records import StreamsGroupReplay, deleted_group_records, group_records
-from broker.log.internal_replay import SkipLog, read_batches
-from broker.log.topics import CONSUMER_OFFSETS_TOPIC
+from broker.group.streams_records import (
+    StreamsGroupReplay,
+    deleted_group_records,
+    group_records,
+)
 from broker.reply import Deferred, after
 from broker.storage import Commit, Storage
 from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
@@ -39,11 +44,29 @@ from protocol.errors import CorruptFrameError, ErrorCode, KafkaError
 log = logging.getLogger("minibroker")
 
 
+def streams_group_settings(store: GroupConfigStore, group_id: str) -> StreamsGroupSettings:
+    """A streams group's settings: its ``streams.*`` overrides, else the broker's values."""
+    tags = store.value(group_id, "streams.rack.aware.assignment.tags").strip()
+    return StreamsGroupSettings(
+        session_timeout_ms=store.int_value(group_id, "streams.session.timeout.ms"),
+        heartbeat_interval_ms=store.int_value(group_id, "streams.heartbeat.interval.ms"),
+        num_standby_replicas=store.int_value(group_id, "streams.num.standby.replicas"),
+        task_offset_interval_ms=store.int_value(group_id, "streams.task.offset.interval.ms"),
+        acceptable_recovery_lag=store.int_value(group_id, "streams.acceptable.recovery.lag"),
+        rack_aware_assignment_tags=tuple(t.strip() for t in tags.split(",")) if tags else (),
+        initial_rebalance_delay_ms=store.int_value(group_id, "streams.initial.rebalance.delay.ms"),
+    )
+
+
 class StreamsGroupService:
     """StreamsGroupHeartbeat, StreamsGroupDescribe's data, deletion and timers."""
 
     def __init__(self, config: BrokerConfig, storage: Storage, clock: Clock,
-                 groups: GroupService) -> None:
+                 groups: GroupService, replayed: StreamsGroupReplay,
+                 configs: GroupConfigStore | None = None) -> None:
+        """``replayed``: the streams-group records the group service's replay collected;
+        ``configs``: the groups' ``streams.*`` GROUP configs (None: the broker's for every
+        group)."""
         self._storage = storage
         self._logs = storage.logs
         self._clock = clock
@@ -52,28 +75,17 @@ class StreamsGroupService:
             heartbeat_interval_ms=config.group_streams_heartbeat_interval_ms,
             session_timeout_ms=config.group_streams_session_timeout_ms,
             num_standby_replicas=config.group_streams_num_standby_replicas,
+            initial_rebalance_delay_ms=config.group_streams_initial_rebalance_delay_ms,
+            settings=None if configs is None else partial(streams_group_settings, configs),
         ))
-        self._replay()
+        self._restore(replayed)
 
     # -- replay --------------------------------------------------------------------------------
 
-    def _replay(self) -> None:
+    def _restore(self, replayed: StreamsGroupReplay) -> None:
         logs = self._logs
-        replay = StreamsGroupReplay()
-        for index in range(logs.partition_count(CONSUMER_OFFSETS_TOPIC) or 0):
-            partition = logs.partition(CONSUMER_OFFSETS_TOPIC, index)
-            skips = SkipLog(log, partition)
-            for header, records in read_batches(partition, partition.high_watermark, skips):
-                if header.is_control or header.is_transactional:
-                    continue
-                for record in records:
-                    try:
-                        replay.apply_untrusted(record.key, record.value)
-                    except CorruptFrameError as exc:
-                        skips.skip(record.offset, str(exc))
-            skips.close()
         try:
-            restored = replay.groups(self._clock.now_ms())
+            restored = replayed.groups(self._clock.now_ms())
         except CorruptFrameError as exc:
             log.error("streams groups not restored: %s", exc)
             restored = []

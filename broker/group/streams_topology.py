@@ -21,6 +21,8 @@ class Status(enum.IntEnum):
     INCORRECTLY_PARTITIONED_TOPICS = 2
     MISSING_INTERNAL_TOPICS = 3
     SHUTDOWN_APPLICATION = 4
+    ASSIGNMENT_DELAYED = 5  # Kafka's initial delay / assignment interval (not used here)
+    MISSING_CLIENT_TAGS = 6  # v1: the member lacks a tag of streams.rack.aware.assignment.tags
 
 
 # -- the topology ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from broker.group.streams_group import (
     ASSIGNOR_NAME,
     HeartbeatRequest,
     HeartbeatResult,
+    MemberTaskOffsets,
 )
 from broker.group.streams_topology import (
     CopartitionGroup,
@@ -32,6 +33,8 @@ from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode
 
 INT32_MIN = -(1 << 31)
+TOPOLOGY_DESCRIPTION_NOT_REQUESTED = 0
+TOPOLOGY_DESCRIPTION_NOT_STORED = 1
 
 
 def _topic_info(t) -> TopicInfo:
@@ -69,6 +72,18 @@ def _owned(request) -> TaskSet | None:
                    _tasks_in(request.warmup_tasks or ()))
 
 
+def _task_offsets_in(items) -> tuple[tuple[str, int, int], ...] | None:
+    if items is None:
+        return None
+    return tuple((t.subtopology_id, t.partition, t.offset) for t in items)
+
+
+def _task_offsets_out(offsets: dict[str, dict[int, int]]) -> list[dict]:
+    """By subtopology id, then partition (Kafka's order)."""
+    return [{"subtopology_id": s, "partition": p, "offset": o}
+            for s in sorted(offsets) for p, o in sorted(offsets[s].items())]
+
+
 def _tasks_out(tasks) -> list[dict]:
     return [{"subtopology_id": s, "partitions": sorted(p)} for s, p in sorted(tasks.items())]
 
@@ -82,8 +97,9 @@ def _topic_info_out(t: TopicInfo) -> dict:
 @handles(ApiKey.STREAMS_GROUP_HEARTBEAT)
 def streams_group_heartbeat(broker: Broker, header, request):
     def refused(code: ErrorCode, message: str | None = None) -> dict:
+        # Kafka answers an error with an otherwise empty response (no member id, no status)
         return {"throttle_time_ms": 0, "error_code": code, "error_message": message,
-                "member_id": request.member_id}
+                "member_id": "", "status": []}
 
     if broker.streams is None:
         return refused(ErrorCode.UNSUPPORTED_VERSION)
@@ -107,10 +123,13 @@ def streams_group_heartbeat(broker: Broker, header, request):
         shutdown_application=request.shutdown_application,
         client_id=header.client_id or "",
         client_host=peer.client_host(),
+        task_offsets=_task_offsets_in(request.task_offsets),
+        task_end_offsets=_task_offsets_in(request.task_end_offsets),
+        api_version=header.api_version,
     )
-    config = broker.streams.coordinator.config
-
     def encode(result: HeartbeatResult) -> dict:
+        if result.error != ErrorCode.NONE:
+            return refused(result.error, result.message)
         tasks = result.tasks
         out = {
             "throttle_time_ms": 0,
@@ -119,9 +138,8 @@ def streams_group_heartbeat(broker: Broker, header, request):
             "member_id": result.member_id,
             "member_epoch": result.member_epoch,
             "heartbeat_interval_ms": result.heartbeat_interval_ms,
-            "status": (None if result.status is None else
-                       [{"status_code": int(code), "status_detail": detail}
-                        for code, detail in result.status]),
+            "status": [{"status_code": int(code), "status_detail": detail}
+                       for code, detail in result.status or ()],
             "active_tasks": None if tasks is None else _tasks_out(tasks.active),
             "standby_tasks": None if tasks is None else _tasks_out(tasks.standby),
             "warmup_tasks": None if tasks is None else _tasks_out(tasks.warmup),
@@ -134,9 +152,9 @@ def streams_group_heartbeat(broker: Broker, header, request):
                 for (host, port), active, standby in result.endpoints]),
         }
         if result.error == ErrorCode.NONE and result.heartbeat_interval_ms:
-            out["task_offset_interval_ms"] = config.task_offset_interval_ms
-            out["acceptable_recovery_lag"] = config.acceptable_recovery_lag
-            out["acceptable_recovery_lag_legacy"] = config.acceptable_recovery_lag
+            out["task_offset_interval_ms"] = result.task_offset_interval_ms
+            out["acceptable_recovery_lag"] = result.acceptable_recovery_lag
+            # v0's int32 field: Kafka 4.4 leaves it 0 (it sets only v1's int64)
         return out
 
     return reply(broker.streams.heartbeat(heartbeat, broker.clock.now_ms()), encode)
@@ -181,6 +199,7 @@ def streams_group_describe(broker: Broker, header, request) -> dict:
         members = []
         for m in group.members.values():
             target = group.target.get(m.member_id, TaskSet())
+            reported = group.task_offsets.get(m.member_id, MemberTaskOffsets())
             members.append({
                 "member_id": m.member_id,
                 "member_epoch": m.member_epoch,
@@ -193,8 +212,8 @@ def streams_group_describe(broker: Broker, header, request) -> dict:
                 "user_endpoint": (None if m.user_endpoint is None else
                                   {"host": m.user_endpoint[0], "port": m.user_endpoint[1]}),
                 "client_tags": [{"key": k, "value": v} for k, v in m.client_tags],
-                "task_offsets": [],
-                "task_end_offsets": [],
+                "task_offsets": _task_offsets_out(reported.offsets),
+                "task_end_offsets": _task_offsets_out(reported.end_offsets),
                 "assignment": {"active_tasks": _tasks_out(m.assigned.active),
                                "standby_tasks": _tasks_out(m.assigned.standby),
                                "warmup_tasks": _tasks_out(m.assigned.warmup)},
@@ -215,5 +234,12 @@ def streams_group_describe(broker: Broker, header, request) -> dict:
                 authorized_operations(broker, ResourceType.GROUP, group_id)
                 if request.include_authorized_operations else INT32_MIN),
             "assignor_name": ASSIGNOR_NAME,
+            # v1 (KIP-1331): Kafka 4.4 without a topology description plugin (its default)
+            # stores none: NOT_STORED when asked, NOT_REQUESTED otherwise
+            "topology_description": None,
+            "topology_description_status": (
+                TOPOLOGY_DESCRIPTION_NOT_STORED
+                if getattr(request, "include_topology_description", False)
+                else TOPOLOGY_DESCRIPTION_NOT_REQUESTED),
         })
     return {"throttle_time_ms": 0, "groups": groups}

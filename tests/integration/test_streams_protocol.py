@@ -18,6 +18,7 @@ BROKER_CONFIG = (
     "group.streams.heartbeat.interval.ms=500\n"
     "group.streams.session.timeout.ms=30000\n"
     "group.streams.num.standby.replicas=1\n"
+    "group.streams.initial.rebalance.delay.ms=0\n"
     "offsets.topic.num.partitions=3\n"
     "group.initial.rebalance.delay.ms=0\n"
 )
@@ -184,6 +185,71 @@ def test_streams_group_lifecycle(broker):
         assert [r.error_code for r in deleted.results] == [ErrorCode.NONE,
                                                             ErrorCode.GROUP_ID_NOT_FOUND]
         assert _describe(conn, app).error_code == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def _alter_group(conn: RawConnection, group: str, **configs: str) -> None:
+    altered = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": 32, "resource_name": group,
+        "configs": [{"name": k.replace("_", "."), "config_operation": 0, "value": v}
+                    for k, v in configs.items()]}], "validate_only": False})
+    assert [r.error_code for r in altered.responses] == [ErrorCode.NONE]
+
+
+def test_streams_group_configs_and_task_offsets(broker):
+    """The streams.* GROUP configs apply to the group (the heartbeat interval and task offset
+    interval it answers; standby replicas: a change rebalances the group at the next
+    heartbeat), and StreamsGroupDescribe shows the task offsets each member last sent."""
+    app = "cfg"
+    _create(broker.bootstrap, "words", 2)
+    with RawConnection(_port(broker)) as conn:
+        one = _join(conn, app, "m1", "p1", _topology(app, "words"))
+        assert one.heartbeat_interval_ms == 500  # the broker's
+        assert one.task_offset_interval_ms == 60_000 and one.acceptable_recovery_lag == 10_000
+        owned = {"m1": _owned(one)}
+        one = _beat(conn, app, "m1", one.member_epoch, owned["m1"])
+        two = _join(conn, app, "m2", "p2", _topology(app, "words"))
+        owned["m2"] = _owned(two)
+        for _ in range(4):  # reconcile both: m1 revokes, m2 gets its share
+            for member, response in (("m1", one), ("m2", two)):
+                if response.active_tasks is not None:  # null: unchanged
+                    owned[member] = _owned(response)
+            one = _beat(conn, app, "m1", one.member_epoch, owned["m1"])
+            two = _beat(conn, app, "m2", two.member_epoch, owned["m2"])
+        described = _describe(conn, app)
+        assert described.group_state == "Stable"
+        assert any(m.assignment.standby_tasks for m in described.members)  # standby 1
+        epoch = described.group_epoch
+
+        _alter_group(conn, app, streams_heartbeat_interval_ms="6000",
+                     streams_num_standby_replicas="0", streams_task_offset_interval_ms="20000")
+        body = {"task_offsets": [{"subtopology_id": "1", "partition": 1, "offset": 40},
+                                 {"subtopology_id": "1", "partition": 0, "offset": 30}],
+                "task_end_offsets": [{"subtopology_id": "1", "partition": 0, "offset": 35}]}
+        beat = conn.request(ApiKey.STREAMS_GROUP_HEARTBEAT, 1, {
+            "group_id": app, "member_id": "m1", "member_epoch": one.member_epoch, **body})
+        assert beat.error_code == ErrorCode.NONE
+        assert beat.heartbeat_interval_ms == 6000 and beat.task_offset_interval_ms == 20000
+        described = _describe(conn, app)
+        assert described.group_epoch == epoch + 1  # the standby count changed: a rebalance
+        assert all(not m.target_assignment.standby_tasks for m in described.members)
+        m1 = next(m for m in described.members if m.member_id == "m1")
+        assert [(t.subtopology_id, t.partition, t.offset) for t in m1.task_offsets] == [
+            ("1", 0, 30), ("1", 1, 40)]
+        assert [(t.subtopology_id, t.partition, t.offset) for t in m1.task_end_offsets] == [
+            ("1", 0, 35)]
+        m2 = next(m for m in described.members if m.member_id == "m2")
+        assert list(m2.task_offsets) == [] and list(m2.task_end_offsets) == []
+        # a heartbeat without them keeps them; v1 asks for the topology description: Kafka
+        # 4.4 without a description plugin has none stored
+        _beat(conn, app, "m1", beat.member_epoch)
+        v1 = conn.request(ApiKey.STREAMS_GROUP_DESCRIBE, 1, {
+            "group_ids": [app, "nope"], "include_authorized_operations": False,
+            "include_topology_description": True}).groups
+        assert [(g.topology_description_status, g.topology_description) for g in v1] == [
+            (1, None), (0, None)]
+        assert [(t.partition, t.offset) for t in v1[0].members[0].task_offsets
+                if v1[0].members[0].member_id == "m1"] in ([(0, 30), (1, 40)], [])
+        assert _describe(conn, app).topology_description_status == 0  # not asked
 
 
 @pytest.mark.slow

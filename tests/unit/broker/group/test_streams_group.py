@@ -13,6 +13,7 @@ from broker.group.streams_group import (
     MemberState,
     StreamsGroupConfig,
     StreamsGroupCoordinator,
+    StreamsGroupSettings,
     StreamsGroupState,
 )
 from broker.group.streams_records import StreamsGroupReplay, group_records
@@ -117,21 +118,21 @@ READY = Topics(words=2, **{"app-rep": 2, "app-store-changelog": 2})
 def test_revoke_before_assign_then_replay():
     c = StreamsGroupCoordinator(StreamsGroupConfig(num_standby_replicas=0), _exact)
     one = c.heartbeat(_join("m1"), READY, 0)
-    assert one.error is ErrorCode.NONE and one.member_epoch == 1
+    assert one.error is ErrorCode.NONE and one.member_epoch == 2  # a new group starts at epoch 1 (Kafka 4.4)
     assert one.tasks == TaskSet({"0": frozenset({0, 1}), "1": frozenset({0, 1})})
     two = c.heartbeat(_join("m2", "p2"), READY, 10)
     assert two.tasks == TaskSet()  # everything still active at m1
     group = c.groups["app"]
     assert group.state is StreamsGroupState.RECONCILING
-    revoke = c.heartbeat(_beat("m1", 1, one.tasks), READY, 20)
-    assert revoke.member_epoch == 1 and revoke.tasks is not None
+    revoke = c.heartbeat(_beat("m1", 2, one.tasks), READY, 20)
+    assert revoke.member_epoch == 2 and revoke.tasks is not None
     assert group.members["m1"].state is MemberState.UNREVOKED_TASKS
     still = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 25)
     assert still.tasks is None or still.tasks == TaskSet()  # m1 has not revoked yet
-    done = c.heartbeat(_beat("m1", 1, revoke.tasks), READY, 30)
-    assert done.member_epoch == 2
+    done = c.heartbeat(_beat("m1", 2, revoke.tasks), READY, 30)
+    assert done.member_epoch == 3
     got = c.heartbeat(_beat("m2", two.member_epoch, TaskSet()), READY, 40)
-    assert got.member_epoch == 2 and got.tasks is not None
+    assert got.member_epoch == 3 and got.tasks is not None
     assert group.state is StreamsGroupState.STABLE
     mine = {(s, p) for s, ps in revoke.tasks.active.items() for p in ps}
     theirs = {(s, p) for s, ps in got.tasks.active.items() for p in ps}
@@ -139,7 +140,7 @@ def test_revoke_before_assign_then_replay():
 
     # a heartbeat that changes nothing writes nothing
     records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
-    assert c.heartbeat(_beat("m1", 2), READY, 45).tasks is None
+    assert c.heartbeat(_beat("m1", 3), READY, 45).tasks is None
     assert c.take_changes() == []
 
     # fenced epochs; a leave bumps the group epoch
@@ -147,12 +148,12 @@ def test_revoke_before_assign_then_replay():
     assert c.heartbeat(_beat("nobody", 1), READY, 50).error is ErrorCode.UNKNOWN_MEMBER_ID
 
     # offsets: the member's epoch, or epoch -1 with no member while empty
-    assert c.validate_offset_commit("app", "m1", 2, 9, [("words", 0)]) == [ErrorCode.NONE]
-    assert c.validate_offset_commit("app", "m1", 1, 9, [("words", 0)]) == [
+    assert c.validate_offset_commit("app", "m1", 3, 9, [("words", 0)]) == [ErrorCode.NONE]
+    assert c.validate_offset_commit("app", "m1", 2, 9, [("words", 0)]) == [
         ErrorCode.STALE_MEMBER_EPOCH]
-    assert c.validate_offset_commit("app", "m1", 1, 5, [("words", 0)], True) == [
+    assert c.validate_offset_commit("app", "m1", 2, 5, [("words", 0)], True) == [
         ErrorCode.ILLEGAL_GENERATION]
-    assert c.validate_offset_commit("app", "x", 2, 9, [("words", 0)]) == [
+    assert c.validate_offset_commit("app", "x", 3, 9, [("words", 0)]) == [
         ErrorCode.UNKNOWN_MEMBER_ID]
 
     # the records replay to the same group
@@ -203,3 +204,157 @@ def test_endpoint_map_for_interactive_queries():
     assert current.endpoints is None  # up to date: not sent again
     no_endpoint = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
     assert no_endpoint.heartbeat(_join("m1"), READY, 0).endpoints is None
+
+
+def _tasks_of(tasks: dict) -> set[tuple[str, int]]:
+    return {(s, p) for s, ps in tasks.items() for p in ps}
+
+
+def test_assignor_gives_a_task_to_the_member_holding_its_state():
+    """Kafka 4.4's sticky assignor: a task whose owner is gone goes to the member that reports
+    its state (TaskOffsets: a restarted instance under a new member id), not the first by id;
+    among standby holders the most caught-up one first."""
+    counts = {"0": 2, "1": 2}
+    specs = {"a": MemberSpec("p1"), "z": MemberSpec("p2", task_offsets={"1": {0: 50, 1: 70}})}
+    got = assign_tasks(specs, counts, {"1"}, 0)
+    assert _tasks_of(got["z"].active) == {("1", 0), ("1", 1)}
+    assert _tasks_of(got["a"].active) == {("0", 0), ("0", 1)}
+    # standby of a stateful task: the member that ran it as active before, else the standby
+    # holder with the highest offset sum
+    specs = {"a": MemberSpec("p1"), "y": MemberSpec("p2", standby={"1": frozenset({0})},
+                                                     task_offsets={"1": {0: 10}}),
+             "z": MemberSpec("p3", standby={"1": frozenset({0})}, task_offsets={"1": {0: 90}})}
+    got = assign_tasks(specs, {"1": 1}, {"1"}, 1)
+    owner = next(m for m, t in got.items() if t.active)
+    holder = next(m for m, t in got.items() if t.standby)
+    assert owner == "z" and holder == "y"  # the freshest state runs it; the next keeps a copy
+    # a task that moves away keeps a standby copy where it ran (over the least loaded by id)
+    moved = assign_tasks({"z": MemberSpec("p1", active={"1": frozenset({0, 1})}),
+                          "a": MemberSpec("p2"), "b": MemberSpec("p3")},
+                         {"1": 2}, {"1"}, 1)
+    assert _tasks_of(moved["z"].active) == {("1", 0)} and _tasks_of(moved["a"].active) == {
+        ("1", 1)}
+    assert _tasks_of(moved["z"].standby) == {("1", 1)}
+    assert _tasks_of(moved["b"].standby) == {("1", 0)}
+
+
+def test_task_offsets_kept_per_member_and_validated():
+    c = StreamsGroupCoordinator(StreamsGroupConfig(), _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    group = c.groups["app"]
+    assert "m1" not in group.task_offsets
+    sent = HeartbeatRequest("app", "m1", one.member_epoch,
+                            task_offsets=(("1", 0, 5), ("1", 1, 7)),
+                            task_end_offsets=(("1", 0, 9),))
+    assert c.heartbeat(sent, READY, 10).error is ErrorCode.NONE
+    assert group.task_offsets["m1"].offsets == {"1": {0: 5, 1: 7}}
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    # null: unchanged; each list on its own
+    c.heartbeat(HeartbeatRequest("app", "m1", one.member_epoch, task_offsets=(("1", 0, 6),)),
+                READY, 20)
+    assert group.task_offsets["m1"].offsets == {"1": {0: 6}}
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    dup = HeartbeatRequest("app", "m1", one.member_epoch,
+                           task_end_offsets=(("1", 0, 1), ("1", 0, 2)))
+    refused = c.heartbeat(dup, READY, 30)
+    assert refused.error is ErrorCode.INVALID_REQUEST
+    assert refused.message == ("Task offsets contain a duplicate entry for subtopology 1 and "
+                               "partition 0.")
+    assert group.task_offsets["m1"].end_offsets == {"1": {0: 9}}
+    c.heartbeat(HeartbeatRequest("app", "m1", -1), READY, 40)
+    assert "m1" not in group.task_offsets
+
+
+def test_group_settings_apply_per_group_and_survive_replay():
+    """The streams.* GROUP configs (a settings lookup per group): session timeout and heartbeat
+    interval per group; a change of the standby count rebalances at the next heartbeat, and the
+    configs the target was computed with are stored (Kafka's LastAssignmentConfigs), so a
+    replayed group is not rebalanced again."""
+    settings = {"app": StreamsGroupSettings(session_timeout_ms=100, heartbeat_interval_ms=7)}
+    config = StreamsGroupConfig(settings=lambda g: settings.get(g, StreamsGroupSettings()))
+    c = StreamsGroupCoordinator(config, _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    assert one.heartbeat_interval_ms == 7
+    other = HeartbeatRequest("other", "o1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                             owned=TaskSet(), process_id="p")
+    assert c.heartbeat(other, READY, 0).heartbeat_interval_ms == 5_000
+    group = c.groups["app"]
+    assert group.last_assignment_configs == {"num.standby.replicas": "0"}
+    assert c.next_deadline() == 100
+    c.tick(READY, 100)
+    assert not group.members and c.groups["other"].members  # 45 s for the other group
+
+    one = c.heartbeat(_join("m1"), READY, 200)
+    c.heartbeat(_join("m2", "p2"), READY, 200)
+    epoch = group.group_epoch
+    assert c.heartbeat(_beat("m1", one.member_epoch), READY, 210).error is ErrorCode.NONE
+    assert group.group_epoch == epoch  # nothing changed
+    settings["app"] = StreamsGroupSettings(session_timeout_ms=100, num_standby_replicas=1)
+    c.heartbeat(_beat("m1", one.member_epoch), READY, 220)
+    assert group.group_epoch == epoch + 1
+    assert any(t.standby for t in group.target.values())
+    assert group.last_assignment_configs == {"num.standby.replicas": "1"}
+
+    records = [r for _, changed in c.take_changes() if changed for r in group_records(changed)]
+    replay = StreamsGroupReplay()
+    for key, value in records:
+        replay.apply_untrusted(key, value)
+    back = next(g for g in replay.groups(230) if g.group_id == "app")
+    assert back.last_assignment_configs == {"num.standby.replicas": "1"}
+    again = StreamsGroupCoordinator(config, _exact)
+    again.load_group(back, READY)
+    again.heartbeat(_beat("m1", back.members["m1"].member_epoch), READY, 240)
+    assert again.groups["app"].group_epoch == back.group_epoch  # no second rebalance
+
+
+def test_missing_client_tags_and_shutdown_statuses():
+    """Kafka 4.4's statuses: a v1 member without a tag of streams.rack.aware.assignment.tags
+    hears MISSING_CLIENT_TAGS (v0: not); SHUTDOWN_APPLICATION names the first member that asked
+    and is cleared when the group empties."""
+    tags = StreamsGroupSettings(rack_aware_assignment_tags=("zone", "rack"))
+    c = StreamsGroupCoordinator(StreamsGroupConfig(settings=lambda g: tags), _exact)
+    join = HeartbeatRequest("app", "m1", 0, rebalance_timeout_ms=1000, topology=WORDCOUNT,
+                            owned=TaskSet(), process_id="p1", client_tags=(("zone", "a"),))
+    one = c.heartbeat(join, READY, 0)
+    assert one.status == ((Status.MISSING_CLIENT_TAGS,
+                           "Missing required client tags for rack-aware standby assignment: "
+                           "[rack]. Configure them via 'client.tag.<tagKey>' in your Streams "
+                           "config."),)
+    v0 = HeartbeatRequest("app", "m1", one.member_epoch, api_version=0)
+    assert c.heartbeat(v0, READY, 1).status == ()
+    c.heartbeat(_join("m2", "p2"), READY, 2)
+    for member in ("m2", "m1"):
+        asked = HeartbeatRequest("app", member, c.groups["app"].members[member].member_epoch,
+                                 shutdown_application=True, api_version=0)
+        status = c.heartbeat(asked, READY, 3).status
+    assert status[-1] == (Status.SHUTDOWN_APPLICATION,
+                          "Streams group member m2 encountered a fatal error and requested a "
+                          "shutdown for the entire application.")
+    for member in ("m1", "m2"):
+        c.heartbeat(HeartbeatRequest("app", member, -1), READY, 4)
+    assert c.groups["app"].shutdown_requested_by is None
+
+
+def test_initial_rebalance_delay():
+    """Kafka 4.4's streams.initial.rebalance.delay.ms: the first member of an empty group waits
+    (status ASSIGNMENT_DELAYED, no tasks, group Assigning) while more join; at its end one
+    target covers them all."""
+    c = StreamsGroupCoordinator(StreamsGroupConfig(initial_rebalance_delay_ms=3000), _exact)
+    one = c.heartbeat(_join("m1"), READY, 0)
+    assert one.tasks == TaskSet() and one.member_epoch == 1
+    assert [code for code, _ in one.status] == [Status.ASSIGNMENT_DELAYED]
+    group = c.groups["app"]
+    assert group.state is StreamsGroupState.ASSIGNING and c.next_deadline() == 3000
+    two = c.heartbeat(_join("m2", "p2"), READY, 1000)
+    assert two.tasks == TaskSet() and two.status[0][0] is Status.ASSIGNMENT_DELAYED
+    c.tick(READY, 3000)  # the timer: both members in one target
+    assert group.assignment_epoch == group.group_epoch == 3
+    assert all(group.target[m].active for m in ("m1", "m2"))
+    got = c.heartbeat(_beat("m1", one.member_epoch, TaskSet()), READY, 3100)
+    assert got.member_epoch == 3 and got.tasks is not None and got.tasks.active
+    assert got.status == ()
+    # a heartbeat during the delay changes nothing (the configs went with the epoch)
+    c2 = StreamsGroupCoordinator(StreamsGroupConfig(initial_rebalance_delay_ms=1000), _exact)
+    first = c2.heartbeat(_join("m1"), READY, 0)
+    c2.heartbeat(_beat("m1", first.member_epoch, TaskSet()), READY, 10)
+    assert c2.groups["app"].group_epoch == 2
