@@ -35,6 +35,7 @@ from broker.security.service import Security
 from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.storage.cleaner_service import LogCleaner
+from broker.storage.ordered_appends import OrderedAppends
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
 from broker.txn.producer_ids import ProducerIdManager
@@ -112,8 +113,11 @@ def build_broker(
     # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
     streams = StreamsGroupService(config, storage, clock, groups)
     groups.epoch_groups.append(streams)
+    # Produce appends whose compressed records inflate beyond what the event loop may take:
+    # checked in worker threads, appended in arrival order per partition.
+    appends = OrderedAppends()
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share, group_configs, streams)
+                  security, cleaner, share, group_configs, streams, appends)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

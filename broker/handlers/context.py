@@ -24,6 +24,7 @@ from broker.security.service import Security
 from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.storage.cleaner_service import LogCleaner
+from broker.storage.ordered_appends import OrderedAppends
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
 from broker.wiring import CrossService
@@ -49,6 +50,7 @@ class Broker:
         share: ShareService | None = None,
         group_configs: GroupConfigStore | None = None,
         streams: StreamsGroupService | None = None,
+        appends: OrderedAppends | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -66,6 +68,9 @@ class Broker:
                               else share.configs if share is not None
                               else GroupConfigStore(config))
         self.streams = streams  # streams groups (KIP-1071): broker/group/streams_service.py
+        # Produce appends whose records are checked in a worker thread, in arrival order per
+        # partition; its task runs in server.serve.
+        self.appends = appends if appends is not None else OrderedAppends()
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.
