@@ -415,28 +415,37 @@ def _too_large(limit: int) -> CorruptFrameError:
     return _BeyondLimit(f"compressed records expand beyond {limit} bytes")
 
 
+# What one call inflates at most: the output of a large batch is built from parts this size
+# (zlib allocates and writes each with the GIL released) instead of one buffer grown and copied
+# with the GIL held, which cost a worker thread's event loop tens of ms for a 16 MiB bomb.
+_INFLATE_STEP = 1024 * 1024
+
+
 def _gunzip(data: memoryview, limit: int) -> bytes:
     # Concatenated gzip members are legal (Java's GZIPInputStream reads them); zlib-wrapped
-    # deflate is accepted too (wbits 47 = detect gzip or zlib). One member (the usual case) is
-    # returned as zlib made it: no copy (a copy of 16 MiB into fresh pages costs tens of ms here).
-    out: bytes | bytearray = b""
+    # deflate is accepted too (wbits 47 = detect gzip or zlib).
+    parts: list[bytes] = []
+    total = 0
     rest: Any = data
     while True:
         dec = zlib.decompressobj(47)
-        part = dec.decompress(rest, limit + 1 - len(out))
-        if out:
-            out += part  # a bytearray from the second member on
-        else:
-            out = part
-        if len(out) > limit:
-            raise _too_large(limit)
+        while not dec.eof:
+            room = limit + 1 - total
+            step = room if room < _INFLATE_STEP else _INFLATE_STEP
+            part = dec.decompress(rest, step)
+            rest = dec.unconsumed_tail
+            if part:
+                parts.append(part)
+                total += len(part)
+                if total > limit:
+                    raise _too_large(limit)
+            if len(part) < step and not rest:
+                break  # the input is used up
         if not dec.eof:
             raise CorruptFrameError("gzip data is truncated")
         rest = dec.unused_data
         if not rest:
-            return out if isinstance(out, bytes) else bytes(out)
-        if isinstance(out, bytes):
-            out = bytearray(out)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _unsnappy_raw(module: Any, block: bytes, limit: int) -> bytes:
