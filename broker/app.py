@@ -23,10 +23,11 @@ import trio
 from broker import handlers
 from broker.clock import Clock, WallClock
 from broker.config import BrokerConfig
+from broker.config.client_metrics_configs import ClientMetricsConfigStore
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
 from broker.group.streams_service import StreamsGroupService
-from broker.handlers.context import Broker
+from broker.handlers.context import Broker, build_telemetry
 from broker.log.manager import LogManager
 from broker.metrics import Metrics
 from broker.network import memory, server
@@ -113,11 +114,16 @@ def build_broker(
     # the group service's, which asks them to validate commits. Housekeeping: streams.tick(now).
     streams = StreamsGroupService(config, storage, clock, groups)
     groups.epoch_groups.append(streams)
+    # Client telemetry (KIP-714): CLIENT_METRICS subscriptions, durable in the data dir; the
+    # manager re-evaluates its clients when one changes and keeps their pushes for /metrics.
+    client_metrics = ClientMetricsConfigStore(data_dir)
+    telemetry = build_telemetry(config, client_metrics)
     # Produce appends whose compressed records inflate beyond what the event loop may take:
     # checked in worker threads, appended in arrival order per partition.
     appends = OrderedAppends()
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share, group_configs, streams, appends)
+                  security, cleaner, share, group_configs, streams, client_metrics, telemetry,
+                  appends)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

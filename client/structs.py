@@ -171,8 +171,9 @@ class TransactionDescription(NamedTuple):
 
 
 class ConfigResource(NamedTuple):
-    """A config resource: ``type`` "topic" or "broker" (Kafka's resource types 2 and 4);
-    ``name`` the topic, or the broker's node id as a string."""
+    """A config resource: ``type`` "topic", "broker" or "client_metrics" (Kafka's resource
+    types 2, 4 and 16); ``name`` the topic, the broker's node id as a string, or the client
+    metrics subscription (KIP-714)."""
 
     type: str
     name: str
@@ -182,11 +183,12 @@ class ConfigResource(NamedTuple):
         return RESOURCE_TYPES[self.type]
 
 
-RESOURCE_TYPES = {"topic": 2, "broker": 4}
+RESOURCE_TYPES = {"topic": 2, "broker": 4, "client_metrics": 16}
 # Kafka's ConfigSource values
 CONFIG_SOURCES = {
     1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
     4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
+    7: "CLIENT_METRICS_CONFIG",
 }
 
 

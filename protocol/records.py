@@ -407,12 +407,17 @@ def _compress(codec: Compression, data: bytes | bytearray) -> bytes:
     return module.ZstdCompressor().compress(bytes(data))
 
 
-class _BeyondLimit(CorruptFrameError):
-    """Compressed records that expand beyond the limit they were decompressed within."""
+class DecompressedTooLarge(CorruptFrameError):
+    """Compressed data that expands beyond the caller's limit."""
 
 
 def _too_large(limit: int) -> CorruptFrameError:
-    return _BeyondLimit(f"compressed records expand beyond {limit} bytes")
+    return DecompressedTooLarge(f"compressed records expand beyond {limit} bytes")
+
+
+def codec_available(codec: Compression) -> bool:
+    """Whether ``codec``'s optional package (if it needs one) is installed."""
+    return codec in (Compression.NONE, Compression.GZIP) or _codec_module(codec) is not None
 
 
 # What one call inflates at most: the output of a large batch is built from parts this size
@@ -521,6 +526,8 @@ def _decompress(codec: Compression, data: memoryview, limit: int | None = None) 
         raise _too_large(limit)
     return out
 
+
+decompress = _decompress  # for other compressed payloads (client telemetry, KIP-714)
 
 # ---------------------------------------------------------------------------------------------
 # Encoding
@@ -1014,7 +1021,7 @@ def validate_records_untrusted(
         try:
             data = _decompress(Compression(codec), memoryview(buf)[pos + HEADER_SIZE : end],
                                limit)
-        except _BeyondLimit:
+        except DecompressedTooLarge:
             if limit < max_uncompressed:
                 return INFLATE_LATER
             raise

@@ -115,6 +115,10 @@ class BrokerConfig:
     extra_listeners: tuple[Listener, ...] = ()
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None  # Prometheus text format on http://host:port/metrics
+    # Client telemetry (KIP-714): the largest push accepted (Kafka's key), the most client
+    # metric series /metrics shows (minibroker's).
+    telemetry_max_bytes: int = 1_048_576
+    telemetry_export_max_series: int = 20_000
     security: SecurityConfig = field(default_factory=SecurityConfig)
 
     @property
@@ -365,6 +369,13 @@ _PROPERTIES: dict[str, Property] = {
                              "(unset: no metrics are counted; as --metrics-port).", _OWN),
     "metrics.host": Property("metrics_host", str, None, "Address of the metrics listener.",
                              _OWN),
+    "telemetry.max.bytes": Property(
+        "telemetry_max_bytes", int, 1,
+        "The largest client metrics push (KIP-714) accepted, compressed and decompressed."),
+    "telemetry.export.max.series": Property(
+        "telemetry_export_max_series", int, 0,
+        "The most client metric series (pushed by clients, KIP-714) served on /metrics; the "
+        "clients that pushed least recently are dropped first.", _OWN),
 }
 
 # Kafka keys that are valid in a real server.properties but mean nothing to a single node without

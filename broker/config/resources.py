@@ -35,6 +35,7 @@ from protocol.text import clip
 class ResourceType(enum.IntEnum):
     TOPIC = 2
     BROKER = 4
+    CLIENT_METRICS = 16  # a client metrics subscription: broker/config/client_metrics_configs.py
     GROUP = 32  # a group's configs: broker/config/group_configs.py
 
 
@@ -44,6 +45,7 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    CLIENT_METRICS_CONFIG = 7
     DYNAMIC_GROUP_CONFIG = 8
 
 

@@ -14,8 +14,9 @@ from broker.handlers import (
     security,
     share,
     streams,
+    telemetry,
     txn,
 )
 
 MODULES = (admin, admin_apis, fetch, groups, leader_epoch, produce, producer_id, security, share,
-           streams, txn)
+           streams, telemetry, txn)

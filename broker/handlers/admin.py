@@ -48,6 +48,10 @@ def api_versions(broker: Broker, header, request) -> dict:
         and _SOFTWARE.fullmatch(request.client_software_version)
     ):
         return {"error_code": ErrorCode.INVALID_REQUEST, "api_keys": []}
+    if header.api_version >= 3:  # what client telemetry subscriptions match (KIP-714)
+        current = peer.session()
+        current.client_software_name = request.client_software_name
+        current.client_software_version = request.client_software_version
     level = broker.config.transaction_version
     return {
         "error_code": ErrorCode.NONE,

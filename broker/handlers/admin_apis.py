@@ -83,6 +83,9 @@ def describe_configs(broker: Broker, header, request) -> dict:
             elif kind is ResourceType.GROUP:
                 entries = broker.group_configs.describe(resource.resource_name,
                                                         resource.configuration_keys)
+            elif kind is ResourceType.CLIENT_METRICS:  # broker/config/client_metrics_configs.py
+                entries = broker.client_metrics.describe(resource.resource_name,
+                                                         resource.configuration_keys)
             else:
                 entries = resources.describe_broker(
                     broker.config, resource.resource_name, resource.configuration_keys
@@ -126,7 +129,8 @@ def _alter_response(results: list[tuple[Any, ErrorCode, str | None]]) -> dict:
     }
 
 
-def _alter(broker: Broker, request, alter_topic, keys_of, alter_group) -> dict:
+def _alter(broker: Broker, request, alter_topic, keys_of, alter_group, ops_of, replace: bool
+           ) -> dict:
     results = []
     seen: set[tuple[int, str]] = set()
     for resource in request.resources:
@@ -142,6 +146,9 @@ def _alter(broker: Broker, request, alter_topic, keys_of, alter_group) -> dict:
                 alter_topic(resource)
             elif kind is ResourceType.GROUP:
                 alter_group(resource)
+            elif kind is ResourceType.CLIENT_METRICS:  # replace: AlterConfigs' whole set
+                broker.client_metrics.alter(resource.resource_name, ops_of(resource),
+                                            request.validate_only, replace)
             else:
                 resources.alter_broker(broker.config, resource.resource_name, keys_of(resource))
         except KafkaError as exc:
@@ -164,7 +171,7 @@ def alter_configs(broker: Broker, header, request) -> dict:
                                    request.validate_only, replace=True)
 
     return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs],
-                  alter_group)
+                  alter_group, lambda r: [(c.name, 0, c.value) for c in r.configs], True)
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, *_versions(ApiKey.INCREMENTAL_ALTER_CONFIGS))
@@ -183,7 +190,8 @@ def incremental_alter_configs(broker: Broker, header, request) -> dict:
             request.validate_only)
 
     return _alter(broker, request, alter_topic, lambda r: [c.name for c in r.configs],
-                  alter_group)
+                  alter_group,
+                  lambda r: [(c.name, c.config_operation, c.value) for c in r.configs], False)
 
 
 
@@ -370,17 +378,9 @@ def describe_client_quotas(broker: Broker, header, request) -> dict:
 # ListConfigResources resource types (Kafka's ConfigResource.Type ids): v0 (it was
 # ListClientMetricsResources) knows CLIENT_METRICS only; v1 the five, in the order Kafka answers.
 BROKER_LOGGER = 8
-CLIENT_METRICS = 16
-_LISTABLE = {0: (CLIENT_METRICS,),
-             1: (ResourceType.GROUP, CLIENT_METRICS, BROKER_LOGGER, ResourceType.BROKER,
-                 ResourceType.TOPIC)}
-
-
-def client_metrics_resources(broker: Broker) -> list[str]:
-    """The names of the CLIENT_METRICS config resources (KIP-714 subscriptions). None here
-    yet: the hook for the client-telemetry service, which keeps them (ListConfigResources lists
-    what this returns)."""
-    return []
+_LISTABLE = {0: (ResourceType.CLIENT_METRICS,),
+             1: (ResourceType.GROUP, ResourceType.CLIENT_METRICS, BROKER_LOGGER,
+                 ResourceType.BROKER, ResourceType.TOPIC)}
 
 
 @handles(ApiKey.LIST_CONFIG_RESOURCES, *_versions(ApiKey.LIST_CONFIG_RESOURCES))
@@ -401,7 +401,7 @@ def list_config_resources(broker: Broker, header, request) -> dict:
     node = str(broker.config.node_id)
     names = {
         ResourceType.GROUP: lambda: sorted(broker.group_configs.configs),
-        CLIENT_METRICS: lambda: client_metrics_resources(broker),
+        ResourceType.CLIENT_METRICS: broker.client_metrics.names,  # the KIP-714 subscriptions
         BROKER_LOGGER: lambda: [node],
         ResourceType.BROKER: lambda: [node],
         ResourceType.TOPIC: lambda: sorted(broker.logs.topics()),

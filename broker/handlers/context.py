@@ -14,6 +14,7 @@ import trio
 
 from broker.clock import Clock
 from broker.config import BrokerConfig
+from broker.config.client_metrics_configs import ClientMetricsConfigStore
 from broker.config.group_configs import GroupConfigStore
 from broker.group.service import GroupService
 from broker.group.streams_service import StreamsGroupService
@@ -25,6 +26,8 @@ from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.storage.cleaner_service import LogCleaner
 from broker.storage.ordered_appends import OrderedAppends
+from broker.telemetry.export import TelemetryExport
+from broker.telemetry.manager import TelemetryManager
 from broker.txn.manager import TransactionManager
 from broker.txn.producer_ids import ProducerIdManager
 from broker.wiring import CrossService
@@ -50,6 +53,8 @@ class Broker:
         share: ShareService | None = None,
         group_configs: GroupConfigStore | None = None,
         streams: StreamsGroupService | None = None,
+        client_metrics: ClientMetricsConfigStore | None = None,
+        telemetry: TelemetryManager | None = None,
         appends: OrderedAppends | None = None,
     ) -> None:
         self.config = config
@@ -68,6 +73,12 @@ class Broker:
                               else share.configs if share is not None
                               else GroupConfigStore(config))
         self.streams = streams  # streams groups (KIP-1071): broker/group/streams_service.py
+        # Client telemetry (KIP-714): the CLIENT_METRICS subscriptions (durable) and the manager
+        # that hands them to clients and keeps their pushed metrics for /metrics.
+        self.client_metrics = (client_metrics if client_metrics is not None
+                               else ClientMetricsConfigStore(config.data_dir))
+        self.telemetry = (telemetry if telemetry is not None
+                          else build_telemetry(config, self.client_metrics))
         # Produce appends whose records are checked in a worker thread, in arrival order per
         # partition; its task runs in server.serve.
         self.appends = appends if appends is not None else OrderedAppends()
@@ -155,3 +166,13 @@ class _AutoCreation:
     def __init__(self) -> None:
         self.done = trio.Event()
         self.error: KafkaError | None = None
+
+
+def build_telemetry(config: BrokerConfig, subscriptions: ClientMetricsConfigStore
+                    ) -> TelemetryManager:
+    """The telemetry manager, told of every subscription change."""
+    manager = TelemetryManager(lambda: subscriptions.subscriptions,
+                               TelemetryExport(config.telemetry_export_max_series),
+                               config.telemetry_max_bytes)
+    subscriptions.listeners.append(manager.subscriptions_changed)
+    return manager

@@ -32,6 +32,11 @@ class Session:
     # Called once when the connection closes, by key (share sessions opened on it release
     # their records, as Kafka's do when their connection goes).
     on_close: dict = field(default_factory=dict)
+    # What the client said of itself in ApiVersions v3+ (KIP-511), and its port: client
+    # telemetry's subscriptions match them (broker/telemetry/manager.py).
+    client_software_name: str | None = None
+    client_software_version: str | None = None
+    client_port: int | None = None
 
     @classmethod
     def for_listener(cls, security_protocol: str, principal: str | None = None) -> Session:

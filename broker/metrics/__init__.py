@@ -228,7 +228,19 @@ def render(metrics: Metrics, state: BrokerState) -> str:
         for cg in consumer_groups:
             labels = {"group": cg[0], "state": cg[1]} if index == 2 else {"group": cg[0]}
             w.sample(metric, float(cg[index]), **labels)
+    _render_telemetry(w, state.client_telemetry())
     return "\n".join(w.lines) + "\n"
+
+
+def _render_telemetry(w: _Writer, families: list[tuple[str, str, list]]) -> None:
+    """The metrics clients pushed (KIP-714, broker/telemetry/export.py), as they named them."""
+    w.family("minibroker_client_telemetry_series", "gauge",
+             "Client metric series (pushed by clients, KIP-714) shown below.")
+    w.sample("minibroker_client_telemetry_series", sum(len(f[2]) for f in families))
+    for name, kind, samples in families:
+        w.family(name, kind, "Pushed by clients (KIP-714 client telemetry).")
+        for labels, value in samples:
+            w.sample(name, value, **labels)
 
 
 _SHARE_FAMILIES = (  # (name, kind, help), in the order of ShareService.metrics()'s values
@@ -281,6 +293,11 @@ class BrokerState:
         """Share groups' partitions (broker/share/service.py ``metrics``)."""
         share = getattr(self._broker, "share", None)
         return share.metrics() if share is not None else []
+    def client_telemetry(self) -> list[tuple[str, str, list]]:
+        """The latest metrics clients pushed (broker/telemetry/export.py ``families``)."""
+        telemetry = getattr(self._broker, "telemetry", None)
+        return telemetry.export.families() if telemetry is not None else []
+
     def consumer_groups(self) -> list[tuple[str, str, int, int, int, int, int]]:
         return self._broker.groups.consumer_group_stats()
 

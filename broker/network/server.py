@@ -243,6 +243,10 @@ async def _serve_connection(
     info: _ListenerInfo,
 ) -> None:
     session = Session.for_listener(info.security_protocol)
+    try:
+        session.client_port = sock.raw.getpeername()[1]  # client telemetry's match selector
+    except (OSError, IndexError, TypeError):
+        pass
     set_peer(Peer("/" + ip, info.advertised, session))  # this task's requests (broker/handlers/peer.py)
     if info.tls is None:
         SENDFILE.set(True)  # Fetch may answer with FileSlices (broker/log/file_slice.py)

@@ -28,6 +28,7 @@ from protocol.messages import (  # noqa: F401  (each module registers its schema
     security,
     share,
     streams_groups,
+    telemetry,
     txn,
 )
 from protocol.messages._codegen import install as _install_generated_codecs

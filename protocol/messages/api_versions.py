@@ -123,6 +123,10 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.OFFSET_FOR_LEADER_EPOCH: Served(VersionRange(2, 4),
         "all of Kafka 4's (KIP-896 removed v0-1): one broker, so every partition's only leader"
         " epoch is 0"),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: Served(VersionRange(0, 0),
+        "Kafka's only version (KIP-714): client metrics subscriptions (broker/telemetry/)"),
+    ApiKey.PUSH_TELEMETRY: Served(VersionRange(0, 0),
+        "Kafka's only version (KIP-714): the pushed metrics go to the Prometheus endpoint"),
     ApiKey.LIST_TRANSACTIONS: Served(VersionRange(0, 1),
         "to v1 (duration filter): v2's transactional-id pattern (KIP-1152) is not served"),
     # Admin APIs (issue 11), every version of Kafka's range up to its newest (Kafka 4.x),

@@ -10,6 +10,8 @@ The request bodies are ours (the unit tests hold our request codecs to the same 
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from protocol.api_keys import ApiKey, response_header_version
@@ -40,7 +42,10 @@ NO_REFEREE = {(ApiKey.WRITE_TXN_MARKERS, 0),
               # KIP-1071's APIs: Kafka 4.4's golden bytes in
               # tests/unit/protocol/messages/test_streams_groups.py
               (ApiKey.STREAMS_GROUP_HEARTBEAT, 0), (ApiKey.STREAMS_GROUP_HEARTBEAT, 1),
-              (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1)}
+              (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1),
+              # KIP-714's APIs: Kafka 4.4's golden bytes in
+              # tests/unit/protocol/messages/test_telemetry.py
+              (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0), (ApiKey.PUSH_TELEMETRY, 0)}
 # kafka-python has no share-group classes (KIP-932): golden bytes in
 # tests/unit/protocol/messages/test_share.py, Kafka's own share consumer in
 # tests/kafka_ref/test_share_groups.py.
@@ -169,6 +174,10 @@ def request_body(key: ApiKey, version: int) -> dict:
             "standby_tasks": [], "warmup_tasks": [], "topology": {"epoch": 0, "subtopologies": [
                 {"subtopology_id": "0", "source_topics": [TOPIC]}]}},
         ApiKey.STREAMS_GROUP_DESCRIBE: {"group_ids": [GROUP, "sg-0"]},
+        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: {"client_instance_id": uuid.UUID(int=0)},
+        # the zero instance id is refused: INVALID_REQUEST
+        ApiKey.PUSH_TELEMETRY: {"client_instance_id": uuid.UUID(int=0), "subscription_id": 0,
+                                "terminating": False, "compression_type": 0, "metrics": b""},
         ApiKey.DESCRIBE_TOPIC_PARTITIONS: {"topics": [{"name": TOPIC}],
                                            "response_partition_limit": 2000, "cursor": None},
         ApiKey.OFFSET_FOR_LEADER_EPOCH: {"replica_id": -1, "topics": [{"topic": TOPIC, "partitions": [
@@ -197,6 +206,7 @@ def request_body(key: ApiKey, version: int) -> dict:
 # The error codes a valid request may get here (these requests name unknown transactions,
 # members and topics on purpose: the answer's layout is what is checked).
 ALLOWED_ERRORS = {
+    ApiKey.PUSH_TELEMETRY: {ErrorCode.INVALID_REQUEST},
     ApiKey.JOIN_GROUP: {ErrorCode.NONE, ErrorCode.MEMBER_ID_REQUIRED},
     ApiKey.HEARTBEAT: {ErrorCode.UNKNOWN_MEMBER_ID},
     ApiKey.SYNC_GROUP: {ErrorCode.UNKNOWN_MEMBER_ID},
@@ -281,6 +291,7 @@ def test_every_served_api_is_covered():
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS, *SHARE_APIS,
         ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FOR_LEADER_EPOCH,
+        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
     }
 
 

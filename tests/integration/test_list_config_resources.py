@@ -25,15 +25,15 @@ def broker(tmp_path_factory):
                                 "assignments": [], "configs": []}],
                     "timeout_ms": 5000, "validate_only": False}).topics[0].error_code == 0
             for group in ("g-two", "g-one"):
-                _set_group_config(conn, group)
+                _set_config(conn, GROUP, group, "consumer.session.timeout.ms", "50000")
+            _set_config(conn, CLIENT_METRICS, "sub-1", "interval.ms", "60000")
         yield proc
 
 
-def _set_group_config(conn: RawConnection, group: str) -> None:
+def _set_config(conn: RawConnection, kind: int, name: str, key: str, value: str) -> None:
     answer = conn.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {
-        "resources": [{"resource_type": GROUP, "resource_name": group, "configs": [
-            {"name": "consumer.session.timeout.ms", "config_operation": 0,
-             "value": "50000"}]}],
+        "resources": [{"resource_type": kind, "resource_name": name, "configs": [
+            {"name": key, "config_operation": 0, "value": value}]}],
         "validate_only": False})
     assert answer.responses[0].error_code == ErrorCode.NONE
 
@@ -52,9 +52,9 @@ def test_every_type_when_none_is_asked(broker):
         node = _node(conn)
     assert answer.error_code == ErrorCode.NONE
     listed = [(r.resource_type, r.resource_name) for r in answer.config_resources]
-    # Kafka's order: groups, client metrics (none here), broker loggers, brokers, topics.
-    assert listed == [(GROUP, "g-one"), (GROUP, "g-two"), (BROKER_LOGGER, node), (BROKER, node),
-                      (TOPIC, "alpha"), (TOPIC, "beta")]
+    # Kafka's order: groups, client metrics subscriptions, broker loggers, brokers, topics.
+    assert listed == [(GROUP, "g-one"), (GROUP, "g-two"), (CLIENT_METRICS, "sub-1"),
+                      (BROKER_LOGGER, node), (BROKER, node), (TOPIC, "alpha"), (TOPIC, "beta")]
 
 
 def test_the_types_asked_for(broker):
@@ -68,12 +68,16 @@ def test_the_types_asked_for(broker):
     assert [r.resource_name for r in groups.config_resources] == ["g-one", "g-two"]
     assert [(r.resource_type, r.resource_name) for r in topics_and_brokers.config_resources] \
         == [(BROKER, node), (TOPIC, "alpha"), (TOPIC, "beta")]
-    assert (metrics.error_code, list(metrics.config_resources)) == (ErrorCode.NONE, [])
+    assert [(r.resource_type, r.resource_name) for r in metrics.config_resources] == \
+        [(CLIENT_METRICS, "sub-1")]
     # A type the version does not know fails the request (Kafka: UNSUPPORTED_VERSION).
     assert (unknown.error_code, list(unknown.config_resources)) == \
         (ErrorCode.UNSUPPORTED_VERSION, [])
-    # v0 (ListClientMetricsResources) lists client-metrics resources only.
-    assert (v0.error_code, list(v0.config_resources)) == (ErrorCode.NONE, [])
+    # v0 (ListClientMetricsResources) lists client-metrics resources only (no type field: a
+    # v0 answer's resources are CLIENT_METRICS, the field's default).
+    assert v0.error_code == ErrorCode.NONE
+    assert [(r.resource_type, r.resource_name) for r in v0.config_resources] == \
+        [(CLIENT_METRICS, "sub-1")]
 
 
 def test_advertised_in_api_versions(broker):

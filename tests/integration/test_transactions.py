@@ -905,7 +905,8 @@ def test_many_producers_at_once_share_coordinator_fsyncs_and_stay_exact(broker):
     # the committed records are visible and every transaction completes.
     topic = "many-producers"
     create_topic(broker.bootstrap, topic)
-    producers, transactions = 20, 12
+    # The last transaction (t = 12) commits: see the end.
+    producers, transactions = 20, 13
     errors: list[BaseException] = []
 
     def run(n: int) -> None:
@@ -936,6 +937,9 @@ def test_many_producers_at_once_share_coordinator_fsyncs_and_stay_exact(broker):
     seen = consume_values(broker.bootstrap, topic, "read_committed", expected=len(committed))
     assert sorted(seen) == committed
     states = {describe(broker.port, f"many-{n}").transaction_state for n in range(producers)}
-    # None left open or prepared. (librdkafka aborts a transaction whose records were not sent
-    # yet without telling the coordinator, so the last state may be either.)
-    assert states <= {"CompleteCommit", "CompleteAbort"}, states
+    # Every producer's last EndTxn was a commit, answered: none left open or prepared. (The
+    # last transaction must not be an abort: librdkafka 2.16 aborts without EndTxn when the
+    # answer to its AddPartitionsToTxn arrives after the abort began, even though the
+    # coordinator added the partitions; that transaction stays Ongoing, on Kafka too, until the
+    # producer's next transaction takes it over or it times out. Seen here in 1 run of 20.)
+    assert states == {"CompleteCommit"}, states

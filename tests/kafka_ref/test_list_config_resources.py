@@ -40,17 +40,23 @@ def test_kafka_configs_describe_lists_every_group_with_configs(minibroker, kafka
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
-    groups = [f"listed-{i}-{time.monotonic_ns()}" for i in range(2)]
+    stamp = time.monotonic_ns()
+    groups = [f"listed-{i}-{stamp}" for i in range(2)]
+    subscription = f"listed-sub-{stamp}"
     listed = []
     for bootstrap in (minibroker.bootstrap, kafka_one.bootstrap):
         for group in groups:
             configs(bootstrap, "--entity-type", "groups", "--entity-name", group, "--alter",
                     "--add-config", "consumer.session.timeout.ms=50000")
-        everything = _blocks(configs(bootstrap, "--entity-type", "groups", "--describe"))
+        configs(bootstrap, "--entity-type", "client-metrics", "--entity-name", subscription,
+                "--alter", "--add-config", "interval.ms=60000")
+        everything = {
+            **_blocks(configs(bootstrap, "--entity-type", "groups", "--describe")),
+            **_blocks(configs(bootstrap, "--entity-type", "client-metrics", "--describe"))}
         listed.append({h: lines for h, lines in everything.items()
-                       if any(g in h for g in groups)})
-        # No client-metrics resources on either: the same (empty) listing.
-        assert configs(bootstrap, "--entity-type", "client-metrics", "--describe").strip() == ""
+                       if any(name in h for name in (*groups, subscription))})
+        configs(bootstrap, "--entity-type", "client-metrics", "--entity-name", subscription,
+                "--alter", "--delete-config", "interval.ms")
     ours, kafka = listed
-    assert len(ours) == 2, ours
+    assert len(ours) == 3, ours
     assert ours == kafka

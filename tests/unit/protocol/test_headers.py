@@ -133,8 +133,10 @@ def test_first_flexible_versions_match_kafka_schemas() -> None:
     # Describe (KIP-848) nor StreamsGroupHeartbeat / Describe (KIP-1071): Kafka 4.4's schemas say
     # "0+" (the share ones are checked against the Java client in
     # tests/kafka_ref/test_share_groups.py, the streams ones against Kafka 4.4's own bytes in
-    # tests/unit/protocol/messages/test_streams_groups.py).
-    no_class = {ApiKey.CONSUMER_GROUP_HEARTBEAT: 0, ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
+    # tests/unit/protocol/messages/test_streams_groups.py), nor the client telemetry APIs
+    # (KIP-714, checked against Kafka 4.4's bytes in tests/unit/protocol/messages/test_telemetry.py).
+    no_class = {ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: 0, ApiKey.PUSH_TELEMETRY: 0,
+                ApiKey.CONSUMER_GROUP_HEARTBEAT: 0, ApiKey.CONSUMER_GROUP_DESCRIBE: 0,
                 ApiKey.STREAMS_GROUP_HEARTBEAT: 0, ApiKey.STREAMS_GROUP_DESCRIBE: 0,
                 ApiKey.SHARE_GROUP_HEARTBEAT: 0, ApiKey.SHARE_GROUP_DESCRIBE: 0,
                 ApiKey.SHARE_FETCH: 0, ApiKey.SHARE_ACKNOWLEDGE: 0,

@@ -172,6 +172,8 @@ KAFKA_4 = {
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (0, 1), ApiKey.CONSUMER_GROUP_DESCRIBE: (0, 1),
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, 0),
+    ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: (0, 0),
+    ApiKey.PUSH_TELEMETRY: (0, 0),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.SHARE_GROUP_HEARTBEAT: (1, 1), ApiKey.SHARE_GROUP_DESCRIBE: (1, 1),
     ApiKey.SHARE_FETCH: (1, 2), ApiKey.SHARE_ACKNOWLEDGE: (1, 2),
@@ -481,7 +483,9 @@ GOLDEN_ONLY = {(ApiKey.WRITE_TXN_MARKERS, 0),
                # KIP-1071's APIs (kafka-python has no class): Kafka 4.4's golden bytes in
                # test_streams_groups.py
                (ApiKey.STREAMS_GROUP_HEARTBEAT, 0), (ApiKey.STREAMS_GROUP_HEARTBEAT, 1),
-               (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1)}
+               (ApiKey.STREAMS_GROUP_DESCRIBE, 0), (ApiKey.STREAMS_GROUP_DESCRIBE, 1),
+               # KIP-714's APIs: golden bytes in test_telemetry.py
+               (ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, 0), (ApiKey.PUSH_TELEMETRY, 0)}
 
 
 def test_every_served_version_has_a_referee() -> None:
