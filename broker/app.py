@@ -37,6 +37,7 @@ from broker.security.service import Security
 from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage, load_cluster_id, lock_data_dir
 from broker.storage.cleaner_service import LogCleaner
+from broker.storage.ordered_appends import OrderedAppends
 from broker.storage.store import file_system_sync
 from broker.txn.manager import CrashHook, TransactionManager
 from broker.txn.markers import MarkerWriter
@@ -124,8 +125,12 @@ def build_broker(
     # manager re-evaluates its clients when one changes and keeps their pushes for /metrics.
     client_metrics = ClientMetricsConfigStore(data_dir)
     telemetry = build_telemetry(config, client_metrics)
+    # Produce appends whose compressed records inflate beyond what the event loop may take:
+    # checked in worker threads, appended in arrival order per partition.
+    appends = OrderedAppends()
     return Broker(config, clock, cluster_id, storage, producer_ids, groups, transactions, cross,
-                  security, cleaner, share, group_configs, streams, client_metrics, telemetry)
+                  security, cleaner, share, group_configs, streams, client_metrics, telemetry,
+                  appends)
 
 
 def build_metrics(config: BrokerConfig) -> Metrics | None:

@@ -24,12 +24,19 @@ NO_RESPONSE = object()
 
 class Deferred(Generic[T]):
     """A result that needs waiting for; a reply of this type is awaited by the connection in
-    request order."""
+    request order.
 
-    __slots__ = ("wait",)
+    ``hold``: the connection reads no further request until it returns (Kafka mutes a channel
+    while its request is processed), and the request's frame keeps its share of
+    ``queued.max.request.bytes`` until then: a Produce whose appends wait for a worker thread
+    (``broker/storage/ordered_appends.py``)."""
 
-    def __init__(self, wait: Callable[[], Awaitable[T]]) -> None:
+    __slots__ = ("hold", "wait")
+
+    def __init__(self, wait: Callable[[], Awaitable[T]],
+                 hold: Callable[[], Awaitable[None]] | None = None) -> None:
         self.wait = wait
+        self.hold = hold
 
     def then(self, fn: Callable[[T], U]) -> Deferred[U]:
         """The deferred result of ``fn`` applied to this one's."""
@@ -38,7 +45,7 @@ class Deferred(Generic[T]):
         async def mapped() -> U:
             return fn(await wait())
 
-        return Deferred(mapped)
+        return Deferred(mapped, self.hold)
 
 
 class AnswerFirst(Generic[T]):

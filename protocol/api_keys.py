@@ -58,6 +58,7 @@ class ApiKey(enum.IntEnum):
     CONSUMER_GROUP_DESCRIBE = 69
     GET_TELEMETRY_SUBSCRIPTIONS = 71  # KIP-714: protocol/messages/telemetry.py
     PUSH_TELEMETRY = 72
+    LIST_CONFIG_RESOURCES = 74  # KIP-1142 (v0 was ListClientMetricsResources, KIP-714)
     DESCRIBE_TOPIC_PARTITIONS = 75  # KIP-966
     # Share groups (KIP-932): protocol/messages/share.py
     SHARE_GROUP_HEARTBEAT = 76
@@ -125,6 +126,7 @@ FIRST_FLEXIBLE_VERSION: dict[ApiKey, int] = {
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: 0,
     ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: 0,  # KIP-714: flexible from v0
     ApiKey.PUSH_TELEMETRY: 0,
+    ApiKey.LIST_CONFIG_RESOURCES: 0,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: 4,
     ApiKey.SHARE_GROUP_HEARTBEAT: 0,  # the share-group APIs are flexible from v0
     ApiKey.SHARE_GROUP_DESCRIBE: 0,

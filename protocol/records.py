@@ -420,21 +420,37 @@ def codec_available(codec: Compression) -> bool:
     return codec in (Compression.NONE, Compression.GZIP) or _codec_module(codec) is not None
 
 
+# What one call inflates at most: the output of a large batch is built from parts this size
+# (zlib allocates and writes each with the GIL released) instead of one buffer grown and copied
+# with the GIL held, which cost a worker thread's event loop tens of ms for a 16 MiB bomb.
+_INFLATE_STEP = 1024 * 1024
+
+
 def _gunzip(data: memoryview, limit: int) -> bytes:
     # Concatenated gzip members are legal (Java's GZIPInputStream reads them); zlib-wrapped
     # deflate is accepted too (wbits 47 = detect gzip or zlib).
-    out = bytearray()
+    parts: list[bytes] = []
+    total = 0
     rest: Any = data
     while True:
         dec = zlib.decompressobj(47)
-        out += dec.decompress(rest, limit + 1 - len(out))
-        if len(out) > limit:
-            raise _too_large(limit)
+        while not dec.eof:
+            room = limit + 1 - total
+            step = room if room < _INFLATE_STEP else _INFLATE_STEP
+            part = dec.decompress(rest, step)
+            rest = dec.unconsumed_tail
+            if part:
+                parts.append(part)
+                total += len(part)
+                if total > limit:
+                    raise _too_large(limit)
+            if len(part) < step and not rest:
+                break  # the input is used up
         if not dec.eof:
             raise CorruptFrameError("gzip data is truncated")
         rest = dec.unused_data
         if not rest:
-            return bytes(out)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _unsnappy_raw(module: Any, block: bytes, limit: int) -> bytes:
@@ -967,11 +983,14 @@ def _decode_headers(
 # The broker's default bound on a compressed batch's records once decompressed (see
 # ``validate_records_untrusted``).
 MAX_UNCOMPRESSED_BATCH_BYTES = 16 * 1024 * 1024
+# ``validate_records_untrusted`` with an ``inline_limit`` the records exceed: not checked.
+INFLATE_LATER = -1
 
 
 def validate_records_untrusted(
-    buf: Any, pos: int, header: BatchHeader, max_uncompressed: int = MAX_UNCOMPRESSED_BATCH_BYTES
-) -> None:
+    buf: Any, pos: int, header: BatchHeader, max_uncompressed: int = MAX_UNCOMPRESSED_BATCH_BYTES,
+    inline_limit: int | None = None,
+) -> int:
     """Check the record framing of the whole batch at ``buf[pos:]`` without building records.
 
     What a consumer needs to read the batch back (Kafka's broker checks the same before it stores
@@ -981,6 +1000,12 @@ def validate_records_untrusted(
     A compressed batch is decompressed within ``max_uncompressed`` bytes (a decompression bomb is
     refused when it gets there, not after). ``header`` must come from ``parse_header_untrusted``
     and the whole batch must be present. Raises only ``CorruptFrameError``.
+
+    Returns how many bytes the records took decompressed (0 for an uncompressed batch). With
+    ``inline_limit``, a compressed batch whose records expand beyond it is left unchecked and
+    ``INFLATE_LATER`` returned: what costs the event loop at most ``inline_limit`` bytes of
+    inflation, the caller checking it again without the limit where time does not matter (a
+    worker thread).
     """
     end = pos + header.length + LOG_OVERHEAD
     if end > len(buf):
@@ -990,11 +1015,20 @@ def validate_records_untrusted(
     if codec:
         if count > max_uncompressed // _MIN_RECORD_SIZE:
             raise CorruptFrameError(f"records count {count} cannot fit in {max_uncompressed} bytes")
-        data = _decompress(Compression(codec), memoryview(buf)[pos + HEADER_SIZE : end],
-                           max_uncompressed)
+        limit = max_uncompressed
+        if inline_limit is not None and inline_limit < limit:
+            limit = inline_limit
+        try:
+            data = _decompress(Compression(codec), memoryview(buf)[pos + HEADER_SIZE : end],
+                               limit)
+        except DecompressedTooLarge:
+            if limit < max_uncompressed:
+                return INFLATE_LATER
+            raise
         _check_records(data, 0, len(data), count)
-    else:
-        _check_records(buf, pos + HEADER_SIZE, end, count)
+        return len(data)
+    _check_records(buf, pos + HEADER_SIZE, end, count)
+    return 0
 
 
 def _varint32_untrusted(data: Any, p: int) -> tuple[int, int]:

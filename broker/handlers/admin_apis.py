@@ -1,6 +1,6 @@
 """Admin APIs: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs, CreatePartitions,
 DeleteRecords, DeleteGroups, OffsetDelete, DescribeClientQuotas (none), DescribeCluster, DescribeLogDirs, DescribeProducers,
-ListGroups, ListTransactions. Every advertised version of each (``admin_apis.py`` in
+ListGroups, ListTransactions, ListConfigResources. Every advertised version of each (``admin_apis.py`` in
 ``protocol/messages`` declares them); the version only decides which fields exist, so one
 handler serves them all and returns every field (the encoder skips the absent ones).
 """
@@ -373,6 +373,42 @@ def describe_client_quotas(broker: Broker, header, request) -> dict:
                 "error_message": None, "entries": None}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "entries": []}
+
+
+# ListConfigResources resource types (Kafka's ConfigResource.Type ids): v0 (it was
+# ListClientMetricsResources) knows CLIENT_METRICS only; v1 the five, in the order Kafka answers.
+BROKER_LOGGER = 8
+_LISTABLE = {0: (ResourceType.CLIENT_METRICS,),
+             1: (ResourceType.GROUP, ResourceType.CLIENT_METRICS, BROKER_LOGGER,
+                 ResourceType.BROKER, ResourceType.TOPIC)}
+
+
+@handles(ApiKey.LIST_CONFIG_RESOURCES, *_versions(ApiKey.LIST_CONFIG_RESOURCES))
+def list_config_resources(broker: Broker, header, request) -> dict:
+    """The config resources of the types asked for (none asked: every type the version knows),
+    as Kafka's KafkaApis lists them: groups with configs, client-metrics resources, this broker
+    (as BROKER_LOGGER and BROKER), every topic. DescribeConfigs on the cluster is required; a
+    type the version does not know fails the whole request with UNSUPPORTED_VERSION."""
+    def answer(error: ErrorCode, resources: list[dict]) -> dict:
+        return {"throttle_time_ms": 0, "error_code": error, "config_resources": resources}
+
+    if not allowed(broker, Operation.DESCRIBE_CONFIGS, AclResource.CLUSTER, CLUSTER_NAME):
+        return answer(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+    listable = _LISTABLE[min(header.api_version, 1)]
+    asked = set(request.resource_types) or set(listable)
+    if not asked <= set(listable):
+        return answer(ErrorCode.UNSUPPORTED_VERSION, [])
+    node = str(broker.config.node_id)
+    names = {
+        ResourceType.GROUP: lambda: sorted(broker.group_configs.configs),
+        ResourceType.CLIENT_METRICS: broker.client_metrics.names,  # the KIP-714 subscriptions
+        BROKER_LOGGER: lambda: [node],
+        ResourceType.BROKER: lambda: [node],
+        ResourceType.TOPIC: lambda: sorted(broker.logs.topics()),
+    }
+    return answer(ErrorCode.NONE, [
+        {"resource_name": name, "resource_type": int(kind)}
+        for kind in listable if kind in asked for name in names[kind]()])
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, *_versions(ApiKey.DESCRIBE_CLUSTER))

@@ -25,6 +25,7 @@ from broker.security.service import Security
 from broker.share.service import ShareService
 from broker.storage import DataArrived, FlushScheduler, Storage
 from broker.storage.cleaner_service import LogCleaner
+from broker.storage.ordered_appends import OrderedAppends
 from broker.telemetry.export import TelemetryExport
 from broker.telemetry.manager import TelemetryManager
 from broker.txn.manager import TransactionManager
@@ -54,6 +55,7 @@ class Broker:
         streams: StreamsGroupService | None = None,
         client_metrics: ClientMetricsConfigStore | None = None,
         telemetry: TelemetryManager | None = None,
+        appends: OrderedAppends | None = None,
     ) -> None:
         self.config = config
         self.clock = clock
@@ -77,6 +79,9 @@ class Broker:
                                else ClientMetricsConfigStore(config.data_dir))
         self.telemetry = (telemetry if telemetry is not None
                           else build_telemetry(config, self.client_metrics))
+        # Produce appends whose records are checked in a worker thread, in arrival order per
+        # partition; its task runs in server.serve.
+        self.appends = appends if appends is not None else OrderedAppends()
         # ``partition(topic, index)``: the log manager's lookup itself (no frame of ours in
         # between; Produce and AddPartitionsToTxn call it per partition). Raises KafkaError
         # UNKNOWN_TOPIC_OR_PARTITION.

@@ -95,6 +95,12 @@ _MAGIC_POS = 16
 _BASE_OFFSET = struct.Struct(">q")  # a batch's first field
 
 
+class InflateLater(Exception):
+    """``append_untrusted`` with ``inline_inflate``: the batches inflate beyond it; nothing was
+    appended (check them with ``check_untrusted`` off the event loop, then append them with
+    ``records_checked=True``)."""
+
+
 class AppendResult(NamedTuple):
     base_offset: int  # first offset of the append (the ORIGINAL one for a duplicate)
     last_offset: int
@@ -255,7 +261,9 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
 
     # -- append ------------------------------------------------------------------------------
 
-    def append_untrusted(self, buf: bytearray | memoryview, now_ms: int) -> AppendResult:
+    def append_untrusted(self, buf: bytearray | memoryview, now_ms: int,
+                         inline_inflate: int | None = None,
+                         records_checked: bool = False) -> AppendResult:
         """Validate and append the batches of a Produce request, patching base offsets in place.
 
         All or nothing: every batch is checked (header, size, CRC, record framing, not a control
@@ -264,12 +272,60 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
         Raises ``KafkaError``: CORRUPT_MESSAGE, UNSUPPORTED_FOR_MESSAGE_FORMAT, MESSAGE_TOO_LARGE,
         INVALID_RECORD, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH, OUT_OF_ORDER_SEQUENCE_NUMBER,
         KAFKA_STORAGE_ERROR.
+
+        ``inline_inflate``: at most this many bytes of compressed records are inflated here (on
+        the event loop); beyond it ``InflateLater`` is raised, nothing appended: the caller runs
+        ``check_untrusted`` where time does not matter (a worker thread) and then calls again
+        with ``records_checked=True``, which skips the records' check (framing, keys) and keeps
+        every other one (sizes, CRC, idempotence).
         """
         mv = buf if isinstance(buf, memoryview) else memoryview(buf)
         if mv.readonly:
             mv = memoryview(bytearray(mv))  # offsets are patched in place
         elif mv.format != "B" or mv.ndim != 1:
             mv = mv.cast("B")
+        batches = self._checked_batches(mv, inline_inflate, records_checked)
+        if self._compact and not records_checked:
+            self._check_keys(mv, batches)
+        producers = self.producers
+        if len(batches) == 1:
+            header = batches[0][1]
+            dup = producers.check(header, now_ms) if header.producer_id >= 0 else None
+        else:
+            dup = producers.check_all([h for _, h in batches], now_ms)
+        if dup is not None:
+            return AppendResult(dup.base_offset, dup.last_offset, True)
+        log_append_time = -1
+        if self._log_append_time:
+            log_append_time = now_ms
+            batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
+                       for pos, header in batches]
+        if len(batches) == 1:  # validated above: written as a built batch is
+            header = batches[0][1]
+            base_offset = self.append_built_batch(mv, header, now_ms)
+            last_offset = base_offset + header.last_offset_delta
+        else:
+            base_offset = self.log_end_offset
+            last_offset = self._write(mv, batches, now_ms)
+        return _new_append_result((base_offset, last_offset, False, log_append_time))
+
+    def check_untrusted(self, buf: bytearray | memoryview,
+                        inline_inflate: int | None = None) -> None:
+        """``append_untrusted``'s checks of ``buf`` that do not depend on the log's state (sizes,
+        CRC, record framing, keys of a compacted topic), changing nothing: what a worker thread
+        runs for a request whose batches inflate beyond what the event loop may take (then
+        ``append_untrusted(records_checked=True)``). Raises KafkaError as ``append_untrusted``,
+        and ``InflateLater`` beyond ``inline_inflate``."""
+        mv = buf if isinstance(buf, memoryview) else memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        batches = self._checked_batches(mv, inline_inflate, False)
+        if self._compact:
+            self._check_keys(mv, batches)
+
+    def _checked_batches(self, mv: memoryview, inline_inflate: int | None,
+                         records_checked: bool) -> list[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each batch in ``mv``, validated (``append_untrusted``)."""
         n = mv.nbytes
         if n == 0:
             raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "no record batches")
@@ -310,37 +366,24 @@ class Partition(PartitionReads, PartitionRetention, PartitionClose):
                 )
             if not batch_crc_ok(mv, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"CRC mismatch in record batch at {pos}")
-            try:
-                # A valid CRC over malformed records is a poison pill for consumers: refuse it.
-                validate_records_untrusted(mv, pos, header)
-            except CorruptFrameError as exc:
-                raise KafkaError(ErrorCode.INVALID_RECORD, str(exc)) from None
+            if not records_checked:
+                try:
+                    # A valid CRC over malformed records is a poison pill for consumers: refuse
+                    # it.
+                    if inline_inflate is None:
+                        validate_records_untrusted(mv, pos, header)
+                    else:
+                        inflated = validate_records_untrusted(mv, pos, header,
+                                                              inline_limit=inline_inflate)
+                        if inflated < 0:  # records.INFLATE_LATER
+                            raise InflateLater(f"record batch at {pos} inflates beyond "
+                                               f"{inline_inflate} bytes")
+                        inline_inflate -= inflated
+                except CorruptFrameError as exc:
+                    raise KafkaError(ErrorCode.INVALID_RECORD, str(exc)) from None
             batches.append((pos, header))
             pos += size
-
-        if self._compact:
-            self._check_keys(mv, batches)
-        producers = self.producers
-        if len(batches) == 1:
-            header = batches[0][1]
-            dup = producers.check(header, now_ms) if header.producer_id >= 0 else None
-        else:
-            dup = producers.check_all([h for _, h in batches], now_ms)
-        if dup is not None:
-            return AppendResult(dup.base_offset, dup.last_offset, True)
-        log_append_time = -1
-        if self._log_append_time:
-            log_append_time = now_ms
-            batches = [(pos, stamp_log_append_time(mv, pos, header, now_ms))
-                       for pos, header in batches]
-        if len(batches) == 1:  # validated above: written as a built batch is
-            header = batches[0][1]
-            base_offset = self.append_built_batch(mv, header, now_ms)
-            last_offset = base_offset + header.last_offset_delta
-        else:
-            base_offset = self.log_end_offset
-            last_offset = self._write(mv, batches, now_ms)
-        return _new_append_result((base_offset, last_offset, False, log_append_time))
+        return batches
 
     def _check_keys(self, mv: memoryview, batches: list[tuple[int, BatchHeader]]) -> None:
         """A compacted topic keeps the latest record per key: a record without one is refused

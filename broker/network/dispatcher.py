@@ -124,7 +124,8 @@ class Dispatcher:
             return header, result
         key, version = header.api_key, header.api_version
         if isinstance(result, Deferred):
-            return header, Deferred(functools.partial(_timed, metrics, key, version, started, result.wait))
+            return header, Deferred(functools.partial(_timed, metrics, key, version, started,
+                                                      result.wait), result.hold)
         answer = result.value if isinstance(result, AnswerFirst) else result
         metrics.request(key, version, time.perf_counter() - started, error_codes(answer))
         return header, result

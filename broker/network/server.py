@@ -119,6 +119,7 @@ async def serve(
             nursery.start_soon(broker.groups.run_timer_task)
             nursery.start_soon(_transaction_housekeeping, broker)
             nursery.start_soon(release_memory)
+            nursery.start_soon(broker.appends.run)  # Produce checks in worker threads
             if broker.share is not None:
                 nursery.start_soon(broker.share.run_timer)  # lock and member-session expiry
             if broker.cleaner is not None:
@@ -457,8 +458,9 @@ class _Connection:
                     return
                 finally:
                     del frame
-                    if self._reserved:
-                        self.release_memory()
+                if self._reserved and not (isinstance(result, Deferred)
+                                           and result.hold is not None):
+                    self.release_memory()  # (a held request keeps it: released below)
                 if limited and session.sasl_state == "done":
                     decoder.max_frame_size = max_bytes  # authenticated
                     limited = False
@@ -495,6 +497,12 @@ class _Connection:
                         self._enqueue(ready, ready_bytes)
                         ready, ready_bytes = [], 0
                     self._enqueue((header, result), 0)
+                    if result.hold is not None:
+                        # Nothing more is read from this connection until the request lets go
+                        # of its frame (a Produce whose appends wait for a worker thread).
+                        await result.hold()
+                        if self._reserved:
+                            self.release_memory()
                     continue
                 chunks = encode_reply(header, result)
                 if chunks is None:

@@ -69,7 +69,8 @@ class Storage:
 
     def append(
         self, partition: Partition, records: Any, now: int, acks: int = -1,
-        transactional: bool = False,
+        transactional: bool = False, inline_inflate: int | None = None,
+        records_checked: bool = False,
     ) -> tuple[AppendResult, Commit | None]:
         """Append a request's batches: ``(result, the commit to wait for)``.
 
@@ -77,8 +78,11 @@ class Storage:
         duplicate), acks other than all (the round moves the high watermark soon), or a
         transactional batch (durable by its transaction's PrepareCommit: marked for the next
         round without starting one).
+
+        ``inline_inflate`` and ``records_checked``: as ``Partition.append_untrusted`` (which
+        raises ``InflateLater`` before appending anything).
         """
-        result = partition.append_untrusted(records, now)
+        result = partition.append_untrusted(records, now, inline_inflate, records_checked)
         if not self.durable:
             if not result.duplicate:
                 self.data_arrived.notify()

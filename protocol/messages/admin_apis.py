@@ -192,6 +192,25 @@ DESCRIBE_CLIENT_QUOTAS = declare(
     ],
 )
 
+# -- ListConfigResources (74): flexible from v0. v0 was ListClientMetricsResources (KIP-714: the
+# CLIENT_METRICS resources only, no type in the request or the answer); v1 (KIP-1142, Kafka 4.1)
+# adds the resource types asked for (empty: every type) and each resource's type (default 16,
+# CLIENT_METRICS, which is what a v0 answer means).
+LIST_CONFIG_RESOURCES = declare(
+    ApiKey.LIST_CONFIG_RESOURCES, valid="0-1", flexible="0+",
+    request=[
+        F("resource_types", "[]int8", "1+"),
+    ],
+    response=[
+        F("throttle_time_ms", "int32"),
+        F("error_code", "int16"),
+        F("config_resources", "[]", fields=[
+            F("resource_name", "string"),
+            F("resource_type", "int8", "1+", default=16),
+        ]),
+    ],
+)
+
 DESCRIBE_CLUSTER = declare(
     ApiKey.DESCRIBE_CLUSTER, valid="0-2", flexible="0+",
     request=[

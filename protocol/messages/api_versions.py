@@ -142,6 +142,9 @@ SERVED: dict[ApiKey, Served] = {
     ApiKey.DESCRIBE_CLIENT_QUOTAS: Served(VersionRange(0, 1),
         "all of Kafka's; no quotas here, so always no entries (kafka-configs asks for them)"),
     ApiKey.DESCRIBE_CLUSTER: Served(VersionRange(0, 2), "all of Kafka's"),
+    ApiKey.LIST_CONFIG_RESOURCES: Served(VersionRange(0, 1),
+        "all of Kafka 4.4's (KIP-1142; v0 was ListClientMetricsResources): kafka-configs.sh"
+        " --describe without --entity-name lists groups (and client metrics) with it"),
     ApiKey.DESCRIBE_PRODUCERS: Served(VersionRange(0, 0), "all of Kafka's"),
     # Inter-broker in Kafka, and advertised as Kafka does (a "broker" listener API): its Admin's
     # abortTransaction (kafka-transactions.sh abort --topic --partition) sends it. The handler
