@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from broker.group.consumer_records import _cstr, _uvarint, encode_key
 from broker.group.modern_records import LatestRecords, RecordTypes
 from broker.group.streams_assignor import Tasks, TaskSet
-from broker.group.streams_group import (
+from broker.group.streams_model import (
     MemberState,
     StreamsGroup,
     StreamsMember,

@@ -25,11 +25,11 @@ from broker.config import BrokerConfig
 from broker.config.group_configs import GroupConfigStore
 from broker.group.consumer_records import build_batch
 from broker.group.service import GroupService
-from broker.group.streams_group import (
+from broker.group.streams_group import StreamsGroupCoordinator
+from broker.group.streams_model import (
     HeartbeatRequest,
     HeartbeatResult,
     StreamsGroupConfig,
-    StreamsGroupCoordinator,
     StreamsGroupSettings,
 )
 from broker.group.streams_records import (

@@ -11,7 +11,7 @@ describe it.
 from __future__ import annotations
 
 from broker.group.streams_assignor import TaskSet
-from broker.group.streams_group import (
+from broker.group.streams_model import (
     ASSIGNOR_NAME,
     HeartbeatRequest,
     HeartbeatResult,

@@ -7,12 +7,11 @@ from __future__ import annotations
 import pytest
 
 from broker.group.streams_assignor import MemberSpec, TaskSet, assign_tasks
-from broker.group.streams_group import (
-    RECONCILE,
+from broker.group.streams_group import RECONCILE, StreamsGroupCoordinator
+from broker.group.streams_model import (
     HeartbeatRequest,
     MemberState,
     StreamsGroupConfig,
-    StreamsGroupCoordinator,
     StreamsGroupSettings,
     StreamsGroupState,
 )
