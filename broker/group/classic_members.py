@@ -224,10 +224,17 @@ def classic_join(cg: ConsumerGroupCoordinator, group: ConsumerGroup, req: Classi
     subscription = _subscription(req.protocols)
     if subscription is None:  # Kafka: an IllegalStateException, so UNKNOWN_SERVER_ERROR
         return JoinResult(ErrorCode.UNKNOWN_SERVER_ERROR, member_id=member_id)
+    downgrade = False
     if static is not None and static.member_id != member_id:
         if not unknown:
             return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
-        cg.rename_member(group, static, member_id)  # the new incarnation takes it over
+        # The new incarnation takes it over, whichever protocol the old one spoke (Kafka
+        # replaces a static member for a classic join without waiting for its leave); when
+        # the old one was the last consumer-protocol member, the group goes back to classic.
+        downgrade = cg.may_downgrade_replacing(group, static)
+        cg.rename_member(group, static, member_id)
+        static.member_epoch = static.previous_member_epoch = JOIN_EPOCH
+        static.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
     member = group.members.get(member_id)
     if member is not None and member.classic is None:
         return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
@@ -243,8 +250,21 @@ def classic_join(cg: ConsumerGroupCoordinator, group: ConsumerGroup, req: Classi
     member.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
     member.last_heartbeat_ms = now_ms
     group.dirty_members.add(member_id)
-    cg.update_target(group, topics, member.subscribed_topic_names != names_before, now_ms)
     owned: Assignment = {t: ps for t, ps in subscription.owned.items() if ps}
+    if downgrade:
+        # Kafka's classicGroupJoinToConsumerGroup with a valid downgrade: no new target; the
+        # member reconciles with its predecessor's (unless its subscription changed: then the
+        # classic group rebalances), and the group becomes classic (classic_members_of).
+        if member.subscribed_topic_names != names_before:
+            cg.bump_epoch(group)
+        rebalance = group.assignment_epoch < group.group_epoch
+        if not rebalance:
+            cg.reconcile(group, member, owned, now_ms)
+        cg.downgrade(group, None, rebalance)
+        return JoinResult(ErrorCode.NONE, generation_id=member.member_epoch,
+                          protocol_name=req.protocols[0][0], leader="", member_id=member_id,
+                          protocol_type=CONSUMER_PROTOCOL_TYPE)
+    cg.update_target(group, topics, member.subscribed_topic_names != names_before, now_ms)
     cg.reconcile(group, member, owned, now_ms)
     # the SyncGroup that must follow, within the rebalance timeout
     member.classic_deadline_ms = None

@@ -14,7 +14,8 @@ every struct)::
                    rebalance_timeout_ms int32, server_assignor str?,
                    tag 0: classic_member_metadata? (a member speaking the classic protocol:
                           session_timeout_ms int32, supported_protocols [name str, metadata bytes])
-    type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32
+    type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32,
+            tag 0: assignment_timestamp int64 (when it was computed, KIP-1263; absent: 0)
     type 7  ConsumerGroupTargetAssignmentMember    key: group, member
             value: topic_partitions [topic_id uuid, partitions [int32]]
     type 8  ConsumerGroupCurrentMemberAssignment   key: group, member
@@ -173,8 +174,10 @@ def group_records(
         out.append((encode_key(TARGET_MEMBER, gid, m.member_id),
                     _value(_ctopics(group.target.get(m.member_id, {}), topic_id))))
     if group.dirty_group or dirty:
-        out.append((encode_key(TARGET_METADATA, gid),
-                    _value(_INT32.pack(group.assignment_epoch))))
+        stamp = group.assignment_timestamp_ms
+        tags = b"\x01\x00\x08" + struct.pack(">q", stamp) if stamp else b"\x00"
+        out.append((encode_key(TARGET_METADATA, gid), _INT16.pack(0)
+                    + _INT32.pack(group.assignment_epoch) + tags))
     for m in dirty:
         out.append((encode_key(CURRENT_MEMBER, gid, m.member_id), _value(
             _INT32.pack(m.member_epoch) + _INT32.pack(m.previous_member_epoch)
@@ -256,6 +259,7 @@ def decode_key_untrusted(key: bytes | None) -> tuple[int, str, str | None] | Non
 class _GroupRecords:
     epoch: int | None = None
     assignment_epoch: int = 0
+    assignment_timestamp_ms: int = 0
     members: dict[str, bytes] = field(default_factory=dict)
     targets: dict[str, bytes] = field(default_factory=dict)
     currents: dict[str, bytes] = field(default_factory=dict)
@@ -288,6 +292,9 @@ class ConsumerGroupReplay:
                 reader = _Reader(value)
                 reader.i16()
                 state.assignment_epoch = reader.i32()
+                stamp = reader.tagged_fields().get(0)
+                state.assignment_timestamp_ms = (
+                    struct.unpack(">q", stamp)[0] if stamp is not None and len(stamp) == 8 else 0)
             return True
         table = {MEMBER_METADATA: state.members, TARGET_MEMBER: state.targets,
                  CURRENT_MEMBER: state.currents}[record_type]
@@ -305,7 +312,8 @@ class ConsumerGroupReplay:
             if state.epoch is None:
                 continue
             group = ConsumerGroup(group_id, group_epoch=state.epoch,
-                                  assignment_epoch=state.assignment_epoch)
+                                  assignment_epoch=state.assignment_epoch,
+                                  assignment_timestamp_ms=state.assignment_timestamp_ms)
             for member_id, value in state.members.items():
                 r = _Reader(value)
                 r.i16()

@@ -162,6 +162,7 @@ class GroupService(GroupOffsets):
             internal_topics=INTERNAL_TOPICS,
             timing=group_timing,  # consumer.* GROUP configs (broker/config/group_configs.py)
             migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),
+            assignment_interval_ms=config.group_consumer_assignment_interval_ms,
         ))
         self._slots: dict[int, _Slot] = {}
         # Groups of other member-epoch protocols (the Streams protocol, KIP-1071:
@@ -401,8 +402,8 @@ class GroupService(GroupOffsets):
         """Consumer groups whose last consumer-protocol member left become classic groups
         (``classic_members.py``): their records tombstoned, the classic group's written."""
         events: list[Commit] = []
-        for group, leaving in self.consumer.take_downgrades():
-            records = converted_group_records(group.group_id, [*group.members, leaving])
+        for group, gone, rebalance in self.consumer.take_downgrades():
+            records = converted_group_records(group.group_id, [*group.members, *gone])
             try:
                 partition = self.offsets_partition(group.group_id, now_ms)
                 _, flushed = self._storage.append(partition, build_batch(records, now_ms), now_ms)
@@ -413,9 +414,9 @@ class GroupService(GroupOffsets):
                 events.append(flushed)
             completions = self.coordinator.adopt_downgraded(
                 group.group_id, group.group_epoch, "consumer",
-                classic_members_of(group, now_ms), now_ms)
-            log.info("group %s: its last consumer-protocol member %s left; it is a classic "
-                     "group again", group.group_id, leaving)
+                classic_members_of(group, now_ms), now_ms, rebalance)
+            log.info("group %s: its last consumer-protocol member (%s) left or was replaced; "
+                     "it is a classic group again", group.group_id, ", ".join(gone))
             self._resolve(completions, [])
         if events:
             events += self._store_groups(now_ms)

@@ -142,6 +142,12 @@ def sync_group(broker: Broker, header, request):
         response = {"throttle_time_ms": 0, "error_code": result.error,
                     "assignment": result.assignment}
         if version >= 5 and result.error == ErrorCode.NONE:
+            if broker.groups.is_consumer_group(group_id):
+                # a classic member of a consumer group: Kafka echoes the request's (checked)
+                # protocol type and name (classicGroupSyncToConsumerGroup)
+                response["protocol_type"] = request.get("protocol_type")
+                response["protocol_name"] = request.get("protocol_name")
+                return response
             summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
             response["protocol_type"] = summary.protocol_type
             response["protocol_name"] = summary.protocol
