@@ -475,7 +475,12 @@ def consumer_group_describe(broker: Broker, header, request) -> dict:
                     "subscribed_topic_names": list(m.subscribed_topic_names),
                     # "" without a regex, as Kafka answers
                     "subscribed_topic_regex": m.subscribed_topic_regex or "",
-                    "assignment": {"topic_partitions": _by_id(broker, m.assigned, True)},
+                    # what it is still responsible for: its partitions and those it has
+                    # yet to revoke (Kafka's asConsumerGroupDescribeMember)
+                    "assignment": {"topic_partitions": _by_id(broker, {
+                        t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(
+                            t, frozenset()) for t in {*m.assigned, *m.pending_revocation}},
+                        True)},
                     "target_assignment": {"topic_partitions": _by_id(
                         broker, group.target.get(m.member_id, {}), True)},
                     "member_type": (MEMBER_TYPE_CONSUMER if m.classic is None
