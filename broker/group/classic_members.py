@@ -188,8 +188,14 @@ def _member(group: ConsumerGroup, member_id: str, instance_id: str | None
     return member, ErrorCode.NONE
 
 
-def _should_rejoin(group: ConsumerGroup, member: ConsumerMember) -> bool:
-    if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS:
+def _should_rejoin(group: ConsumerGroup, member: ConsumerMember, may_assign: bool) -> bool:
+    """Kafka's classicGroupHeartbeatToConsumerGroup: the target moved past the member, or it has
+    partitions to revoke, or partitions it waits for are free. Also when the group epoch moved
+    and a new target may be computed now (``may_assign``, the assignment interval): the
+    member's join computes it, so a group of classic members only never waits for one."""
+    if (member.member_epoch < group.assignment_epoch
+            or (member.member_epoch < group.group_epoch and may_assign)
+            or member.state is MemberState.UNREVOKED_PARTITIONS):
         return True
     if member.state is MemberState.UNRELEASED_PARTITIONS:
         # rejoin once every partition it waits for is free
@@ -288,7 +294,7 @@ def classic_sync(group: ConsumerGroup, member_id: str, generation_id: int,
     if ((protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE)
             or (protocol_name is not None and protocol_name != first)):
         return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-    if (group.group_epoch > member.member_epoch
+    if (group.assignment_epoch > member.member_epoch  # Kafka's throwIfRebalanceInProgress
             and member.state is not MemberState.UNREVOKED_PARTITIONS):
         _join_deadline(group, member, now_ms)
         return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
@@ -299,14 +305,15 @@ def classic_sync(group: ConsumerGroup, member_id: str, generation_id: int,
 
 
 def classic_heartbeat(group: ConsumerGroup, member_id: str, generation_id: int,
-                      instance_id: str | None, now_ms: int) -> ErrorCode:
+                      instance_id: str | None, now_ms: int, may_assign: bool = True
+                      ) -> ErrorCode:
     member, code = _member(group, member_id, instance_id)
     if member is None:
         return code
     if generation_id != member.member_epoch:
         return ErrorCode.ILLEGAL_GENERATION
     member.last_heartbeat_ms = now_ms
-    if _should_rejoin(group, member):
+    if _should_rejoin(group, member, may_assign):
         _join_deadline(group, member, now_ms)
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE

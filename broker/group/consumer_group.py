@@ -380,6 +380,9 @@ class ConsumerGroupCoordinator:
     def bump_epoch(self, group: ConsumerGroup) -> None:
         self._bump(group)
 
+    def may_assign(self, group: ConsumerGroup, now_ms: int) -> bool:
+        return self._may_assign(group, now_ms)
+
     def adopt(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> None:
         """Take in a group converted from a classic group (upgrade): every record of it is
         written (the caller tombstones the classic group's), sessions start at ``now_ms``."""

@@ -564,7 +564,8 @@ class GroupService(GroupOffsets):
     ) -> ErrorCode:
         group = self._consumer_group_with_members(group_id, now_ms)
         if group is not None:
-            return classic_heartbeat(group, member_id, generation_id, group_instance_id, now_ms)
+            return classic_heartbeat(group, member_id, generation_id, group_instance_id, now_ms,
+                                     self.consumer.may_assign(group, now_ms))
         return self._reply(
             self.coordinator.heartbeat(
                 group_id, generation_id, member_id, now_ms, group_instance_id

@@ -303,3 +303,24 @@ def test_consumer_member_replaces_a_static_classic_member_without_its_leave():
                                          subscribed_topic_names=("t",), owned={},
                                          instance_id="ia"), topics, 30)
     assert again.error is ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+def test_classic_members_rejoin_once_a_new_target_may_be_computed():
+    """Within the assignment interval (KIP-1263) the target stays at its epoch: a classic member
+    at it keeps syncing and heartbeating (Kafka's checks use the assignment epoch); once a new
+    target may be computed, its heartbeat asks it to rejoin, and the join computes it."""
+    c, topics, group = _upgraded(instance_id="i1")
+    _reconciled(c, topics, group, 100)
+    epoch = group.group_epoch
+    c.heartbeat(HeartbeatRequest("g", "new2", 0, rebalance_timeout_ms=20_000,
+                                 subscribed_topic_names=("t",), owned={}), topics, 200)
+    assert (group.group_epoch, group.assignment_epoch) == (epoch + 1, epoch)
+    assert classic_heartbeat(group, "a", epoch, None, 300, c.may_assign(group, 300)) is \
+        ErrorCode.NONE
+    assert classic_sync(group, "a", epoch, None, None, None, 300).error is ErrorCode.NONE
+    assert classic_heartbeat(group, "a", epoch, None, 1_100, c.may_assign(group, 1_100)) is \
+        ErrorCode.REBALANCE_IN_PROGRESS
+    a = group.members["a"]
+    classic_join(c, group, join_request("a", {t: sorted(ps) for t, ps in a.assigned.items()}),
+                 topics, 1_200)
+    assert group.assignment_epoch == epoch + 1
