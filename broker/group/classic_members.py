@@ -26,7 +26,11 @@ classicGroupLeaveToConsumerGroup, convertToConsumerGroup, convertToClassicGroup)
 - Downgrade (``ConsumerGroupCoordinator._maybe_downgrade``): when the last member that speaks the
   consumer protocol leaves or is fenced and classic members remain, the group becomes a classic
   group at generation = the group epoch, each member holding its target assignment, and a
-  rebalance starts so that they rejoin (``classic_members_of``).
+  rebalance starts so that they rejoin (``classic_members_of``). Also when a JoinGroup with the
+  instance id of that last member replaces it (a static member comes back with the classic
+  protocol; Kafka replaces a static member for a classic join without waiting for its leave):
+  the newcomer takes its predecessor's assignment and the classic group is Stable, or, if the
+  newcomer's subscription differs, rebalancing.
 """
 
 from __future__ import annotations

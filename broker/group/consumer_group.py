@@ -12,10 +12,18 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   takes them over (joining with epoch 0). A second live member with an instance id in use is
   refused UNRELEASED_INSTANCE_ID.
 - The group epoch goes up whenever what the assignment depends on changes: a member joins,
-  leaves or expires, a subscription changes (topic names, regex, server assignor), or a
-  subscribed topic appears, disappears or gains partitions. Then the coordinator computes a new
-  *target assignment* with the group's assignor (the one most members ask for, else the first
-  configured: ``uniform``) and stamps it with the group epoch (the assignment epoch).
+  leaves or expires, a subscription changes (topic names, a regex already resolved, the
+  group's preferred server assignor), a regex's matches change, or a subscribed topic appears,
+  disappears or gains partitions. A heartbeat then computes a new *target assignment* with the
+  group's assignor (the one most members ask for, else the first configured: ``uniform``) and
+  stamps it with the group epoch (the assignment epoch) -- at most once per
+  ``assignment_interval_ms`` (KIP-1263; a new or emptied group's first at once). Leaves and
+  expiries only bump the epoch, as Kafka's; the next heartbeat computes the target.
+- Regexes (RE2) are resolved as Kafka resolves them, off the request path: a member
+  subscribing to a regex no other member uses is answered at the unchanged epoch, the
+  resolution right after the answer bumps the epoch if it matched topics, and the member gets
+  them at its next heartbeat; afterwards a group's regexes are matched again at most once per
+  heartbeat interval (new topics).
 - Each member then moves from its current assignment to its target, one heartbeat at a time,
   by the reconciliation table ``RECONCILE`` (``reconciliation.py``): partitions it must give up are revoked first
   (the member keeps its epoch until it reports, in a later heartbeat's owned partitions, that it
@@ -39,9 +47,9 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   answers the heartbeat once they are durable. ``load`` rebuilds a group from them at start.
 
 Group states (``ConsumerGroupState``) follow from the members, as in Kafka: Empty (no members),
-Assigning (the target assignment is older than the group epoch: never seen here, where the
-target is computed in the same call), Reconciling (some member is not at the target's epoch or
-has partitions to revoke or receive), Stable.
+Assigning (the target assignment is older than the group epoch: within the assignment interval,
+after a leave, after a regex resolution), Reconciling (some member is not at the target's epoch
+or has partitions to revoke or receive), Stable.
 """
 
 from __future__ import annotations
