@@ -201,6 +201,9 @@ class Verifiable(JavaProgram):
         return [(p["partition"], p["minOffset"], p["maxOffset"]) for e in self.events
                 if e.get("name") == "records_consumed" for p in e["partitions"]]
 
+    def revocations(self) -> int:
+        return sum(1 for e in self.events if e.get("name") == "partitions_revoked")
+
     def stop(self) -> None:
         """SIGTERM: its shutdown hook closes the consumer (commit, leave) and the JVM exits
         143; shutdown_complete says the close finished."""
@@ -284,10 +287,13 @@ def migration_scenario(bootstrap: str, topic: str) -> list[tuple[object, ...]]:
         settle([a, b, c], "c joins with the consumer protocol")
         produce()
         settle([a, b, c], "consumed by a, b, c")
+        revoked = a.revocations() + b.revocations()
         c.stop()  # a static leave (epoch -2): c keeps its partitions for its successor
         produce()
         c2 = start("classic", "static-c")
         settle([a, b, c2], "c2 replaces c with the classic protocol")
+        # c2 took c's partitions over: the group became classic without a rebalance
+        history.append(("a and b revoked nothing", a.revocations() + b.revocations() - revoked))
         d = start("consumer")
         produce()
         settle([a, b, c2, d], "d joins with the consumer protocol")
@@ -329,6 +335,7 @@ def test_java_mixed_group_upgrades_and_downgrades_online_as_on_kafka(kafka_ref, 
         ("c joins with the consumer protocol", "consumer", [1, 1, 2]),
         ("consumed by a, b, c", "consumer", [1, 1, 2]),
         ("c2 replaces c with the classic protocol", "classic", [1, 1, 2]),
+        ("a and b revoked nothing", 0),
         ("d joins with the consumer protocol", "consumer", [1, 1, 1, 1]),
         ("d left", "classic", [1, 1, 2]),
         ("committed", [50, 50, 50, 50]),
