@@ -100,6 +100,7 @@ class BrokerConfig:
     group_consumer_session_timeout_ms: int = 45_000
     group_consumer_assignors: str = "uniform,range"
     group_consumer_migration_policy: str = "bidirectional"
+    group_consumer_assignment_interval_ms: int = 1_000
     # The Streams rebalance protocol (KIP-1071): Kafka's defaults.
     group_streams_heartbeat_interval_ms: int = 5_000
     group_streams_session_timeout_ms: int = 45_000
@@ -350,6 +351,11 @@ _PROPERTIES: dict[str, Property] = {
         "group_consumer_assignors", str, None,
         "The server-side assignors of consumer-protocol groups, the default first (uniform, "
         "range)."),
+    "group.consumer.assignment.interval.ms": Property(
+        "group_consumer_assignment_interval_ms", int, 0,
+        "The least time between two target assignments of a consumer-protocol group (KIP-1263): "
+        "changes in between move the group epoch, and the next heartbeat after the interval "
+        "computes the target. 0: at every change."),
     "group.consumer.migration.policy": Property(
         "group_consumer_migration_policy", _migration_policy, None,
         "Whether a classic group with members becomes a consumer-protocol group when a member "

@@ -26,7 +26,11 @@ classicGroupLeaveToConsumerGroup, convertToConsumerGroup, convertToClassicGroup)
 - Downgrade (``ConsumerGroupCoordinator._maybe_downgrade``): when the last member that speaks the
   consumer protocol leaves or is fenced and classic members remain, the group becomes a classic
   group at generation = the group epoch, each member holding its target assignment, and a
-  rebalance starts so that they rejoin (``classic_members_of``).
+  rebalance starts so that they rejoin (``classic_members_of``). Also when a JoinGroup with the
+  instance id of that last member replaces it (a static member comes back with the classic
+  protocol; Kafka replaces a static member for a classic join without waiting for its leave):
+  the newcomer takes its predecessor's assignment and the classic group is Stable, or, if the
+  newcomer's subscription differs, rebalancing.
 """
 
 from __future__ import annotations
@@ -188,8 +192,14 @@ def _member(group: ConsumerGroup, member_id: str, instance_id: str | None
     return member, ErrorCode.NONE
 
 
-def _should_rejoin(group: ConsumerGroup, member: ConsumerMember) -> bool:
-    if member.member_epoch < group.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS:
+def _should_rejoin(group: ConsumerGroup, member: ConsumerMember, may_assign: bool) -> bool:
+    """Kafka's classicGroupHeartbeatToConsumerGroup: the target moved past the member, or it has
+    partitions to revoke, or partitions it waits for are free. Also when the group epoch moved
+    and a new target may be computed now (``may_assign``, the assignment interval): the
+    member's join computes it, so a group of classic members only never waits for one."""
+    if (member.member_epoch < group.assignment_epoch
+            or (member.member_epoch < group.group_epoch and may_assign)
+            or member.state is MemberState.UNREVOKED_PARTITIONS):
         return True
     if member.state is MemberState.UNRELEASED_PARTITIONS:
         # rejoin once every partition it waits for is free
@@ -224,10 +234,17 @@ def classic_join(cg: ConsumerGroupCoordinator, group: ConsumerGroup, req: Classi
     subscription = _subscription(req.protocols)
     if subscription is None:  # Kafka: an IllegalStateException, so UNKNOWN_SERVER_ERROR
         return JoinResult(ErrorCode.UNKNOWN_SERVER_ERROR, member_id=member_id)
+    downgrade = False
     if static is not None and static.member_id != member_id:
         if not unknown:
             return JoinResult(ErrorCode.FENCED_INSTANCE_ID, member_id=member_id)
-        cg.rename_member(group, static, member_id)  # the new incarnation takes it over
+        # The new incarnation takes it over, whichever protocol the old one spoke (Kafka
+        # replaces a static member for a classic join without waiting for its leave); when
+        # the old one was the last consumer-protocol member, the group goes back to classic.
+        downgrade = cg.may_downgrade_replacing(group, static)
+        cg.rename_member(group, static, member_id)
+        static.member_epoch = static.previous_member_epoch = JOIN_EPOCH
+        static.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
     member = group.members.get(member_id)
     if member is not None and member.classic is None:
         return JoinResult(ErrorCode.UNKNOWN_MEMBER_ID, member_id=member_id)
@@ -243,8 +260,21 @@ def classic_join(cg: ConsumerGroupCoordinator, group: ConsumerGroup, req: Classi
     member.classic = ClassicMetadata(req.session_timeout_ms, req.protocols)
     member.last_heartbeat_ms = now_ms
     group.dirty_members.add(member_id)
-    cg.update_target(group, topics, member.subscribed_topic_names != names_before, now_ms)
     owned: Assignment = {t: ps for t, ps in subscription.owned.items() if ps}
+    if downgrade:
+        # Kafka's classicGroupJoinToConsumerGroup with a valid downgrade: no new target; the
+        # member reconciles with its predecessor's (unless its subscription changed: then the
+        # classic group rebalances), and the group becomes classic (classic_members_of).
+        if member.subscribed_topic_names != names_before:
+            cg.bump_epoch(group)
+        rebalance = group.assignment_epoch < group.group_epoch
+        if not rebalance:
+            cg.reconcile(group, member, owned, now_ms)
+        cg.downgrade(group, None, rebalance)
+        return JoinResult(ErrorCode.NONE, generation_id=member.member_epoch,
+                          protocol_name=req.protocols[0][0], leader="", member_id=member_id,
+                          protocol_type=CONSUMER_PROTOCOL_TYPE)
+    cg.update_target(group, topics, member.subscribed_topic_names != names_before, now_ms)
     cg.reconcile(group, member, owned, now_ms)
     # the SyncGroup that must follow, within the rebalance timeout
     member.classic_deadline_ms = None
@@ -268,7 +298,7 @@ def classic_sync(group: ConsumerGroup, member_id: str, generation_id: int,
     if ((protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE)
             or (protocol_name is not None and protocol_name != first)):
         return SyncResult(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
-    if (group.group_epoch > member.member_epoch
+    if (group.assignment_epoch > member.member_epoch  # Kafka's throwIfRebalanceInProgress
             and member.state is not MemberState.UNREVOKED_PARTITIONS):
         _join_deadline(group, member, now_ms)
         return SyncResult(ErrorCode.REBALANCE_IN_PROGRESS)
@@ -279,14 +309,15 @@ def classic_sync(group: ConsumerGroup, member_id: str, generation_id: int,
 
 
 def classic_heartbeat(group: ConsumerGroup, member_id: str, generation_id: int,
-                      instance_id: str | None, now_ms: int) -> ErrorCode:
+                      instance_id: str | None, now_ms: int, may_assign: bool = True
+                      ) -> ErrorCode:
     member, code = _member(group, member_id, instance_id)
     if member is None:
         return code
     if generation_id != member.member_epoch:
         return ErrorCode.ILLEGAL_GENERATION
     member.last_heartbeat_ms = now_ms
-    if _should_rejoin(group, member):
+    if _should_rejoin(group, member, may_assign):
         _join_deadline(group, member, now_ms)
         return ErrorCode.REBALANCE_IN_PROGRESS
     return ErrorCode.NONE

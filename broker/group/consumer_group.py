@@ -12,10 +12,18 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   takes them over (joining with epoch 0). A second live member with an instance id in use is
   refused UNRELEASED_INSTANCE_ID.
 - The group epoch goes up whenever what the assignment depends on changes: a member joins,
-  leaves or expires, a subscription changes (topic names, regex, server assignor), or a
-  subscribed topic appears, disappears or gains partitions. Then the coordinator computes a new
-  *target assignment* with the group's assignor (the one most members ask for, else the first
-  configured: ``uniform``) and stamps it with the group epoch (the assignment epoch).
+  leaves or expires, a subscription changes (topic names, a regex already resolved, the
+  group's preferred server assignor), a regex's matches change, or a subscribed topic appears,
+  disappears or gains partitions. A heartbeat then computes a new *target assignment* with the
+  group's assignor (the one most members ask for, else the first configured: ``uniform``) and
+  stamps it with the group epoch (the assignment epoch) -- at most once per
+  ``assignment_interval_ms`` (KIP-1263; a new or emptied group's first at once). Leaves and
+  expiries only bump the epoch, as Kafka's; the next heartbeat computes the target.
+- Regexes (RE2) are resolved as Kafka resolves them, off the request path: a member
+  subscribing to a regex no other member uses is answered at the unchanged epoch, the
+  resolution right after the answer bumps the epoch if it matched topics, and the member gets
+  them at its next heartbeat; afterwards a group's regexes are matched again at most once per
+  heartbeat interval (new topics).
 - Each member then moves from its current assignment to its target, one heartbeat at a time,
   by the reconciliation table ``RECONCILE`` (``reconciliation.py``): partitions it must give up are revoked first
   (the member keeps its epoch until it reports, in a later heartbeat's owned partitions, that it
@@ -39,15 +47,15 @@ consumerGroupHeartbeat, ``ConsumerGroup``, ``CurrentAssignmentBuilder``):
   answers the heartbeat once they are durable. ``load`` rebuilds a group from them at start.
 
 Group states (``ConsumerGroupState``) follow from the members, as in Kafka: Empty (no members),
-Assigning (the target assignment is older than the group epoch: never seen here, where the
-target is computed in the same call), Reconciling (some member is not at the target's epoch or
-has partitions to revoke or receive), Stable.
+Assigning (the target assignment is older than the group epoch: within the assignment interval,
+after a leave, after a regex resolution), Reconciling (some member is not at the target's epoch
+or has partitions to revoke or receive), Stable.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from broker.group.assignors import ASSIGNORS, Assignment, assign
 from broker.group.consumer_model import JOIN_EPOCH as JOIN_EPOCH
@@ -102,7 +110,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         self._compile_regex = compile_regex
         self._regexes: dict[str, Callable[[str], bool]] = {}
         self._new_member_id = new_member_id
-        self._downgrades: list[tuple[ConsumerGroup, str]] = []
+        self._downgrades: list[tuple[ConsumerGroup, list[str], bool]] = []
 
     # -- subscriptions ------------------------------------------------------------------------
 
@@ -114,21 +122,19 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
             matcher = self._regexes[pattern] = self._compile_regex(pattern)
         return matcher
 
-    def _member_topics(self, member: ConsumerMember, topics: TopicsView,
-                       all_topics: Mapping[str, int] | None) -> set[str]:
-        """The existing topics the member subscribes to (names, and the regex's matches)."""
+    def _member_topics(self, group: ConsumerGroup, member: ConsumerMember,
+                       topics: TopicsView) -> set[str]:
+        """The existing topics the member subscribes to (names, and its regex's topics as
+        last resolved: ``_resolve_regexes``)."""
         names = {t for t in member.subscribed_topic_names if topics.partition_count(t) is not None}
-        if member.subscribed_topic_regex is not None and all_topics is not None:
-            match = self._matcher(member.subscribed_topic_regex)
-            names.update(t for t in all_topics
-                         if t not in self.config.internal_topics and match(t))
+        if member.subscribed_topic_regex is not None:
+            names.update(t for t in group.resolved.get(member.subscribed_topic_regex, ())
+                         if topics.partition_count(t) is not None)
         return names
 
     def _subscriptions(self, group: ConsumerGroup, topics: TopicsView
                        ) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
-        all_topics = (topics.topics()
-                      if any(m.subscribed_topic_regex for m in group.members.values()) else None)
-        subscriptions = {m.member_id: frozenset(self._member_topics(m, topics, all_topics))
+        subscriptions = {m.member_id: frozenset(self._member_topics(group, m, topics))
                          for m in group.members.values()}
         counts: dict[str, int] = {}
         for subscribed in subscriptions.values():
@@ -147,6 +153,46 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         best = max(votes.values())
         return min(name for name, n in votes.items() if n == best)
 
+    def _watch(self, group: ConsumerGroup) -> None:
+        """What a heartbeat checks for topic changes without visiting every member: the
+        topics subscribed by name or by a resolved regex (after a membership or subscription
+        change); the resolutions of regexes no member uses any more are dropped."""
+        regexes = {m.subscribed_topic_regex for m in group.members.values()
+                   if m.subscribed_topic_regex}
+        group.resolved = {r: t for r, t in group.resolved.items() if r in regexes}
+        group.has_regex = bool(regexes)
+        group.watched = frozenset(
+            [t for m in group.members.values() for t in m.subscribed_topic_names]
+            + [t for resolved in group.resolved.values() for t in resolved])
+
+    def _resolve_regexes(self, group: ConsumerGroup, topics: TopicsView, now_ms: int,
+                         bump: bool = True) -> None:
+        """Kafka resolves a group's regexes off the request path (a background task whose
+        result bumps the group epoch if the matched topics changed): a member subscribing to
+        a regex no other member uses gets its answer first, at the unchanged epoch, and its
+        partitions once the resolution bumped the epoch. Here the resolution runs right after
+        such a heartbeat, and after others at most once per heartbeat interval (new topics)."""
+        if not group.regex_pending and (not group.has_regex
+                                        or now_ms < group.next_regex_check_ms):
+            return
+        group.regex_pending = False
+        group.next_regex_check_ms = now_ms + self.config.heartbeat_interval_ms
+        names = [t for t in topics.topics() if t not in self.config.internal_topics]
+        changed = False
+        for regex in {m.subscribed_topic_regex for m in group.members.values()
+                      if m.subscribed_topic_regex}:
+            try:
+                match = self._matcher(regex)
+            except ValueError:
+                continue
+            matched = frozenset(t for t in names if match(t))
+            if matched != group.resolved.get(regex, frozenset()):
+                changed = True
+            group.resolved[regex] = matched
+        self._watch(group)
+        if changed and bump:
+            self._bump(group)
+
     # -- the group epoch and the target assignment ------------------------------------------
 
     def _bump(self, group: ConsumerGroup) -> None:
@@ -154,40 +200,55 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         group.rebalances += 1
         group.dirty_group = True
 
-    def _topics_changed(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> bool:
-        """Whether a topic the members subscribe to by name appeared, went or changed its
-        partition count; with regexes, a full check at most once per heartbeat interval."""
+    def _topics_changed(self, group: ConsumerGroup, topics: TopicsView) -> bool:
+        """Whether a topic the members subscribe to (by name or a resolved regex) appeared,
+        went or changed its partition count since the target was computed."""
         subscribed = group.subscribed
         for topic in group.watched:
             if topics.partition_count(topic) != subscribed.get(topic):
                 return True
-        return group.has_regex and now_ms >= group.next_regex_check_ms
+        return False
+
+    def _may_assign(self, group: ConsumerGroup, now_ms: int) -> bool:
+        """Kafka 4.3+'s assignment interval (KIP-1263, ``group.consumer.assignment.interval.ms``):
+        a new target at most once per interval; the first one of a new (or emptied) group, or
+        with an interval of 0, at once. In between the group is Assigning: its epoch moved,
+        its target did not, and members reconcile towards the older target."""
+        last = group.assignment_timestamp_ms
+        interval = self.config.assignment_interval_ms
+        return last == 0 or interval == 0 or now_ms >= last + interval
+
+    def _membership_changed(self, group: ConsumerGroup) -> None:
+        """A member left or expired: the epoch goes up (the next heartbeat computes the new
+        target, as Kafka's consumerGroupFenceMembers); an empty group's target is empty at
+        once, and its next one comes without waiting for the interval."""
+        self._bump(group)
+        self._watch(group)
+        if not group.members:
+            group.assignment_epoch = group.group_epoch
+            group.target = {}
+            group.subscribed = {}
+            group.assignment_timestamp_ms = 0
 
     def _maybe_update_target(self, group: ConsumerGroup, topics: TopicsView,
                              force: bool = False, now_ms: int = 0) -> None:
-        """Bump the group epoch if ``force`` (membership or a subscription changed) or if the
-        subscribed topics changed, and compute the target assignment of the new epoch."""
+        """Bump the group epoch if ``force`` (a member joined or its subscription changed) or if
+        the subscribed topics changed, and compute the target assignment of the group epoch
+        when it is behind and the assignment interval allows."""
         if not group.members:
             if force:
-                self._bump(group)
-                group.assignment_epoch = group.group_epoch
-                group.target = {}
-                group.subscribed = {}
-            return
-        if not force and group.assignment_epoch == group.group_epoch and not self._topics_changed(
-                group, topics, now_ms):
-            return
-        subscriptions, counts = self._subscriptions(group, topics)
-        group.watched = frozenset(t for m in group.members.values()
-                                  for t in m.subscribed_topic_names)
-        group.has_regex = any(m.subscribed_topic_regex for m in group.members.values())
-        group.next_regex_check_ms = now_ms + self.config.heartbeat_interval_ms
-        if counts != group.subscribed:
-            force = True
-        if not force and group.assignment_epoch == group.group_epoch:
+                self._membership_changed(group)
             return
         if force:
             self._bump(group)
+            self._watch(group)
+        if group.assignment_epoch == group.group_epoch:
+            if not self._topics_changed(group, topics):
+                return
+            self._bump(group)
+        if not self._may_assign(group, now_ms):
+            return
+        subscriptions, counts = self._subscriptions(group, topics)
         group.subscribed = counts
         group.assignor = self._choose_assignor(group)
         target = assign(group.assignor, subscriptions, counts, group.target)
@@ -196,6 +257,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
                 group.dirty_members.add(member_id)
         group.target = target
         group.assignment_epoch = group.group_epoch
+        group.assignment_timestamp_ms = max(now_ms, 1)  # 0 means "none yet"
         group.dirty_group = True
 
     # -- reconciliation -------------------------------------------------------------------------
@@ -274,7 +336,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
                 return
             self._remove_member(group, member)
         if expired:
-            self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+            self._membership_changed(group)
 
     # -- groups that change protocol ------------------------------------------------------------
 
@@ -290,16 +352,43 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
                 or len(others) > self.config.classic_max_size):
             return False
         del group.members[leaving.member_id]
-        self.groups.pop(group.group_id, None)
-        self._to_store.pop(group.group_id, None)
-        self._downgrades.append((group, leaving.member_id))
+        self.downgrade(group, leaving.member_id, rebalance=True)
         return True
 
-    def take_downgrades(self) -> list[tuple[ConsumerGroup, str]]:
-        """``(group, leaving member id)`` of every group that became classic since the last
-        call; the group still holds its other members, their target assignments and epoch."""
+    def may_downgrade_replacing(self, group: ConsumerGroup, replaced: ConsumerMember) -> bool:
+        """Kafka's validateOnlineDowngradeWithReplacedMember: a member joining with the
+        classic protocol replaces the static member ``replaced``, the last one that speaks the
+        consumer protocol; the group may then become classic (policy and size allowing)."""
+        return (replaced.classic is None
+                and all(m.classic is not None for m in group.members.values()
+                        if m is not replaced)
+                and self.config.migration_policy.downgrade
+                and len(group.members) <= self.config.classic_max_size)
+
+    def downgrade(self, group: ConsumerGroup, leaving: str | None, rebalance: bool) -> None:
+        """The group leaves this coordinator for the classic one (``take_downgrades``)."""
+        self.groups.pop(group.group_id, None)
+        self._to_store.pop(group.group_id, None)
+        # every member id the group's records were written under gets its tombstones
+        gone = set(group.removed_members)
+        if leaving is not None:
+            gone.add(leaving)
+        self._downgrades.append((group, sorted(gone), rebalance))
+
+    def take_downgrades(self) -> list[tuple[ConsumerGroup, list[str], bool]]:
+        """``(group, member ids gone, rebalance)`` of every group that became classic since
+        the last call; the group still holds its other members, their target assignments and
+        epoch. ``rebalance``: the classic group must rebalance at once (its members rejoin);
+        else it is Stable with the members' target assignments (a static member's new
+        incarnation replaced the last consumer-protocol member and kept its assignment)."""
         out, self._downgrades = self._downgrades, []
         return out
+
+    def bump_epoch(self, group: ConsumerGroup) -> None:
+        self._bump(group)
+
+    def may_assign(self, group: ConsumerGroup, now_ms: int) -> bool:
+        return self._may_assign(group, now_ms)
 
     def adopt(self, group: ConsumerGroup, topics: TopicsView, now_ms: int) -> None:
         """Take in a group converted from a classic group (upgrade): every record of it is
@@ -328,13 +417,12 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         return best
 
     def tick(self, topics: TopicsView, now_ms: int) -> None:
-        """Expire members whose session or rebalance timeout passed; bump the epoch of groups
-        whose subscribed topics changed."""
+        """Expire members whose session or rebalance timeout passed. (Topic changes are seen,
+        and new targets computed, by the next heartbeat, as in Kafka.)"""
         for group in list(self.groups.values()):
             self._expire(group, topics, now_ms)
             if group.group_id not in self.groups:
                 continue  # it became a classic group
-            self._maybe_update_target(group, topics, now_ms=now_ms)
             self._store(group)
 
     # -- ConsumerGroupHeartbeat -----------------------------------------------------------------
@@ -406,13 +494,15 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         self._maybe_update_target(group, topics, force=changed, now_ms=now_ms)
         sent_before = (member.member_epoch, member.assigned)
         self._reconcile(group, member, req.owned, now_ms)
-        self._store(group)
         send = (req.member_epoch == JOIN_EPOCH
                 or sent_before != (member.member_epoch, member.assigned)
                 or (req.owned is not None and _normalized(req.owned) != member.assigned))
-        return HeartbeatResult(
+        result = HeartbeatResult(
             ErrorCode.NONE, None, member.member_id, member.member_epoch,
             self.config.timing_of(group.group_id)[1], member.assigned if send else None)
+        self._resolve_regexes(group, topics, now_ms)  # after the answer, as Kafka's
+        self._store(group)
+        return result
 
     # -- for classic members (classic_members.py) -----------------------------------------
 
@@ -445,9 +535,10 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
 
     def remove_member(self, group: ConsumerGroup, member: ConsumerMember, topics: TopicsView,
                       now_ms: int) -> None:
-        """A member left: removed, the epoch bumped, a new target computed."""
+        """A member left: removed, the epoch bumped (the next join or heartbeat computes the
+        new target)."""
         self._remove_member(group, member)
-        self._maybe_update_target(group, topics, force=True, now_ms=now_ms)
+        self._membership_changed(group)
 
     def _forget_if_new_and_empty(self, group: ConsumerGroup) -> None:
         if not group.members and group.group_epoch == NEW_GROUP_EPOCH and not group.target:
@@ -458,14 +549,19 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         if req.member_epoch == JOIN_EPOCH:
             static = group.static_member(req.instance_id)
             if static is not None and static.member_id != req.member_id:
-                if static.member_epoch != STATIC_LEAVE_EPOCH:
+                if static.member_epoch != STATIC_LEAVE_EPOCH and static.classic is None:
                     return None, HeartbeatResult(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"Static member {static.member_id} with instance id "
                         f"{req.instance_id} is not released.")
-                # The new incarnation takes over the departed one's assignment and epoch.
+                # The new incarnation takes over the departed one's assignment and epoch (a
+                # classic one is replaced without waiting for its leave, as Kafka's
+                # getOrMaybeSubscribeStaticConsumerGroupMember does).
                 self.rename_member(group, static, req.member_id or self._new_member_id())
-                static.member_epoch = static.previous_member_epoch
+                if static.member_epoch == STATIC_LEAVE_EPOCH:
+                    static.member_epoch = static.previous_member_epoch
+                static.classic = None
+                static.classic_deadline_ms = None
                 return static, None
             member = group.members.get(req.member_id) if req.member_id else None
             if member is None:
@@ -512,11 +608,14 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
                                          f"Instance id {req.instance_id} is not this member's.")
         return member, None
 
-    @staticmethod
-    def _update_member(group: ConsumerGroup, member: ConsumerMember, req: HeartbeatRequest
-                       ) -> bool:
-        """Apply the request's non-null fields; True if the subscription changed."""
+    def _update_member(self, group: ConsumerGroup, member: ConsumerMember,
+                       req: HeartbeatRequest) -> bool:
+        """Apply the request's non-null fields; True if the group epoch must go up (Kafka's
+        bumpGroupEpoch): the topic names changed, the regex changed to one already resolved
+        or to none, or the group's preferred server assignor changed. A regex not resolved
+        yet waits for ``_resolve_regexes``."""
         changed = False
+        assignor_before = self._choose_assignor(group)
         if req.subscribed_topic_names is not None:
             names = tuple(sorted(set(req.subscribed_topic_names)))
             if names != member.subscribed_topic_names:
@@ -525,15 +624,21 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
             if req.subscribed_topic_regex is None and req.member_epoch == JOIN_EPOCH \
                     and member.subscribed_topic_regex is not None:
                 member.subscribed_topic_regex = None
+                group.dirty_members.add(member.member_id)
                 changed = True
         if req.subscribed_topic_regex is not None:
             regex = req.subscribed_topic_regex or None
             if regex != member.subscribed_topic_regex:
                 member.subscribed_topic_regex = regex
-                changed = True
+                group.dirty_members.add(member.member_id)
+                if regex is None or regex in group.resolved:
+                    changed = True
+                else:
+                    group.regex_pending = True
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
-            changed = True
+            group.dirty_members.add(member.member_id)
+            changed = changed or self._choose_assignor(group) != assignor_before
         metadata = (req.instance_id or member.instance_id, req.rack_id or member.rack_id,
                     req.client_id, req.client_host,
                     member.rebalance_timeout_ms if req.rebalance_timeout_ms == -1
@@ -573,7 +678,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
             return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
         else:
             self._remove_member(group, member)
-            self._maybe_update_target(group, topics, force=True, now_ms=req_now)
+            self._membership_changed(group)
         self._store(group)
         # (no heartbeat interval in the answer to a leave, as Kafka's)
         return HeartbeatResult(ErrorCode.NONE, None, member.member_id, req.member_epoch)
@@ -650,11 +755,11 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         members and assignments as written; the subscribed topics as they are now, so that only
         a real change of them bumps the epoch."""
         if group.members:
+            self._watch(group)
+            group.regex_pending = group.has_regex
+            self._resolve_regexes(group, topics, 0, bump=False)
             group.subscribed = self._subscriptions(group, topics)[1]
             group.assignor = self._choose_assignor(group)
-            group.watched = frozenset(t for m in group.members.values()
-                                      for t in m.subscribed_topic_names)
-            group.has_regex = any(m.subscribed_topic_regex for m in group.members.values())
         self.groups[group.group_id] = group
 
     def supported_assignor(self, name: str) -> bool:

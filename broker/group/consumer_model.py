@@ -104,6 +104,8 @@ class ConsumerGroupConfig:
     # group.consumer.migration.policy: whether a non-empty group may change protocol
     migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
     classic_max_size: int = 2**31 - 1  # group.max.size (a downgraded group must fit it)
+    # group.consumer.assignment.interval.ms (KIP-1263): new targets at most this often
+    assignment_interval_ms: int = 1_000
     # group id -> (session timeout, heartbeat interval): the group's consumer.session.timeout.ms
     # and consumer.heartbeat.interval.ms (GROUP configs, broker/config/group_configs.py); None:
     # the two above for every group.
@@ -209,6 +211,12 @@ class ConsumerGroup:
     watched: frozenset[str] = frozenset()
     has_regex: bool = False
     next_regex_check_ms: int = 0
+    # regex -> the topics it matched when last resolved (Kafka's resolved regular expressions);
+    # regex_pending: a member subscribed to a regex not resolved yet
+    resolved: dict[str, frozenset[str]] = field(default_factory=dict)
+    regex_pending: bool = False
+    # when the target was last computed (0: never, or the group became empty): KIP-1263
+    assignment_timestamp_ms: int = 0
     # No member's session or revocation deadline is before this (0: unknown, scan).
     next_expiry_ms: int = 0
     # group epoch bumps since this broker started (Kafka's consumer-group rebalances sensor)

@@ -14,7 +14,8 @@ every struct)::
                    rebalance_timeout_ms int32, server_assignor str?,
                    tag 0: classic_member_metadata? (a member speaking the classic protocol:
                           session_timeout_ms int32, supported_protocols [name str, metadata bytes])
-    type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32
+    type 6  ConsumerGroupTargetAssignmentMetadata  key: group  value: assignment_epoch int32,
+            tag 0: assignment_timestamp int64 (when it was computed, KIP-1263; absent: 0)
     type 7  ConsumerGroupTargetAssignmentMember    key: group, member
             value: topic_partitions [topic_id uuid, partitions [int32]]
     type 8  ConsumerGroupCurrentMemberAssignment   key: group, member
@@ -173,8 +174,10 @@ def group_records(
         out.append((encode_key(TARGET_MEMBER, gid, m.member_id),
                     _value(_ctopics(group.target.get(m.member_id, {}), topic_id))))
     if group.dirty_group or dirty:
-        out.append((encode_key(TARGET_METADATA, gid),
-                    _value(_INT32.pack(group.assignment_epoch))))
+        stamp = group.assignment_timestamp_ms
+        tags = b"\x01\x00\x08" + struct.pack(">q", stamp) if stamp else b"\x00"
+        out.append((encode_key(TARGET_METADATA, gid), _INT16.pack(0)
+                    + _INT32.pack(group.assignment_epoch) + tags))
     for m in dirty:
         out.append((encode_key(CURRENT_MEMBER, gid, m.member_id), _value(
             _INT32.pack(m.member_epoch) + _INT32.pack(m.previous_member_epoch)
@@ -258,6 +261,18 @@ def _group_epoch_untrusted(value: bytes) -> int:
     return reader.i32()
 
 
+def _assignment_timestamp_untrusted(value: bytes | None) -> int:
+    """The target-assignment metadata's tag 0 (KIP-1263: when the target was computed); 0
+    when absent."""
+    if value is None:
+        return 0
+    reader = _Reader(value)
+    reader.i16()
+    reader.i32()
+    stamp = reader.tagged_fields().get(0)
+    return struct.unpack(">q", stamp)[0] if stamp is not None and len(stamp) == 8 else 0
+
+
 _TYPES = RecordTypes(GROUP_METADATA, TARGET_METADATA, MEMBER_METADATA, TARGET_MEMBER,
                      CURRENT_MEMBER)
 
@@ -281,8 +296,9 @@ class ConsumerGroupReplay:
         for group_id, state in self._records.groups.items():
             if state.metadata is None:
                 continue
-            group = ConsumerGroup(group_id, group_epoch=state.metadata,
-                                  assignment_epoch=state.assignment_epoch)
+            group = ConsumerGroup(
+                group_id, group_epoch=state.metadata, assignment_epoch=state.assignment_epoch,
+                assignment_timestamp_ms=_assignment_timestamp_untrusted(state.target_metadata))
             for member_id, value in state.members.items():
                 r = _Reader(value)
                 r.i16()

@@ -618,10 +618,12 @@ class GroupCoordinator(ClassicOffsetsAndRecords):
         return out
 
     def adopt_downgraded(self, group_id: str, generation_id: int, protocol_type: str,
-                         members: Sequence[Member], now_ms: int) -> list[Completion]:
+                         members: Sequence[Member], now_ms: int,
+                         rebalance: bool = True) -> list[Completion]:
         """A consumer group whose last consumer-protocol member left becomes this classic group:
         Stable at ``generation_id`` with ``members`` (their assignments set), written, then a
-        rebalance starts so that they rejoin (Kafka's convertToClassicGroup)."""
+        rebalance starts so that they rejoin (Kafka's convertToClassicGroup); without
+        ``rebalance`` (a static member replaced it and kept its assignment) it stays Stable."""
         out: list[Completion] = []
         group = self.groups[group_id] = Group(group_id)
         group.generation_id = generation_id
@@ -633,7 +635,8 @@ class GroupCoordinator(ClassicOffsetsAndRecords):
         group.protocol = self._select_protocol(group)
         group.state = GroupState.STABLE  # built, not transitioned: as a loaded group
         self._to_store[group_id] = None
-        self._prepare_rebalance(group, now_ms, out)
+        if rebalance:
+            self._prepare_rebalance(group, now_ms, out)
         return out
 
     def subscribed_topics(self, group_id: str) -> set[str]:

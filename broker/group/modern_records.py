@@ -44,6 +44,7 @@ class GroupRecords(Generic[Metadata]):
 
     metadata: Metadata | None = None  # the parsed metadata value; None: none seen
     assignment_epoch: int = 0
+    target_metadata: bytes | None = None  # its latest value, for fields a protocol adds
     other: dict[int, bytes] = field(default_factory=dict)  # other group-level type -> value
     members: dict[str, bytes] = field(default_factory=dict)
     targets: dict[str, bytes] = field(default_factory=dict)
@@ -88,6 +89,7 @@ class LatestRecords(Generic[Metadata]):
         if record_type == types.target_metadata:
             if value is not None:
                 state.assignment_epoch = assignment_epoch_untrusted(value, self._what)
+                state.target_metadata = bytes(value)
             return True
         if record_type in types.other_group_types:
             if value is None:

@@ -168,6 +168,7 @@ class GroupService(GroupOffsets):
             internal_topics=INTERNAL_TOPICS,
             timing=group_timing,  # consumer.* GROUP configs (broker/config/group_configs.py)
             migration_policy=MigrationPolicy.parse(config.group_consumer_migration_policy),
+            assignment_interval_ms=config.group_consumer_assignment_interval_ms,
         ))
         self._slots: dict[int, _Slot] = {}
         # Groups of other member-epoch protocols (the Streams protocol, KIP-1071:
@@ -416,8 +417,8 @@ class GroupService(GroupOffsets):
         """Consumer groups whose last consumer-protocol member left become classic groups
         (``classic_members.py``): their records tombstoned, the classic group's written."""
         events: list[Commit] = []
-        for group, leaving in self.consumer.take_downgrades():
-            records = converted_group_records(group.group_id, [*group.members, leaving])
+        for group, gone, rebalance in self.consumer.take_downgrades():
+            records = converted_group_records(group.group_id, [*group.members, *gone])
             try:
                 partition = self.offsets_partition(group.group_id, now_ms)
                 _, flushed = self._storage.append(partition, build_batch(records, now_ms), now_ms)
@@ -428,9 +429,9 @@ class GroupService(GroupOffsets):
                 events.append(flushed)
             completions = self.coordinator.adopt_downgraded(
                 group.group_id, group.group_epoch, "consumer",
-                classic_members_of(group, now_ms), now_ms)
-            log.info("group %s: its last consumer-protocol member %s left; it is a classic "
-                     "group again", group.group_id, leaving)
+                classic_members_of(group, now_ms), now_ms, rebalance)
+            log.info("group %s: its last consumer-protocol member (%s) left or was replaced; "
+                     "it is a classic group again", group.group_id, ", ".join(gone))
             self._resolve(completions, [])
         if events:
             events += self._store_groups(now_ms)
@@ -578,7 +579,8 @@ class GroupService(GroupOffsets):
     ) -> ErrorCode:
         group = self._consumer_group_with_members(group_id, now_ms)
         if group is not None:
-            return classic_heartbeat(group, member_id, generation_id, group_instance_id, now_ms)
+            return classic_heartbeat(group, member_id, generation_id, group_instance_id, now_ms,
+                                     self.consumer.may_assign(group, now_ms))
         return self._reply(
             self.coordinator.heartbeat(
                 group_id, generation_id, member_id, now_ms, group_instance_id

@@ -142,6 +142,12 @@ def sync_group(broker: Broker, header, request):
         response = {"throttle_time_ms": 0, "error_code": result.error,
                     "assignment": result.assignment}
         if version >= 5 and result.error == ErrorCode.NONE:
+            if broker.groups.is_consumer_group(group_id):
+                # a classic member of a consumer group: Kafka echoes the request's (checked)
+                # protocol type and name (classicGroupSyncToConsumerGroup)
+                response["protocol_type"] = request.get("protocol_type")
+                response["protocol_name"] = request.get("protocol_name")
+                return response
             summary = broker.groups.describe_group(group_id, broker.clock.now_ms())
             response["protocol_type"] = summary.protocol_type
             response["protocol_name"] = summary.protocol
@@ -469,7 +475,12 @@ def consumer_group_describe(broker: Broker, header, request) -> dict:
                     "subscribed_topic_names": list(m.subscribed_topic_names),
                     # "" without a regex, as Kafka answers
                     "subscribed_topic_regex": m.subscribed_topic_regex or "",
-                    "assignment": {"topic_partitions": _by_id(broker, m.assigned, True)},
+                    # what it is still responsible for: its partitions and those it has
+                    # yet to revoke (Kafka's asConsumerGroupDescribeMember)
+                    "assignment": {"topic_partitions": _by_id(broker, {
+                        t: m.assigned.get(t, frozenset()) | m.pending_revocation.get(
+                            t, frozenset()) for t in {*m.assigned, *m.pending_revocation}},
+                        True)},
                     "target_assignment": {"topic_partitions": _by_id(
                         broker, group.target.get(m.member_id, {}), True)},
                     "member_type": (MEMBER_TYPE_CONSUMER if m.classic is None

@@ -67,7 +67,9 @@ def share_group_heartbeat(broker: Broker, header, request) -> dict:
             for tid, parts in sorted(result.assignment.items(), key=lambda kv: str(kv[0]))]}
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "member_id": result.member_id, "member_epoch": result.member_epoch,
-            "heartbeat_interval_ms": share.groups.timing(request.group_id)[1],
+            # none in the answer to a leave, as Kafka's shareGroupLeave
+            "heartbeat_interval_ms": (0 if request.member_epoch == -1
+                                      else share.groups.timing(request.group_id)[1]),
             "assignment": assignment}
 
 

@@ -43,11 +43,16 @@ class ShareMember:
     assignment: Assignment = field(default_factory=dict)
 
 
+# A new group's epoch and assignment epoch, as Kafka 4.4's ModernGroup starts them: the first
+# member's join (a subscription change) moves the group to epoch 2.
+NEW_GROUP_EPOCH = 1
+
+
 @dataclass
 class ShareGroup:
     group_id: str
-    epoch: int = 0
-    assignment_epoch: int = 0
+    epoch: int = NEW_GROUP_EPOCH
+    assignment_epoch: int = NEW_GROUP_EPOCH
     members: dict[str, ShareMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     topology: tuple = ()  # the subscribed topics' (name, id, partitions) the target was built on

@@ -169,3 +169,174 @@ def test_java_copier_with_consumer_protocol_exactly_once_through_kill9(kafka_ref
                 if g.group_id == "copier"] == [("copier", "consumer")]
     finally:
         broker.stop()
+
+
+# -- a mixed group: Kafka's VerifiableConsumer with both protocols (KIP-848's migration) ---------
+
+
+class Verifiable(JavaProgram):
+    """Kafka 4.4's VerifiableConsumer (the system tests' consumer): commits synchronously after
+    each poll, reports assignments, records and commits as JSON lines; SIGTERM closes it."""
+
+    def __init__(self, bootstrap: str, topic: str, group: str, protocol: str,
+                 instance: str | None = None) -> None:
+        args = ["--bootstrap-server", bootstrap, "--topic", topic, "--group-id", group,
+                "--group-protocol", protocol, "--reset-policy", "earliest"]
+        if instance is not None:
+            args += ["--group-instance-id", instance]
+        super().__init__("org.apache.kafka.tools.VerifiableConsumer", *args)
+
+    def owned(self) -> set[int]:
+        owned: set[int] = set()
+        for event in self.events:
+            parts = {p["partition"] for p in event.get("partitions", ())}
+            if event.get("name") == "partitions_assigned":
+                owned |= parts
+            elif event.get("name") == "partitions_revoked":
+                owned -= parts
+        return owned
+
+    def consumed(self) -> list[tuple[int, int, int]]:
+        """(partition, first offset, last offset) of every batch it consumed."""
+        return [(p["partition"], p["minOffset"], p["maxOffset"]) for e in self.events
+                if e.get("name") == "records_consumed" for p in e["partitions"]]
+
+    def revocations(self) -> int:
+        return sum(1 for e in self.events if e.get("name") == "partitions_revoked")
+
+    def stop(self) -> None:
+        """SIGTERM: its shutdown hook closes the consumer (commit, leave) and the JVM exits
+        143; shutdown_complete says the close finished."""
+        self.proc.terminate()
+        assert self.wait(60) in (0, 143), self.output()
+        assert self.events and self.events[-1].get("name") == "shutdown_complete", self.output()
+
+
+def _group_type(bootstrap: str, group: str) -> str | None:
+    port = int(bootstrap.rsplit(":", 1)[1])
+    with RawConnection(port) as conn:
+        listed = conn.request(ApiKey.LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+    return next((g.group_type for g in listed.groups if g.group_id == group), None)
+
+
+def _committed(bootstrap: str, group: str, topic: str, partitions: int) -> list[int]:
+    port = int(bootstrap.rsplit(":", 1)[1])
+    with RawConnection(port) as conn:
+        fetched = conn.request(ApiKey.OFFSET_FETCH, 8, {"groups": [{"group_id": group, "topics": [
+            {"name": topic, "partition_indexes": list(range(partitions))}]}],
+            "require_stable": True})
+    return [p.committed_offset for p in sorted(fetched.groups[0].topics[0].partitions,
+                                               key=lambda p: p.partition_index)]
+
+
+def migration_scenario(bootstrap: str, topic: str) -> list[tuple[object, ...]]:
+    """Two classic members; a static consumer-protocol member joins (online upgrade); it stops and
+    a classic member with its instance id replaces it (online downgrade without a rebalance: it
+    takes over the assignment); a dynamic consumer-protocol member joins (upgrade) and leaves
+    (downgrade). After each step every partition is owned by exactly one live member and every
+    record produced so far is consumed; at the end every record was consumed exactly once and
+    the committed offsets are the log end offsets."""
+    partitions, per_round = 4, 40
+    group = f"mixed-{topic}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=30)
+    history: list[tuple[object, ...]] = []
+    produced = 0
+    members: list[Verifiable] = []
+
+    def produce() -> None:
+        nonlocal produced
+        producer = Producer({"bootstrap.servers": bootstrap})
+        for i in range(produced, produced + per_round):
+            producer.produce(topic, value=str(i).encode(), partition=i % partitions)
+        assert producer.flush(30) == 0
+        produced += per_round
+
+    def settle(live: list[Verifiable], step: str) -> None:
+        """Every partition owned by one live member, each owning some (there are more
+        partitions than members), every record consumed; then noted."""
+        deadline = time.monotonic() + 60
+        while True:
+            owned = [m.owned() for m in live]
+            disjoint = (sum(map(len, owned)) == partitions and all(owned)
+                        and set().union(*owned) == set(range(partitions)))
+            ends = {p: 0 for p in range(partitions)}
+            for m in members:
+                for p, _, last in m.consumed():
+                    ends[p] = max(ends[p], last + 1)
+            if disjoint and sum(ends.values()) == produced:
+                break
+            assert time.monotonic() < deadline, (step, owned, ends, produced,
+                                                 [m.output() for m in live])
+            for m in live:
+                assert m.proc.poll() is None, m.output()
+            time.sleep(0.1)
+        history.append((step, _group_type(bootstrap, group), sorted(map(len, owned))))
+        print(time.strftime("%X"), history[-1], flush=True)
+
+    def start(protocol: str, instance: str | None = None) -> Verifiable:
+        member = Verifiable(bootstrap, topic, group, protocol, instance)
+        members.append(member)
+        return member
+
+    try:
+        a, b = start("classic"), start("classic")
+        produce()
+        settle([a, b], "classic a, b")
+        c = start("consumer", "static-c")
+        settle([a, b, c], "c joins with the consumer protocol")
+        produce()
+        settle([a, b, c], "consumed by a, b, c")
+        revoked = a.revocations() + b.revocations()
+        c.stop()  # a static leave (epoch -2): c keeps its partitions for its successor
+        produce()
+        c2 = start("classic", "static-c")
+        settle([a, b, c2], "c2 replaces c with the classic protocol")
+        # c2 took c's partitions over: the group became classic without a rebalance
+        history.append(("a and b revoked nothing", a.revocations() + b.revocations() - revoked))
+        d = start("consumer")
+        produce()
+        settle([a, b, c2, d], "d joins with the consumer protocol")
+        d.stop()
+        produce()
+        settle([a, b, c2], "d left")
+        for m in (a, b, c2):
+            m.stop()
+        # Every record once: the batches of all members cover each partition's offsets
+        # without overlap (each member commits before it gives a partition up).
+        per_partition: dict[int, list[tuple[int, int]]] = {}
+        for m in members:
+            for p, first, last in m.consumed():
+                per_partition.setdefault(p, []).append((first, last))
+        for p, spans in per_partition.items():
+            spans.sort()
+            assert spans[0][0] == 0, (p, spans)
+            assert all(x[1] + 1 == y[0] for x, y in zip(spans, spans[1:], strict=False)), (
+                p, spans)
+        history.append(("committed", _committed(bootstrap, group, topic, partitions)))
+    finally:
+        for m in members:
+            m.kill()
+    return history
+
+
+def test_java_mixed_group_upgrades_and_downgrades_online_as_on_kafka(kafka_ref, kafka, tmp_path):
+    config = tmp_path / "server.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in GROUP_CONFIG.items()
+                              if not k.startswith(("share.", "group.consumer.min."))))
+    broker = BrokerProcess(tmp_path / "data", "--config", str(config)).start()
+    try:
+        ours = migration_scenario(broker.bootstrap, "mixed")
+    finally:
+        broker.stop()
+    theirs = migration_scenario(kafka.bootstrap, "mixed")
+    assert ours == theirs == [
+        ("classic a, b", "classic", [2, 2]),
+        ("c joins with the consumer protocol", "consumer", [1, 1, 2]),
+        ("consumed by a, b, c", "consumer", [1, 1, 2]),
+        ("c2 replaces c with the classic protocol", "classic", [1, 1, 2]),
+        ("a and b revoked nothing", 0),
+        ("d joins with the consumer protocol", "consumer", [1, 1, 1, 1]),
+        ("d left", "classic", [1, 1, 2]),
+        ("committed", [50, 50, 50, 50]),
+    ]

@@ -143,11 +143,12 @@ def test_upgrade_refusals_as_kafka_4_4_words_them():
     assert MigrationPolicy.parse(" Upgrade ") is MigrationPolicy.UPGRADE
 
 
-def _upgraded(policy=MigrationPolicy.BIDIRECTIONAL):
-    c, topics = coordinator(policy), Topics(t=4)
+def _upgraded(policy=MigrationPolicy.BIDIRECTIONAL, instance_id=None):
+    c, topics = coordinator(policy), Topics(t=4, u=1)
     c.adopt(consumer_group_from_classic(classic_group()), topics, 0)
     joined = c.heartbeat(HeartbeatRequest("g", "new", 0, rebalance_timeout_ms=20_000,
-                                          subscribed_topic_names=("t",), owned={}), topics, 0)
+                                          subscribed_topic_names=("t",), owned={},
+                                          instance_id=instance_id), topics, 0)
     assert joined.error is ErrorCode.NONE and joined.member_epoch == 4
     return c, topics, c.groups["g"]
 
@@ -204,8 +205,8 @@ def test_last_consumer_member_leaving_downgrades_unless_the_policy_forbids():
     epoch = group.group_epoch
     left = c.heartbeat(HeartbeatRequest("g", "new", -1), topics, 50)
     assert left.error is ErrorCode.NONE and "g" not in c.groups
-    [(gone, leaving)] = c.take_downgrades()
-    assert leaving == "new" and set(gone.members) == {"a", "b"}
+    [(gone, leaving, rebalance)] = c.take_downgrades()
+    assert leaving == ["new"] and set(gone.members) == {"a", "b"} and rebalance
     members = classic_members_of(gone, 60)
     assert [m.member_id for m in members] == ["a", "b"]
     # Each keeps its target of the last epoch (the leaver's partitions go in the rebalance
@@ -232,3 +233,94 @@ def test_classic_metadata_survives_the_records():
     [restored] = replay.groups({v: k for k, v in ids.items()}.get, 0)
     assert restored.members["a"].classic == group.members["a"].classic
     assert restored.members["new"].classic is None
+
+
+def _reconciled(c, topics, group, now):
+    """Every member at the target: "new" heartbeats, the classic ones rejoin and sync."""
+    for _ in range(3):
+        member = group.members["new"]
+        c.heartbeat(HeartbeatRequest("g", "new", member.member_epoch, owned=member.assigned),
+                    topics, now)
+        for mid in ("a", "b"):
+            m = group.members[mid]
+            classic_join(c, group, join_request(mid, {t: sorted(ps) for t, ps in
+                                                      m.assigned.items()}), topics, now)
+    assert group.state.value == "Stable"
+
+
+def test_static_classic_member_replacing_the_last_consumer_member_downgrades():
+    """Kafka's classicGroupJoinToConsumerGroup: a JoinGroup (unknown member id) with the
+    instance id of the last consumer-protocol member replaces it at once and the group becomes
+    classic: Stable, the newcomer holding its predecessor's assignment at the group epoch, or,
+    if the newcomer subscribes to something else, rebalancing."""
+    c, topics, group = _upgraded(instance_id="i1")
+    _reconciled(c, topics, group, 100)
+    epoch, kept = group.group_epoch, group.members["new"].assigned
+    joined = classic_join(c, group, join_request(instance_id="i1"), topics, 200)
+    assert (joined.error, joined.generation_id, joined.member_id) == (ErrorCode.NONE, epoch,
+                                                                      "m1")
+    assert "g" not in c.groups
+    [(gone, ids, rebalance)] = c.take_downgrades()
+    assert (ids, rebalance, set(gone.members)) == (["new"], False, {"a", "b", "m1"})
+    members = {m.member_id: m for m in classic_members_of(gone, 300)}
+    assert decode_assignment_untrusted(members["m1"].assignment) == kept
+    assert members["m1"].group_instance_id == "i1"
+    # A new subscription: the classic group rebalances, the newcomer has no generation yet.
+    c, topics, group = _upgraded(instance_id="i1")
+    _reconciled(c, topics, group, 100)
+    joined = classic_join(c, group, join_request(
+        instance_id="i1", protocols=(("range", subscription(["t", "u"])),)), topics, 200)
+    assert (joined.error, joined.generation_id) == (ErrorCode.NONE, 0)
+    [(gone, _, rebalance)] = c.take_downgrades()
+    assert rebalance and gone.group_epoch > gone.assignment_epoch
+    # A known member id under another's instance id is fenced; nothing changes.
+    c, topics, group = _upgraded(instance_id="i1")
+    assert classic_join(c, group, join_request("a", instance_id="i1"), topics, 200).error is \
+        ErrorCode.FENCED_INSTANCE_ID
+    assert "g" in c.groups and not c.take_downgrades()
+    # Without downgrades allowed the group stays a consumer group, its members all classic.
+    c, topics, group = _upgraded(MigrationPolicy.UPGRADE, instance_id="i1")
+    _reconciled(c, topics, group, 100)
+    joined = classic_join(c, group, join_request(instance_id="i1"), topics, 200)
+    assert joined.error is ErrorCode.NONE and joined.generation_id == group.group_epoch
+    assert c.groups["g"] is group and not c.take_downgrades()
+    assert set(group.members) == {"a", "b", "m1"}
+    assert all(m.classic is not None for m in group.members.values())
+    assert group.members["m1"].assigned == kept
+
+
+def test_consumer_member_replaces_a_static_classic_member_without_its_leave():
+    """Kafka's getOrMaybeSubscribeStaticConsumerGroupMember: only a consumer-protocol
+    predecessor must have left (UNRELEASED_INSTANCE_ID); a classic one is replaced at once."""
+    c, topics, group = _upgraded()
+    classic_join(c, group, join_request("a", {"t": [0, 1]}, instance_id="ia"), topics, 10)
+    joined = c.heartbeat(HeartbeatRequest("g", "a2", 0, rebalance_timeout_ms=20_000,
+                                          subscribed_topic_names=("t",), owned={},
+                                          instance_id="ia"), topics, 20)
+    assert joined.error is ErrorCode.NONE and joined.member_id == "a2"
+    assert "a" not in group.members and group.members["a2"].classic is None
+    again = c.heartbeat(HeartbeatRequest("g", "a3", 0, rebalance_timeout_ms=20_000,
+                                         subscribed_topic_names=("t",), owned={},
+                                         instance_id="ia"), topics, 30)
+    assert again.error is ErrorCode.UNRELEASED_INSTANCE_ID
+
+
+def test_classic_members_rejoin_once_a_new_target_may_be_computed():
+    """Within the assignment interval (KIP-1263) the target stays at its epoch: a classic member
+    at it keeps syncing and heartbeating (Kafka's checks use the assignment epoch); once a new
+    target may be computed, its heartbeat asks it to rejoin, and the join computes it."""
+    c, topics, group = _upgraded(instance_id="i1")
+    _reconciled(c, topics, group, 100)
+    epoch = group.group_epoch
+    c.heartbeat(HeartbeatRequest("g", "new2", 0, rebalance_timeout_ms=20_000,
+                                 subscribed_topic_names=("t",), owned={}), topics, 200)
+    assert (group.group_epoch, group.assignment_epoch) == (epoch + 1, epoch)
+    assert classic_heartbeat(group, "a", epoch, None, 300, c.may_assign(group, 300)) is \
+        ErrorCode.NONE
+    assert classic_sync(group, "a", epoch, None, None, None, 300).error is ErrorCode.NONE
+    assert classic_heartbeat(group, "a", epoch, None, 1_100, c.may_assign(group, 1_100)) is \
+        ErrorCode.REBALANCE_IN_PROGRESS
+    a = group.members["a"]
+    classic_join(c, group, join_request("a", {t: sorted(ps) for t, ps in a.assigned.items()}),
+                 topics, 1_200)
+    assert group.assignment_epoch == epoch + 1

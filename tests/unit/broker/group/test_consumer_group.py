@@ -38,11 +38,14 @@ class Topics:
         return dict(self.counts)
 
 
-def coordinator() -> ConsumerGroupCoordinator:
+def coordinator(assignment_interval_ms: int = 0) -> ConsumerGroupCoordinator:
+    """A coordinator whose targets follow every change at once unless an assignment interval
+    (Kafka's default 1 s, tested on its own below) is given."""
     ids = (f"m{i}" for i in itertools.count(1))
     return ConsumerGroupCoordinator(
         ConsumerGroupConfig(heartbeat_interval_ms=HB, session_timeout_ms=SESSION,
-                            internal_topics=frozenset({"__consumer_offsets"})),
+                            internal_topics=frozenset({"__consumer_offsets"}),
+                            assignment_interval_ms=assignment_interval_ms),
         new_member_id=lambda: next(ids))
 
 
@@ -190,14 +193,29 @@ def test_static_member_leaves_and_its_instance_takes_over():
 
 
 def test_regex_subscription_follows_new_topics():
+    """Kafka resolves regexes off the request path: the first member of a regex gets epoch 1 and
+    nothing, the resolution bumps the group epoch, its next heartbeat gets the partitions. New
+    topics are matched at most once per heartbeat interval, after a heartbeat's answer."""
     c, topics = coordinator(), Topics(**{"orders-1": 1, "other": 1, "__consumer_offsets": 3})
-    r = join(c, topics, "a", names=None, regex="orders-.*")
-    assert r.assignment == {"orders-1": frozenset({0})}
+    first = join(c, topics, "a", names=None, regex="orders-.*")
+    assert (first.member_epoch, first.assignment) == (1, {})
+    group = c.groups["g"]
+    assert (group.group_epoch, group.assignment_epoch) == (2, 1)
+    assert group.state is ConsumerGroupState.ASSIGNING
+    r = beat(c, topics, "a", 1, {}, now=10)
+    assert (r.member_epoch, r.assignment) == (2, {"orders-1": frozenset({0})})
+    # A second member of the same (resolved) regex bumps the epoch at once.
+    b = join(c, topics, "b", names=None, regex="orders-.*", now=20)
+    assert b.member_epoch == 3 and group.group_epoch == 3
+    c.heartbeat(HeartbeatRequest("g", "b", -1), topics, 30)
+    r = beat(c, topics, "a", 2, r.assignment, now=40)
+    assert r.member_epoch == 4
     topics.counts["orders-2"] = 2
-    # Regexes are matched again at most once per heartbeat interval.
-    assert beat(c, topics, "a", r.member_epoch, r.assignment, now=HB - 1).assignment is None
-    r2 = beat(c, topics, "a", r.member_epoch, r.assignment, now=HB)
-    assert r2.member_epoch == r.member_epoch + 1
+    assert beat(c, topics, "a", 4, r.assignment, now=HB - 1).assignment is None
+    # at HB the regex is resolved again (after the answer); the next heartbeat gets the news
+    assert beat(c, topics, "a", 4, r.assignment, now=HB).assignment is None
+    r2 = beat(c, topics, "a", 4, r.assignment, now=HB + 1)
+    assert r2.member_epoch == 5
     assert r2.assignment == {"orders-1": frozenset({0}), "orders-2": frozenset({0, 1})}
 
 
@@ -246,6 +264,8 @@ def test_records_restore_epochs_and_assignments():
     [restored] = replay.groups(names.get, 100)
     group = c.groups["g"]
     assert (restored.group_epoch, restored.assignment_epoch) == (3, 3)
+    # the target's time (KIP-1263's tagged field): the interval holds across a restart
+    assert restored.assignment_timestamp_ms == group.assignment_timestamp_ms == 1
     for member_id, member in group.members.items():
         r = restored.members[member_id]
         assert (r.member_epoch, r.previous_member_epoch, r.state, r.assigned,
@@ -310,3 +330,34 @@ def test_expiry_scans_only_when_the_earliest_deadline_is_due():
     assert set(group.members) == {"b"} and a.error is ErrorCode.NONE
     # a lower bound: b's deadline as of the scan (its heartbeat at SESSION - 1)
     assert c.next_deadline() == 2 * SESSION - 1
+
+
+def test_assignment_interval_delays_new_targets_as_kafka_4_4():
+    """KIP-1263 (group.consumer.assignment.interval.ms, 1 s by default): a second member joining
+    right after the first gets the assignment epoch (2), not the group epoch (3), and nothing;
+    the group is Assigning until a heartbeat at least an interval after the last target. A
+    leave bumps the epoch only: the next heartbeat computes the target."""
+    c, topics = coordinator(assignment_interval_ms=1_000), Topics(t=4)
+    a = join(c, topics, "a", now=100)
+    assert a.member_epoch == 2 and a.assignment == {"t": frozenset({0, 1, 2, 3})}
+    b = join(c, topics, "b", now=200)
+    group = c.groups["g"]
+    assert (b.member_epoch, b.assignment) == (2, {})
+    assert (group.group_epoch, group.assignment_epoch) == (3, 2)
+    assert group.state is ConsumerGroupState.ASSIGNING
+    assert beat(c, topics, "a", 2, a.assignment, now=1_099).assignment is None
+    ra = beat(c, topics, "a", 2, a.assignment, now=1_100)  # the interval passed: epoch 3
+    assert group.assignment_epoch == 3 and sum(map(len, ra.assignment.values())) == 2
+    ra = beat(c, topics, "a", 2, ra.assignment, now=1_200)
+    rb = beat(c, topics, "b", 2, {}, now=1_300)
+    assert ra.member_epoch == rb.member_epoch == 3 and len(rb.assignment["t"]) == 2
+    c.heartbeat(HeartbeatRequest("g", "b", -1), topics, 1_400)
+    assert (group.group_epoch, group.assignment_epoch) == (4, 3)
+    assert group.state is ConsumerGroupState.ASSIGNING
+    assert beat(c, topics, "a", 3, ra.assignment, now=1_500).member_epoch == 3  # too soon
+    back = beat(c, topics, "a", 3, ra.assignment, now=2_100)
+    assert back.member_epoch == 4 and back.assignment == {"t": frozenset({0, 1, 2, 3})}
+    # The last member leaving: the next group's first target comes at once.
+    c.heartbeat(HeartbeatRequest("g", "a", -1), topics, 2_200)
+    assert group.assignment_timestamp_ms == 0 and group.state is ConsumerGroupState.EMPTY
+    assert join(c, topics, "c", now=2_300).assignment == {"t": frozenset({0, 1, 2, 3})}

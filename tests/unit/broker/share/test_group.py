@@ -33,21 +33,22 @@ def test_simple_assignor_shares_partitions_when_members_outnumber_them() -> None
 
 
 def test_join_heartbeat_epochs_and_reassignment() -> None:
+    # A new group is at epoch 1 (Kafka 4.4's ModernGroup); the first join moves it to 2.
     g = groups()
     a = join(g, "a", ["one"])
-    assert (a.member_id, a.member_epoch, a.assignment) == ("a", 1, {T1: [0]})
+    assert (a.member_id, a.member_epoch, a.assignment) == ("a", 2, {T1: [0]})
     b = join(g, "b", ["one"])
-    assert b.member_epoch == 2 and b.assignment == {T1: [0]}
+    assert b.member_epoch == 3 and b.assignment == {T1: [0]}
     # a learns the new epoch at its next heartbeat; nothing to revoke in a share group
-    again = g.heartbeat("g", "a", 1, None, None, "c", "h", 10)
-    assert again.member_epoch == 2 and again.assignment == {T1: [0]}
-    same = g.heartbeat("g", "a", 2, None, None, "c", "h", 20)
-    assert same.member_epoch == 2 and same.assignment is None
+    again = g.heartbeat("g", "a", 2, None, None, "c", "h", 10)
+    assert again.member_epoch == 3 and again.assignment == {T1: [0]}
+    same = g.heartbeat("g", "a", 3, None, None, "c", "h", 20)
+    assert same.member_epoch == 3 and same.assignment is None
     with pytest.raises(KafkaError) as fenced:
-        g.heartbeat("g", "a", 1, None, None, "c", "h", 30)
+        g.heartbeat("g", "a", 2, None, None, "c", "h", 30)
     assert fenced.value.code == ErrorCode.FENCED_MEMBER_EPOCH
     with pytest.raises(KafkaError) as unknown:
-        g.heartbeat("g", "zz", 2, None, None, "c", "h", 30)
+        g.heartbeat("g", "zz", 3, None, None, "c", "h", 30)
     assert unknown.value.code == ErrorCode.UNKNOWN_MEMBER_ID
 
 
@@ -66,9 +67,9 @@ def test_leave_and_session_timeout_bump_the_group_epoch() -> None:
     g = groups()
     join(g, "a", ["four"], now=0)
     join(g, "b", ["four"], now=500)
-    assert g.get("g").epoch == 2
+    assert g.get("g").epoch == 3
     assert g.heartbeat("g", "b", -1, None, None, "c", "h", 600).member_epoch == -1
-    assert g.get("g").epoch == 3 and list(g.get("g").members) == ["a"]
+    assert g.get("g").epoch == 4 and list(g.get("g").members) == ["a"]
     assert g.expire(999) == []
     assert g.expire(1000) == [("g", "a")]
     assert g.get("g").state == "Empty" and g.delete("g") == ErrorCode.NONE
