@@ -75,6 +75,7 @@ from broker.group.consumer_model import MigrationPolicy as MigrationPolicy
 from broker.group.consumer_model import RegexCompiler as RegexCompiler
 from broker.group.consumer_model import TopicsView as TopicsView
 from broker.group.consumer_model import _re2_compiler
+from broker.group.consumer_subscriptions import Subscriptions
 from broker.group.modern_group import ModernGroupCoordinator
 from broker.group.offsets import valid_group_id
 from broker.group.reconciliation import RECONCILE as RECONCILE
@@ -107,90 +108,15 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
     ) -> None:
         super().__init__()
         self.config = config
-        self._compile_regex = compile_regex
-        self._regexes: dict[str, Callable[[str], bool]] = {}
+        self._subs = Subscriptions(config, compile_regex)
         self._new_member_id = new_member_id
         self._downgrades: list[tuple[ConsumerGroup, list[str], bool]] = []
 
-    # -- subscriptions ------------------------------------------------------------------------
-
-    def _matcher(self, pattern: str) -> Callable[[str], bool]:
-        matcher = self._regexes.get(pattern)
-        if matcher is None:
-            if len(self._regexes) > 1024:
-                self._regexes.clear()
-            matcher = self._regexes[pattern] = self._compile_regex(pattern)
-        return matcher
-
-    def _member_topics(self, group: ConsumerGroup, member: ConsumerMember,
-                       topics: TopicsView) -> set[str]:
-        """The existing topics the member subscribes to (names, and its regex's topics as
-        last resolved: ``_resolve_regexes``)."""
-        names = {t for t in member.subscribed_topic_names if topics.partition_count(t) is not None}
-        if member.subscribed_topic_regex is not None:
-            names.update(t for t in group.resolved.get(member.subscribed_topic_regex, ())
-                         if topics.partition_count(t) is not None)
-        return names
-
-    def _subscriptions(self, group: ConsumerGroup, topics: TopicsView
-                       ) -> tuple[dict[str, frozenset[str]], dict[str, int]]:
-        subscriptions = {m.member_id: frozenset(self._member_topics(group, m, topics))
-                         for m in group.members.values()}
-        counts: dict[str, int] = {}
-        for subscribed in subscriptions.values():
-            for topic in subscribed:
-                if topic not in counts:
-                    counts[topic] = topics.partition_count(topic) or 0
-        return subscriptions, counts
-
-    def _choose_assignor(self, group: ConsumerGroup) -> str:
-        votes: dict[str, int] = {}
-        for m in group.members.values():
-            if m.server_assignor:
-                votes[m.server_assignor] = votes.get(m.server_assignor, 0) + 1
-        if not votes:
-            return self.config.assignors[0]
-        best = max(votes.values())
-        return min(name for name, n in votes.items() if n == best)
-
-    def _watch(self, group: ConsumerGroup) -> None:
-        """What a heartbeat checks for topic changes without visiting every member: the
-        topics subscribed by name or by a resolved regex (after a membership or subscription
-        change); the resolutions of regexes no member uses any more are dropped."""
-        regexes = {m.subscribed_topic_regex for m in group.members.values()
-                   if m.subscribed_topic_regex}
-        group.resolved = {r: t for r, t in group.resolved.items() if r in regexes}
-        group.has_regex = bool(regexes)
-        group.watched = frozenset(
-            [t for m in group.members.values() for t in m.subscribed_topic_names]
-            + [t for resolved in group.resolved.values() for t in resolved])
-
     def _resolve_regexes(self, group: ConsumerGroup, topics: TopicsView, now_ms: int,
                          bump: bool = True) -> None:
-        """Kafka resolves a group's regexes off the request path (a background task whose
-        result bumps the group epoch if the matched topics changed): a member subscribing to
-        a regex no other member uses gets its answer first, at the unchanged epoch, and its
-        partitions once the resolution bumped the epoch. Here the resolution runs right after
-        such a heartbeat, and after others at most once per heartbeat interval (new topics)."""
-        if not group.regex_pending and (not group.has_regex
-                                        or now_ms < group.next_regex_check_ms):
-            return
-        group.regex_pending = False
-        group.next_regex_check_ms = now_ms + self.config.heartbeat_interval_ms
-        names = [t for t in topics.topics() if t not in self.config.internal_topics]
-        changed = False
-        for regex in {m.subscribed_topic_regex for m in group.members.values()
-                      if m.subscribed_topic_regex}:
-            try:
-                match = self._matcher(regex)
-            except ValueError:
-                continue
-            matched = frozenset(t for t in names if match(t))
-            if matched != group.resolved.get(regex, frozenset()):
-                changed = True
-            group.resolved[regex] = matched
-        self._watch(group)
-        if changed and bump:
+        """The group's regexes resolved (``Subscriptions.resolve_regexes``); the epoch goes up
+        if their topics changed."""
+        if self._subs.resolve_regexes(group, topics, now_ms) and bump:
             self._bump(group)
 
     # -- the group epoch and the target assignment ------------------------------------------
@@ -223,7 +149,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         target, as Kafka's consumerGroupFenceMembers); an empty group's target is empty at
         once, and its next one comes without waiting for the interval."""
         self._bump(group)
-        self._watch(group)
+        self._subs.watch(group)
         if not group.members:
             group.assignment_epoch = group.group_epoch
             group.target = {}
@@ -241,16 +167,16 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
             return
         if force:
             self._bump(group)
-            self._watch(group)
+            self._subs.watch(group)
         if group.assignment_epoch == group.group_epoch:
             if not self._topics_changed(group, topics):
                 return
             self._bump(group)
         if not self._may_assign(group, now_ms):
             return
-        subscriptions, counts = self._subscriptions(group, topics)
+        subscriptions, counts = self._subs.of(group, topics)
         group.subscribed = counts
-        group.assignor = self._choose_assignor(group)
+        group.assignor = self._subs.choose_assignor(group)
         target = assign(group.assignor, subscriptions, counts, group.target)
         for member_id, assignment in target.items():
             if group.target.get(member_id) != assignment:
@@ -465,7 +391,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
                                    f"assignors: {', '.join(self.config.assignors)}.")
         if req.subscribed_topic_regex:
             try:
-                self._matcher(req.subscribed_topic_regex)
+                self._subs.matcher(req.subscribed_topic_regex)
             except ValueError as exc:
                 return HeartbeatResult(
                     ErrorCode.INVALID_REGULAR_EXPRESSION,
@@ -615,7 +541,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         or to none, or the group's preferred server assignor changed. A regex not resolved
         yet waits for ``_resolve_regexes``."""
         changed = False
-        assignor_before = self._choose_assignor(group)
+        assignor_before = self._subs.choose_assignor(group)
         if req.subscribed_topic_names is not None:
             names = tuple(sorted(set(req.subscribed_topic_names)))
             if names != member.subscribed_topic_names:
@@ -638,7 +564,7 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         if req.server_assignor is not None and req.server_assignor != member.server_assignor:
             member.server_assignor = req.server_assignor
             group.dirty_members.add(member.member_id)
-            changed = changed or self._choose_assignor(group) != assignor_before
+            changed = changed or self._subs.choose_assignor(group) != assignor_before
         metadata = (req.instance_id or member.instance_id, req.rack_id or member.rack_id,
                     req.client_id, req.client_host,
                     member.rebalance_timeout_ms if req.rebalance_timeout_ms == -1
@@ -755,11 +681,11 @@ class ConsumerGroupCoordinator(ModernGroupCoordinator[ConsumerGroup]):
         members and assignments as written; the subscribed topics as they are now, so that only
         a real change of them bumps the epoch."""
         if group.members:
-            self._watch(group)
+            self._subs.watch(group)
             group.regex_pending = group.has_regex
             self._resolve_regexes(group, topics, 0, bump=False)
-            group.subscribed = self._subscriptions(group, topics)[1]
-            group.assignor = self._choose_assignor(group)
+            group.subscribed = self._subs.of(group, topics)[1]
+            group.assignor = self._subs.choose_assignor(group)
         self.groups[group.group_id] = group
 
     def supported_assignor(self, name: str) -> bool:
