@@ -30,7 +30,8 @@ printed too, noisy on a shared machine. Peak RSS (VmHWM) at the end of each run.
     .venv/bin/python bench/java_tools.py --cells consume,e2e --pair durable --runs 3
 
 ``--base`` is another checkout (a directory) or a commit of this repository, which is exported
-once (``git archive``) into bench/.cache/trees/<commit>/: its broker runs as "minibroker before",
+once (``git archive``) into the user's cache directory (``~/.cache/minibroker-bench/trees/<commit>/``,
+outside the repository, whose tests scan bench/): its broker runs as "minibroker before",
 with this benchmark's code. ``--cells`` times a subset of the tools (produce1k, produce100,
 consume, e2e, txnproduce, txnloop; consume produces its topic untimed when produce1k is not among
 them), ``--warmup`` the untimed records first (with a transaction cell, also one untimed
@@ -376,9 +377,10 @@ FIGURES = [
 ]
 
 
-def base_tree(base: str, trees: Path = common.CACHE_DIR / "trees") -> tuple[Path, str]:
+def base_tree(base: str, trees: Path | None = None) -> tuple[Path, str]:
     """``--base``: a directory is a checkout used as it is; anything else a commit of this
-    repository, exported once with ``git archive`` into ``trees``/<commit>/ (bench/.cache/trees/).
+    repository, exported once with ``git archive`` into ``trees``/<commit>/ (by default
+    trees/ of the user's cache directory: not under bench/, whose files the suite scans).
     Returns the tree and the commit it is at."""
     if Path(base).is_dir():
         return Path(base).resolve(), common.tree_commit(Path(base))
@@ -388,6 +390,7 @@ def base_tree(base: str, trees: Path = common.CACHE_DIR / "trees") -> tuple[Path
     if found.returncode != 0:
         raise SystemExit(f"--base {base}: neither a directory nor a commit of this repository")
     commit = found.stdout.strip()
+    trees = trees if trees is not None else user_cache_dir() / "trees"
     target = trees / commit
     if (target / "broker" / "cli.py").exists():
         return target, commit[:7]
@@ -414,7 +417,7 @@ def base_tree(base: str, trees: Path = common.CACHE_DIR / "trees") -> tuple[Path
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", help="minibroker before: another checkout (a directory) or "
-                        "a commit of this repository (exported into bench/.cache/trees/)")
+                        "a commit of this repository (exported into ~/.cache/minibroker-bench/trees/)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pair", choices=("durable", "page-cache", "both"), default="both")
     parser.add_argument("--records-1k", type=int, default=300_000)

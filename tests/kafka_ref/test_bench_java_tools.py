@@ -1,7 +1,7 @@
 """bench/java_tools.py's transaction cells and ``--base <commit>``, on a small scale: the
 back-to-back loop of Kafka's Java client (bench/java/TxnLoop.java, compiled into a cache under
 tmp_path) and ProducerPerformance in transactions against minibroker, every transaction committed
-(read back read_committed), and a commit exported as the "before" tree."""
+(read back read_committed), and a commit exported as the "before" tree (outside bench/)."""
 
 from __future__ import annotations
 
@@ -80,14 +80,15 @@ def test_txn_cells_against_minibroker(kafka_ref, tmp_path, monkeypatch):
         assert committed(broker.bootstrap, "perf", 3) == 3_000
 
 
-def test_base_is_a_directory_or_a_commit(tmp_path):
+def test_base_is_a_directory_or_a_commit(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # not under bench/
     head = subprocess.run(["git", "-C", str(common.REPO_ROOT), "rev-parse", "HEAD~1"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    tree, commit = java_tools.base_tree("HEAD~1", tmp_path / "trees")
-    assert tree == tmp_path / "trees" / head and commit == head[:7]
-    assert (tree / "broker" / "cli.py").is_file()
-    assert java_tools.base_tree("HEAD~1", tmp_path / "trees") == (tree, commit)  # exported once
+    tree, commit = java_tools.base_tree("HEAD~1")
+    assert tree == tmp_path / "cache" / "minibroker-bench" / "trees" / head
+    assert commit == head[:7] and (tree / "broker" / "cli.py").is_file()
+    assert java_tools.base_tree("HEAD~1") == (tree, commit)  # exported once
     assert java_tools.base_tree(str(tree), tmp_path / "other")[0] == tree  # used as it is
     assert not (tmp_path / "other").exists()
     with pytest.raises(SystemExit, match="neither a directory nor a commit"):
-        java_tools.base_tree("no-such-commit-here", tmp_path / "trees")
+        java_tools.base_tree("no-such-commit-here")
