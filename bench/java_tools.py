@@ -301,6 +301,22 @@ class TxnSettings:
         self.offsets = offsets  # txnloop: sendOffsetsToTransaction in each transaction
 
 
+def cell_failed(broker, cell: str, exc: Exception) -> str:
+    """A transaction cell's client failed (a fatal error of the Java client): the run goes on
+    without that cell's figures; the broker's log is kept in bench/.cache/ and the failure is
+    printed under the tables and kept in the results."""
+    log_path = (broker.running.log_path if isinstance(broker, Mini)
+                else broker.cluster.nodes[0].log)
+    kept = common.CACHE_DIR / f"failed-{cell}-{common.timestamp()}-{Path(log_path).name}"
+    try:
+        shutil.copyfile(log_path, kept)
+    except OSError:
+        kept = Path("(no broker log)")
+    message = f"{cell} failed: {str(exc)[-1500:]} (broker log: {kept})"
+    log(message)
+    return message
+
+
 def one_run(broker, records_1k: int, records_100: int, e2e: int,
             cells: tuple[str, ...] = CELLS, warmup: int = 20_000,
             txn: TxnSettings | None = None) -> dict:
@@ -335,19 +351,28 @@ def one_run(broker, records_1k: int, records_100: int, e2e: int,
         if "e2e" in cells:
             out |= end_to_end(broker, "e2e", e2e)
         if "txnproduce" in cells:
-            t = transactional_produce(broker, "ttx", txn.records, 1024, txn.txn_ms, "bench-perf")
-            out |= {"txn_produce_records_per_s": t["records_per_s"],
-                    "txn_produce_p99_ms": t["p99_ms"],
-                    "txn_produce_cpu_ms_per_mb": t["cpu_ms_per_mb"]}
+            try:
+                t = transactional_produce(broker, "ttx", txn.records, 1024, txn.txn_ms,
+                                          "bench-perf")
+            except RuntimeError as exc:
+                out.setdefault("failures", []).append(cell_failed(broker, "txnproduce", exc))
+            else:
+                out |= {"txn_produce_records_per_s": t["records_per_s"],
+                        "txn_produce_p99_ms": t["p99_ms"],
+                        "txn_produce_cpu_ms_per_mb": t["cpu_ms_per_mb"]}
         if "txnloop" in cells:
-            loop = txn_loop(broker, "txn", txn.transactions, txn.warmup, "bench-loop",
-                            "bench-group" if txn.offsets else None)
-            out |= {"txn_loop_txn_per_s": loop["txn_per_s"],
-                    "txn_loop_cpu_ms_per_txn": loop["cpu_ms_per_txn"],
-                    "txn_loop_commit_p50_ms": loop["commit_p50_ms"],
-                    "txn_loop_commit_p99_ms": loop["commit_p99_ms"],
-                    "txn_loop_commit_p999_ms": loop["commit_p999_ms"],
-                    "txn_loop_txn_p99_ms": loop["txn_p99_ms"]}
+            try:
+                loop = txn_loop(broker, "txn", txn.transactions, txn.warmup, "bench-loop",
+                                "bench-group" if txn.offsets else None)
+            except RuntimeError as exc:
+                out.setdefault("failures", []).append(cell_failed(broker, "txnloop", exc))
+            else:
+                out |= {"txn_loop_txn_per_s": loop["txn_per_s"],
+                        "txn_loop_cpu_ms_per_txn": loop["cpu_ms_per_txn"],
+                        "txn_loop_commit_p50_ms": loop["commit_p50_ms"],
+                        "txn_loop_commit_p99_ms": loop["commit_p99_ms"],
+                        "txn_loop_commit_p999_ms": loop["commit_p999_ms"],
+                        "txn_loop_txn_p99_ms": loop["txn_p99_ms"]}
         out["peak_rss_mb"] = broker.memory().hwm_mb
     finally:
         broker.stop()
@@ -479,13 +504,19 @@ def main() -> None:
         labels = list(by_broker)
         rows = []
         for key, title, fmt in FIGURES:
-            if not all(key in r for runs in by_broker.values() for r in runs):
+            if not any(key in r for runs in by_broker.values() for r in runs):
                 continue  # a cell not run
             row = []
             for label in labels:
-                values = [r[key] for r in by_broker[label]]
+                values = [r[key] for r in by_broker[label] if key in r]
+                if not values:
+                    row.append("failed")
+                    continue
+                missing = len(by_broker[label]) - len(values)
                 row.append(f"{statistics.median(values):{fmt}} "
-                           f"({min(values):{fmt}}-{max(values):{fmt}})")
+                           f"({min(values):{fmt}}-{max(values):{fmt}})"
+                           + (f" [{len(values)} of {len(by_broker[label])} runs]"
+                              if missing else ""))
             rows.append([title, *row])
         print(f"\n{pair} pair, median (range) of {args.runs} runs"
               + (f", minibroker before = {base_commit}" if base_commit else "")
@@ -495,6 +526,9 @@ def main() -> None:
                  + (" with sendOffsetsToTransaction" if args.txn_offsets else "")
                  if "txnloop" in cells else "") + ":\n")
         print(common.markdown_table(["figure", *labels], rows))
+        for label in labels:
+            for failure in (f for r in by_broker[label] for f in r.get("failures", [])):
+                print(f"\n{label}: {failure}")
     path = common.write_results_json("java-tools", {
         "args": vars(args), "base_commit": base_commit, "results": results,
         "commit": common.tree_commit(common.REPO_ROOT)})
