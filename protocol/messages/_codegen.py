@@ -604,7 +604,10 @@ class _Encoder:
                 self.struct(f.fields, value, indent)
         elif f.type.startswith("[]"):
             e(indent, f"if {value} is None:")
-            e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
+            if nullable:  # null: aborted_transactions under read_uncommitted
+                e(indent + 1, "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')")
+            else:
+                e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
             e(indent, "else:")
             e(indent + 1, _length_line(value, compact, wide=True))
             item = self.src.fresh("item")
