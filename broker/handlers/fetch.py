@@ -113,7 +113,8 @@ def fetch(broker: Broker, header, request):
     topics, total = _read_partitions(broker, request, refused)
     max_wait_ms = min(request.max_wait_ms, MAX_WAIT_CAP_MS)
     if total >= request.min_bytes or max_wait_ms <= 0 or _has_error(topics):
-        return _answer(version, topics)
+        # the records as chunks, unread (a FileSlice: sendfile); no session (session_id 0)
+        return encode_response_parts(ApiKey.FETCH, version, {"responses": topics})
 
     async def long_poll():
         nonlocal topics, total
@@ -123,17 +124,9 @@ def fetch(broker: Broker, header, request):
                 topics, total = _read_partitions(broker, request, refused)
         if total < request.min_bytes:
             topics, total = _read_partitions(broker, request, refused)
-        return _answer(version, topics)
+        return encode_response_parts(ApiKey.FETCH, version, {"responses": topics})
 
     return Deferred(long_poll)
-
-
-def _answer(version: int, topics: list) -> list:
-    """The answer's chunks, each records value one of them as it is (a FileSlice: sendfile).
-    The session is always 0 (none: every fetch is a full one)."""
-    return encode_response_parts(ApiKey.FETCH, version, {
-        "throttle_time_ms": 0, "error_code": ErrorCode.NONE, "session_id": 0,
-        "responses": topics})
 
 
 def _has_error(topics) -> bool:
