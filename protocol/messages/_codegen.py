@@ -267,22 +267,6 @@ def _put_tagged(a, obj, known) -> None:
         a(data)
 
 
-def _put_records(parts: list, out: list, v, compact: bool) -> None:
-    """A records field, its bytes a chunk of ``out`` of their own (``v`` is never read: a
-    FileSlice is sent from its file); the parts before it joined into one chunk."""
-    if v is None:
-        parts.append(b"\x00" if compact else b"\xff\xff\xff\xff")
-        return
-    if type(v) is memoryview and v.itemsize != 1:  # len() of a chunk counts its bytes
-        v = v.cast("B")
-    n = len(v)
-    parts.append(_uvarint(n + 1) if compact else _P32(n))
-    if n:
-        out.append(b"".join(parts))
-        parts.clear()
-        out.append(v)
-
-
 # -- the generated record types ---------------------------------------------------------------------
 
 
@@ -305,7 +289,7 @@ _NAMESPACE: dict[str, Any] = {
     "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
     "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
-    "_put_tagged": _put_tagged, "_put_records": _put_records,
+    "_put_tagged": _put_tagged,
     "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
@@ -589,8 +573,17 @@ class _Encoder:
             e(indent + 1, f"{data} = {value}.encode('utf-8')")
             e(indent + 1, _length_line(data, compact))
             e(indent + 1, f"a({data})")
-        elif f.type == "records" and self.parts:
-            e(indent, f"_put_records(parts, out, {value}, {compact})")
+        elif f.type == "records" and self.parts:  # its bytes a chunk of their own, unread
+            e(indent, f"if {value} is None:")
+            e(indent + 1, "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')")
+            e(indent, "else:")
+            e(indent + 1, f"if type({value}) is memoryview and {value}.itemsize != 1:")
+            e(indent + 2, f"{value} = {value}.cast('B')  # len() of a chunk counts its bytes")
+            e(indent + 1, _length_line(value, compact, wide=True))
+            e(indent + 1, f"if {value}:")
+            e(indent + 2, "out.append(b''.join(parts))")
+            e(indent + 2, "parts.clear()")
+            e(indent + 2, f"out.append({value})")
         elif f.type in ("bytes", "records"):
             e(indent, f"_put_bytes(a, {value}, {compact}, {nullable or f.type == 'records'})")
         elif f.type == "struct":
