@@ -5,7 +5,8 @@
 
 The broker runs in this process (trio, in a thread of its own, on a loopback port); a minimal
 blocking client (``tests/raw_client.py``) sends a transaction: InitProducerId, AddPartitionsToTxn,
-Produce (acks=-1, one 1 KiB record), EndTxn(commit). A profiler (``sys.setprofile`` and
+Produce (acks=-1, one 1 KiB record), EndTxn(commit), then a read_committed Fetch v11 of the
+partition from offset 0. A profiler (``sys.setprofile`` and
 ``threading.setprofile``: every thread, the flusher's workers included) records each Python call
 made while one chosen request is in flight, from the moment it is sent to the moment its answer
 is read. Calls into the standard library, trio and other packages are left out; what remains is
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -146,6 +148,13 @@ def trace(flush: str) -> dict[str, list[str]]:
                 timed("EndTxn", ApiKey.END_TXN, 0, {
                     "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
                     "committed": True})
+                time.sleep(0.5)  # the commit's markers written: the Fetch's window is its own
+                timed("Fetch", ApiKey.FETCH, 11, {
+                    "replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 1 << 20,
+                    "isolation_level": 1, "session_id": 0, "session_epoch": -1,
+                    "topics": [{"topic": TOPIC, "partitions": [{
+                        "partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}],
+                    "forgotten_topics_data": [], "rack_id": ""})
     finally:
         stop.set()
         thread.join(30)
@@ -158,7 +167,7 @@ def trace(flush: str) -> dict[str, list[str]]:
               show_default=True)
 @click.option("--show-files", is_flag=True, help="list the files and their call counts")
 def main(flush: str, show_files: bool) -> None:
-    """Files and layer switches of one AddPartitionsToTxn, Produce and EndTxn."""
+    """Files and layer switches of one AddPartitionsToTxn, Produce, EndTxn and Fetch."""
     routes = trace(flush)
     click.echo(f"| request (flush {flush}) | files | layer switches | calls |\n|---|---|---|---|")
     for name, calls in routes.items():

@@ -63,8 +63,7 @@ def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> tupl
     import struct
 
     from protocol.headers import RequestHeader, encode_request_header
-    from protocol.messages import encode_request
-    from protocol.messages.fetch import decode_fetch_response_untrusted
+    from protocol.messages import decode_response, encode_request
 
     host, port = bootstrap.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
@@ -87,7 +86,7 @@ def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> tupl
                 (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
                 data = _recv_exactly(sock, size)
                 received += size
-                response = decode_fetch_response_untrusted(data, 4, 11)
+                response = decode_response(1, 11, data, 4)
                 records = response.responses[0].partitions[0].records
                 offset = _next_offset(records)
     finally:

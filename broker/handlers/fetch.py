@@ -21,8 +21,7 @@ from broker.reply import Deferred
 from broker.security.acl import Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages import encode_response
-from protocol.messages.fetch import encode_fetch_response_parts
+from protocol.messages import encode_response, encode_response_parts
 
 READ_COMMITTED = 1
 LATEST_TIMESTAMP = -1
@@ -43,7 +42,8 @@ MAX_WAIT_CAP_MS = 60_000
 
 def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[list, int]:
     """One pass over the requested partitions: ``(response topics, bytes of records)``; the
-    topics in ``refused`` (no Read) answer TOPIC_AUTHORIZATION_FAILED."""
+    topics in ``refused`` (no Read) answer TOPIC_AUTHORIZATION_FAILED. Records are never null
+    (an empty field instead: librdkafka fails to parse a null one, docs/protocol.md)."""
     committed = request.isolation_level == READ_COMMITTED
     # The broker's fetch.max.bytes bounds every response, whatever the client asks for (plus at
     # most one batch beyond it, which a consumer needs to make progress).
@@ -75,8 +75,10 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
                 if committed:
                     # Aborted transactions overlapping what is returned; none without records.
-                    aborted = (partition.aborted_transactions(part.fetch_offset, bound)
-                               if records else [])
+                    aborted = [{"producer_id": producer_id, "first_offset": first_offset}
+                               for producer_id, first_offset
+                               in partition.aborted_transactions(part.fetch_offset, bound)
+                               ] if records else []
             except KafkaError as exc:
                 # Kafka answers an erring partition without its offsets (ReplicaManager's
                 # LogReadResult of an exception: high watermark, LSO and log start -1).
@@ -90,8 +92,12 @@ def _read_partitions(broker: Broker, request, refused: frozenset[str]) -> tuple[
                     aborted = []
             remaining -= len(records)
             total += len(records)
-            partitions.append((part.partition, error, hw, lso, log_start, aborted, records))
-        topics.append((topic.topic, partitions))
+            partitions.append({
+                "partition_index": part.partition, "error_code": error, "high_watermark": hw,
+                "last_stable_offset": lso, "log_start_offset": log_start,
+                "aborted_transactions": aborted, "records": records,
+            })
+        topics.append({"topic": topic.topic, "partitions": partitions})
     return topics, total
 
 
@@ -107,7 +113,8 @@ def fetch(broker: Broker, header, request):
     topics, total = _read_partitions(broker, request, refused)
     max_wait_ms = min(request.max_wait_ms, MAX_WAIT_CAP_MS)
     if total >= request.min_bytes or max_wait_ms <= 0 or _has_error(topics):
-        return encode_fetch_response_parts(version, 0, topics)
+        # the records as chunks, unread (a FileSlice: sendfile); no session (session_id 0)
+        return encode_response_parts(ApiKey.FETCH, version, {"responses": topics})
 
     async def long_poll():
         nonlocal topics, total
@@ -117,13 +124,13 @@ def fetch(broker: Broker, header, request):
                 topics, total = _read_partitions(broker, request, refused)
         if total < request.min_bytes:
             topics, total = _read_partitions(broker, request, refused)
-        return encode_fetch_response_parts(version, 0, topics)
+        return encode_response_parts(ApiKey.FETCH, version, {"responses": topics})
 
     return Deferred(long_poll)
 
 
 def _has_error(topics) -> bool:
-    return any(p[1] != ErrorCode.NONE for _, parts in topics for p in parts)
+    return any(p["error_code"] != ErrorCode.NONE for t in topics for p in t["partitions"])
 
 
 @handles(ApiKey.LIST_OFFSETS)

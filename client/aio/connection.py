@@ -43,7 +43,6 @@ from protocol.errors import CorruptFrameError, ErrorCode
 from protocol.framing import FrameDecoder
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
 from protocol.messages import SCHEMAS, decode_response, encode_request
-from protocol.messages.fetch import decode_fetch_response_untrusted
 
 log = logging.getLogger("client.connection")
 
@@ -438,10 +437,8 @@ class BrokerConnection:
                 f"{self}: correlation id {correlation_id}, expected {pending.correlation_id}"
             )
         self._pending.popleft()
-        if pending.api_key == ApiKey.FETCH and pending.version >= 4:
-            # Records stay views into the frame: no copy of megabytes per response.
-            response = decode_fetch_response_untrusted(frame, offset, pending.version)
-        elif pending.api_key == ApiKey.API_VERSIONS and pending.version > 0:
+        # (a Fetch response's records stay views into the frame: no copy of megabytes)
+        if pending.api_key == ApiKey.API_VERSIONS and pending.version > 0:
             try:
                 response = decode_response(pending.api_key, pending.version, frame, offset)
             except CorruptFrameError:

@@ -324,6 +324,8 @@ class Fetcher:
                         continue
                     state.high_watermark = p.high_watermark
                     state.last_stable_offset = p.last_stable_offset
+                    if p.records is None:  # null: nothing (Kafka's schema allows it)
+                        continue
                     next_offset = next_fetch_offset(p.records, offset)
                     if next_offset == offset:
                         continue

@@ -2,11 +2,11 @@
 version range, the codec of every version follows).
 
 Importing this package registers every codec; use ``decode_request`` / ``encode_response``
-(broker) and ``encode_request`` / ``decode_response`` (client) with an (api_key, api_version)
-pair. The broker's request path (``_codegen.FAST_APIS``) decodes requests and encodes responses
-with codecs generated from the same declarations (``_codegen``, registered with their schemas:
-``decode_request`` / ``encode_response`` use them); ``api_versions.SERVED`` is the table of
-served versions.
+(broker; ``encode_response_parts`` for a Fetch answer whose records are sent as they are) and
+``encode_request`` / ``decode_response`` (client) with an (api_key, api_version) pair. The broker's
+request path (``_codegen.FAST_APIS``) decodes requests and encodes responses with codecs
+generated from the same declarations (``_codegen``, registered with their schemas: those
+functions use them); ``api_versions.SERVED`` is the table of served versions.
 """
 
 from protocol.messages import (  # noqa: F401  (each module registers its schemas)
@@ -39,6 +39,7 @@ from protocol.messages._registry import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_parts,
 )
 
 _install_generated_codecs()
@@ -50,4 +51,5 @@ __all__ = [
     "decode_response",
     "encode_request",
     "encode_response",
+    "encode_response_parts",
 ]

@@ -56,6 +56,11 @@ FAST_APIS = (
     ApiKey.LEAVE_GROUP, ApiKey.CONSUMER_GROUP_HEARTBEAT,
 )
 
+# The APIs whose responses carry records: the broker encodes them as chunks for a gather-write
+# (``encode_response_parts``: records sent as they are, a file slice with sendfile), the client
+# decodes them with each records field a view into the frame (``decode_response``).
+RECORDS_APIS = (ApiKey.FETCH,)
+
 _FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "float64": "d", "bool": "B"}
 _DECODE_ERRORS = (struct.error, IndexError, ValueError, OverflowError, TypeError, KeyError)
 
@@ -245,6 +250,23 @@ def _is_default(value, default) -> bool:
     return value == default
 
 
+def _put_tagged(a, obj, known) -> None:
+    """A tagged-field section: each ``(tag, name, default, writer)`` of ``known`` whose value in
+    ``obj`` differs from its default, and ``obj["tagged_fields"]`` (raw), in tag order (a raw
+    field of a declared tag gives way to the declared one, as in the declared codec)."""
+    fields = dict(obj.get("tagged_fields") or {})
+    for tag, name, default, write in known:
+        value = obj.get(name, default)
+        if not _is_default(value, default):
+            fields[tag] = write(value)
+    a(_uvarint(len(fields)))
+    for tag in sorted(fields):
+        data = fields[tag]
+        a(_uvarint(tag))
+        a(_uvarint(len(data)))
+        a(data)
+
+
 # -- the generated record types ---------------------------------------------------------------------
 
 
@@ -267,6 +289,7 @@ _NAMESPACE: dict[str, Any] = {
     "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
     "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
+    "_put_tagged": _put_tagged,
     "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
@@ -279,6 +302,7 @@ class _Source:
     def __init__(self, title: str) -> None:
         self.title = title
         self.lines: list[str] = []
+        self.tail: list[str] = []  # module-level tables naming generated functions: last
         self.names: dict[str, Any] = {}
         self._ids = 0
 
@@ -294,9 +318,21 @@ class _Source:
     def emit(self, indent: int, line: str) -> None:
         self.lines.append("    " * indent + line)
 
+    def function(self, header: str, body: Callable[[], None]) -> None:
+        """A module-level function (``header`` its ``def`` line) whose body ``body`` emits at
+        indent 1, put before the function being written."""
+        lines, self.lines = self.lines, []
+        self.emit(0, header)
+        body()
+        self.lines = self.lines + lines
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines + self.tail)
+
     def compile(self, function: str) -> Callable:
         namespace = {**_NAMESPACE, **self.names}
-        code = compile("\n".join(self.lines) + "\n", f"<generated {self.title}>", "exec")
+        code = compile(self.text + "\n", f"<generated {self.title}>", "exec")
         exec(code, namespace)  # noqa: S102 - our own generated source
         return namespace[function]
 
@@ -375,8 +411,8 @@ class _Decoder:
         else:
             e(indent, f"{target} = {cls}({{{', '.join(f'{n!r}: {x}' for n, x in items)}}})")
         if self.flexible:
-            known = self.src.constant("KNOWN", None)
-            self.src.lines.insert(0, f"{known} = {{{', '.join(entries)}}}")
+            known = self.src.fresh("KNOWN")
+            self.src.tail.append(f"{known} = {{{', '.join(entries)}}}")
             e(indent, "if frame[pos] == 0:  # no tagged fields: what clients send")
             e(indent + 1, "pos += 1")
             e(indent, "else:")
@@ -387,12 +423,14 @@ class _Decoder:
         """A function decoding the tagged field ``f`` from its bytes (no element budget: the
         declared codec reads them from a stream of their own)."""
         name = self.src.fresh("parse_tag")
-        lines, self.src.lines = self.src.lines, []
-        self.src.emit(0, f"def {name}(frame):")
-        self.src.emit(1, "pos, end, left, view = 0, len(frame), INFINITE, None")
-        self.field(f, in_range(self.version, f.nullable), f"{path}{_camel(f.name)}", 1, "value")
-        self.src.emit(1, "return value")
-        self.src.lines = self.src.lines + lines
+
+        def body() -> None:
+            self.src.emit(1, "pos, end, left, view = 0, len(frame), INFINITE, None")
+            self.field(f, in_range(self.version, f.nullable), f"{path}{_camel(f.name)}", 1,
+                       "value")
+            self.src.emit(1, "return value")
+
+        self.src.function(f"def {name}(frame):", body)
         return name
 
     def field(self, f: F, nullable: bool, path: str, indent: int, target: str) -> None:
@@ -462,10 +500,11 @@ class _Decoder:
 
 
 class _Encoder:
-    def __init__(self, api: Api, version: int, src: _Source) -> None:
+    def __init__(self, api: Api, version: int, src: _Source, parts: bool = False) -> None:
         self.version = version
         self.flexible = api.is_flexible(version)
         self.src = src
+        self.parts = parts  # records fields as chunks of their own (``response_parts_encoder``)
 
     def struct(self, fields: Sequence[F], obj: str, indent: int) -> None:
         """Lines that append the encoding of the struct ``obj`` (a dict) to the parts."""
@@ -488,13 +527,35 @@ class _Encoder:
                 e(indent, f"{value} = {obj}.get({f.name!r}, {_default(self.src, f, v)})")
                 self.field(f, nullable, value, indent)
         if self.flexible:
-            e(indent, f"if {obj}.get('tagged_fields'):")
-            e(indent + 1, "return None")
+            tests, entries = [f"{obj}.get('tagged_fields')"], []
             for f in tagged:
                 default = _default(self.src, f, v)
-                e(indent, f"if not _is_default({obj}.get({f.name!r}, {default}), {default}):")
-                e(indent + 1, "return None")
-            e(indent, "a(b'\\x00')")
+                get = f"{obj}.get({f.name!r}, {default})"
+                tests.append(f"not _is_default({get}, {default})" if default == "[]"
+                             else f"{get} is not None" if default == "None"
+                             else f"{get} != {default}")
+                entries.append(f"({f.tag}, {f.name!r}, {default}, {self.tag_writer(f)})")
+            known = self.src.fresh("KNOWN")
+            self.src.tail.append(f"{known} = ({''.join(x + ', ' for x in entries)})")
+            e(indent, f"if {' or '.join(tests)}:")
+            e(indent + 1, f"_put_tagged(a, {obj}, {known})")
+            e(indent, "else:")
+            e(indent + 1, "a(b'\\x00')  # no tagged fields: the usual case")
+
+    def tag_writer(self, f: F) -> str:
+        """A function encoding the value of the tagged field ``f`` to its bytes."""
+        name, parts = self.src.fresh("write_tag"), self.parts
+
+        def body() -> None:
+            self.src.emit(1, "parts = []")
+            self.src.emit(1, "a = parts.append")
+            self.field(f, in_range(self.version, f.nullable), "value", 1)
+            self.src.emit(1, "return b''.join(parts)")
+
+        self.parts = False
+        self.src.function(f"def {name}(value):", body)
+        self.parts = parts
+        return name
 
     def field(self, f: F, nullable: bool, value: str, indent: int) -> None:
         e, compact = self.src.emit, self.flexible
@@ -512,6 +573,17 @@ class _Encoder:
             e(indent + 1, f"{data} = {value}.encode('utf-8')")
             e(indent + 1, _length_line(data, compact))
             e(indent + 1, f"a({data})")
+        elif f.type == "records" and self.parts:  # its bytes a chunk of their own, unread
+            e(indent, f"if {value} is None:")
+            e(indent + 1, "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')")
+            e(indent, "else:")
+            e(indent + 1, f"if type({value}) is memoryview and {value}.itemsize != 1:")
+            e(indent + 2, f"{value} = {value}.cast('B')  # len() of a chunk counts its bytes")
+            e(indent + 1, _length_line(value, compact, wide=True))
+            e(indent + 1, f"if {value}:")
+            e(indent + 2, "out.append(b''.join(parts))")
+            e(indent + 2, "parts.clear()")
+            e(indent + 2, f"out.append({value})")
         elif f.type in ("bytes", "records"):
             e(indent, f"_put_bytes(a, {value}, {compact}, {nullable or f.type == 'records'})")
         elif f.type == "struct":
@@ -525,7 +597,10 @@ class _Encoder:
                 self.struct(f.fields, value, indent)
         elif f.type.startswith("[]"):
             e(indent, f"if {value} is None:")
-            e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
+            if nullable:  # null: aborted_transactions under read_uncommitted
+                e(indent + 1, "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')")
+            else:
+                e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
             e(indent, "else:")
             e(indent + 1, _length_line(value, compact, wide=True))
             item = self.src.fresh("item")
@@ -551,15 +626,27 @@ def _camel(name: str) -> str:
 
 def request_decoder(api_key: int, version: int) -> tuple[Callable, str]:
     """The generated decoder of (api_key, version)'s request, and its source."""
+    return _decoder(api_key, version, "request")
+
+
+def response_decoder(api_key: int, version: int) -> tuple[Callable, str]:
+    """The generated decoder of (api_key, version)'s response (no element budget: the declared
+    response codec has none), and its source."""
+    return _decoder(api_key, version, "response")
+
+
+def _decoder(api_key: int, version: int, which: str) -> tuple[Callable, str]:
     api = APIS[ApiKey(api_key)]
-    src = _Source(f"{ApiKey(api_key).name} v{version} request decoder")
+    fields = api.request if which == "request" else api.response
+    budget = "MAX_REQUEST_ARRAY_ELEMENTS" if which == "request" else "INFINITE"
+    src = _Source(f"{ApiKey(api_key).name} v{version} {which} decoder")
     decoder = _Decoder(api, version, src)
     src.emit(0, "def decode(frame, offset, version):")
     src.emit(1, "try:")
-    src.emit(2, "pos, end, left = offset, len(frame), MAX_REQUEST_ARRAY_ELEMENTS")
-    if any(_has_records(f) for f in api.request):
+    src.emit(2, f"pos, end, left = offset, len(frame), {budget}")
+    if any(_has_records(f) for f in fields):
         src.emit(2, "view = memoryview(frame)")
-    decoder.struct(api.request, _camel(ApiKey(api_key).name.lower()) + "Request", 2, "r")
+    decoder.struct(fields, _camel(ApiKey(api_key).name.lower()) + which.title(), 2, "r")
     src.emit(2, "return r")
     src.emit(1, "except CorruptFrameError:")
     src.emit(2, "raise")
@@ -567,10 +654,7 @@ def request_decoder(api_key: int, version: int) -> tuple[Callable, str]:
     src.emit(2, "raise CorruptFrameError(f'string is not UTF-8: {exc}') from None")
     src.emit(1, "except DECODE_ERRORS as exc:")
     src.emit(2, "raise CorruptFrameError(f'undecodable message: {exc}') from None")
-    # the tables of tagged fields name the tag parsers: they go after every definition
-    src.lines = ([line for line in src.lines if not line.startswith("KNOWN")]
-                 + [line for line in src.lines if line.startswith("KNOWN")])
-    return src.compile("decode"), "\n".join(src.lines)
+    return src.compile("decode"), src.text
 
 
 def _has_records(f: F) -> bool:
@@ -586,30 +670,60 @@ def response_encoder(api_key: int, version: int) -> tuple[Callable, str]:
     src.emit(1, "a = parts.append")
     _Encoder(api, version, src).struct(api.response, "obj", 1)
     src.emit(1, "return b''.join(parts)")
-    return src.compile("encode"), "\n".join(src.lines)
+    return src.compile("encode"), src.text
 
 
-def _lazy(api_key: int, version: int, which: str) -> Callable:
+def response_parts_encoder(api_key: int, version: int) -> tuple[Callable, str]:
+    """The generated encoder of (api_key, version)'s response as chunks for one gather-write
+    (``b"".join`` of them is ``response_encoder``'s bytes): each non-empty ``records`` value is
+    a chunk of its own, as it is (bytes, a memoryview, or any sized object the writer knows how
+    to send, such as the broker's FileSlice: its ``len`` is its size in bytes), the fields
+    between them one chunk each. Returns the source too."""
+    api = APIS[ApiKey(api_key)]
+    src = _Source(f"{ApiKey(api_key).name} v{version} response parts encoder")
+    src.emit(0, "def encode(obj, version):")
+    src.emit(1, "out = []")
+    src.emit(1, "parts = []")
+    src.emit(1, "a = parts.append")
+    _Encoder(api, version, src, parts=True).struct(api.response, "obj", 1)
+    src.emit(1, "if parts:")
+    src.emit(2, "out.append(b''.join(parts))")
+    src.emit(1, "return out")
+    return src.compile("encode"), src.text
+
+
+# The generator of each codec a schema holds (``_registry.Schema``'s slot of that name).
+_GENERATORS = {
+    "fast_request": request_decoder, "fast_response": response_encoder,
+    "fast_response_parts": response_parts_encoder, "fast_response_decoder": response_decoder,
+}
+
+
+def _lazy(api_key: int, version: int, slot: str) -> Callable:
     """A stand-in registered until first use: it generates the codec, puts it in the schema's
     place and runs it."""
 
     def first_use(*args):
-        schema = SCHEMAS[(api_key, version)]
-        if which == "request":
-            codec = schema.fast_request = request_decoder(api_key, version)[0]
-        else:
-            codec = schema.fast_response = response_encoder(api_key, version)[0]
+        codec = _GENERATORS[slot](api_key, version)[0]
+        setattr(SCHEMAS[(api_key, version)], slot, codec)
         return codec(*args)
 
     return first_use
 
 
 def install() -> None:
-    """Register the generated codecs of every declared version of ``FAST_APIS``."""
+    """Register the generated codecs of every declared version of ``FAST_APIS`` (and of
+    ``RECORDS_APIS``: the parts encoder and the response decoder)."""
     for key in FAST_APIS:
         for version in APIS[key].versions:
-            register_fast(key, version, decode_request=_lazy(key, version, "request"),
-                          encode_response=_lazy(key, version, "response"))
+            register_fast(key, version, decode_request=_lazy(key, version, "fast_request"),
+                          encode_response=_lazy(key, version, "fast_response"))
+    for key in RECORDS_APIS:
+        for version in APIS[key].versions:
+            register_fast(
+                key, version,
+                encode_response_parts=_lazy(key, version, "fast_response_parts"),
+                decode_response=_lazy(key, version, "fast_response_decoder"))
 
 
 def _tag_of(f: F) -> int:

@@ -8,8 +8,10 @@ dict or Container with every field.
 
 The APIs of the broker's request path also have codecs generated from the same declarations
 (``register_fast``, by ``_codegen``), which ``decode_request`` and ``encode_response`` use instead
-for every caller; the declared codec stays the specification (``decode_request_declared``,
-``encode_response_declared``), and tests hold the two to the same values and bytes.
+for every caller; so do ``encode_response_parts`` and ``decode_response`` for the responses that
+carry records (Fetch). The declared codec stays the specification (``decode_request_declared``,
+``encode_response_declared``, ``decode_response_declared``), and tests hold the two to the same
+values and bytes.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from protocol.errors import CorruptFrameError
 
 FastDecoder = Callable[[Any, int, int], Container]
 FastEncoder = Callable[[Any, int], "bytes | None"]
+PartsEncoder = Callable[[Any, int], list]
 
 
 class Schema:
     """The request and response codecs (construct ``Compiled``) of one (api_key, version)."""
 
-    __slots__ = ("api_key", "version", "_request", "_response", "fast_request", "fast_response")
+    __slots__ = ("api_key", "version", "_request", "_response", "fast_request", "fast_response",
+                 "fast_response_parts", "fast_response_decoder")
 
     def __init__(self, api_key: int, version: int, request: Any, response: Any) -> None:
         self.api_key = api_key
@@ -42,6 +46,11 @@ class Schema:
         # a response to the same bytes, or returns None to leave it to the declared codec.
         self.fast_request: FastDecoder | None = None
         self.fast_response: FastEncoder | None = None
+        # For responses carrying records: ``fast_response_parts(obj, version)`` encodes to the
+        # same bytes as chunks, each records value a chunk as it is; ``fast_response_decoder``
+        # decodes an untrusted response as the declared codec does, records as views.
+        self.fast_response_parts: PartsEncoder | None = None
+        self.fast_response_decoder: FastDecoder | None = None
 
     @property
     def request(self) -> Any:
@@ -88,19 +97,26 @@ def register(api_key: int, version: int, request: Any, response: Any) -> Schema:
 
 def register_fast(
     api_key: int, version: int, *, decode_request: FastDecoder | None = None,
-    encode_response: FastEncoder | None = None,
+    encode_response: FastEncoder | None = None, encode_response_parts: PartsEncoder | None = None,
+    decode_response: FastDecoder | None = None,
 ) -> None:
-    """Give the registered (api_key, version) a generated request decoder and/or response
-    encoder, used by ``decode_request`` / ``encode_response`` in place of the declared codec.
+    """Give the registered (api_key, version) generated codecs, used by ``decode_request`` /
+    ``encode_response`` / ``encode_response_parts`` / ``decode_response`` in place of the
+    declared codec.
 
-    The decoder must accept exactly what the declared codec accepts (the array-element budget
-    below included), return an equal value and raise only ``CorruptFrameError``; the encoder must
-    return the declared codec's bytes (or None: the declared codec encodes that value)."""
+    A decoder must accept exactly what the declared codec accepts (for requests, the
+    array-element budget below included), return an equal value and raise only
+    ``CorruptFrameError``; an encoder must return the declared codec's bytes (or None: the
+    declared codec encodes that value), the parts encoder as chunks whose join they are."""
     schema = _schema(int(api_key), version)
     if decode_request is not None:
         schema.fast_request = decode_request
     if encode_response is not None:
         schema.fast_response = encode_response
+    if encode_response_parts is not None:
+        schema.fast_response_parts = encode_response_parts
+    if decode_response is not None:
+        schema.fast_response_decoder = decode_response
 
 
 # The most array elements one request may hold, all arrays together: decoding costs a few
@@ -148,7 +164,16 @@ def decode_request_declared(api_key: int, version: int, data, offset: int = 0) -
 
 
 def decode_response(api_key: int, version: int, data, offset: int = 0) -> Container:
-    """Decode a response body (bytes after the header). Raises only CorruptFrameError on bad bytes."""
+    """Decode a response body (bytes after the header). Raises only CorruptFrameError on bad bytes.
+    A records field (Fetch) is a ``memoryview`` into ``data``, not a copy."""
+    schema = _schema(api_key, version)
+    if schema.fast_response_decoder is not None:
+        return schema.fast_response_decoder(data, offset, version)
+    return _parse_untrusted(schema.response, data, offset)
+
+
+def decode_response_declared(api_key: int, version: int, data, offset: int = 0) -> Container:
+    """``decode_response`` with the declared codec, whether or not a generated one exists."""
     return _parse_untrusted(_schema(api_key, version).response, data, offset)
 
 
@@ -166,6 +191,20 @@ def encode_response(api_key: int, version: int, obj: Any) -> bytes:
         if data is not None:
             return data
     return schema.response.build(obj)
+
+
+def encode_response_parts(api_key: int, version: int, obj: Any) -> list:
+    """``encode_response`` as chunks for one gather-write (``b"".join`` of them is the body):
+    each non-empty records value (Fetch) is one chunk, as it is, never read: bytes, a
+    memoryview, or a sized object the writer sends by other means (a FileSlice, with
+    sendfile)."""
+    schema = SCHEMAS.get((api_key, version)) or _schema(api_key, version)
+    if schema.fast_response_parts is not None:
+        try:
+            return schema.fast_response_parts(obj, version)
+        except Exception:  # an invalid value: the declared codec raises what it raises
+            pass
+    return [encode_response(api_key, version, obj)]
 
 
 def encode_response_declared(api_key: int, version: int, obj: Any) -> bytes:

@@ -28,8 +28,7 @@ from broker.network.dispatcher import encode_reply
 from client.aio import AsyncProducer
 from protocol.api_keys import ApiKey
 from protocol.headers import RequestHeader, encode_request_header, parse_response_header_untrusted
-from protocol.messages import encode_request
-from protocol.messages.fetch import decode_fetch_response_untrusted
+from protocol.messages import decode_response, encode_request
 from protocol.records import decode_batches_untrusted
 
 VERSIONS = (4, 5, 7, 11, 12)
@@ -78,7 +77,7 @@ async def receive_answer(stream: trio.SocketStream) -> bytes:
 def decode_answer(answer: bytes, version: int):
     frame = bytearray(answer[4:])
     _, offset = parse_response_header_untrusted(frame, ApiKey.FETCH, version)
-    return decode_fetch_response_untrusted(frame, offset, version)
+    return decode_response(ApiKey.FETCH, version, frame, offset)
 
 
 async def start_broker(nursery: trio.Nursery, tmp_path, **settings):

@@ -24,6 +24,7 @@ from protocol.messages import (
     decode_response,
     encode_request,
     encode_response,
+    encode_response_parts,
 )
 from protocol.messages._declare import APIS, F, in_range
 from protocol.messages.api_versions import (
@@ -32,7 +33,6 @@ from protocol.messages.api_versions import (
     IMPLEMENTED,
     SERVED,
 )
-from protocol.messages.fetch import decode_fetch_response_untrusted, encode_fetch_response_parts
 from tests.kafka_python_classes import json_classes, old_classes
 
 DIRECTIONS = ("request", "response")
@@ -381,9 +381,13 @@ def test_golden_fetch_v4_response() -> None:
         + struct.pack(">ihqq", 1, 1, -1, -1) + struct.pack(">i", -1)  # aborted null
         + struct.pack(">i", 0)  # records: empty, never null
     )
-    parts = encode_fetch_response_parts(
-        4, 7, [("t", [(0, 0, 10, 8, 0, [(1000, 3)], b"abc"), (1, 1, -1, -1, -1, None, b"")])]
-    )
+    parts = encode_response_parts(ApiKey.FETCH, 4, {"throttle_time_ms": 7, "responses": [
+        {"topic": "t", "partitions": [
+            {"partition_index": 0, "high_watermark": 10, "last_stable_offset": 8,
+             "aborted_transactions": [{"producer_id": 1000, "first_offset": 3}],
+             "records": b"abc"},
+            {"partition_index": 1, "error_code": 1, "high_watermark": -1,
+             "last_stable_offset": -1, "aborted_transactions": None, "records": b""}]}]})
     assert b"".join(parts) == golden
     decoded = decode_response(ApiKey.FETCH, 4, golden)
     assert decoded.responses[0].partitions[0].records == b"abc"
@@ -396,11 +400,21 @@ def test_golden_fetch_v12_response() -> None:
         + struct.pack(">ihqqq", 0, 0, 10, 10, 2) + b"\x02" + struct.pack(">qq", 9, 3) + b"\x00"
         + struct.pack(">i", -1) + b"\x04abc" + b"\x00" + b"\x00" + b"\x00"
     )
-    parts = encode_fetch_response_parts(12, 0, [("t", [(0, 0, 10, 10, 2, [(9, 3)], b"abc")])])
+    parts = encode_response_parts(ApiKey.FETCH, 12, {"responses": [{"topic": "t", "partitions": [
+        {"partition_index": 0, "high_watermark": 10, "last_stable_offset": 10,
+         "log_start_offset": 2, "aborted_transactions": [{"producer_id": 9, "first_offset": 3}],
+         "records": b"abc"}]}]})
     assert b"".join(parts) == golden
-    fast = decode_fetch_response_untrusted(golden, 0, 12)
-    p = fast.responses[0].partitions[0]
-    assert (p.log_start_offset, p.aborted_transactions, bytes(p.records)) == (2, [(9, 3)], b"abc")
+    p = decode_response(ApiKey.FETCH, 12, golden).responses[0].partitions[0]
+    assert (p.log_start_offset, p.aborted_transactions, bytes(p.records)) == (
+        2, [{"producer_id": 9, "first_offset": 3, "tagged_fields": {}}], b"abc")
+    # a tagged field (the current leader, tag 1) goes in the partition's tag section
+    parts = encode_response_parts(ApiKey.FETCH, 12, {"responses": [{"topic": "t", "partitions": [
+        {"partition_index": 0, "high_watermark": 10, "last_stable_offset": 10,
+         "log_start_offset": 2, "aborted_transactions": [{"producer_id": 9, "first_offset": 3}],
+         "records": b"abc", "current_leader": {"leader_id": 1, "leader_epoch": 4}}]}]})
+    leader = struct.pack(">ii", 1, 4) + b"\x00"  # leader_id, leader_epoch, its own tags
+    assert b"".join(parts) == golden[:-3] + b"\x01\x01\x09" + leader + b"\x00\x00"
 
 
 def test_golden_api_versions_v3() -> None:
@@ -633,87 +647,3 @@ def test_fast_produce_records_are_writable_views_into_the_frame() -> None:
         records = decode_request(ApiKey.PRODUCE, version, frame).topic_data[0].partition_data[0].records
         records[0:1] = b"X"
         assert b"Xbcd" in frame
-
-
-_i16 = st.integers(-(2**15), 2**15 - 1)
-_i32 = st.integers(-(2**31), 2**31 - 1)
-_i64 = st.integers(-(2**63), 2**63 - 1)
-
-
-# -- Fetch fast paths -------------------------------------------------------------------------------
-
-FETCH_VERSIONS = range(ADVERTISED[ApiKey.FETCH].min, ADVERTISED[ApiKey.FETCH].max + 1)
-_fetch_partitions = st.tuples(
-    _i32, _i16, _i64, _i64, _i64,
-    st.none() | st.lists(st.tuples(_i64, _i64), max_size=3),
-    st.binary(max_size=40) | st.binary(max_size=40).map(lambda b: memoryview(bytearray(b))),
-)
-_fetch_topics = st.lists(st.tuples(_text, st.lists(_fetch_partitions, max_size=3)), max_size=3)
-
-
-@pytest.mark.parametrize("version", FETCH_VERSIONS)
-@settings(max_examples=60, deadline=None)
-@given(topics=_fetch_topics, throttle=st.integers(0, 2**31 - 1))
-def test_fetch_parts_agree_with_codec_and_client_decoder(version, topics, throttle: int) -> None:
-    parts = encode_fetch_response_parts(version, throttle, topics)
-    body = b"".join(parts)
-    assert sum(len(p) for p in parts) == len(body)
-    expected = [
-        (name, [(i, e, hw, lso, ls if version >= 5 else -1,
-                 None if ab is None else [tuple(a) for a in ab], bytes(rec))
-                for i, e, hw, lso, ls, ab, rec in partitions])
-        for name, partitions in topics
-    ]
-    decoded = decode_response(ApiKey.FETCH, version, body)
-    assert decoded.throttle_time_ms == throttle
-    assert [
-        (t.topic, [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                    p.log_start_offset,
-                    None if p.aborted_transactions is None
-                    else [(a.producer_id, a.first_offset) for a in p.aborted_transactions],
-                    p.records) for p in t.partitions])
-        for t in decoded.responses
-    ] == expected
-    fast = decode_fetch_response_untrusted(bytearray(b"pre" + body), 3, version)
-    assert [
-        (t.topic, [(p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
-                    p.log_start_offset, None if p.aborted_transactions is None
-                    else [tuple(a) for a in p.aborted_transactions], bytes(p.records))
-                   for p in t.partitions])
-        for t in fast.responses
-    ] == expected
-    for cut in range(len(body)):
-        with pytest.raises(CorruptFrameError):
-            decode_fetch_response_untrusted(body[:cut], 0, version)
-    # every non-empty records buffer is one of the parts, as it is
-    for _, partitions in topics:
-        for *_, records in partitions:
-            if len(records):
-                assert any(p is records for p in parts)
-
-
-@pytest.mark.parametrize("version", FETCH_VERSIONS)
-@settings(max_examples=40, deadline=None)
-@given(blob=st.binary(max_size=80))
-def test_client_fetch_decoder_raises_only_corrupt_frame(version, blob: bytes) -> None:
-    try:
-        decode_fetch_response_untrusted(blob, 0, version)
-    except CorruptFrameError:
-        pass
-
-
-def test_fetch_parts_keep_large_records_uncopied_and_never_send_null() -> None:
-    big = memoryview(bytearray(3 * 1024 * 1024))
-    for version in (4, 12):
-        parts = encode_fetch_response_parts(version, 0, [
-            ("t", [(0, 0, 5, 5, 0, [], big), (1, 0, 0, 0, 0, None, b""),
-                   (2, 0, 0, 0, 0, None, None)])])
-        assert sum(1 for p in parts if p is big) == 1
-        assert max(len(p) for p in parts if p is not big) < 200
-        decoded = decode_response(ApiKey.FETCH, version, b"".join(parts))
-        assert [p.records for p in decoded.responses[0].partitions[1:]] == [b"", b""]
-    wide = memoryview(bytearray(b"12345678")).cast("I")
-    parts = encode_fetch_response_parts(4, 0, [("t", [(0, 0, 0, 0, 0, None, wide)])])
-    body = b"".join(parts)
-    assert sum(len(p) for p in parts) == len(body)
-    assert decode_response(ApiKey.FETCH, 4, body).responses[0].partitions[0].records == b"12345678"
