@@ -345,6 +345,18 @@ class FlushScheduler:
         small = _small_round(dirty)
         lanes = {id(p): _lane(p, targets) for p in dirty}
         tickets = self._begin(dirty)
+        if len(tickets) < len(dirty):
+            # Out of descriptors (EMFILE) for some partitions: the commits that need them fail
+            # now (KAFKA_STORAGE_ERROR, the client retries), as an inline round decides them;
+            # the partitions stay dirty for the next round.
+            failed = {id(p) for p in dirty} - {id(p) for p, _ in tickets}
+            kept = []
+            for commit in commits:
+                if any(id(p) in failed for p in commit.partitions):
+                    commit.resolve(False)
+                else:
+                    kept.append(commit)
+            commits = kept
         started = time.perf_counter()
         nursery = self._nursery
         # (None: not running, which never calls this.) A small round waits for the loop's
@@ -381,6 +393,12 @@ class FlushScheduler:
                     for ticket in round_.late:
                         lane.start_soon(self._sync_lane, round_, [ticket])
             round_.step(_DONE)
+            if round_.commits:
+                # Lanes decide their commits; a round none of whose tickets could be taken (out
+                # of descriptors: EMFILE) has no lane, and its commits are decided here (failed:
+                # KAFKA_STORAGE_ERROR, the client retries), never left waiting.
+                self._decide(round_.commits)
+                round_.commits = []
         self._count_round(round_.synced, round_.started)
 
     async def _sync_lane(

@@ -175,6 +175,7 @@ def request_body(key: ApiKey, version: int) -> dict:
                 {"subtopology_id": "0", "source_topics": [TOPIC]}]}},
         ApiKey.STREAMS_GROUP_DESCRIBE: {"group_ids": [GROUP, "sg-0"]},
         ApiKey.GET_TELEMETRY_SUBSCRIPTIONS: {"client_instance_id": uuid.UUID(int=0)},
+        ApiKey.LIST_CONFIG_RESOURCES: {"resource_types": []},  # every type (v0: client metrics)
         # the zero instance id is refused: INVALID_REQUEST
         ApiKey.PUSH_TELEMETRY: {"client_instance_id": uuid.UUID(int=0), "subscription_id": 0,
                                 "terminating": False, "compression_type": 0, "metrics": b""},
@@ -291,7 +292,7 @@ def test_every_served_api_is_covered():
         ApiKey.CREATE_PARTITIONS, ApiKey.DESCRIBE_LOG_DIRS, ApiKey.DESCRIBE_CLUSTER,
         ApiKey.DESCRIBE_PRODUCERS, ApiKey.DESCRIBE_CLIENT_QUOTAS, *SHARE_APIS,
         ApiKey.DESCRIBE_TOPIC_PARTITIONS, ApiKey.OFFSET_FOR_LEADER_EPOCH,
-        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS,
+        ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.LIST_CONFIG_RESOURCES,
     }
 
 
