@@ -136,11 +136,11 @@ RETRY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
          ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS)
 
 
-def _race(port: int, topic: str) -> tuple[int, int, int]:
+def _race(port: int, topic: str, attempt: int = 0) -> tuple[int, int, int]:
     """Transaction version 2, as Kafka 4.4's Java producer sends it when its Sender reads the
     accumulator as empty before the batch is in it: InitProducerId, EndTxn(commit) with nothing
     added yet, then the batch (Produce v12), then an abort. The three error codes."""
-    tid = f"race-{topic}"
+    tid = f"race-{topic}-{attempt}"
     with RawConnection(port) as conn:
         deadline = time.monotonic() + 60
         while True:  # Kafka's FindCoordinator creates __transaction_state first
@@ -175,7 +175,14 @@ def test_end_txn_before_the_only_batch_is_answered_as_kafka_does(broker, kafka_o
     for name, bootstrap in (("minibroker", broker.bootstrap), ("kafka", kafka_one.bootstrap)):
         with Admin({"bootstrap.servers": bootstrap}) as admin:
             admin.create_topic("race", 1, exist_ok=True)
-        answers[name] = _race(int(bootstrap.rsplit(":", 1)[1]), "race")
+        for attempt in range(5):
+            answers[name] = _race(int(bootstrap.rsplit(":", 1)[1]), "race", attempt)
+            # A topic just created may have no leader yet on Kafka (NOT_LEADER_OR_FOLLOWER, 6,
+            # seen once): that is not the answer compared here; the race again, with a new id.
+            if answers[name][1] not in (ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                break
+            time.sleep(0.5)
     assert answers["minibroker"] == answers["kafka"], answers
     assert answers["kafka"][0] == ErrorCode.INVALID_TXN_STATE
 

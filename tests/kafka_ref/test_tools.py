@@ -269,6 +269,7 @@ def test_kafka_configs(minibroker, kafka):
         "host.name", "port", "advertised.host.name", "advertised.port",  # Kafka before 3.0
         "sasl.server.authentication.timeout.ms",  # a deadline for SASL (Kafka has none)
         "max.partitions", "max.partitions.per.request",  # caps (KIP-578's name, not in Kafka)
+        "telemetry.export.max.series",  # the pushed client metrics' cap on /metrics (KIP-714)
     }
     assert listed - known <= own, listed - known - own
     # Broker configs are read-only on minibroker (set in server.properties; no dynamic broker
