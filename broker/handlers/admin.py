@@ -25,7 +25,7 @@ from broker.reply import Deferred
 from broker.security.acl import CLUSTER_NAME, Operation, ResourceType
 from protocol.api_keys import ApiKey
 from protocol.errors import ErrorCode, KafkaError
-from protocol.messages.api_versions import ADVERTISED
+from protocol.messages.api_versions import ADVERTISED, TELEMETRY_APIS
 from protocol.primitives import ZERO_UUID
 from protocol.text import clip_message
 
@@ -53,11 +53,12 @@ def api_versions(broker: Broker, header, request) -> dict:
         current.client_software_name = request.client_software_name
         current.client_software_version = request.client_software_version
     level = broker.config.transaction_version
+    telemetry = broker.config.metrics_port is not None  # (TELEMETRY_APIS)
     return {
         "error_code": ErrorCode.NONE,
         "api_keys": [
             {"api_key": key, "min_version": r.min, "max_version": r.max}
-            for key, r in sorted(ADVERTISED.items())
+            for key, r in sorted(ADVERTISED.items()) if telemetry or key not in TELEMETRY_APIS
         ],
         # v3+ (KIP-584): clients use transaction version 2 when it is finalized at level 2.
         "supported_features": [{"name": TRANSACTION_VERSION, "min_version": 0,

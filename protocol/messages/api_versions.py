@@ -172,6 +172,12 @@ SERVED: dict[ApiKey, Served] = {
 
 ADVERTISED: dict[ApiKey, VersionRange] = {key: s.versions for key, s in SERVED.items()}
 
+# KIP-714's APIs are listed in ApiVersions only where pushed metrics have somewhere to go: Kafka
+# lists them only with a telemetry receiver plugin configured, minibroker only with its metrics
+# endpoint (``metrics.port``). Elsewhere clients do not ask for subscriptions (librdkafka logs a
+# line per client when it does).
+TELEMETRY_APIS = frozenset({ApiKey.GET_TELEMETRY_SUBSCRIPTIONS, ApiKey.PUSH_TELEMETRY})
+
 IMPLEMENTED: frozenset[tuple[ApiKey, int]] = frozenset(
     (key, version)
     for key, s in SERVED.items()
