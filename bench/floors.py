@@ -14,9 +14,9 @@ Two figures, each the median of ``--repeat`` runs:
   by side as the broker's flusher does (``_common.round_wait_ms``). On a disk that merges their
   flushes it costs one fdatasync wait; this VM's virtio disk does not (about 1.5-2 times one).
 - one request and its answer over loopback (40 bytes each way, one at a time, as librdkafka
-  sends a transaction's requests): the server's CPU per round trip, for a blocking server and for
+  sends a transaction's requests): the server's CPU per round trip, for a blocking server, for
   a trio server that reads the way broker/network/server.py does (try the receive, else
-  ``wait_readable``). The server runs in its own process; the client is blocking Python.
+  ``wait_readable``), and for trio's SocketStream (``receive_some`` / ``send_all``). The server runs in its own process; the client is blocking Python.
   A transaction is three such requests.
 
 Writes bench/results/floors-<timestamp>.json.
@@ -94,6 +94,20 @@ def _serve(kind: str, requests: int) -> None:
             conn.sendall(answer)
             handled += 1
             count(handled)
+    elif kind == "stream":
+        import trio
+
+        async def serve_stream() -> None:
+            # trio's SocketStream, as the broker read and wrote before it drove the socket
+            # itself (issue 37's comparison).
+            stream = trio.SocketStream(trio.socket.from_stdlib_socket(conn))
+            handled = 0
+            while await stream.receive_some(len(buffer)):
+                await stream.send_all(answer)
+                handled += 1
+                count(handled)
+
+        trio.run(serve_stream)
     else:
         import trio
 
@@ -127,12 +141,14 @@ def main() -> None:
     rounds: list[float] = []
     blocking: list[float] = []
     trio_loop: list[float] = []
+    stream: list[float] = []
     with common.work_directory("floors") as work:
         for _ in range(repeat):  # alternating, so that drift hits all three alike
             fsync.append(fsync_floor(work, calls))
             rounds.append(common.round_wait_ms(work, calls) * 1e3)
             blocking.append(request_floor("blocking", requests))
             trio_loop.append(request_floor("trio", requests))
+            stream.append(request_floor("stream", requests))
     fsync_cpu = statistics.median(f[0] for f in fsync)
     fsync_wall = statistics.median(f[1] for f in fsync)
     round_wall = statistics.median(rounds)
@@ -142,6 +158,10 @@ def main() -> None:
          f"{statistics.median(blocking):.0f} us"],
         ["the same, trio server reading as broker/network/server.py does",
          f"{statistics.median(trio_loop):.0f} us"],
+        ["the same, trio's SocketStream (receive_some / send_all)",
+         f"{statistics.median(stream):.0f} us"],
+        ["the broker's way / SocketStream (issue 37: at most 60%)",
+         f"{statistics.median(trio_loop) / statistics.median(stream):.0%}"],
         ["a durable one-record transaction before any broker work: 3 fdatasyncs + 3 trio "
          "round trips, CPU", f"{3 * fsync_cpu + 3 * statistics.median(trio_loop):.0f} us"],
         ["the fdatasync wait its answers cannot avoid: one round, PrepareCommit with the "
@@ -151,6 +171,7 @@ def main() -> None:
     path = common.write_results_json("floors", {
         "fsync_cpu_us": [f[0] for f in fsync], "fsync_wall_us": [f[1] for f in fsync],
         "blocking_server_cpu_us": blocking, "trio_server_cpu_us": trio_loop,
+        "socketstream_server_cpu_us": stream,
         "round_wall_us": rounds,
     })
     print(f"results written to {path}")
