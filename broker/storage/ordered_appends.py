@@ -68,20 +68,18 @@ class OrderedAppends:
         self._limiter = trio.CapacityLimiter(threads)
         self.queues: dict[Any, deque[PendingAppend]] = {}
         self._nursery: trio.Nursery | None = None
-
-    @property
-    def running(self) -> bool:
-        """The service's task runs: appends may be submitted."""
-        return self._nursery is not None
+        self.running = False  # the service's task runs: appends may be submitted
 
     async def run(self) -> None:
         """The task the submitted checks run in (``broker/network/server.py`` starts it)."""
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                self.running = True
                 await trio.sleep_forever()
         finally:
             self._nursery = None
+            self.running = False
 
     def submit(self, key: Any, check: Callable[[], None] | None,
                append: Callable[[], Any]) -> PendingAppend:
