@@ -302,17 +302,19 @@ def migration_scenario(bootstrap: str, topic: str) -> list[tuple[object, ...]]:
         settle([a, b, c2], "d left")
         for m in (a, b, c2):
             m.stop()
-        # Every record once: the batches of all members cover each partition's offsets
-        # without overlap (each member commits before it gives a partition up).
+        # Every record at least once: the batches of all members cover each partition's
+        # offsets without a gap. (Not "exactly once": on Kafka 4.4 itself a batch of d's was
+        # consumed again once, in one CI run, after d left before its commit of it was done.)
         per_partition: dict[int, list[tuple[int, int]]] = {}
         for m in members:
             for p, first, last in m.consumed():
                 per_partition.setdefault(p, []).append((first, last))
         for p, spans in per_partition.items():
             spans.sort()
-            assert spans[0][0] == 0, (p, spans)
-            assert all(x[1] + 1 == y[0] for x, y in zip(spans, spans[1:], strict=False)), (
-                p, spans)
+            covered = -1
+            for first, last in spans:
+                assert first <= covered + 1, (p, spans)  # no record skipped
+                covered = max(covered, last)
         history.append(("committed", _committed(bootstrap, group, topic, partitions)))
     finally:
         for m in members:
