@@ -113,12 +113,13 @@ ERRORS: list[tuple[str, dict[str, str], Ops, ErrorCode, str]] = [
      "Null value not supported for : metrics"),
     ("topic", {}, [("retention.ms", SET, None)], ErrorCode.INVALID_CONFIG,
      "Null value not supported for retention.ms"),
-    # An operation that does not exist.
+    # An operation that does not exist (one message for the three: neither is Kafka's).
     ("topic", {}, [("retention.ms", 9, "1")], ErrorCode.INVALID_REQUEST,
      "Unknown alter config operation 9"),
-    ("group", {}, [(TAGS, 9, "a")], ErrorCode.INVALID_REQUEST, "unknown config operation 9"),
+    ("group", {}, [(TAGS, 9, "a")], ErrorCode.INVALID_REQUEST,
+     "Unknown alter config operation 9"),
     ("client_metrics", {}, [("metrics", -1, "a.")], ErrorCode.INVALID_REQUEST,
-     "unknown config operation -1"),
+     "Unknown alter config operation -1"),
     # APPEND / SUBTRACT on a key that is not a list, or not a key at all: each type's message.
     ("topic", {}, [("retention.ms", APPEND, "5")], ErrorCode.INVALID_CONFIG,
      "Config value append is not allowed for config key: retention.ms"),
