@@ -293,8 +293,9 @@ def normalize_overrides(overrides: Mapping[str, object] | None) -> dict[str, str
 # (broker/config/group_configs.py) and client metrics subscriptions
 # (broker/config/client_metrics_configs.py). It sits here, beside ``AlterOp``, because
 # broker/config imports broker/log and never the other way round. Each caller passes what its
-# type does differently, as Kafka 4.4 does it for that type: which keys are lists, how a list
-# value splits, the refusal message, how a new value is checked, the list of a key not set.
+# type does differently: which keys are lists, how a list value splits, the refusal message,
+# how a new value is checked, the list of a key not set (tests/unit/broker/config/
+# test_incremental_alter.py pins each type's answers).
 
 
 class AlterOp(enum.IntEnum):
