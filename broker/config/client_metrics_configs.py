@@ -31,7 +31,7 @@ from pathlib import Path
 
 from broker.config.resources import ConfigEntry, ConfigSource, Synonym
 from broker.log.segment import atomic_write
-from broker.log.topic_config import ConfigType
+from broker.log.topic_config import ConfigType, apply_alter_ops, not_a_list
 from protocol.errors import ErrorCode, KafkaError
 from protocol.text import clip
 
@@ -123,28 +123,10 @@ def validate(name: str, configs: Mapping[str, str]) -> Subscription:
 
 def apply_ops(current: Mapping[str, str], ops: Sequence[tuple[str, int, str | None]]
               ) -> dict[str, str]:
-    """IncrementalAlterConfigs: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) on the lists."""
-    result = dict(current)
-    for name, op, value in ops:
-        if op == 0:
-            if value is None:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
-            result[name] = value
-        elif op == 1:
-            result.pop(name, None)
-        elif op in (2, 3):
-            if _TYPES.get(name) is not ConfigType.LIST:
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Can't {'APPEND' if op == 2 else 'SUBTRACT'} to key "
-                                 f"{clip(name)} because its type is not LIST.")
-            items = _list(result.get(name, ""))
-            given = _list(value or "")
-            items = (items + [g for g in given if g not in items] if op == 2
-                     else [t for t in items if t not in given])
-            result[name] = ",".join(items)
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
-    return result
+    """IncrementalAlterConfigs: SET (0), DELETE (1), APPEND (2) and SUBTRACT (3) on the lists,
+    whose empty items count."""
+    return apply_alter_ops(current, ops, is_list=lambda name: _TYPES.get(name) is ConfigType.LIST,
+                           refusal=not_a_list, split=_list)
 
 
 def describe(configs: Mapping[str, str], keys: Iterable[str] | None) -> list[ConfigEntry]:

@@ -32,7 +32,7 @@ from pathlib import Path
 from broker.config import BrokerConfig
 from broker.config.resources import ConfigEntry, ConfigSource, Synonym, _broker_synonyms
 from broker.log.segment import atomic_write
-from broker.log.topic_config import ConfigType
+from broker.log.topic_config import ConfigType, append_not_allowed, apply_alter_ops
 from protocol.errors import ErrorCode, KafkaError
 from protocol.text import clip
 
@@ -272,30 +272,14 @@ def validate(overrides: Mapping[str, str], broker: BrokerConfig) -> dict[str, ob
 def apply_ops(current: Mapping[str, str], ops: Sequence[tuple[str, int, str | None]]
               ) -> dict[str, str]:
     """IncrementalAlterConfigs on a group: SET (0) and DELETE (1); APPEND (2) / SUBTRACT (3)
-    only for the list key, as Kafka."""
-    result = dict(current)
-    for name, op, value in ops:
-        if op == 0:
-            if value is None:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {name}")
-            result[name] = value
-        elif op == 1:
-            result.pop(name, None)
-        elif op in (2, 3):
-            key = KEYS.get(name)
-            if key is None or key.type is not ConfigType.LIST:
-                raise KafkaError(ErrorCode.INVALID_CONFIG,
-                                 f"Config value append is not allowed for config key: {name}"
-                                 if op == 2 else
-                                 f"Config value subtract is not allowed for config key: {name}")
-            items = [t for t in result.get(name, "").split(",") if t.strip()]
-            given = [t.strip() for t in (value or "").split(",") if t.strip()]
-            items = (items + [g for g in given if g not in items] if op == 2
-                     else [t for t in items if t not in given])
-            result[name] = ",".join(items)
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown config operation {op}")
-    return result
+    only for the list key, as Kafka. The stored list keeps its items' spaces."""
+    return apply_alter_ops(current, ops, is_list=_is_list, refusal=append_not_allowed,
+                           split_stored=lambda text: [t for t in text.split(",") if t.strip()])
+
+
+def _is_list(name: str) -> bool:
+    key = KEYS.get(name)
+    return key is not None and key.type is ConfigType.LIST
 
 
 def describe(broker: BrokerConfig, overrides: Mapping[str, str], keys: Iterable[str] | None

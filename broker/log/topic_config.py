@@ -20,10 +20,11 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from protocol.errors import ErrorCode, KafkaError
+from protocol.text import clip
 
 INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
@@ -286,6 +287,15 @@ def normalize_overrides(overrides: Mapping[str, object] | None) -> dict[str, str
 
 
 # -- IncrementalAlterConfigs ---------------------------------------------------------------------
+#
+# ``apply_alter_ops`` is the one loop of IncrementalAlterConfigs' operations for every resource
+# type that takes them: topics (``incremental_overrides`` below), groups
+# (broker/config/group_configs.py) and client metrics subscriptions
+# (broker/config/client_metrics_configs.py). It sits here, beside ``AlterOp``, because
+# broker/config imports broker/log and never the other way round. Each caller passes what its
+# type does differently: which keys are lists, how a list value splits, the refusal message,
+# how a new value is checked, the list of a key not set (tests/unit/broker/config/
+# test_incremental_alter.py pins each type's answers).
 
 
 class AlterOp(enum.IntEnum):
@@ -295,54 +305,105 @@ class AlterOp(enum.IntEnum):
     SUBTRACT = 3
 
 
+def list_items(text: str) -> list[str]:
+    """A list value's items, each stripped, the empty ones dropped."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def append_not_allowed(key: str, op: AlterOp) -> str:
+    """Kafka's refusal of APPEND / SUBTRACT on a key that is not a list, for topics and groups."""
+    return f"Config value {op.name.lower()} is not allowed for config key: {key}"
+
+
+def not_a_list(key: str, op: AlterOp) -> str:
+    """Kafka's refusal of the same for client metrics subscriptions."""
+    return f"Can't {op.name} to key {clip(key)} because its type is not LIST."
+
+
+def value_given(key: str, value: str | None) -> str:
+    """A new value kept as given; a null one refused as Kafka refuses it."""
+    if value is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"Null value not supported for : {key}")
+    return value
+
+
+def apply_alter_ops(
+    current: Mapping[str, str],
+    ops: Iterable[tuple[str, int, str | None]],
+    *,
+    is_list: Callable[[str], bool],
+    refusal: Callable[[str, AlterOp], str],
+    split: Callable[[str], list[str]] = list_items,
+    split_stored: Callable[[str], list[str]] | None = None,
+    default_items: Callable[[str], list[str]] = lambda _key: [],
+    check_key: Callable[[str], None] = lambda _key: None,
+    check_value: Callable[[str, str | None], str] = value_given,
+) -> dict[str, str]:
+    """``current`` (key -> value text, not changed) after the ``ops`` ``(key, op, value)``, in
+    order.
+
+    ``check_key`` sees every key first. SET stores ``check_value(key, value)``; DELETE removes
+    the key. APPEND and SUBTRACT need a key that ``is_list`` (else INVALID_CONFIG with
+    ``refusal(key, op)``): the key's items (``split_stored``, default ``split``, of its value;
+    ``default_items(key)`` when it is not set) get the items of ``split(value)`` they lack
+    (APPEND) or lose every copy of them (SUBTRACT), and the items joined with "," go through
+    ``check_value`` as a SET's value does. Any other operation: INVALID_REQUEST.
+    """
+    split_stored = split_stored or split
+    result = dict(current)
+    for key, op, value in ops:
+        check_key(key)
+        if op == AlterOp.SET:
+            result[key] = check_value(key, value)
+        elif op == AlterOp.DELETE:
+            result.pop(key, None)
+        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
+            if not is_list(key):
+                raise KafkaError(ErrorCode.INVALID_CONFIG, refusal(key, AlterOp(op)))
+            items = split_stored(result[key]) if key in result else default_items(key)
+            given = split(value or "")
+            if op == AlterOp.APPEND:
+                items = items + [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            result[key] = check_value(key, ",".join(items))
+        else:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
+    return result
+
+
 def incremental_overrides(
     current: Mapping[str, str],
     defaults: LogConfig,
     ops: list[tuple[str, int, str | None]],
 ) -> dict[str, str]:
-    """The overrides after IncrementalAlterConfigs ``ops`` ``(key, op, value)``, validated.
+    """A topic's overrides after IncrementalAlterConfigs ``ops`` ``(key, op, value)``, validated.
 
-    SET stores the value, DELETE removes the override (back to the broker default), APPEND and
-    SUBTRACT add or remove items of a LIST config starting from its current value (the default
-    when not overridden). INVALID_CONFIG for unknown keys, bad values, list ops on other types;
-    INVALID_REQUEST for an unknown operation or a key given twice (as Kafka).
+    SET stores the value (checked, stripped), DELETE removes the override (back to the broker
+    default), APPEND and SUBTRACT change a LIST config's items (stripped, empty ones dropped)
+    starting from its current value (the default when not overridden). INVALID_CONFIG for unknown
+    keys, bad values, list ops on other types; INVALID_REQUEST for an unknown operation or a key
+    given twice (as Kafka).
     """
-    result = dict(current)
     seen: set[str] = set()
-    for key, op, value in ops:
+
+    def check_key(key: str) -> None:
         if key in seen:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Error due to duplicate config keys: {key}")
         seen.add(key)
-        definition = TOPIC_CONFIGS.get(key)
-        if definition is None:
+        if key not in TOPIC_CONFIGS:
             raise unknown_key(key)
-        if op == AlterOp.SET:
-            parse_value(key, value)
-            result[key] = str(value).strip()
-        elif op == AlterOp.DELETE:
-            result.pop(key, None)
-        elif op in (AlterOp.APPEND, AlterOp.SUBTRACT):
-            if definition.type is not ConfigType.LIST:
-                raise KafkaError(
-                    ErrorCode.INVALID_CONFIG,
-                    f"Config value append is not allowed for config key: {key}"
-                    if op == AlterOp.APPEND
-                    else f"Config value subtract is not allowed for config key: {key}",
-                )
-            if key in result:
-                items = [i.strip() for i in result[key].split(",") if i.strip()]
-            else:
-                items = list(getattr(defaults, definition.field))
-            given = [i.strip() for i in (value or "").split(",") if i.strip()]
-            if op == AlterOp.APPEND:
-                items += [i for i in given if i not in items]
-            else:
-                items = [i for i in items if i not in given]
-            joined = ",".join(items)
-            parse_value(key, joined)
-            result[key] = joined
-        else:
-            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown alter config operation {op}")
+
+    def check_value(key: str, value: str | None) -> str:
+        parse_value(key, value)
+        return str(value).strip()
+
+    result = apply_alter_ops(
+        current, ops, check_key=check_key, check_value=check_value,
+        is_list=lambda key: TOPIC_CONFIGS[key].type is ConfigType.LIST,
+        refusal=append_not_allowed,
+        default_items=lambda key: list(getattr(defaults, TOPIC_CONFIGS[key].field)),
+    )
     apply_overrides(defaults, result)  # the combination must hold too
     return result
 

@@ -12,6 +12,7 @@ from broker.config import build_config
 from broker.log.manager import TOPICS_FILE, LogConfig
 from broker.log.topic_config import (
     AlterOp,
+    apply_alter_ops,
     apply_overrides,
     incremental_overrides,
     normalize_overrides,
@@ -92,6 +93,61 @@ def test_incremental_ops() -> None:
             incremental_overrides(current, defaults, ops)
         assert info.value.code == code, ops
     assert current == {"retention.ms": "1000", "segment.ms": "5000"}  # never mutated
+
+
+def _ops(current: dict[str, str], ops: list[tuple[str, int, str | None]], **rules) -> dict:
+    """``apply_alter_ops`` with one list key ``l`` and the plainest rules."""
+    return apply_alter_ops(current, ops, is_list=lambda key: key == "l",
+                           refusal=lambda key, op: f"{op.name} {key}", **rules)
+
+
+def test_alter_ops_set_delete_append_subtract() -> None:
+    current = {"l": "a,b", "x": "1"}
+    assert _ops(current, [("x", AlterOp.DELETE, None), ("y", AlterOp.SET, " 2 "),
+                          ("l", AlterOp.APPEND, "b, c,,a"), ("l", AlterOp.SUBTRACT, "a,zz")]
+                ) == {"l": "b,c", "y": " 2 "}
+    assert current == {"l": "a,b", "x": "1"}
+    assert _ops({}, [("l", AlterOp.SUBTRACT, "a")]) == {"l": ""}
+    assert _ops({"l": "a"}, [("l", AlterOp.APPEND, None)]) == {"l": "a"}
+
+
+@pytest.mark.parametrize(("ops", "code", "message"), [
+    ([("k", AlterOp.SET, None)], ErrorCode.INVALID_REQUEST, "Null value not supported for : k"),
+    ([("k", 4, "v")], ErrorCode.INVALID_REQUEST, "Unknown alter config operation 4"),
+    ([("k", AlterOp.APPEND, "v")], ErrorCode.INVALID_CONFIG, "APPEND k"),
+    ([("k", AlterOp.SUBTRACT, "v")], ErrorCode.INVALID_CONFIG, "SUBTRACT k"),
+])
+def test_alter_ops_refusals(ops, code: ErrorCode, message: str) -> None:
+    with pytest.raises(KafkaError) as caught:
+        _ops({}, ops)
+    assert (caught.value.code, caught.value.message) == (code, message)
+
+
+def test_alter_ops_take_each_types_rules() -> None:
+    """What a caller passes: how lists split (given and stored), the list of a key not set, a
+    check of every key before its operation and of every new value, a list's too."""
+    assert _ops({"l": " a ,, b"}, [("l", AlterOp.APPEND, "c")],
+                split=lambda text: text.split(","),
+                split_stored=lambda text: [t for t in text.split(",") if t]) == {"l": " a , b,c"}
+    assert _ops({}, [("l", AlterOp.APPEND, "c")],
+                default_items=lambda key: ["d"]) == {"l": "d,c"}
+    seen: list[tuple[str, str | None]] = []
+
+    def check_value(key: str, value: str | None) -> str:
+        seen.append((key, value))
+        return f"<{value}>"
+
+    assert _ops({"l": "a"}, [("k", AlterOp.SET, "1"), ("l", AlterOp.APPEND, "b")],
+                check_value=check_value) == {"k": "<1>", "l": "<a,b>"}
+    assert seen == [("k", "1"), ("l", "a,b")]
+
+    def refuse_k(key: str) -> None:
+        if key == "k":
+            raise KafkaError(ErrorCode.INVALID_CONFIG, "no k")
+
+    with pytest.raises(KafkaError) as caught:
+        _ops({}, [("l", AlterOp.SET, "a"), ("k", 9, None)], check_key=refuse_k)
+    assert caught.value.message == "no k"  # the key is checked before its operation
 
 
 def test_broker_properties_set_defaults_and_are_checked() -> None:
