@@ -3,11 +3,14 @@
     .venv/bin/python bench/instr.py                       # --flush never, 3 runs of 300
     .venv/bin/python bench/instr.py --flush always --transactions 500 --runs 5
     .venv/bin/python bench/instr.py --tree ../base        # the broker of another checkout
+    .venv/bin/python bench/instr.py --workload produce    # per small idempotent Produce request
 
 Wall-clock and CPU-time figures on a shared 2-core VM vary by +-30%; an instruction count of the
 same binary, inputs and environment repeats within 0.1% at the same machine load (the broker's
 timers tick in wall time, so on a much busier machine more of their work falls into each
-transaction: compare trees in turns, in one quiet run). That makes it the tool for a small
+transaction: compare trees in turns, in one quiet run; an idle broker of today wakes about once
+a second for its group, share and memory timers, about 0.37M instructions a second under callgrind,
+which a 50-times-slower request window counts as a few per cent). That makes it the tool for a small
 change on the request path, where a 1% gain is far inside the noise of every timed benchmark.
 
 How: the broker runs as a subprocess under ``valgrind --tool=callgrind`` (about 50 times slower).
@@ -50,6 +53,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as common  # noqa: E402  (bench/ is not a package)
 from transactions import PARTITIONS, TOPIC, RawTransactions  # noqa: E402
 
+# --workload produce: what librdkafka sends with batch.size=4096 (bench/produce.py step (f)), one
+# request at a time: Produce v9, acks=1, one idempotent batch of this many 100-byte records to
+# each of the topic's partitions.
+PRODUCE_RECORDS_PER_BATCH = 36
+PRODUCE_VALUE_SIZE = 100
+
 WARM_UP = 100
 _TOTALS = re.compile(r"^(?:totals|summary):\s+(\d+)", re.MULTILINE)
 
@@ -90,10 +99,58 @@ def _dumped_instructions(out_dir: Path, pid: int, before: set[Path]) -> int:
     raise RuntimeError(f"no callgrind dump of process {pid} appeared in {out_dir}")
 
 
-def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions: int) -> InstrRun:
+class RawProduce:
+    """Idempotent Produce requests from the tests' blocking client (``one``: a request of one
+    batch per partition, answered before the next): the per-request path of bench/produce.py's
+    small batches without librdkafka."""
+
+    def __init__(self, port: int) -> None:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        from tests.raw_client import RawConnection
+
+        self._client = RawConnection(port, timeout=300.0)
+        self._value = os.urandom(PRODUCE_VALUE_SIZE)
+        self._sequences = [0] * PARTITIONS
+
+    def __enter__(self) -> RawProduce:
+        from protocol.api_keys import ApiKey
+
+        self._client.__enter__()
+        init = self._client.request(ApiKey.INIT_PRODUCER_ID, 0, {
+            "transactional_id": None, "transaction_timeout_ms": 60_000})
+        self._pid, self._epoch = init.producer_id, init.producer_epoch
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._client.__exit__(*exc_info)
+
+    def one(self) -> None:
+        from protocol.api_keys import ApiKey
+        from protocol.records import encode_batch
+
+        records = [(None, self._value, (), 0)] * PRODUCE_RECORDS_PER_BATCH
+        partitions = []
+        for p in range(PARTITIONS):
+            partitions.append({"index": p, "records": encode_batch(
+                records, producer_id=self._pid, producer_epoch=self._epoch,
+                base_sequence=self._sequences[p])})
+            self._sequences[p] += PRODUCE_RECORDS_PER_BATCH
+        produced = self._client.request(ApiKey.PRODUCE, 9, {
+            "transactional_id": None, "acks": 1, "timeout_ms": 30_000,
+            "topic_data": [{"name": TOPIC, "partition_data": partitions}]})
+        codes = [p.error_code for p in produced.responses[0].partition_responses]
+        if any(codes):
+            raise RuntimeError(f"raw produce failed: {codes}")
+
+
+WORKLOADS = {"transactions": RawTransactions, "produce": RawProduce}
+
+
+def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions: int,
+            workload: str = "transactions") -> InstrRun:
     with common.RunningBroker(spec, work_dir, ready_timeout_s=600.0) as broker:
         common.create_topic(broker.bootstrap, TOPIC, PARTITIONS, timeout_s=300.0)
-        with RawTransactions(broker.port) as raw:
+        with WORKLOADS[workload](broker.port) as raw:
             for _ in range(WARM_UP):
                 raw.one()
             _control("--zero", str(broker.pid))
@@ -111,7 +168,13 @@ def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions
 @click.option("--runs", default=3, show_default=True, help="fresh brokers, one after another")
 @click.option("--tree", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="run the broker of this checkout (the benchmark's code stays this one's)")
-def main(flush: str, transactions: int, runs: int, tree: Path | None) -> None:
+@click.option("--workload", type=click.Choice(sorted(WORKLOADS)), default="transactions",
+              show_default=True, help="produce: idempotent Produce requests of small batches "
+              "(one per partition), counted per request")
+@click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="copy the callgrind dumps here (for callgrind_annotate)")
+def main(flush: str, transactions: int, runs: int, tree: Path | None, workload: str,
+         keep: Path | None) -> None:
     """Instructions the broker executes per transaction (callgrind)."""
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
@@ -121,21 +184,26 @@ def main(flush: str, transactions: int, runs: int, tree: Path | None) -> None:
         raise click.ClickException(f"minibroker does not start: {reason}")
     os.environ["PYTHONHASHSEED"] = "0"  # inherited by the broker
     results = []
+    unit = "request" if workload == "produce" else "transaction"
     with common.work_directory("instr", keep=False) as work_dir:
         out_dir = work_dir / "callgrind"
         out_dir.mkdir()
         spec = callgrind_spec(flush == "never", tree, out_dir)
         for run in range(runs):
-            click.echo(f"run {run + 1}/{runs}: {transactions} transactions under callgrind",
-                       err=True)
-            results.append(one_run(spec, work_dir, out_dir, transactions))
+            click.echo(f"run {run + 1}/{runs}: {transactions} {unit}s under callgrind", err=True)
+            results.append(one_run(spec, work_dir, out_dir, transactions, workload))
             click.echo(f"  {results[-1].per_transaction / 1000:,.1f}k instructions per "
-                       "transaction", err=True)
+                       f"{unit}", err=True)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            for dump in out_dir.glob("callgrind.out.*"):
+                shutil.copy2(dump, keep / dump.name)
     per = [r.per_transaction for r in results]
-    click.echo(f"| flush {flush} | instructions per transaction (k) |\n|---|---|\n"
+    click.echo(f"| flush {flush} | instructions per {unit} (k) |\n|---|---|\n"
                f"| median of {runs} | {statistics.median(per) / 1000:,.1f} |\n"
                f"| range | {min(per) / 1000:,.1f} - {max(per) / 1000:,.1f} |")
-    payload = {"settings": {"flush": flush, "transactions": transactions, "runs": runs,
+    payload = {"settings": {"flush": flush, "workload": workload, "count": transactions,
+                            "runs": runs,
                             "warm_up": WARM_UP, "python": sys.executable,
                             "tree": None if tree is None else common.tree_commit(tree)},
                "runs": [asdict(r) for r in results]}
