@@ -83,6 +83,7 @@ class TransactionCoordinator:
         if md is None or md.pending is not transition:
             raise RuntimeError(f"completing a transition that is not pending: {transition}")
         md.pending = None
+        md.commit_ahead_ms = -1
         if transition.state is TxnState.DEAD:
             del self._txns[transition.transactional_id]
             return
@@ -248,7 +249,9 @@ class TransactionCoordinator:
         """EndTxn: PrepareCommit / PrepareAbort from Ongoing. None: the transaction already
         completed with this outcome (a retry). Raises INVALID_REQUEST,
         INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (the same
-        outcome is being written) or INVALID_TXN_STATE (no transaction, or the other outcome).
+        outcome is being written; or, version 2, a commit ahead of its transaction's first
+        batch, for up to the transaction timeout) or INVALID_TXN_STATE (no transaction, or the
+        other outcome).
 
         ``bump_epoch`` is transaction version 2 (EndTxn v5): the Prepare record carries the epoch
         + 1 (the markers are written with it, so everything the old epoch still has in flight is
@@ -290,8 +293,33 @@ class TransactionCoordinator:
             return self._prepare(md, md._target(
                 TxnState.PREPARE_ABORT, now_ms, partitions=frozenset(), txn_start_ms=now_ms,
                 **self._bumped(md)))
+        if bump_epoch and state in _NOTHING_STARTED and (
+                md.txn_version == 2 or state is TxnState.EMPTY):
+            # A commit at the current epoch with no transaction begun. Kafka answers
+            # INVALID_TXN_STATE, which Kafka's Java client (4.4) treats as fatal, yet that client
+            # sends exactly this when its Sender thread is preempted between asking the
+            # accumulator for unsent batches and taking the EndTxn off its queue while the
+            # application begins a transaction, sends a record and commits: the EndTxn then
+            # overtakes the transaction's only batch (version 2 has no AddPartitionsToTxn in
+            # between). CONCURRENT_TRANSACTIONS makes it retry, and it holds the retry until
+            # the batch is acknowledged, which adds the partition. A commit whose batch does
+            # not come within the transaction timeout of its first attempt gets Kafka's answer.
+            if md.commit_ahead_ms < 0:
+                md.commit_ahead_ms = now_ms
+            if now_ms - md.commit_ahead_ms <= md.txn_timeout_ms:
+                raise KafkaError(
+                    ErrorCode.CONCURRENT_TRANSACTIONS,
+                    f"{transactional_id!r} has no transaction at epoch {producer_epoch} yet: "
+                    "its first batch may still be on the way",
+                )
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"cannot {wanted} {transactional_id!r} in state {state.display_name}: no batch "
+                f"came within {md.txn_timeout_ms} ms",
+            )
         if md.txn_version == 2 and bump_epoch:
-            # The current epoch belongs to no transaction yet: nothing to end.
+            # The current epoch is being ended (its outcome is being written): it was never
+            # handed out to the client, which learns it from the answer.
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
                 f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
