@@ -250,8 +250,8 @@ class TransactionCoordinator:
         completed with this outcome (a retry). Raises INVALID_REQUEST,
         INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (the same
         outcome is being written; or, version 2, a commit ahead of its transaction's first
-        batch, for up to the transaction timeout) or INVALID_TXN_STATE (no transaction, or the
-        other outcome).
+        batch after a completed transaction, for up to the transaction timeout) or
+        INVALID_TXN_STATE (no transaction, or the other outcome).
 
         ``bump_epoch`` is transaction version 2 (EndTxn v5): the Prepare record carries the epoch
         + 1 (the markers are written with it, so everything the old epoch still has in flight is
@@ -293,20 +293,23 @@ class TransactionCoordinator:
             return self._prepare(md, md._target(
                 TxnState.PREPARE_ABORT, now_ms, partitions=frozenset(), txn_start_ms=now_ms,
                 **self._bumped(md)))
-        if bump_epoch and state in _NOTHING_STARTED and (
-                md.txn_version == 2 or state is TxnState.EMPTY):
-            # A commit at the current epoch with no transaction begun. Kafka answers
-            # INVALID_TXN_STATE, which Kafka's Java client (4.4) treats as fatal, yet that client
-            # sends exactly this when its Sender thread is preempted between asking the
-            # accumulator for unsent batches and taking the EndTxn off its queue while the
-            # application begins a transaction, sends a record and commits: the EndTxn then
-            # overtakes the transaction's only batch (version 2 has no AddPartitionsToTxn in
-            # between). CONCURRENT_TRANSACTIONS makes it retry, and it holds the retry until
-            # the batch is acknowledged, which adds the partition. A commit whose batch does
-            # not come within the transaction timeout of its first attempt gets Kafka's answer.
+        if bump_epoch and md.txn_version == 2 and state in _ENDED_BY_CLIENT:
+            # A commit at the epoch the last EndTxn answered, with no transaction begun yet.
+            # Kafka 4.4's Java client sends it when its Sender thread is preempted between
+            # finding no unsent batch and taking the EndTxn off its queue while the application
+            # begins a transaction, sends one record and commits: the EndTxn overtakes the
+            # transaction's only batch (version 2 has no AddPartitionsToTxn in between). Kafka
+            # answers its EndTxn before writing the markers and CONCURRENT_TRANSACTIONS while they
+            # are written, which is where that commit lands there as a rule (INVALID_TXN_STATE,
+            # fatal for that client, only when it comes later); the markers here are written
+            # before the answer, so it always found the transaction complete. So:
+            # CONCURRENT_TRANSACTIONS (the client re-queues the EndTxn and holds it until the
+            # batch is acknowledged, which adds the partition), until the transaction timeout
+            # from its first attempt; then Kafka's answer. (After InitProducerId, Empty, Kafka
+            # has nothing in flight and answers INVALID_TXN_STATE: so does this coordinator.)
             if md.commit_ahead_ms < 0:
                 md.commit_ahead_ms = now_ms
-            if now_ms - md.commit_ahead_ms <= md.txn_timeout_ms:
+            if now_ms - md.commit_ahead_ms <= md.txn_timeout_ms:  # (an abort returned above)
                 raise KafkaError(
                     ErrorCode.CONCURRENT_TRANSACTIONS,
                     f"{transactional_id!r} has no transaction at epoch {producer_epoch} yet: "
@@ -318,8 +321,8 @@ class TransactionCoordinator:
                 f"came within {md.txn_timeout_ms} ms",
             )
         if md.txn_version == 2 and bump_epoch:
-            # The current epoch is being ended (its outcome is being written): it was never
-            # handed out to the client, which learns it from the answer.
+            # Empty (InitProducerId: nothing begun, as Kafka answers), or the epoch is being
+            # ended (Prepare*: the client learns that epoch only from the answer).
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
                 f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
@@ -652,6 +655,8 @@ class TransactionCoordinator:
 _NOTHING_STARTED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 _ENDED_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                            TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+# States a transaction-version-2 EndTxn leaves an id in once complete.
+_ENDED_BY_CLIENT = frozenset({TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 
 def _outcome_is_commit(state: TxnState) -> bool:
