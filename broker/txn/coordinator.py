@@ -83,6 +83,7 @@ class TransactionCoordinator:
         if md is None or md.pending is not transition:
             raise RuntimeError(f"completing a transition that is not pending: {transition}")
         md.pending = None
+        md.commit_ahead_ms = -1
         if transition.state is TxnState.DEAD:
             del self._txns[transition.transactional_id]
             return
@@ -248,7 +249,9 @@ class TransactionCoordinator:
         """EndTxn: PrepareCommit / PrepareAbort from Ongoing. None: the transaction already
         completed with this outcome (a retry). Raises INVALID_REQUEST,
         INVALID_PRODUCER_ID_MAPPING, INVALID_PRODUCER_EPOCH, CONCURRENT_TRANSACTIONS (the same
-        outcome is being written) or INVALID_TXN_STATE (no transaction, or the other outcome).
+        outcome is being written; or, version 2, a commit ahead of its transaction's first
+        batch after a completed transaction, for up to the transaction timeout) or
+        INVALID_TXN_STATE (no transaction, or the other outcome).
 
         ``bump_epoch`` is transaction version 2 (EndTxn v5): the Prepare record carries the epoch
         + 1 (the markers are written with it, so everything the old epoch still has in flight is
@@ -290,8 +293,36 @@ class TransactionCoordinator:
             return self._prepare(md, md._target(
                 TxnState.PREPARE_ABORT, now_ms, partitions=frozenset(), txn_start_ms=now_ms,
                 **self._bumped(md)))
+        if bump_epoch and md.txn_version == 2 and state in _ENDED_BY_CLIENT:
+            # A commit at the epoch the last EndTxn answered, with no transaction begun yet.
+            # Kafka 4.4's Java client sends it when its Sender thread is preempted between
+            # finding no unsent batch and taking the EndTxn off its queue while the application
+            # begins a transaction, sends one record and commits: the EndTxn overtakes the
+            # transaction's only batch (version 2 has no AddPartitionsToTxn in between). Kafka
+            # answers its EndTxn before writing the markers and CONCURRENT_TRANSACTIONS while they
+            # are written, which is where that commit lands there as a rule (INVALID_TXN_STATE,
+            # fatal for that client, only when it comes later); the markers here are written
+            # before the answer, so it always found the transaction complete. So:
+            # CONCURRENT_TRANSACTIONS (the client re-queues the EndTxn and holds it until the
+            # batch is acknowledged, which adds the partition), until the transaction timeout
+            # from its first attempt; then Kafka's answer. (After InitProducerId, Empty, Kafka
+            # has nothing in flight and answers INVALID_TXN_STATE: so does this coordinator.)
+            if md.commit_ahead_ms < 0:
+                md.commit_ahead_ms = now_ms
+            if now_ms - md.commit_ahead_ms <= md.txn_timeout_ms:  # (an abort returned above)
+                raise KafkaError(
+                    ErrorCode.CONCURRENT_TRANSACTIONS,
+                    f"{transactional_id!r} has no transaction at epoch {producer_epoch} yet: "
+                    "its first batch may still be on the way",
+                )
+            raise KafkaError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"cannot {wanted} {transactional_id!r} in state {state.display_name}: no batch "
+                f"came within {md.txn_timeout_ms} ms",
+            )
         if md.txn_version == 2 and bump_epoch:
-            # The current epoch belongs to no transaction yet: nothing to end.
+            # Empty (InitProducerId: nothing begun, as Kafka answers), or the epoch is being
+            # ended (Prepare*: the client learns that epoch only from the answer).
             raise KafkaError(
                 ErrorCode.INVALID_TXN_STATE,
                 f"cannot {wanted} {transactional_id!r} in state {state.display_name}",
@@ -624,6 +655,8 @@ class TransactionCoordinator:
 _NOTHING_STARTED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 _ENDED_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                            TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+# States a transaction-version-2 EndTxn leaves an id in once complete.
+_ENDED_BY_CLIENT = frozenset({TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 
 
 def _outcome_is_commit(state: TxnState) -> bool:

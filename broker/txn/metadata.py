@@ -56,7 +56,8 @@ new_transition = trusted(TxnTransition)
 
 @dataclass(eq=False)
 class TxnMetadata:
-    """The coordinator's live view of one transactional id (mutated only by ``complete``)."""
+    """The coordinator's live view of one transactional id (mutated by ``complete``; the
+    prepares set only ``pending`` and ``commit_ahead_ms``)."""
 
     transactional_id: str
     producer_id: int
@@ -72,6 +73,10 @@ class TxnMetadata:
     txn_version: int = 1
     end_offsets: tuple[tuple[TopicPartition, int], ...] = ()
     pending: TxnTransition | None = field(default=None)
+    # When a transaction-version-2 commit first arrived ahead of its transaction's first batch
+    # (the current epoch, no transaction begun: ``prepare_end_txn``); -1: none since the last
+    # transition. Not stored: ``complete`` clears it, a replay starts without it.
+    commit_ahead_ms: int = -1
 
     @classmethod
     def from_transition(cls, t: TxnTransition) -> TxnMetadata:

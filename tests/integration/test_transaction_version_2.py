@@ -130,3 +130,28 @@ def test_our_client_uses_version_2_and_version_1_when_configured(tmp_path):
             assert _read_committed(proc.bootstrap) == [b"v0", b"v1", b"v2"]
         finally:
             proc.stop()
+
+
+def test_a_commit_that_overtook_its_batch_is_retried_and_commits_it(broker):
+    """The order of the bench's failure (issue 37): Kafka 4.4's Java client sent the EndTxn(commit)
+    of a transaction before that transaction's only Produce (a race in its Sender thread under
+    load), right after the previous commit. The answer was INVALID_TXN_STATE, fatal for that
+    client; Kafka answers CONCURRENT_TRANSACTIONS there as a rule (its previous transaction's
+    markers are still being written), and so does this broker now: the client sends the batch,
+    then the EndTxn again, and every transaction is committed."""
+    tid = "raw-ahead"
+    with RawConnection(broker.port) as conn:
+        init = conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid,
+                                                          "transaction_timeout_ms": TIMEOUT_MS})
+        assert init.error_code == ErrorCode.NONE
+        pid, epoch = init.producer_id, init.producer_epoch
+        for value in (b"first", b"second", b"third"):
+            if value != b"first":
+                # The next transaction's commit arrives first (twice), then its batch.
+                for _ in range(2):
+                    assert _end(conn, tid, pid, epoch, True)[0] == \
+                        ErrorCode.CONCURRENT_TRANSACTIONS
+            assert _produce(conn, tid, pid, epoch, 0, value) == ErrorCode.NONE
+            assert _end(conn, tid, pid, epoch, True) == (ErrorCode.NONE, (pid, epoch + 1))
+            epoch += 1
+    assert _read_committed(broker.bootstrap) == [b"first", b"second", b"third"]

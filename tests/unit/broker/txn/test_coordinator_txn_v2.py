@@ -96,9 +96,41 @@ def test_an_epoch_never_handed_out_is_refused() -> None:
         ErrorCode.INVALID_TXN_STATE
     assert code(lambda: c.prepare_produce("tx", pid + 1, epoch, TP, NOW)) == \
         ErrorCode.INVALID_PRODUCER_ID_MAPPING
-    # Ending when the current epoch has no transaction.
+    # Ending when the current epoch has no transaction (after InitProducerId: Kafka's answer).
     assert code(lambda: c.prepare_end_txn("tx", pid, epoch, True, NOW, bump_epoch=True)) == \
         ErrorCode.INVALID_TXN_STATE
+
+
+def test_a_commit_ahead_of_its_first_batch_after_a_commit_is_retried_not_refused() -> None:
+    """Kafka 4.4's Java client can send EndTxn(commit) before the transaction's only batch (its
+    Sender reads "no unsent batch", then takes the EndTxn the application queued meanwhile).
+    Right after a version-2 commit or abort Kafka answers it CONCURRENT_TRANSACTIONS as a rule
+    (its markers are still being written): so does this coordinator, for up to the transaction
+    timeout from the first attempt, so that the client retries the EndTxn after the batch; the
+    batch adds the partition and the retry commits."""
+    c = make()
+    pid, epoch = start(c)
+    for commit in (True, False):  # after a commit (the bench's case) and after an abort
+        produce(c, pid, epoch)
+        assert end(c, pid, epoch, commit) == (pid, epoch + 1)
+        epoch += 1
+        for late in (0, TIMEOUT // 2, TIMEOUT):  # retries within the timeout of the first
+            assert code(lambda late=late, epoch=epoch: c.prepare_end_txn(
+                "tx", pid, epoch, True, NOW + late, bump_epoch=True)) == \
+                ErrorCode.CONCURRENT_TRANSACTIONS
+        assert c.get("tx").pending is None
+        produce(c, pid, epoch)  # the batch arrives: it starts the transaction
+        assert c.get("tx").state is TxnState.ONGOING
+        assert end(c, pid, epoch) == (pid, epoch + 1)
+        epoch += 1
+    # The clock starts again for each transaction, from its own first early commit; a commit
+    # whose batch never comes gets Kafka's answer after the transaction timeout.
+    assert code(lambda: c.prepare_end_txn("tx", pid, epoch, True, NOW + 3 * TIMEOUT,
+                                          bump_epoch=True)) == ErrorCode.CONCURRENT_TRANSACTIONS
+    assert code(lambda: c.prepare_end_txn("tx", pid, epoch, True, NOW + 4 * TIMEOUT + 1,
+                                          bump_epoch=True)) == ErrorCode.INVALID_TXN_STATE
+    # An abort of that transaction is allowed as before (nothing to mark, epoch bumped).
+    assert end(c, pid, epoch, commit=False) == (pid, epoch + 1)
 
 
 def test_epoch_overflow_rotates_the_producer_id_and_retries_still_work() -> None:
