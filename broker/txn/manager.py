@@ -480,9 +480,11 @@ class TransactionManager(Recovery):
                 transition, {(p.topic, p.index): p.log_end_offset for p in data})
             prepare = self._commit(transition, now_ms, data if commit else (), then=prepared)
         except KafkaError as exc:
-            if exc.code == ErrorCode.INVALID_TXN_STATE:
-                self._warn_invalid_state("EndTxn", transactional_id, producer_id,
-                                         producer_epoch, exc)
+            if exc.code == ErrorCode.INVALID_TXN_STATE:  # fatal to Kafka's Java producer
+                md = self.coordinator.get(transactional_id)
+                log.warning("EndTxn of %r from producer %d epoch %d answered INVALID_TXN_STATE "
+                            "(%s); the coordinator held %s", transactional_id, producer_id,
+                            producer_epoch, exc, "nothing" if md is None else md.summary())
             return exc.code
         in_request = False
         if prepare.done:
@@ -622,20 +624,6 @@ class TransactionManager(Recovery):
             except KafkaError as exc:
                 log.error("expiring %r failed: %s", transactional_id, exc)
 
-    def _warn_invalid_state(self, request: str, transactional_id: str, producer_id: int,
-                            producer_epoch: int, exc: KafkaError) -> None:
-        """One warning line per INVALID_TXN_STATE answer (Kafka's coordinator warns too): the
-        Java client treats it as fatal, so the line says what the coordinator held."""
-        md = self.coordinator.get(transactional_id)
-        held = "nothing" if md is None else (
-            f"producer {md.producer_id} epoch {md.producer_epoch} (last {md.last_producer_id} "
-            f"epoch {md.last_producer_epoch}), {md.state.display_name}, txn version "
-            f"{md.txn_version}, pending {md.pending.state.display_name if md.pending else None}, "
-            f"completing {transactional_id in self._completing}")
-        log.warning("%s of %r from producer %d epoch %d answered INVALID_TXN_STATE (%s); the "
-                    "coordinator held %s", request, transactional_id, producer_id,
-                    producer_epoch, exc, held)
-
     # -- the Produce path --------------------------------------------------------------------
 
     @staticmethod
@@ -685,22 +673,16 @@ class TransactionManager(Recovery):
                                      "a transactional batch needs a transactional id")
                 key = (header.producer_id, header.producer_epoch)
                 if key not in checked:
-                    try:
-                        if not add_partition:
-                            self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
-                        elif transactional_id in self._completing:
-                            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
-                                             "the previous transaction is completing")
-                        else:
-                            added = self.coordinator.prepare_produce(transactional_id, key[0],
-                                                                     key[1], tp, now_ms)
-                            if added is not None:
-                                self._apply(added, now_ms)
-                    except KafkaError as exc:
-                        if exc.code == ErrorCode.INVALID_TXN_STATE:
-                            self._warn_invalid_state(f"Produce to {tp[0]}-{tp[1]}",
-                                                     transactional_id, key[0], key[1], exc)
-                        raise
+                    if not add_partition:
+                        self.coordinator.verify_produce(transactional_id, key[0], key[1], tp)
+                    elif transactional_id in self._completing:
+                        raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS,
+                                         "the previous transaction is completing")
+                    else:
+                        added = self.coordinator.prepare_produce(transactional_id, key[0], key[1],
+                                                                 tp, now_ms)
+                        if added is not None:
+                            self._apply(added, now_ms)
                     log_partition = self._log_partitions.get(transactional_id)
                     if log_partition is not None:
                         self._storage.sync_together(partition, log_partition)

@@ -89,6 +89,13 @@ class TxnMetadata:
     def epoch_exhausted(self) -> bool:
         return self.producer_epoch >= EPOCH_EXHAUSTED
 
+    def summary(self) -> str:
+        """One line for the log: the producer, its state and what is pending."""
+        pending = self.pending.state.display_name if self.pending else None
+        return (f"producer {self.producer_id} epoch {self.producer_epoch} (last "
+                f"{self.last_producer_id} epoch {self.last_producer_epoch}), "
+                f"{self.state.display_name}, txn version {self.txn_version}, pending {pending}")
+
     def _target(
         self, state: TxnState, now_ms: int, *, producer_id: int | None = None,
         last_producer_id: int | None = None, producer_epoch: int | None = None,
