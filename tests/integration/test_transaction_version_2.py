@@ -28,6 +28,14 @@ def _features(port: int) -> dict[str, int]:
     return {f.name: f.max_version_level for f in answer.finalized_features}
 
 
+def _init(conn: RawConnection, tid: str) -> tuple[int, int]:
+    """InitProducerId v5 for ``tid``: its producer id and epoch."""
+    init = conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid,
+                                                      "transaction_timeout_ms": TIMEOUT_MS})
+    assert init.error_code == ErrorCode.NONE
+    return init.producer_id, init.producer_epoch
+
+
 def _produce(conn: RawConnection, tid: str, pid: int, epoch: int, seq: int, value: bytes) -> int:
     records = encode_batch([(None, value, (), 0)], producer_id=pid, producer_epoch=epoch,
                            base_sequence=seq, transactional=True)
@@ -70,10 +78,7 @@ def test_version_2_requests_and_late_ones_fenced(broker):
     assert _features(broker.port) == {"transaction.version": 2}
     tid = "raw-tv2"
     with RawConnection(broker.port) as conn:
-        init = conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid,
-                                                          "transaction_timeout_ms": TIMEOUT_MS})
-        assert init.error_code == ErrorCode.NONE
-        pid, epoch = init.producer_id, init.producer_epoch
+        pid, epoch = _init(conn, tid)
 
         # An abort before anything was added: allowed, and it bumps the epoch too.
         assert _end(conn, tid, pid, epoch, False) == (ErrorCode.NONE, (pid, epoch + 1))
@@ -141,10 +146,7 @@ def test_a_commit_that_overtook_its_batch_is_retried_and_commits_it(broker):
     then the EndTxn again, and every transaction is committed."""
     tid = "raw-ahead"
     with RawConnection(broker.port) as conn:
-        init = conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": tid,
-                                                          "transaction_timeout_ms": TIMEOUT_MS})
-        assert init.error_code == ErrorCode.NONE
-        pid, epoch = init.producer_id, init.producer_epoch
+        pid, epoch = _init(conn, tid)
         for value in (b"first", b"second", b"third"):
             if value != b"first":
                 # The next transaction's commit arrives first (twice), then its batch.
