@@ -656,7 +656,7 @@ _NOTHING_STARTED = frozenset({TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState
 _ENDED_STATES = frozenset({TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT,
                            TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
 # States a transaction-version-2 EndTxn leaves an id in once complete.
-_ENDED_BY_CLIENT = frozenset({TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT})
+_ENDED_BY_CLIENT = _NOTHING_STARTED - {TxnState.EMPTY}
 
 
 def _outcome_is_commit(state: TxnState) -> bool:
