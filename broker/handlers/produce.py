@@ -55,8 +55,9 @@ def produce(broker: Broker, header, request):
     # and Write on each topic. Nothing of a refused partition is written.
     txn_refused = transactional_id is not None and not allowed(
         broker, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    is_transactional = transactions.is_transactional  # of a partition's batches
     if transactional_id is None and any(
-            p.records is not None and transactions.needs_verification(p.records, None)
+            p.records is not None and is_transactional(p.records)
             for topic in topics for p in topic.partition_data):
         # Transactional batches without a transactional id: Kafka's handleProduceRequest refuses
         # the whole request with TRANSACTIONAL_ID_AUTHORIZATION_FAILED (no id to authorize).
@@ -95,7 +96,8 @@ def produce(broker: Broker, header, request):
                     # goes behind them, checked now if that is cheap.
                     check = _check_now(partition, records, inline)
                     raise InflateLater
-                if transactions.needs_verification(records, transactional_id):
+                transactional = is_transactional(records)
+                if transactional or transactional_id is not None:
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction;
                     # part 2 (v12, transaction version 2): the partition joins it here.
                     transactions.verify_produce(partition, records, transactional_id,
@@ -104,8 +106,7 @@ def produce(broker: Broker, header, request):
                 # A transactional batch is answered once appended: durable by its transaction's
                 # PrepareCommit (broker/storage/store.py).
                 result, commit = broker.storage.append(partition, records, now, acks,
-                                                       transactions.is_transactional(records),
-                                                       inline)
+                                                       transactional, inline)
                 base_offset = result.base_offset
                 log_append_time = result.log_append_time
                 log_start = partition.log_start_offset

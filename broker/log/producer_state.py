@@ -147,11 +147,15 @@ def _check_entry(entry: ProducerStateEntry | None, header: BatchHeader) -> Dupli
         return None
     batches = entry.batches
     if batches:
+        expected = _next_seq(batches[-1][1])  # after the newest batch
+        if first_seq == expected:
+            # The usual case, and never a retry: the cached batches end before it (they would
+            # have to span all 2**31 sequences to wrap around to it).
+            return None
         last_seq = header.last_sequence
         for cached_first, cached_last, first_offset, last_offset in batches:
             if cached_first == first_seq and cached_last == last_seq:
                 return Duplicate(first_offset, last_offset)
-        expected = _next_seq(cached_last)  # the newest batch's
     else:
         expected = 0
     if first_seq != expected:

@@ -289,7 +289,7 @@ _NAMESPACE: dict[str, Any] = {
     "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
     "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
-    "_put_tagged": _put_tagged,
+    "_put_tagged": _put_tagged, "_null": _null,
     "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
@@ -447,14 +447,38 @@ class _Decoder:
             e(indent, f"if 0 <= {n} < 0x7F and pos + 1 + {n} <= end:  # a one-byte length")
             e(indent + 1, f"{target} = str(frame[pos + 1 : pos + 1 + {n}], 'utf-8')")
             e(indent + 1, f"pos += 1 + {n}")
+            if nullable:  # null: a Produce's transactional id outside transactions
+                e(indent, f"elif {n} == -1:")
+                e(indent + 1, f"{target} = None")
+                e(indent + 1, "pos += 1")
             e(indent, "else:")
             e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, True, {nullable})")
         elif f.type == "string":
             e(indent, f"{target}, pos = _string_at(frame, pos, end, {compact}, {nullable})")
         elif f.type in ("bytes", "records"):
             records = f.type == "records"
-            e(indent, f"{target}, pos = _bytes_at(frame, pos, end, {compact}, "
-                      f"{nullable or records}, {'view' if records else 'None'})")
+            call = (f"_bytes_at(frame, pos, end, {compact}, {nullable or records}, "
+                    f"{'view' if records else 'None'})")
+            if not compact:
+                e(indent, f"{target}, pos = {call}")
+                return
+            # A length of one or two bytes (a Produce's record batch up to 16 KiB) read here;
+            # null, longer ones and every error in _bytes_at.
+            n, start = self.src.fresh("n"), self.src.fresh("q")
+            e(indent, f"{n} = frame[pos] - 1")
+            e(indent, f"if 0 <= {n} < 0x7F:")
+            e(indent + 1, f"{start} = pos + 1")
+            e(indent, f"elif {n} >= 0x7F and frame[pos + 1] < 0x80:")
+            e(indent + 1, f"{n} = (({n} + 1) & 0x7F | frame[pos + 1] << 7) - 1")
+            e(indent + 1, f"{start} = pos + 2")
+            e(indent, "else:")
+            e(indent + 1, f"{n} = -1  # null, or a longer length")
+            e(indent, f"if {n} >= 0 and {start} + {n} <= end:")
+            sliced = f"[{start} : {start} + {n}]"
+            e(indent + 1, f"{target} = view{sliced}" if records else f"{target} = bytes(frame{sliced})")
+            e(indent + 1, f"pos = {start} + {n}")
+            e(indent, "else:")
+            e(indent + 1, f"{target}, pos = {call}")
         elif f.type == "struct":
             if nullable:
                 e(indent, "if _I8(frame, pos)[0] < 0:")
@@ -501,6 +525,7 @@ class _Decoder:
 
 class _Encoder:
     def __init__(self, api: Api, version: int, src: _Source, parts: bool = False) -> None:
+        self.api = api
         self.version = version
         self.flexible = api.is_flexible(version)
         self.src = src
@@ -508,24 +533,66 @@ class _Encoder:
 
     def struct(self, fields: Sequence[F], obj: str, indent: int) -> None:
         """Lines that append the encoding of the struct ``obj`` (a dict) to the parts."""
-        v, e = self.version, self.src.emit
+        v = self.version
         members = [(f, in_range(v, f.nullable)) for f in fields
                    if in_range(v, f.versions) and f.tag is None]
         tagged = [f for f in fields if in_range(v, f.versions) and f.tag is not None]
-        for run in _runs(members):
-            if run[0][0].type in _FIXED:
-                fmt = "".join(_FIXED[f.type] for f, _ in run)
-                pack = self.src.constant("P", struct.Struct(">" + fmt).pack)
-                args = []
-                for f, _ in run:
-                    get = f"{obj}.get({f.name!r}, {_default(self.src, f, v)})"
-                    args.append(f"1 if {get} else 0" if f.type == "bool" else get)
-                e(indent, f"a({pack}({', '.join(args)}))")
-            else:
-                f, nullable = run[0]
-                value = self.src.fresh("v")
-                e(indent, f"{value} = {obj}.get({f.name!r}, {_default(self.src, f, v)})")
-                self.field(f, nullable, value, indent)
+        runs = _runs(members)
+        # The fields after the last fixed-width ones, when all are of the kinds a struct usually
+        # leaves out (a Produce partition's record errors and error message): absent, they and
+        # the tagged section are constant bytes, written at once.
+        split = len(runs)
+        while split and _left_out_often(*runs[split - 1][0]):
+            split -= 1
+        for run in runs[:split]:
+            self.run(run, obj, indent)
+        absent = (self.absent_bytes(runs[split:], tagged) if 0 < split < len(runs)
+                  and runs[split - 1][0][0].type in _FIXED else None)
+        if absent is None:
+            self.rest(runs[split:], tagged, obj, indent)
+            return
+        names = [f.name for run in runs[split:] for f, _ in run] + [f.name for f in tagged]
+        keys = self.src.constant("NAMES", frozenset(names + ["tagged_fields"] * self.flexible))
+        self.src.emit(indent, f"if {obj}.keys().isdisjoint({keys}):  # all left out")
+        self.src.emit(indent + 1, f"a({absent!r})")
+        self.src.emit(indent, "else:")
+        self.rest(runs[split:], tagged, obj, indent + 1)
+
+    def absent_bytes(self, runs: list, tagged: list[F]) -> bytes | None:
+        """What ``rest`` writes for a struct without any of these fields (None: it raises)."""
+        src = _Source("absent fields")
+        src.emit(0, "def absent(obj):")
+        src.emit(1, "parts = []")
+        src.emit(1, "a = parts.append")
+        _Encoder(self.api, self.version, src).rest(runs, tagged, "obj", 1)
+        src.emit(1, "return b''.join(parts)")
+        try:
+            return src.compile("absent")({})
+        except Exception:  # noqa: BLE001 - a field without a default: no constant
+            return None
+
+    def run(self, run: list, obj: str, indent: int) -> None:
+        """The lines of one run of fields (``_runs``)."""
+        v, e = self.version, self.src.emit
+        if run[0][0].type in _FIXED:
+            fmt = "".join(_FIXED[f.type] for f, _ in run)
+            pack = self.src.constant("P", struct.Struct(">" + fmt).pack)
+            args = []
+            for f, _ in run:
+                get = f"{obj}.get({f.name!r}, {_default(self.src, f, v)})"
+                args.append(f"1 if {get} else 0" if f.type == "bool" else get)
+            e(indent, f"a({pack}({', '.join(args)}))")
+        else:
+            f, nullable = run[0]
+            value = self.src.fresh("v")
+            e(indent, f"{value} = {obj}.get({f.name!r}, {_default(self.src, f, v)})")
+            self.field(f, nullable, value, indent)
+
+    def rest(self, runs: list, tagged: list[F], obj: str, indent: int) -> None:
+        """The lines of the runs, then of the tagged-field section."""
+        v, e = self.version, self.src.emit
+        for run in runs:
+            self.run(run, obj, indent)
         if self.flexible:
             tests, entries = [f"{obj}.get('tagged_fields')"], []
             for f in tagged:
@@ -567,7 +634,7 @@ class _Encoder:
             e(indent, f"_put_uuid(a, {value})")
         elif f.type == "string":
             e(indent, f"if {value} is None:")
-            e(indent + 1, f"_put_string(a, None, {compact}, {nullable})")
+            e(indent + 1, _null_line(compact, nullable, False, "string"))
             e(indent, "else:")
             data = self.src.fresh("d")
             e(indent + 1, f"{data} = {value}.encode('utf-8')")
@@ -596,11 +663,13 @@ class _Encoder:
             else:
                 self.struct(f.fields, value, indent)
         elif f.type.startswith("[]"):
-            e(indent, f"if {value} is None:")
-            if nullable:  # null: aborted_transactions under read_uncommitted
-                e(indent + 1, "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')")
-            else:
-                e(indent + 1, f"_put_count(a, None, {compact}, {nullable})")
+            # Null (aborted_transactions under read_uncommitted) and empty arrays (no record
+            # errors) are a constant.
+            e(indent, f"if not {value}:")
+            e(indent + 1, f"if {value} is None:")
+            e(indent + 2, _null_line(compact, nullable, True, "array"))
+            e(indent + 1, "else:")
+            e(indent + 2, "a(b'\\x01')" if compact else "a(b'\\x00\\x00\\x00\\x00')")
             e(indent, "else:")
             e(indent + 1, _length_line(value, compact, wide=True))
             item = self.src.fresh("item")
@@ -611,6 +680,19 @@ class _Encoder:
                 self.field(F(f.name, f.type[2:]), False, item, indent + 2)
         else:
             raise ValueError(f"unknown field type {f.type!r}")
+
+
+def _null_line(compact: bool, nullable: bool, wide: bool, what: str) -> str:
+    """The line appending a null string (``wide``: bytes, array), or raising for a
+    non-nullable one."""
+    if not nullable:
+        return f"a(_null(False, {compact}, {wide}, {what!r}))"
+    return "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')" if wide else "a(b'\\xff\\xff')"
+
+
+def _left_out_often(f: F, nullable: bool) -> bool:
+    """Nullable strings and bytes, and arrays: fields a struct often leaves out."""
+    return (nullable and f.type in ("string", "bytes")) or f.type.startswith("[]")
 
 
 def _length_line(value: str, compact: bool, wide: bool = False) -> str:

@@ -269,6 +269,24 @@ def test_fast_request_decoder_rejects_what_the_declared_one_rejects(key, version
         decode_request(key, version, data)
 
 
+@pytest.mark.parametrize("size", [0, 1, 126, 127, 128, 16_382, 16_383, 16_384, None])
+def test_record_lengths_read_inline_agree_with_the_declared_decoder(size) -> None:
+    # the generated decoder reads one- and two-byte compact lengths itself (a small batch's);
+    # null, three-byte lengths and every truncation go through its helper
+    records = None if size is None else os.urandom(size)
+    body = encode_request(ApiKey.PRODUCE, 9, {
+        "transactional_id": None, "acks": -1, "timeout_ms": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": records}]}]})
+    decoded = _agree(ApiKey.PRODUCE, 9, body)
+    assert decoded.topic_data[0].partition_data[0].records == records
+    assert decoded.transactional_id is None
+    # cut short in the length, at the records' first and last bytes
+    records_end = len(body) - 3  # then the partition's, topic's and request's empty tag sections
+    records_start = records_end - (size or 0)
+    for end in {*range(records_start - 3, records_start + 2), records_end - 1, records_end}:
+        assert _agree(ApiKey.PRODUCE, 9, body[:end]) is CorruptFrameError
+
+
 def _add_partitions(version: int, counts: list[int]) -> dict:
     return {"transactional_id": "t", "producer_id": 1, "producer_epoch": 0,
             "topics": [{"name": f"t{i}", "partitions": list(range(n))}
@@ -389,6 +407,22 @@ def test_fast_response_encoder_fails_as_the_declared_one(case, data) -> None:
             encode_response(key, version, value)
     else:
         assert encode_response(key, version, value) == expected
+
+
+def test_fields_a_struct_leaves_out_are_written_at_once_or_one_by_one() -> None:
+    # a Produce partition answer without record errors and error message (constant bytes), and
+    # with each of them given, even at its default
+    base = {"index": 1, "error_code": 0, "base_offset": 7, "log_append_time_ms": -1,
+            "log_start_offset": 0}
+    errors = [{"batch_index": 0, "batch_index_error_message": "bad"}]
+    for extra in ({}, {"record_errors": []}, {"error_message": None}, {"error_message": "x"},
+                  {"record_errors": errors}, {"tagged_fields": {}}, {"tagged_fields": {9: b"z"}}):
+        value = {"responses": [{"name": "t", "partition_responses": [{**base, **extra}]}],
+                 "throttle_time_ms": 0}
+        for version in (9, 10, 11):
+            assert encode_response(ApiKey.PRODUCE, version, value) == \
+                encode_response_declared(ApiKey.PRODUCE, version, value), (extra, version)
+    assert "isdisjoint" in response_encoder(ApiKey.PRODUCE, 9)[1]
 
 
 def test_handler_shaped_responses() -> None:
