@@ -290,7 +290,7 @@ _NAMESPACE: dict[str, Any] = {
     "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
     "_put_tagged": _put_tagged, "_null": _null,
-    "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32,
+    "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32, "I32": _I32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
 }
@@ -307,8 +307,12 @@ class _Source:
         self._ids = 0
 
     def fresh(self, prefix: str) -> str:
-        self._ids += 1
-        return f"{prefix}{self._ids}"
+        """A new name, never one of the helpers' (a constant ``P16`` must not hide ``P16``)."""
+        while True:
+            self._ids += 1
+            name = f"{prefix}{self._ids}"
+            if name not in _NAMESPACE:
+                return name
 
     def constant(self, prefix: str, value: Any) -> str:
         name = self.fresh(prefix)
@@ -454,13 +458,27 @@ class _Decoder:
             e(indent, "else:")
             e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, True, {nullable})")
         elif f.type == "string":
-            e(indent, f"{target}, pos = _string_at(frame, pos, end, {compact}, {nullable})")
+            n = self.src.fresh("n")
+            e(indent, f"{n} = frame[pos] << 8 | frame[pos + 1]")
+            e(indent, f"if {n} < 0x8000 and pos + 2 + {n} <= end:  # not null")
+            e(indent + 1, f"{target} = str(frame[pos + 2 : pos + 2 + {n}], 'utf-8')")
+            e(indent + 1, f"pos += 2 + {n}")
+            e(indent, "else:")
+            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, False, {nullable})")
         elif f.type in ("bytes", "records"):
             records = f.type == "records"
             call = (f"_bytes_at(frame, pos, end, {compact}, {nullable or records}, "
                     f"{'view' if records else 'None'})")
             if not compact:
-                e(indent, f"{target}, pos = {call}")
+                n = self.src.fresh("n")
+                e(indent, f"{n}, = I32(frame, pos)")
+                e(indent, f"if {n} >= 0 and pos + 4 + {n} <= end:  # not null")
+                sliced = f"[pos + 4 : pos + 4 + {n}]"
+                e(indent + 1, f"{target} = view{sliced}" if records
+                  else f"{target} = bytes(frame{sliced})")
+                e(indent + 1, f"pos += 4 + {n}")
+                e(indent, "else:")
+                e(indent + 1, f"{target}, pos = {call}")
                 return
             # A length of one or two bytes (a Produce's record batch up to 16 KiB) read here;
             # null, longer ones and every error in _bytes_at.
@@ -499,7 +517,12 @@ class _Decoder:
                 e(indent, "else:")
                 e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, True, {nullable}, left)")
             else:
-                e(indent, f"{count}, pos, left = _count_at(frame, pos, False, {nullable}, left)")
+                e(indent, f"{count}, = I32(frame, pos)")
+                e(indent, f"if 0 <= {count} <= left:")
+                e(indent + 1, "pos += 4")
+                e(indent + 1, f"left -= {count}")
+                e(indent, "else:")
+                e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, False, {nullable}, left)")
             e(indent, f"if {count} is None:")
             e(indent + 1, f"{target} = None")
             e(indent, "else:")
@@ -538,16 +561,19 @@ class _Encoder:
                    if in_range(v, f.versions) and f.tag is None]
         tagged = [f for f in fields if in_range(v, f.versions) and f.tag is not None]
         runs = _runs(members)
-        # The fields after the last fixed-width ones, when all are of the kinds a struct usually
-        # leaves out (a Produce partition's record errors and error message): absent, they and
-        # the tagged section are constant bytes, written at once.
+        # The fields after the last fixed-width ones, when they are an error message and the
+        # like (nullable strings and bytes, arrays: a Produce partition's record errors and
+        # error message), which a struct usually leaves out: absent, they and the tagged
+        # section are constant bytes, written at once.
         split = len(runs)
         while split and _left_out_often(*runs[split - 1][0]):
             split -= 1
         for run in runs[:split]:
             self.run(run, obj, indent)
-        absent = (self.absent_bytes(runs[split:], tagged) if 0 < split < len(runs)
-                  and runs[split - 1][0][0].type in _FIXED else None)
+        tail = [f for run in runs[split:] for f, _ in run]
+        absent = (self.absent_bytes(runs[split:], tagged)
+                  if 0 < split and runs[split - 1][0][0].type in _FIXED
+                  and any(f.type == "string" for f in tail) else None)
         if absent is None:
             self.rest(runs[split:], tagged, obj, indent)
             return

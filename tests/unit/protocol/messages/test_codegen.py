@@ -27,8 +27,10 @@ from protocol.messages import (
     encode_response_parts,
 )
 from protocol.messages._codegen import (
+    _NAMESPACE,
     FAST_APIS,
     RECORDS_APIS,
+    _Source,
     request_decoder,
     response_decoder,
     response_encoder,
@@ -423,6 +425,14 @@ def test_fields_a_struct_leaves_out_are_written_at_once_or_one_by_one() -> None:
             assert encode_response(ApiKey.PRODUCE, version, value) == \
                 encode_response_declared(ApiKey.PRODUCE, version, value), (extra, version)
     assert "isdisjoint" in response_encoder(ApiKey.PRODUCE, 9)[1]
+
+
+def test_generated_names_never_hide_the_helpers() -> None:
+    # the 16th constant of a source was once named P16, hiding the int16 packer of string
+    # lengths (Metadata v1's encoder wrote a topic name's length as one byte)
+    src = _Source("names")
+    names = [src.fresh(prefix) for prefix in ("P", "I", "S") for _ in range(40)]
+    assert not set(names) & set(_NAMESPACE)
 
 
 def test_handler_shaped_responses() -> None:
