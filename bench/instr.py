@@ -4,6 +4,7 @@
     .venv/bin/python bench/instr.py --flush always --transactions 500 --runs 5
     .venv/bin/python bench/instr.py --tree ../base        # the broker of another checkout
     .venv/bin/python bench/instr.py --workload produce    # per small idempotent Produce request
+    .venv/bin/python bench/instr.py --workload produce-pipelined  # the same, as librdkafka sends
 
 Wall-clock and CPU-time figures on a shared 2-core VM vary by +-30%; an instruction count of the
 same binary, inputs and environment repeats within 0.1% at the same machine load (the broker's
@@ -55,7 +56,7 @@ from transactions import PARTITIONS, TOPIC, RawTransactions  # noqa: E402
 
 # --workload produce: what librdkafka sends with batch.size=4096 (bench/produce.py step (f)), one
 # request at a time: Produce v9, acks=1, one idempotent batch of this many 100-byte records to
-# each of the topic's partitions.
+# each of the topic's partitions (produce-pipelined: one partition per request, 5 at a time).
 PRODUCE_RECORDS_PER_BATCH = 36
 PRODUCE_VALUE_SIZE = 100
 
@@ -143,7 +144,46 @@ class RawProduce:
             raise RuntimeError(f"raw produce failed: {codes}")
 
 
-WORKLOADS = {"transactions": RawTransactions, "produce": RawProduce}
+class RawPipelinedProduce(RawProduce):
+    """``RawProduce``'s batches as librdkafka sends them in bench/produce.py step (f): one
+    partition per request (its sticky partitioner, the partitions in turn), acks=all, and
+    ``PER_CALL`` requests written at once before their answers are read (idempotence allows 5
+    in flight): the broker reads several requests per receive, as it does there."""
+
+    PER_CALL = 5
+    _next = -1  # the partition of the last request
+
+    def one(self) -> None:
+        from protocol.api_keys import ApiKey
+        from protocol.headers import parse_response_header_untrusted
+        from protocol.messages import decode_response
+        from protocol.records import encode_batch
+
+        records = [(None, self._value, (), 0)] * PRODUCE_RECORDS_PER_BATCH
+        frames = []
+        for _ in range(self.PER_CALL):
+            p = self._next = (self._next + 1) % PARTITIONS
+            batch = encode_batch(records, producer_id=self._pid, producer_epoch=self._epoch,
+                                 base_sequence=self._sequences[p])
+            self._sequences[p] += PRODUCE_RECORDS_PER_BATCH
+            frames.append(self._client.frame(ApiKey.PRODUCE, 9, {
+                "transactional_id": None, "acks": -1, "timeout_ms": 30_000,
+                "topic_data": [{"name": TOPIC, "partition_data": [
+                    {"index": p, "records": batch}]}]}))
+        self._client.send_raw(b"".join(frames))
+        for _ in frames:
+            frame = self._client.read_frame()
+            if frame is None:
+                raise RuntimeError("the broker closed the connection")
+            _, offset = parse_response_header_untrusted(frame, ApiKey.PRODUCE, 9)
+            answer = decode_response(ApiKey.PRODUCE, 9, frame, offset)
+            code = answer.responses[0].partition_responses[0].error_code
+            if code:
+                raise RuntimeError(f"raw produce failed: {code}")
+
+
+WORKLOADS = {"transactions": RawTransactions, "produce": RawProduce,
+             "produce-pipelined": RawPipelinedProduce}
 
 
 def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions: int,
@@ -159,7 +199,8 @@ def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions
             before = set(out_dir.glob(f"callgrind.out.{broker.pid}*"))
             _control("--dump", str(broker.pid))
             total = _dumped_instructions(out_dir, broker.pid, before)
-    return InstrRun(transactions, total, total / transactions)
+            units = transactions * getattr(raw, "PER_CALL", 1)  # requests of a pipelined call
+    return InstrRun(units, total, total / units)
 
 
 @click.command()
@@ -170,7 +211,8 @@ def one_run(spec: common.BrokerSpec, work_dir: Path, out_dir: Path, transactions
               help="run the broker of this checkout (the benchmark's code stays this one's)")
 @click.option("--workload", type=click.Choice(sorted(WORKLOADS)), default="transactions",
               show_default=True, help="produce: idempotent Produce requests of small batches "
-              "(one per partition), counted per request")
+              "(one per partition), counted per request; produce-pipelined: one batch per "
+              "request, 5 requests written at once")
 @click.option("--keep", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="copy the callgrind dumps here (for callgrind_annotate)")
 def main(flush: str, transactions: int, runs: int, tree: Path | None, workload: str,
@@ -184,7 +226,7 @@ def main(flush: str, transactions: int, runs: int, tree: Path | None, workload: 
         raise click.ClickException(f"minibroker does not start: {reason}")
     os.environ["PYTHONHASHSEED"] = "0"  # inherited by the broker
     results = []
-    unit = "request" if workload == "produce" else "transaction"
+    unit = "request" if workload.startswith("produce") else "transaction"
     with common.work_directory("instr", keep=False) as work_dir:
         out_dir = work_dir / "callgrind"
         out_dir.mkdir()

@@ -56,11 +56,15 @@ class RawConnection:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
-    def send_request(self, api_key: int, version: int, body: bytes | dict, client_id: str = "raw") -> int:
+    def frame(self, api_key: int, version: int, body: bytes | dict, client_id: str = "raw") -> bytes:
+        """The next request's frame (size prefix included), to send later (pipelining)."""
         self._correlation += 1
         header = encode_request_header(RequestHeader(api_key, version, self._correlation, client_id))
         payload = body if isinstance(body, bytes) else encode_request(api_key, version, body)
-        self.sock.sendall(encode_frame(header + payload))
+        return encode_frame(header + payload)
+
+    def send_request(self, api_key: int, version: int, body: bytes | dict, client_id: str = "raw") -> int:
+        self.sock.sendall(self.frame(api_key, version, body, client_id))
         return self._correlation
 
     def read_frame(self) -> bytearray | None:
