@@ -211,30 +211,12 @@ def _null(nullable: bool, compact: bool, wide: bool, what: str) -> bytes:
     return b"\x00" if compact else b"\xff\xff\xff\xff" if wide else b"\xff\xff"
 
 
-def _put_string(a, v, compact: bool, nullable: bool) -> None:
-    if v is None:
-        a(_null(nullable, compact, False, "string"))
-        return
-    data = v.encode("utf-8")
-    a(_uvarint(len(data) + 1) if compact else _P16(len(data)))
-    a(data)
-
-
 def _put_bytes(a, v, compact: bool, nullable: bool) -> None:
     if v is None:
         a(_null(nullable, compact, True, "bytes"))
         return
     a(_uvarint(len(v) + 1) if compact else _P32(len(v)))
     a(v)
-
-
-def _put_count(a, v, compact: bool, nullable: bool) -> bool:
-    """An array's count; False for null (no elements follow)."""
-    if v is None:
-        a(_null(nullable, compact, True, "array"))
-        return False
-    a(_uvarint(len(v) + 1) if compact else _P32(len(v)))
-    return True
 
 
 def _put_uuid(a, v) -> None:
@@ -287,9 +269,9 @@ _NAMESPACE: dict[str, Any] = {
     "CorruptFrameError": CorruptFrameError, "uvarint_at": uvarint_at, "_I8": _I8,
     "_string_at": _string_at, "_bytes_at": _bytes_at, "_count_at": _count_at,
     "_fixed_array_at": _fixed_array_at, "_uuid_at": _uuid_at, "_tagged_at": _tagged_at,
-    "_put_string": _put_string, "_put_bytes": _put_bytes, "_put_count": _put_count,
+    "_put_bytes": _put_bytes,
     "_put_uuid": _put_uuid, "_is_default": _is_default, "_uvarint": _uvarint,
-    "_put_tagged": _put_tagged, "_null": _null,
+    "_put_tagged": _put_tagged,
     "UVARINT1": _UVARINT1, "P16": _P16, "P32": _P32, "I32": _I32,
     "MAX_REQUEST_ARRAY_ELEMENTS": MAX_REQUEST_ARRAY_ELEMENTS, "INFINITE": float("inf"),
     "ZERO_UUID": uuid.UUID(int=0), "uuid": uuid, "DECODE_ERRORS": _DECODE_ERRORS,
@@ -577,8 +559,8 @@ class _Encoder:
         if absent is None:
             self.rest(runs[split:], tagged, obj, indent)
             return
-        names = [f.name for run in runs[split:] for f, _ in run] + [f.name for f in tagged]
-        keys = self.src.constant("NAMES", frozenset(names + ["tagged_fields"] * self.flexible))
+        names = [f.name for f in (*tail, *tagged)] + ["tagged_fields"] * self.flexible
+        keys = self.src.constant("NAMES", frozenset(names))
         self.src.emit(indent, f"if {obj}.keys().isdisjoint({keys}):  # all left out")
         self.src.emit(indent + 1, f"a({absent!r})")
         self.src.emit(indent, "else:")
@@ -709,10 +691,10 @@ class _Encoder:
 
 
 def _null_line(compact: bool, nullable: bool, wide: bool, what: str) -> str:
-    """The line appending a null string (``wide``: bytes, array), or raising for a
-    non-nullable one."""
+    """The line appending a null string (``wide``: bytes, array), or refusing a non-nullable
+    one (the declared codec then says why)."""
     if not nullable:
-        return f"a(_null(False, {compact}, {wide}, {what!r}))"
+        return f"raise ValueError('null for a non-nullable {what}')"
     return "a(b'\\x00')" if compact else "a(b'\\xff\\xff\\xff\\xff')" if wide else "a(b'\\xff\\xff')"
 
 
