@@ -1186,9 +1186,9 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
         if headers + 1 != p + stride or data[headers] != 0:
             return -1
 
-        # The columns, taken from one copy of the run: a strided slice of bytes is a C loop, of
-        # a memoryview one memcpy call per byte. Positions below are relative to ``p``. Timestamp deltas: continuation bytes, then a
-        # last byte, in every record.
+        # The columns, taken from one copy of the run (a strided slice of bytes is a C loop, of
+        # a memoryview one memcpy call per byte); positions from here on are relative to ``p``.
+        # Timestamp deltas: continuation bytes, then a last byte, in every record.
         run = bytes(data[p:end])
         ts -= p
         for at in range(ts, ts + ts_width - 1):
