@@ -1055,6 +1055,7 @@ _DELTA_WIDTH_STARTS = (0, 64, 8192, 1 << 20)
 # Records the fast path checks together at most; a run it cannot take is halved down to
 # _LEAF_RUN records, and those are checked record by record.
 _RUN = 4096
+_COPIED_RUN_MAX = 1 << 20  # bytes of a run whose columns are taken from a copy of it
 _LEAF_RUN = 64
 # A batch of fewer records is checked record by record: the column slices cost about as much as
 # parsing 8 records (timeit: 1 record of 1 KiB 4.2 us by columns, 0.7 us alone).
@@ -1186,25 +1187,32 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
         if headers + 1 != p + stride or data[headers] != 0:
             return -1
 
-        # The columns, taken from one copy of the run (a strided slice of bytes is a C loop, of
-        # a memoryview one memcpy call per byte); positions from here on are relative to ``p``.
+        # The columns. A strided slice of bytes is a C loop, of a memoryview one memcpy call
+        # per byte: a run up to _COPIED_RUN_MAX bytes is copied once and sliced (the usual
+        # batch), a larger one read in place (few, large records: no second copy of a big run).
+        if end - p <= _COPIED_RUN_MAX:
+            run = bytes(data[p:end])
+
+            def column(at: int) -> bytes:
+                return run[at - p :: stride]
+        else:
+            def column(at: int) -> bytes:
+                return bytes(data[at:end:stride])
         # Timestamp deltas: continuation bytes, then a last byte, in every record.
-        run = bytes(data[p:end])
-        ts -= p
         for at in range(ts, ts + ts_width - 1):
-            if run[at::stride].translate(None, _HIGH_BYTES):
+            if column(at).translate(None, _HIGH_BYTES):
                 return -1
-        if not run[ts + ts_width - 1 :: stride].isascii():
+        if not column(ts + ts_width - 1).isascii():
             return -1
         # Offset deltas: first, first + 1, ... as Kafka encodes them.
         delta = ts + ts_width
         for i, expected in enumerate(_delta_columns(first, stop, delta_width)):
-            if run[delta + i :: stride] != expected:
+            if column(delta + i) != expected:
                 return -1
         # The length, key length, value length and header count: the first record's bytes.
-        for at in (*range(0, attributes - p), *range(key - p, key_end - p),
-                   *range(value - p, value_end - p), headers - p):
-            if run[at::stride].count(run[at]) != m:
+        for at in (*range(p, attributes), *range(key, key_end), *range(value, value_end),
+                   headers):
+            if column(at).count(data[at]) != m:
                 return -1
     except IndexError:
         return -1

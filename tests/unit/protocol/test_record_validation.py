@@ -109,6 +109,18 @@ def test_records_of_one_shape_take_the_fast_path(count: int, key: bytes | None,
     assert slow_runs == []
 
 
+@pytest.mark.parametrize("value_size", [100, 1000])
+def test_runs_read_from_a_copy_and_in_place_agree(value_size: int, slow_runs: list) -> None:
+    # 1,200 records of 1,000 bytes are a run over _COPIED_RUN_MAX: its columns are read in place
+    records = [(None, b"v" * value_size, [], TS + i % 50) for i in range(1200)]
+    _validate(encode_batch(records))
+    assert slow_runs == []
+    assert (1200 * value_size > records_module._COPIED_RUN_MAX) == (value_size == 1000)
+    bad = bytearray(encode_batch(records))
+    bad[len(bad) - 1 - value_size - 2] ^= 0x02  # the last record's value length, changed
+    assert not _accepted(bytes(bad)) and not _accepted_one_by_one(bytes(bad))
+
+
 @pytest.mark.parametrize("count", [1, 2, 7])
 def test_a_batch_of_few_records_is_checked_one_by_one(count: int, slow_runs: list) -> None:
     # cheaper than the column slices below _FEW_RECORDS records
