@@ -427,26 +427,23 @@ class _Decoder:
             e(indent, f"pos += {struct.calcsize('>' + _FIXED[f.type])}")
         elif f.type == "uuid":
             e(indent, f"{target}, pos = _uuid_at(frame, pos, end)")
-        elif f.type == "string" and compact:
+        elif f.type == "string":
+            # A one-byte compact length or any int16 length read here (the null string of a
+            # Produce's transactional id too); longer ones, null otherwise and errors in
+            # _string_at.
             n = self.src.fresh("n")
-            e(indent, f"{n} = frame[pos] - 1")
-            e(indent, f"if 0 <= {n} < 0x7F and pos + 1 + {n} <= end:  # a one-byte length")
-            e(indent + 1, f"{target} = str(frame[pos + 1 : pos + 1 + {n}], 'utf-8')")
-            e(indent + 1, f"pos += 1 + {n}")
-            if nullable:  # null: a Produce's transactional id outside transactions
+            read, fits, width = (("frame[pos] - 1", f"0 <= {n} < 0x7F", 1) if compact
+                                 else ("frame[pos] << 8 | frame[pos + 1]", f"{n} < 0x8000", 2))
+            e(indent, f"{n} = {read}")
+            e(indent, f"if {fits} and pos + {width} + {n} <= end:")
+            e(indent + 1, f"{target} = str(frame[pos + {width} : pos + {width} + {n}], 'utf-8')")
+            e(indent + 1, f"pos += {width} + {n}")
+            if compact and nullable:
                 e(indent, f"elif {n} == -1:")
                 e(indent + 1, f"{target} = None")
                 e(indent + 1, "pos += 1")
             e(indent, "else:")
-            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, True, {nullable})")
-        elif f.type == "string":
-            n = self.src.fresh("n")
-            e(indent, f"{n} = frame[pos] << 8 | frame[pos + 1]")
-            e(indent, f"if {n} < 0x8000 and pos + 2 + {n} <= end:  # not null")
-            e(indent + 1, f"{target} = str(frame[pos + 2 : pos + 2 + {n}], 'utf-8')")
-            e(indent + 1, f"pos += 2 + {n}")
-            e(indent, "else:")
-            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, False, {nullable})")
+            e(indent + 1, f"{target}, pos = _string_at(frame, pos, end, {compact}, {nullable})")
         elif f.type in ("bytes", "records"):
             records = f.type == "records"
             call = (f"_bytes_at(frame, pos, end, {compact}, {nullable or records}, "
@@ -490,21 +487,17 @@ class _Decoder:
             else:
                 self.struct(f.fields, path, indent, target)
         elif f.type.startswith("[]"):
+            # A one-byte compact count or any int32 count within the budget read here; null,
+            # longer ones and refusals in _count_at.
             count = self.src.fresh("n")
-            if compact:
-                e(indent, f"{count} = frame[pos] - 1")
-                e(indent, f"if 0 <= {count} < 0x7F and {count} <= left:  # a one-byte count")
-                e(indent + 1, "pos += 1")
-                e(indent + 1, f"left -= {count}")
-                e(indent, "else:")
-                e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, True, {nullable}, left)")
-            else:
-                e(indent, f"{count}, = I32(frame, pos)")
-                e(indent, f"if 0 <= {count} <= left:")
-                e(indent + 1, "pos += 4")
-                e(indent + 1, f"left -= {count}")
-                e(indent, "else:")
-                e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, False, {nullable}, left)")
+            read, fits, width = (("frame[pos] - 1", f"0 <= {count} < 0x7F", 1) if compact
+                                 else ("I32(frame, pos)[0]", f"0 <= {count}", 4))
+            e(indent, f"{count} = {read}")
+            e(indent, f"if {fits} and {count} <= left:")
+            e(indent + 1, f"pos += {width}")
+            e(indent + 1, f"left -= {count}")
+            e(indent, "else:")
+            e(indent + 1, f"{count}, pos, left = _count_at(frame, pos, {compact}, {nullable}, left)")
             e(indent, f"if {count} is None:")
             e(indent + 1, f"{target} = None")
             e(indent, "else:")
