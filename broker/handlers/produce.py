@@ -97,7 +97,7 @@ def produce(broker: Broker, header, request):
                     check = _check_now(partition, records, inline)
                     raise InflateLater
                 transactional = is_transactional(records)
-                if transactional or transactional_id is not None:
+                if transactions.needs_verification(transactional, transactional_id):
                     # KIP-890 part 1: only partitions of the producer's ongoing transaction;
                     # part 2 (v12, transaction version 2): the partition joins it here.
                     transactions.verify_produce(partition, records, transactional_id,
@@ -181,12 +181,12 @@ def _append_checked(broker: Broker, partition: Partition, name: str, index: int,
     try:
         if broker.partition(name, index) is not partition:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition was deleted")
-        if transactions.needs_verification(records, transactional_id):
+        transactional = transactions.is_transactional(records)
+        if transactions.needs_verification(transactional, transactional_id):
             transactions.verify_produce(partition, records, transactional_id, now,
                                         add_partition=version >= TV2_PRODUCE)
         appending = partition
-        result, commit = broker.storage.append(partition, records, now, acks,
-                                               transactions.is_transactional(records),
+        result, commit = broker.storage.append(partition, records, now, acks, transactional,
                                                records_checked=True)
         base_offset = result.base_offset
         log_append_time = result.log_append_time

@@ -633,9 +633,10 @@ class TransactionManager(Recovery):
                 and bool(records[ATTRIBUTES_LOW_BYTE_OFFSET] & TRANSACTIONAL_BIT))
 
     @staticmethod
-    def needs_verification(records: Any, transactional_id: str | None) -> bool:
-        """Cheap test for the Produce hot path: a transactional id, or a transactional batch."""
-        return transactional_id is not None or TransactionManager.is_transactional(records)
+    def needs_verification(transactional: bool, transactional_id: str | None) -> bool:
+        """Cheap test for the Produce hot path: a transactional id, or a transactional batch
+        (``transactional``: ``is_transactional`` of the partition's records, asked once)."""
+        return transactional or transactional_id is not None
 
     def verify_produce(
         self, partition: Partition, records: Any, transactional_id: str | None,

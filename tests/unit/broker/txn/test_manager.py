@@ -342,9 +342,10 @@ async def test_produce_check_needs_the_partition_in_the_transaction(broker: Brok
     with pytest.raises(KafkaError) as info:
         await produce(broker, None, pid, epoch, 0, 0)  # a transactional batch needs the id
     assert info.value.code == ErrorCode.INVALID_TXN_STATE
-    assert broker.transactions.needs_verification(b"", "tx")
+    transactions = broker.transactions
+    assert transactions.needs_verification(transactions.is_transactional(b""), "tx")
     plain = encode_batch([(None, b"x", (), NOW)])
-    assert not broker.transactions.needs_verification(plain, None)
+    assert not transactions.needs_verification(transactions.is_transactional(plain), None)
 
 
 async def test_new_instance_aborts_the_ongoing_transaction_and_fences_the_old(broker: Broker) -> None:
