@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -82,7 +83,13 @@ def test_cli_prints_bootstrap_and_stops_on_sigterm(kafka_ref, tmp_path):
                  env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         bootstrap = proc.stdout.readline().strip()
-        assert bootstrap.startswith("127.0.0.1:"), proc.stderr.read() if proc.poll() else bootstrap
+        if not bootstrap.startswith("127.0.0.1:"):
+            # An empty line is the end of stdout: the command is exiting (wait for it, so that
+            # its stderr can be read to the end; poll() may not see the exit yet).
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+            pytest.fail(f"start printed {bootstrap!r} and exited with {proc.returncode}:\n"
+                        + (proc.stderr.read() if proc.returncode is not None else "(still running)"))
         with RawConnection(int(bootstrap.rsplit(":", 1)[1])) as conn:
             assert conn.request(ApiKey.METADATA, 1, {"topics": None})["brokers"]
     finally:

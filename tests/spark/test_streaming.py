@@ -16,6 +16,10 @@ pytest.importorskip("pyarrow")
 from tests.spark.crashing_sink import CrashingDataSource  # noqa: E402
 
 MAX_PER_TRIGGER = 500
+# Spark gives each Python worker it starts 10 s to connect back (a constant in its
+# PythonWorkerFactory); on a loaded 2-core machine a start can take longer, and the query ends with
+# this message before a batch of it ran (seen once in CI, 2026-11-29, the query still INITIALIZING).
+SPARK_WORKER_TIMEOUT = "Python worker failed to connect back"
 
 
 def wait_for(condition, timeout: float, what: str) -> None:
@@ -24,6 +28,20 @@ def wait_for(condition, timeout: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(what)
         time.sleep(0.1)
+
+
+def once_more_if_a_spark_worker_timed_out(run):
+    """``run()``, and once more if the query it ran ended with :data:`SPARK_WORKER_TIMEOUT`: a
+    restart from the checkpoint, what a deployment does after any failed query. Every other
+    failure is raised as it is."""
+    from pyspark.errors import StreamingQueryException
+
+    try:
+        return run()
+    except StreamingQueryException as exc:
+        if SPARK_WORKER_TIMEOUT not in str(exc):
+            raise
+    return run()
 
 
 def test_pipeline_is_exactly_once_across_restarts_and_replays(spark, bootstrap, name, tmp_path):
@@ -66,31 +84,45 @@ def test_pipeline_is_exactly_once_across_restarts_and_replays(spark, bootstrap, 
         query.stop()
         progress.extend(query.recentProgress)
 
+    def run_until_progress(batches: int) -> None:
+        query = start()
+        try:
+            wait_for(lambda: len(query.recentProgress) >= batches or not query.isActive, 120,
+                     f"{batches} micro-batches")
+            if query.exception() is not None:
+                raise query.exception()
+        finally:
+            finish(query)
+
     # Run 1: a few micro-batches, then stop (maybe in the middle of a batch).
-    query = start()
-    try:
-        wait_for(lambda: len(query.recentProgress) >= 2, 120, "two micro-batches")
-    finally:
-        finish(query)
+    once_more_if_a_spark_worker_timed_out(lambda: run_until_progress(2))
 
     # Run 2: restart from the checkpoint; the sink dies in the middle of its first commit (one
     # writer partition's transaction committed, the other's still open).
     marker = tmp_path / "crashed"
-    query = start("minibroker-crashing", crashMarker=str(marker))
-    try:
-        with pytest.raises(StreamingQueryException, match="simulated crash"):
+
+    def run_into_the_crash() -> None:
+        assert not marker.exists()
+        query = start("minibroker-crashing", crashMarker=str(marker))
+        try:
             query.awaitTermination(120)
-    finally:
-        finish(query)
+        finally:
+            finish(query)
+
+    with pytest.raises(StreamingQueryException, match="simulated crash"):
+        once_more_if_a_spark_worker_timed_out(run_into_the_crash)
     assert marker.exists()
 
     # Run 3: restart; Spark replays the half-committed batch, then reads all there is.
-    query = start(trigger={"availableNow": True})
-    try:
-        assert query.awaitTermination(120)
-    finally:
-        finish(query)
-    assert query.exception() is None
+    def run_available_now() -> None:
+        query = start(trigger={"availableNow": True})
+        try:
+            assert query.awaitTermination(120)
+        finally:
+            finish(query)
+        assert query.exception() is None
+
+    once_more_if_a_spark_worker_timed_out(run_available_now)
 
     # Make Spark run the last (fully committed) batch again, as it does when the driver dies
     # after the sink's commit and before the commit log entry: the sink's commit runs twice.
@@ -101,11 +133,15 @@ def test_pipeline_is_exactly_once_across_restarts_and_replays(spark, bootstrap, 
 
     # Run 4: more input arrives; run until everything is processed.
     produce(bootstrap, source, records[3000:], transactional_id=name + "-p4")
-    query = start()
-    try:
-        query.processAllAvailable()
-    finally:
-        finish(query)
+
+    def run_all_available() -> None:
+        query = start()
+        try:
+            query.processAllAvailable()
+        finally:
+            finish(query)
+
+    once_more_if_a_spark_worker_timed_out(run_all_available)
 
     rows = consume_all(bootstrap, sink)
     expected = sorted(r.upper() + b"!" for r in records)
