@@ -18,6 +18,7 @@ import argparse
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,11 +55,20 @@ def consume_all(bootstrap: str, topic: str, expected: int, timeout_s: float = 30
         consumer.close()
 
 
-def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> tuple[float, int]:
+@dataclass
+class FetchLoop:
+    seconds: float
+    received: int  # bytes
+    # Per Fetch, p50 in us: from the request written to the answer's size prefix read (the
+    # broker's answer time, wake-ups included), then to the answer's last byte read.
+    first_bytes_us: float
+    rest_us: float
+
+
+def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> FetchLoop:
     """Read the partition from 0 to ``end_offset`` ``rounds`` times with raw Fetch v11 requests
     (1 MiB per partition, 50 MiB per request, as librdkafka asks), the client discarding the
-    bytes: the broker's side of consuming without a client's record parsing in the way.
-    ``(seconds, bytes received)``."""
+    bytes: the broker's side of consuming without a client's record parsing in the way."""
     import socket
     import struct
 
@@ -68,6 +78,8 @@ def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> tupl
     host, port = bootstrap.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)))
     received = 0
+    first: list[float] = []
+    rest: list[float] = []
     started = time.perf_counter()
     try:
         for _ in range(rounds):
@@ -83,15 +95,20 @@ def fetch_loop(bootstrap: str, topic: str, end_offset: int, rounds: int) -> tupl
                 header = encode_request_header(RequestHeader(1, 11, 1, "bench"))
                 frame = header + body
                 sock.sendall(struct.pack(">i", len(frame)) + frame)
+                sent = time.perf_counter()
                 (size,) = struct.unpack(">i", _recv_exactly(sock, 4))
+                sized = time.perf_counter()
                 data = _recv_exactly(sock, size)
+                first.append(sized - sent)
+                rest.append(time.perf_counter() - sized)
                 received += size
                 response = decode_response(1, 11, data, 4)
                 records = response.responses[0].partitions[0].records
                 offset = _next_offset(records)
     finally:
         sock.close()
-    return time.perf_counter() - started, received
+    return FetchLoop(time.perf_counter() - started, received,
+                     statistics.median(first) * 1e6, statistics.median(rest) * 1e6)
 
 
 def _recv_exactly(sock, n: int) -> bytearray:
@@ -132,16 +149,17 @@ def one_run(tree: Path | None, records: int, size: int, flush_never: bool,
         common.produce_records(broker.bootstrap, topic, records, size, 1)
         common.settled_cpu_seconds(broker.cpu_seconds)
         before = broker.cpu_seconds()
+        timing = {}
         if raw_rounds:
-            elapsed, received = fetch_loop(broker.bootstrap, topic,
-                                           records + common.WARMUP_RECORDS, raw_rounds)
-            mb = received / common.MB
+            loop = fetch_loop(broker.bootstrap, topic, records + common.WARMUP_RECORDS, raw_rounds)
+            elapsed, mb = loop.seconds, loop.received / common.MB
+            timing = {"first_bytes_us": loop.first_bytes_us, "rest_us": loop.rest_us}
         else:
             elapsed = consume_all(broker.bootstrap, topic, records + common.WARMUP_RECORDS)
             mb = (records + common.WARMUP_RECORDS) * size / common.MB
         cpu = common.settled_cpu_seconds(broker.cpu_seconds) - before
         return {"cpu_ms_per_mb": cpu / mb * 1000, "mb_per_s": mb / elapsed,
-                "rss_mb": broker.memory().rss_mb, "hwm_mb": broker.memory().hwm_mb}
+                "rss_mb": broker.memory().rss_mb, "hwm_mb": broker.memory().hwm_mb} | timing
 
 
 def main() -> None:
@@ -160,8 +178,10 @@ def main() -> None:
         for name, tree in (("base", args.base), ("this", common.REPO_ROOT)):
             r = one_run(tree, args.records, args.size, args.flush_never, args.raw_rounds)
             results[name].append(r)
+            timing = (f", per Fetch {r['first_bytes_us']:.0f} us to the answer's first bytes"
+                      f" and {r['rest_us']:.0f} us to its last" if args.raw_rounds else "")
             print(f"run {run + 1} {name}: {r['cpu_ms_per_mb']:.2f} ms CPU/MB, "
-                  f"{r['mb_per_s']:.0f} MB/s, RSS {r['rss_mb']:.0f} MB", flush=True)
+                  f"{r['mb_per_s']:.0f} MB/s, RSS {r['rss_mb']:.0f} MB{timing}", flush=True)
     rows = []
     for name, runs in results.items():
         def cell(key: str, fmt: str, runs=runs) -> str:
@@ -169,9 +189,12 @@ def main() -> None:
             return (f"{statistics.median(values):{fmt}} "
                     f"({min(values):{fmt}}-{max(values):{fmt}})")
         rows.append([name, cell("cpu_ms_per_mb", ".2f"), cell("mb_per_s", ".0f"),
-                     cell("hwm_mb", ".0f")])
+                     cell("hwm_mb", ".0f")]
+                    + ([cell("first_bytes_us", ".0f"), cell("rest_us", ".0f")]
+                       if args.raw_rounds else []))
     print(common.markdown_table(
-        ["broker", "CPU ms per consumed MB", "consume MB/s (noisy)", "peak RSS MB"], rows))
+        ["broker", "CPU ms per consumed MB", "consume MB/s (noisy)", "peak RSS MB"]
+        + (["Fetch: us to first bytes", "us to last"] if args.raw_rounds else []), rows))
     common.write_results_json("consume", {"args": vars(args) | {"base": str(args.base)},
                                           "results": results})
 

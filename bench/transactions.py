@@ -17,10 +17,14 @@ producers, 1 KiB values:
       whole transaction (begin to commit returned) beside it;
   (c) back-to-back one-record transactions per second from one producer with linger.ms=0, and
       the same sequence (AddPartitionsToTxn, Produce acks=all, EndTxn) sent by a minimal blocking
-      client (``tests/raw_client.py``), which shows how much of a transaction is the broker's;
+      client (``tests/raw_client.py``), which shows how much of a transaction is the broker's:
+      its round trip per request (AddPartitionsToTxn / Produce / EndTxn, p50 as the client
+      times it) beside the rate;
   (d) the same back-to-back producer against the two Rust Kafka-compatible peers of
       bench/produce.py (Tansu with memory storage and noida-db; neither fsyncs), each a fresh
-      broker in the same run (``--skip-peers`` leaves them out);
+      broker in the same run (``--skip-peers`` leaves them out), and the raw client against each
+      peer that serves it: the per-request round trips side by side show what of the
+      back-to-back gap is the broker's answer time (librdkafka's own time is the same);
   (e) 1, 10 and 50 transactional producers at once (threads; librdkafka releases the GIL), each
       running back-to-back one-record transactions: transactions/s in all and broker CPU per
       transaction against the number of producers, which shows how fsyncs are shared.
@@ -200,6 +204,12 @@ class RateResult:
     broker_cpu_ms_per_transaction: float
 
 
+@dataclass
+class RawRateResult(RateResult):
+    # The client's round trip per request, p50 in us: AddPartitionsToTxn, Produce, EndTxn.
+    round_trip_p50_us: tuple[float, float, float]
+
+
 def back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
     return concurrent_back_to_back(broker, seconds, 1).rate
 
@@ -274,6 +284,8 @@ class RawTransactions:
         self._value = os.urandom(value_size)
         self._sequences = [0] * partitions
         self.count = 0
+        # Each request's round trip in seconds (AddPartitionsToTxn, Produce, EndTxn), if a list.
+        self.round_trips: list[tuple[float, float, float]] | None = None
 
     def __enter__(self) -> RawTransactions:
         from protocol.api_keys import ApiKey
@@ -281,6 +293,9 @@ class RawTransactions:
         self._client.__enter__()
         init = self._client.request(ApiKey.INIT_PRODUCER_ID, 0, {
             "transactional_id": self._tid, "transaction_timeout_ms": 60_000})
+        if init.error_code:
+            self._client.__exit__(None, None, None)
+            raise RuntimeError(f"InitProducerId v0 answered error {init.error_code}")
         self._pid, self._epoch = init.producer_id, init.producer_epoch
         return self
 
@@ -294,19 +309,25 @@ class RawTransactions:
 
         client, tid, pid, epoch = self._client, self._tid, self._pid, self._epoch
         p = self.count % self._partitions
+        t0 = time.perf_counter()
         added = client.request(ApiKey.ADD_PARTITIONS_TO_TXN, 0, {
             "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
             "topics": [{"name": self._topic, "partitions": [p]}]})
+        t1 = time.perf_counter()
         batch = encode_batch([(None, self._value, (), 0)], producer_id=pid, producer_epoch=epoch,
                              base_sequence=self._sequences[p], transactional=True)
         self._sequences[p] += 1
+        t2 = time.perf_counter()
         produced = client.request(ApiKey.PRODUCE, 3, {
             "transactional_id": tid, "acks": -1, "timeout_ms": 30_000,
             "topic_data": [{"name": self._topic,
                             "partition_data": [{"index": p, "records": batch}]}]})
+        t3 = time.perf_counter()
         ended = client.request(ApiKey.END_TXN, 0, {
             "transactional_id": tid, "producer_id": pid, "producer_epoch": epoch,
             "committed": True})
+        if self.round_trips is not None:
+            self.round_trips.append((t1 - t0, t3 - t2, time.perf_counter() - t3))
         codes = (added.results[0].results[0].error_code,
                  produced.responses[0].partition_responses[0].error_code, ended.error_code)
         if any(codes):
@@ -314,11 +335,12 @@ class RawTransactions:
         self.count += 1
 
 
-def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult:
+def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RawRateResult:
     """The same transactions from a minimal blocking protocol client (no librdkafka)."""
     with RawTransactions(int(broker.bootstrap.rsplit(":", 1)[1])) as raw:
         for _ in range(50):
             raw.one()
+        raw.round_trips = []
         count = 0
         cpu_before = broker.cpu_seconds()
         started = time.perf_counter()
@@ -326,8 +348,18 @@ def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RateResult
             raw.one()
             count += 1
         elapsed = time.perf_counter() - started
+        add, produce, end = (statistics.median(column) * 1e6
+                             for column in zip(*raw.round_trips, strict=True))
     cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before
-    return RateResult(count, elapsed, count / elapsed, cpu / count * 1000)
+    return RawRateResult(count, elapsed, count / elapsed, cpu / count * 1000, (add, produce, end))
+
+
+def peer_raw_back_to_back(spec: common.BrokerSpec, work_dir: Path,
+                          seconds: float) -> RawRateResult:
+    """The raw client's transactions against a fresh peer broker."""
+    with common.RunningBroker(spec, work_dir) as broker:
+        common.create_topic(broker.bootstrap, TOPIC, PARTITIONS)
+        return raw_back_to_back(broker, seconds)
 
 
 def _fmt(value: float, digits: int = 1) -> str:
@@ -392,9 +424,14 @@ def targets(durable: bool, fastest_peer: float | None, round_ms: float | None,
                    DURABLE_50_PRODUCERS)
 
 
+def _round_trips(raw: RawRateResult) -> str:
+    return " / ".join(f"{us:.0f}" for us in raw.round_trip_p50_us) + " us"
+
+
 def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: LatencyResult,
-           rate: RateResult, raw: RateResult, peers: dict[str, RateResult],
-           sweep: list[ConcurrentResult], goal: Targets) -> str:
+           rate: RateResult, raw: RawRateResult, peers: dict[str, RateResult],
+           sweep: list[ConcurrentResult], goal: Targets,
+           raw_peers: dict[str, RawRateResult] | None = None) -> str:
     def verdict(ok: bool) -> str:
         return "met" if ok else "missed"
 
@@ -418,6 +455,8 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
          f"<= {goal.cpu_ms:.1f} ms", verdict(rate.broker_cpu_ms_per_transaction <= goal.cpu_ms)],
         ["back-to-back, minimal blocking protocol client (no librdkafka)",
          f"{_fmt(raw.transactions_per_s, 0)} txn/s", "", ""],
+        ["its round trips, p50: AddPartitionsToTxn / Produce / EndTxn", _round_trips(raw), "",
+         ""],
     ]
     for r in sweep:
         if goal.producers_50 is not None and r.producers == 50:
@@ -429,6 +468,10 @@ def report(plain: list[ThroughputRun], txn: list[ThroughputRun], latency: Latenc
         rows.append([f"back-to-back, confluent-kafka, against {label} (no fsync)",
                      f"{_fmt(peer.transactions_per_s, 0)} txn/s "
                      f"({peer.broker_cpu_ms_per_transaction:.2f} ms broker CPU each)", "", ""])
+    for label, peer_raw in (raw_peers or {}).items():
+        rows.append([f"raw client against {label}: txn/s; round trips p50 (same three)",
+                     f"{_fmt(peer_raw.transactions_per_s, 0)} txn/s; {_round_trips(peer_raw)}",
+                     "", ""])
     table = common.markdown_table(["figure", "measured", "target", ""], rows)
     sweep_table = common.markdown_table(
         ["transactional producers at once", "transactions/s in all", "per producer",
@@ -490,6 +533,7 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
                 log(f"{count} producers at once, back-to-back transactions for {seconds:.0f} s")
                 sweep.append(concurrent_back_to_back(broker, seconds, count))
         peers: dict[str, RateResult] = {}
+        raw_peers: dict[str, RawRateResult] = {}
         if not skip_peers:
             binaries = common.ensure_peers(log)
             for label, spec in (("tansu (memory)", common.tansu_spec(binaries.tansu)),
@@ -498,6 +542,12 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
                 try:
                     peers[label] = peer_back_to_back(spec, work_dir, seconds)
                 except Exception as exc:  # a peer that cannot run must not lose our figures
+                    log(f"  {label} failed: {exc!r}")
+                log(f"back-to-back one-record transactions, raw protocol client, against {label}"
+                    f" for {seconds:.0f} s")
+                try:
+                    raw_peers[label] = peer_raw_back_to_back(spec, work_dir, seconds)
+                except Exception as exc:  # (Tansu answers its InitProducerId v0 with error -1)
                     log(f"  {label} failed: {exc!r}")
         fdatasync_ms = round_ms = None
         if flush == "always":
@@ -508,7 +558,7 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
     goal = targets(flush == "always",
                    max((r.transactions_per_s for r in peers.values()), default=None),
                    round_ms, fdatasync_ms)
-    click.echo(report(plain, txn, latency, rate, raw, peers, sweep, goal))
+    click.echo(report(plain, txn, latency, rate, raw, peers, sweep, goal, raw_peers))
     payload = {
         "settings": {"seconds": seconds, "repeat": repeat, "value_size": VALUE_SIZE,
                      "flush": flush, "only": only,
@@ -520,6 +570,7 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
         "back_to_back": asdict(rate),
         "back_to_back_raw_client": asdict(raw),
         "back_to_back_peers": {label: asdict(r) for label, r in peers.items()},
+        "back_to_back_raw_client_peers": {label: asdict(r) for label, r in raw_peers.items()},
         "concurrent_producers": [asdict(r) for r in sweep],
         "fdatasync_ms": fdatasync_ms,
         "round_ms": round_ms,
