@@ -350,6 +350,9 @@ async def _serve_requests(connection: _Connection) -> None:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.write_queued, nursery.cancel_scope)
                 await connection.read_requests()
+                # Nothing more is read: the budget held for a frame being received goes back
+                # now, not after the replies still waiting (a rebalance, a long-poll fetch).
+                connection.release_memory()
                 await connection.drain()
                 nursery.cancel_scope.cancel()
         if connection.deadline.cancelled_caught:

@@ -26,6 +26,7 @@ Theory of operation:
 from __future__ import annotations
 
 import logging
+import traceback
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -104,6 +105,7 @@ class OrderedAppends:
         try:
             await trio.to_thread.run_sync(entry.check, limiter=self._limiter)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the entry's outcome, answered by its request
+            _clear_frames(exc)
             entry.error = exc
         entry.checked = True
         self._drain(key)
@@ -127,3 +129,20 @@ class OrderedAppends:
         """Until every entry is done."""
         for entry in entries:
             await entry.done.wait()
+
+
+def _clear_frames(exc: BaseException) -> None:
+    """Clear the locals of the frames ``exc``, and each exception it chains, went through. An
+    entry keeps its error until its request is answered, and a failed check's frames hold what
+    it read: a gzip bomb's 16 MiB of inflated parts, past the request budget, for as long as
+    the request waits (the fuzzer found such errors piling up). The tracebacks stay, for the
+    log of a bug."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        current = todo.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        todo += (current.__cause__, current.__context__)

@@ -242,6 +242,38 @@ def test_queued_max_request_bytes_holds_back_large_requests(tmp_path):
         broker.stop()
 
 
+def test_a_gone_client_gives_its_request_budget_back_at_once(tmp_path):
+    # A connection waiting for a long-poll Fetch's answer, whose peer then starts a large frame
+    # and closes: the budget it held for that frame (never to be completed) goes back at the
+    # close, not when the long poll ends (found by the fuzzer: such connections, draining
+    # replies that wait for rebalances, held the whole budget and every large request stalled).
+    broker = start(tmp_path, **{"queued.max.request.bytes": 600_000, "log.flush": "never"})
+    try:
+        with RawConnection(broker.port) as conn:
+            assert create(conn, "g") == ErrorCode.NONE
+        long_poll = frame(ApiKey.FETCH, 11, {
+            "replica_id": -1, "max_wait_ms": 20_000, "min_bytes": 1, "max_bytes": 1 << 20,
+            "isolation_level": 0, "session_id": 0, "session_epoch": -1,
+            "topics": [{"topic": "g", "partitions": [{
+                "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
+                "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}],
+            "forgotten_topics_data": [], "rack_id": ""})
+        big = frame(ApiKey.PRODUCE, 3, produce_body("g", good_batch([bytes(500_000)])), 2)
+        gone = socket.create_connection(("127.0.0.1", broker.port))
+        gone.sendall(long_poll + big[: len(big) // 2])  # the half frame reserves its 500 KB
+        time.sleep(0.3)
+        gone.close()
+        time.sleep(0.3)
+        waiter = RawConnection(broker.port)
+        waiter.send_raw(frame(ApiKey.PRODUCE, 3,
+                              produce_body("g", good_batch([bytes(300_000)]))))
+        waiter.sock.settimeout(5.0)  # the long poll ends after 20 s
+        assert waiter.read_frame() is not None
+        waiter.close()
+    finally:
+        broker.stop()
+
+
 def start_limited(tmp_path, which: int, soft: int, hard: int) -> BrokerProcess:
     """``start(tmp_path)`` with the resource limit ``which`` set to ``(soft, hard)`` in the broker's
     process before it runs (this start only: a later ``restart()`` runs without it)."""

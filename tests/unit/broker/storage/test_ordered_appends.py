@@ -4,6 +4,7 @@ thread checks finish in; a failed check skips its append and holds up nothing.""
 from __future__ import annotations
 
 import threading
+import weakref
 
 import trio
 
@@ -50,4 +51,33 @@ async def test_a_failed_check_skips_its_append_only():
         # With nothing waiting, an append that needs no check runs at once.
         now = appends.submit("p", None, lambda: ran.append("now"))
         assert now.done.is_set() and ran == ["good", "now"]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_failed_check_keeps_nothing_its_frames_held():
+    # The error stays with its entry until the request is answered; what the check had read (a
+    # gzip bomb's inflated parts) must not stay with it.
+    appends = OrderedAppends(threads=1)
+    held: list[weakref.ref] = []
+
+    class Inflated:
+        pass
+
+    def refuse() -> None:
+        parts = Inflated()
+        held.append(weakref.ref(parts))
+        try:
+            raise ValueError("inflates beyond the limit")
+        except ValueError as exc:
+            raise RuntimeError("refused") from exc
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appends.run)
+        await trio.sleep(0.01)
+        bad = appends.submit("p", refuse, lambda: None)
+        await appends.wait([bad])
+        assert isinstance(bad.error, RuntimeError)
+        assert isinstance(bad.error.__cause__, ValueError)  # the chain and tracebacks stay
+        assert bad.error.__traceback__ is not None
+        assert held[0]() is None  # but not the check's locals
         nursery.cancel_scope.cancel()
