@@ -997,6 +997,10 @@ def validate_records_untrusted(
     a batch): exactly ``recordsCount`` records filling the records section, each record's length
     equal to its fields, varints of at most 5 bytes (10 for timestampDelta) and within int32,
     offset deltas 0, 1, ... in order, key/value lengths -1 or within the record, header keys UTF-8.
+    Stricter than Kafka where what Kafka lets through stops a consumer: a header key that is
+    not UTF-8, and a record attributes byte of 0x80 or more (the bits are unused and every
+    client writes 0; kafka-python reads the byte as a varint, then misreads the rest of the
+    batch and cannot get past it).
     A compressed batch is decompressed within ``max_uncompressed`` bytes (a decompression bomb is
     refused when it gets there, not after). ``header`` must come from ``parse_header_untrusted``
     and the whole batch must be present. Raises only ``CorruptFrameError``.
@@ -1198,6 +1202,9 @@ def _same_shape_run(data: Any, p: int, n: int, first: int, stop: int, delta_widt
         else:
             def column(at: int) -> bytes:
                 return bytes(data[at:end:stride])
+        # Attributes below 0x80 (``validate_records_untrusted`` says why), in every record.
+        if not column(attributes).isascii():
+            return -1
         # Timestamp deltas: continuation bytes, then a last byte, in every record.
         for at in range(ts, ts + ts_width - 1):
             if column(at).translate(None, _HIGH_BYTES):
@@ -1244,6 +1251,8 @@ def _check_each_record(data: Any, p: int, n: int, first: int, stop: int) -> int:
             rec_end = p + length
             if length < _MIN_RECORD_BODY or rec_end > n:
                 raise CorruptFrameError(f"record {i}: bad length {length}")
+            if data[p] >= 0x80:
+                raise CorruptFrameError(f"record {i}: attributes {data[p]:#x} (unused bits set)")
             q = p + 1  # after the attributes byte: timestampDelta, a varlong of up to 10 bytes
             if data[q] < 0x80:
                 q += 1

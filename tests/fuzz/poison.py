@@ -63,6 +63,9 @@ def poison_batches() -> dict[str, bytes]:
         "bad header key utf-8": with_records(
             _record(0, b"a", headers=b"\x02\x04\xff\xfe\x02ok"), 1),
         "negative header count": with_records(_record(0, b"a", headers=encode_varint(-3)), 1),
+        # (the attributes byte follows the one-byte length; kafka-python reads it as a varint)
+        "record attributes 0x80": with_records(
+            _record(0, b"a")[:1] + b"\x80" + _record(0, b"a")[2:], 1),
         "gzip garbage": with_records(b"\x1f\x8b" + b"\x00" * 30, 1, Compression.GZIP),
         "gzip bomb": with_records(gzip_bomb, 1, Compression.GZIP),
         "gzip of malformed records": with_records(

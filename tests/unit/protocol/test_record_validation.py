@@ -48,6 +48,20 @@ def test_poison_batches_are_refused(name: str) -> None:
         _validate(poison_batches()[name])
 
 
+@pytest.mark.parametrize("count", [3, 36])
+def test_record_attributes_of_0x80_or_more_are_refused(count: int) -> None:
+    # The bits are unused (every client writes 0) and Kafka lets any byte through, but
+    # kafka-python reads the byte as a varint and then cannot read the batch: refused by the
+    # record-by-record check (3 records) and the fast path (36) alike; 0x7F is kept.
+    batch = encode_batch([(None, b"v" * 20, [], TS) for _ in range(count)])
+    stride = (len(batch) - HEADER_SIZE) // count
+    for byte, accepted in ((0x7F, True), (0x80, False), (0xFF, False)):
+        mutated = bytearray(batch)
+        for i in range(count):
+            mutated[HEADER_SIZE + i * stride + 1] = byte  # after each record's one-byte length
+        assert _accepted(bytes(mutated)) == accepted == _accepted_one_by_one(bytes(mutated))
+
+
 def test_decompression_bound_is_enforced_while_decompressing() -> None:
     batch = encode_batch([(None, b"\x00" * 200_000, [], TS)], compression=Compression.GZIP)
     _validate(batch, limit=300_000)
