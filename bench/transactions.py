@@ -50,8 +50,10 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
@@ -261,11 +263,15 @@ def concurrent_back_to_back(broker: common.RunningBroker, seconds: float,
                                                   cpu / count * 1000))
 
 
-def peer_back_to_back(spec: common.BrokerSpec, work_dir: Path, seconds: float) -> RateResult:
-    """The back-to-back producer against a fresh peer broker."""
+R = TypeVar("R")
+
+
+def on_peer(spec: common.BrokerSpec, work_dir: Path, seconds: float,
+            measure: Callable[[common.RunningBroker, float], R]) -> R:
+    """``measure`` (``back_to_back``, ``raw_back_to_back``) against a fresh peer broker."""
     with common.RunningBroker(spec, work_dir) as broker:
         common.create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        return back_to_back(broker, seconds)
+        return measure(broker, seconds)
 
 
 class RawTransactions:
@@ -352,14 +358,6 @@ def raw_back_to_back(broker: common.RunningBroker, seconds: float) -> RawRateRes
                              for column in zip(*raw.round_trips, strict=True))
     cpu = common.settled_cpu_seconds(broker.cpu_seconds, quiet_s=0.2) - cpu_before
     return RawRateResult(count, elapsed, count / elapsed, cpu / count * 1000, (add, produce, end))
-
-
-def peer_raw_back_to_back(spec: common.BrokerSpec, work_dir: Path,
-                          seconds: float) -> RawRateResult:
-    """The raw client's transactions against a fresh peer broker."""
-    with common.RunningBroker(spec, work_dir) as broker:
-        common.create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        return raw_back_to_back(broker, seconds)
 
 
 def _fmt(value: float, digits: int = 1) -> str:
@@ -540,13 +538,13 @@ def main(seconds, repeat, latency_samples, producer_counts, skip_peers, quick, k
                                 ("noida-db", common.noida_spec(binaries.noida))):
                 log(f"back-to-back one-record transactions against {label} for {seconds:.0f} s")
                 try:
-                    peers[label] = peer_back_to_back(spec, work_dir, seconds)
+                    peers[label] = on_peer(spec, work_dir, seconds, back_to_back)
                 except Exception as exc:  # a peer that cannot run must not lose our figures
                     log(f"  {label} failed: {exc!r}")
                 log(f"back-to-back one-record transactions, raw protocol client, against {label}"
                     f" for {seconds:.0f} s")
                 try:
-                    raw_peers[label] = peer_raw_back_to_back(spec, work_dir, seconds)
+                    raw_peers[label] = on_peer(spec, work_dir, seconds, raw_back_to_back)
                 except Exception as exc:  # (Tansu answers its InitProducerId v0 with error -1)
                     log(f"  {label} failed: {exc!r}")
         fdatasync_ms = round_ms = None
